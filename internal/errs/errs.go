@@ -1,0 +1,118 @@
+// Package errs is vmgate's one error type. Every layer returns *errs.Error (or wraps
+// one) when the failure means something to a caller; the HTTP layer alone turns the
+// Kind into a status code, through one table in internal/httpapi.
+//
+// A Kind says what class of failure it is; a Reason is the stable snake_case word a
+// client can branch on (DESIGN.md §3); Message is what a person can act on. Err keeps
+// the cause for the server log and is never shown to clients.
+package errs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error. The HTTP layer maps each Kind to one status code.
+type Kind int
+
+// The kinds, one per row of DESIGN.md §3's table.
+const (
+	Internal         Kind = iota // a bug; details only in the server log
+	Invalid                      // malformed input: 400
+	Unauthenticated              // no or bad credentials: 401
+	Forbidden                    // authenticated but not allowed: 403
+	NotFound                     // no such thing (or not visible to the caller): 404
+	MethodNotAllowed             // 405
+	Conflict                     // the state forbids it: 409
+	TooLarge                     // body over the limit: 413
+	Unprocessable                // 422 (idempotency key reused)
+	RateLimited                  // 429
+	Upstream                     // PVE answered with an unexpected error: 502
+	Unavailable                  // no PVE endpoint answers: 503
+	Timeout                      // PVE did not answer in time: 504
+)
+
+var kindNames = map[Kind]string{
+	Internal: "internal", Invalid: "invalid_request", Unauthenticated: "unauthenticated",
+	Forbidden: "forbidden", NotFound: "not_found", MethodNotAllowed: "method_not_allowed",
+	Conflict: "conflict", TooLarge: "payload_too_large", Unprocessable: "unprocessable",
+	RateLimited: "rate_limited", Upstream: "upstream_error", Unavailable: "cluster_unavailable",
+	Timeout: "upstream_timeout",
+}
+
+// String returns the default reason of the kind.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Error is vmgate's error. Message and Reason are safe to show to a client; Err is not.
+type Error struct {
+	Kind    Kind
+	Reason  string // snake_case; empty means Kind's default reason
+	Message string // for the client
+	Err     error  // the cause, for logs only
+	// Details are extra, client-safe fields added to the error envelope (e.g. PVE's
+	// reasons for a blocked migration). Keys are JSON names.
+	Details map[string]any
+	// RetryAfter, when positive, is sent as Retry-After (seconds) with 429/503.
+	RetryAfter int
+}
+
+// Error implements error. It includes the cause for logs.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ReasonOrDefault returns Reason, or the Kind's default reason when Reason is empty.
+func (e *Error) ReasonOrDefault() string {
+	if e.Reason != "" {
+		return e.Reason
+	}
+	return e.Kind.String()
+}
+
+// E builds an *Error with a formatted client message.
+func E(kind Kind, format string, args ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// R builds an *Error with an explicit reason.
+func R(kind Kind, reason, format string, args ...any) *Error {
+	return &Error{Kind: kind, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap builds an *Error that keeps cause for the log.
+func Wrap(kind Kind, cause error, format string, args ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...), Err: cause}
+}
+
+// KindOf returns the Kind of the first *Error in err's chain, or Internal.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return Internal
+}
+
+// Is reports whether err's chain holds an *Error of the given kind.
+func Is(err error, kind Kind) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == kind
+}
+
+// As returns the first *Error in err's chain.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

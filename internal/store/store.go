@@ -1,0 +1,252 @@
+// Package store is vmgate's persistence: one interface, two engines (SQLite, the
+// default, and PostgreSQL), each with its own embedded migrations, and one contract
+// test suite that both engines pass unchanged.
+//
+// Lookups of a missing row return an *errs.Error of kind errs.NotFound, never (zero, nil).
+// Unique-constraint violations return kind errs.Conflict. Times are stored in UTC with
+// at least millisecond precision and come back in UTC.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Global roles of a user.
+const (
+	RoleAdmin = "admin" // may do everything, including managing users and clusters
+	RoleUser  = "user"  // may act only where a grant allows
+)
+
+// Grant roles on one cluster.
+const (
+	GrantOperator = "operator" // power, migrate, read
+	GrantViewer   = "viewer"   // read
+)
+
+// User is an account that logs in with e-mail and password.
+type User struct {
+	ID           int64
+	Email        string // stored lower-cased; unique
+	Nickname     string
+	PasswordHash string // PHC string, argon2id with its parameters
+	Role         string // RoleAdmin or RoleUser
+	Disabled     bool
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Session is one login. Tokens carry its ID (sid) and a generation; refresh moves
+// Generation forward by one, and only the newest generation is valid.
+type Session struct {
+	ID         string // random, URL-safe
+	UserID     int64
+	Generation int64
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // absolute end of the session (login + session-max)
+	RotatedAt  time.Time // when Generation last moved (CreatedAt at first)
+	RevokedAt  time.Time // zero while active
+	RevokedWhy string    // "logout", "reuse", "password", "disabled", "deleted", "admin"
+	Address    string    // client address at login
+}
+
+// Active reports whether the session is neither revoked nor past its absolute end.
+func (s Session) Active(now time.Time) bool {
+	return s.RevokedAt.IsZero() && now.Before(s.ExpiresAt)
+}
+
+// SessionChange is one entry of the session change feed: replicas poll it to drop
+// sessions from their in-process caches (DESIGN §3.1: logout holds on every replica).
+type SessionChange struct {
+	Seq       int64 // increasing
+	SessionID string
+}
+
+// SigningKey is an HS256 key for vmgate's JWTs; replicas share them through the store.
+type SigningKey struct {
+	ID        string // the JWT kid
+	Secret    []byte // 32 random bytes
+	CreatedAt time.Time
+}
+
+// Endpoint is one PVE API endpoint of a cluster.
+type Endpoint struct {
+	URL         string // https://host:8006
+	Node        string // PVE node name behind it, when known
+	Fingerprint string // SHA-256 of its certificate, upper-case colon form; may be empty with a CA bundle
+}
+
+// Cluster is a registered PVE cluster.
+type Cluster struct {
+	ID                 int64
+	Name               string // unique
+	Endpoints          []Endpoint
+	TokenID            string // USER@REALM!TOKENID
+	TokenSecretSealed  []byte // AES-256-GCM sealed secret; the store never sees the clear text
+	CACert             string // PEM, optional
+	InsecureSkipVerify bool
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// Grant is a user's role on one cluster.
+type Grant struct {
+	UserID    int64
+	ClusterID int64
+	Role      string // GrantOperator or GrantViewer
+	CreatedAt time.Time
+}
+
+// Task status values kept by vmgate.
+const (
+	TaskPending = "pending" // row written, PVE not yet answered with a UPID
+	TaskRunning = "running"
+	TaskStopped = "stopped"
+	TaskLost    = "lost" // PVE never started it (the POST failed); kept for the audit trail
+)
+
+// Task is a PVE task vmgate started (or followed). The row is written before PVE is
+// called (UPID empty, Status TaskPending) and completed with the UPID afterwards.
+type Task struct {
+	ID         int64
+	UPID       string // empty while pending; unique when set
+	ClusterID  int64
+	UserID     int64
+	UserEmail  string // copied at creation so the record survives user deletion
+	Op         string // start, stop, shutdown, reboot, migrate
+	Node       string // node the request was sent to (the UPID's node once known)
+	VMID       int64
+	Target     string // migration target node
+	Params     string // JSON of the request parameters, for audit and reconciliation
+	Status     string // TaskPending, TaskRunning, TaskStopped, TaskLost
+	ExitStatus string // PVE's exit status once stopped
+	Error      string // the telling log line of a failed task
+	Progress   string // JSON of the last progress snapshot (migrations), "" when none
+	FollowUPID string // for HA stand-in tasks: the real task it led to, once found
+	CreatedAt  time.Time
+	StartedAt  time.Time // PVE's start time (from the UPID) once known
+	EndedAt    time.Time // zero while running
+}
+
+// Finished reports whether the task has reached a final state that never changes.
+func (t Task) Finished() bool { return t.Status == TaskStopped || t.Status == TaskLost }
+
+// TaskFilter selects tasks for ListTasks. Zero fields do not filter.
+type TaskFilter struct {
+	ClusterIDs []int64 // restrict to these clusters (nil = all)
+	ClusterID  int64
+	VMID       int64
+	UserID     int64
+	BeforeID   int64 // paging: only tasks with ID < BeforeID
+	Limit      int   // default 50, max 500
+}
+
+// AuditRecord is one append-only audit entry.
+type AuditRecord struct {
+	ID        int64
+	At        time.Time
+	UserID    int64  // 0 when unauthenticated
+	UserEmail string // as known at the time
+	SessionID string
+	Action    string // e.g. "vm.start", "user.create", "auth.login_failed", "access.denied"
+	ClusterID int64
+	Node      string
+	VMID      int64
+	Target    string // free-form object of the action (user id, grant, ...)
+	Params    string // JSON, never secrets
+	Result    string // "ok", "denied", "failed", or an error reason
+	UPID      string
+	Address   string
+	RequestID string
+}
+
+// Idempotency record states.
+const (
+	IdemInProgress = "in_progress"
+	IdemDone       = "done"
+)
+
+// IdempotencyRecord remembers the first answer to a POST with an Idempotency-Key.
+type IdempotencyRecord struct {
+	UserID      int64
+	Key         string
+	RequestHash string // SHA-256 over method, path and body
+	State       string // IdemInProgress or IdemDone
+	StatusCode  int
+	Headers     string // JSON object of the replayed headers (X-Task-Id, Location)
+	Body        []byte
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// Store is everything vmgate persists. Implementations are safe for concurrent use.
+type Store interface {
+	// Ping checks that the database answers (used by /readyz).
+	Ping(ctx context.Context) error
+	// Close releases the database.
+	Close() error
+
+	CreateUser(ctx context.Context, u User) (User, error) // sets ID, CreatedAt, UpdatedAt; Conflict on a duplicate e-mail
+	UserByID(ctx context.Context, id int64) (User, error)
+	UserByEmail(ctx context.Context, email string) (User, error) // case-insensitive
+	ListUsers(ctx context.Context) ([]User, error)               // by ID
+	UpdateUser(ctx context.Context, u User) (User, error)        // nickname, password hash, role, disabled
+	DeleteUser(ctx context.Context, id int64) error              // also removes grants; sessions are revoked by the caller first
+
+	CreateSession(ctx context.Context, s Session) error
+	SessionByID(ctx context.Context, id string) (Session, error)
+	// RotateSession moves a session from generation from to from+1 if and only if it is
+	// active and still at generation from (compare-and-swap). It returns the updated
+	// session and true on success; the current session and false when it lost the race
+	// or the session is no longer active.
+	RotateSession(ctx context.Context, id string, from int64, at time.Time) (Session, bool, error)
+	// RevokeSession marks one session revoked (no-op if already revoked) and feeds the change.
+	RevokeSession(ctx context.Context, id string, at time.Time, why string) error
+	// RevokeUserSessions revokes every active session of a user except keep (may be
+	// empty) and returns the revoked IDs.
+	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
+	// CountActiveSessions counts sessions active at now.
+	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
+	// SessionChanges returns feed entries with Seq > after, oldest first, at most limit.
+	SessionChanges(ctx context.Context, after int64, limit int) ([]SessionChange, error)
+
+	SigningKeys(ctx context.Context) ([]SigningKey, error) // oldest first
+	// CreateSigningKey stores k unless a key already exists; it returns the keys after
+	// the call, so two replicas starting together settle on the same first key.
+	CreateSigningKey(ctx context.Context, k SigningKey) ([]SigningKey, error)
+
+	CreateCluster(ctx context.Context, c Cluster) (Cluster, error) // Conflict on a duplicate name
+	ClusterByID(ctx context.Context, id int64) (Cluster, error)
+	ListClusters(ctx context.Context) ([]Cluster, error)
+	UpdateCluster(ctx context.Context, c Cluster) (Cluster, error)
+	DeleteCluster(ctx context.Context, id int64) error // also removes its grants; tasks and audit stay
+
+	PutGrant(ctx context.Context, g Grant) (Grant, error) // insert or change the role
+	DeleteGrant(ctx context.Context, userID, clusterID int64) error
+	GrantFor(ctx context.Context, userID, clusterID int64) (Grant, error)
+	UserGrants(ctx context.Context, userID int64) ([]Grant, error) // by cluster ID
+
+	CreateTask(ctx context.Context, t Task) (Task, error) // sets ID and CreatedAt
+	// UpdateTask writes every mutable field of t (UPID, Node, Status, ExitStatus, Error,
+	// Progress, FollowUPID, StartedAt, EndedAt). A finished task is never changed again:
+	// updating one returns Conflict.
+	UpdateTask(ctx context.Context, t Task) (Task, error)
+	TaskByID(ctx context.Context, id int64) (Task, error)
+	TaskByUPID(ctx context.Context, upid string) (Task, error)
+	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) // newest first
+	UnfinishedTasks(ctx context.Context) ([]Task, error)         // pending or running, oldest first
+
+	AppendAudit(ctx context.Context, a AuditRecord) (AuditRecord, error)
+	// ListAudit returns records newest first with ID < before (0 = from the newest).
+	ListAudit(ctx context.Context, limit int, before int64) ([]AuditRecord, error)
+
+	// ClaimIdempotencyKey inserts r if no unexpired record for (UserID, Key) exists and
+	// returns (r, true). Otherwise it returns the existing record and false. Expired
+	// records are replaced.
+	ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) (IdempotencyRecord, bool, error)
+	// CompleteIdempotencyKey stores the answer of a claimed key and marks it done.
+	CompleteIdempotencyKey(ctx context.Context, r IdempotencyRecord) error
+	// ReleaseIdempotencyKey deletes a claimed, unfinished key (the request failed before
+	// anything started, so a retry may run it).
+	ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error
+}
