@@ -1,0 +1,81 @@
+package httpapi
+
+import (
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/vmgate/vmgate/internal/errs"
+)
+
+// access says who may call a route before its handler runs.
+type access int
+
+const (
+	public access = iota // no token
+	authed               // any valid token
+	admin                // a valid token of a global admin
+)
+
+// route is one row of the route table (routes.go).
+type route struct {
+	method  string
+	pattern string // a ServeMux path pattern, without the method
+	access  access
+	handle  func(w http.ResponseWriter, r *http.Request) error
+}
+
+// mux dispatches by path on a ServeMux and by method in its own table, so unknown
+// paths (404) and wrong methods (405 + Allow) answer in the envelope like everything else.
+type mux struct {
+	paths *http.ServeMux
+}
+
+// newMux builds the dispatcher. wrap turns a route into the final handler (auth,
+// error rendering, metrics label).
+func newMux(routes []route, wrap func(route) http.Handler) *mux {
+	byPattern := map[string]map[string]http.Handler{}
+	var order []string
+	for _, rt := range routes {
+		if byPattern[rt.pattern] == nil {
+			byPattern[rt.pattern] = map[string]http.Handler{}
+			order = append(order, rt.pattern)
+		}
+		byPattern[rt.pattern][rt.method] = wrap(rt)
+	}
+	m := &mux{paths: http.NewServeMux()}
+	for _, p := range order {
+		methods := byPattern[p]
+		var allow []string
+		for meth := range methods {
+			allow = append(allow, meth)
+		}
+		if _, ok := methods[http.MethodGet]; ok {
+			allow = append(allow, http.MethodHead)
+		}
+		sort.Strings(allow)
+		allowHeader := strings.Join(allow, ", ")
+		pattern := p
+		m.paths.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			h, ok := methods[r.Method]
+			if !ok && r.Method == http.MethodHead {
+				h, ok = methods[http.MethodGet]
+			}
+			if !ok {
+				setRoutePattern(r, pattern)
+				w.Header().Set("Allow", allowHeader)
+				writeError(w, r, errs.R(errs.MethodNotAllowed, "method_not_allowed",
+					"method %s is not allowed here; allowed: %s", r.Method, allowHeader))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	m.paths.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		setRoutePattern(r, "unmatched")
+		writeError(w, r, errs.R(errs.NotFound, "not_found", "no such route: %s", safeText(r.URL.Path)))
+	})
+	return m
+}
+
+func (m *mux) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.paths.ServeHTTP(w, r) }

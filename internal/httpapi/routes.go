@@ -1,0 +1,34 @@
+package httpapi
+
+// routes is the whole HTTP surface in one table (DESIGN §3). Patterns use the
+// standard ServeMux syntax; the method is dispatched by mux so that a wrong method
+// answers 405 with an Allow header in the envelope.
+func (s *Server) routes() []route {
+	rs := []route{
+		{"GET", "/healthz", public, s.healthz},
+		{"GET", "/readyz", public, s.readyz},
+		{"GET", "/metrics", public, s.metricsHandler},
+		{"GET", "/api/v1/openapi.json", public, s.openAPI},
+
+		{"POST", "/api/v1/user/login", public, s.login},
+		{"POST", "/api/v1/user/refresh", public, s.refresh},
+		{"POST", "/api/v1/user/logout", authed, s.logout},
+		{"GET", "/api/v1/user/me", authed, s.me},
+		{"POST", "/api/v1/user/password", authed, s.changePassword},
+
+		{"GET", "/api/v1/users", admin, s.listUsers},
+		{"POST", "/api/v1/users", admin, s.createUser},
+		{"GET", "/api/v1/users/{id}", admin, s.getUser},
+		{"PATCH", "/api/v1/users/{id}", admin, s.patchUser},
+		{"DELETE", "/api/v1/users/{id}", admin, s.deleteUser},
+
+		{"GET", "/api/v1/audit", admin, s.listAudit},
+	}
+	if s.fleet != nil {
+		rs = append(rs, s.fleetRoutes()...)
+	}
+	if s.vms != nil {
+		rs = append(rs, s.vmRoutes()...)
+	}
+	return rs
+}

@@ -1,0 +1,194 @@
+// Package httpapi is vmgate's HTTP layer: one route table on the standard ServeMux,
+// the response envelope, strict decoding, and the middleware every request passes
+// (request id, client address, panic recovery, one log line, metrics, authentication).
+//
+// Handlers read as decode → validate → act → respond. They return errors; the one
+// table in envelope.go turns an error's kind into a status and reason.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Accounts is what the HTTP layer needs of internal/auth.
+type Accounts interface {
+	Login(ctx context.Context, email, password, addr string) (auth.Token, store.User, error)
+	Authenticate(ctx context.Context, raw string) (auth.Principal, error)
+	Refresh(ctx context.Context, raw, addr string) (auth.Token, error)
+	Logout(ctx context.Context, p auth.Principal) error
+	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
+	RevokeUser(ctx context.Context, userID int64, why string) error
+	CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error)
+	SetPassword(ctx context.Context, userID int64, password string) error
+	ActiveSessions(ctx context.Context) int
+}
+
+// Config is what New needs.
+type Config struct {
+	Accounts Accounts
+	Store    store.Store
+	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
+	Fleet Fleet
+	VMs   VMs
+
+	Logger         *slog.Logger
+	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For is believed
+	Registry       *prometheus.Registry
+	Now            func() time.Time
+	// OpenAPIJSON is served at /api/v1/openapi.json.
+	OpenAPIJSON []byte
+}
+
+// Server is vmgate's HTTP handler.
+type Server struct {
+	accounts Accounts
+	store    store.Store
+	fleet    Fleet
+	vms      VMs
+	log      *slog.Logger
+	proxies  proxies
+	metrics  *metrics
+	now      func() time.Time
+	openapi  []byte
+	handler  http.Handler
+}
+
+// New builds the server. It fails only on bad configuration.
+func New(cfg Config) (*Server, error) {
+	ps, err := parseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		accounts: cfg.Accounts, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs,
+		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s.metrics = newMetrics(reg, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return float64(s.accounts.ActiveSessions(ctx))
+	})
+	s.handler = s.outer(newMux(s.routes(), s.wrap))
+	return s, nil
+}
+
+// LoginOutcome counts a login attempt by outcome (wired into auth.Config).
+func (s *Server) LoginOutcome(outcome string) { s.metrics.LoginOutcome(outcome) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// wrap turns a route into a handler: it records the pattern, authenticates and
+// checks the global role, runs the handler and renders its error.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		setRoutePattern(r, rt.method+" "+rt.pattern)
+		if rt.access != public {
+			p, err := s.authenticate(r)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			ri := infoFrom(r)
+			ri.userID, ri.session = p.UserID, p.SessionID
+			r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
+			if rt.access == admin && p.Role != store.RoleAdmin {
+				s.audit(r, store.AuditRecord{Action: "access.denied", Target: rt.method + " " + rt.pattern, Result: "denied"})
+				writeError(w, r, errs.R(errs.Forbidden, "forbidden", "this action needs the admin role"))
+				return
+			}
+		}
+		if err := rt.handle(w, r); err != nil {
+			writeError(w, r, err)
+		}
+	})
+}
+
+// errUnauthenticated is the one answer to every token failure (SECURITY.md 1).
+var errUnauthenticated = errs.R(errs.Unauthenticated, "unauthenticated", "invalid or expired token")
+
+// bearer returns the token of an Authorization: Bearer header. Tokens in the query
+// string are ignored (SECURITY.md 4).
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
+	tok, ok := bearer(r)
+	if !ok {
+		return auth.Principal{}, errUnauthenticated
+	}
+	p, err := s.accounts.Authenticate(r.Context(), tok)
+	if err != nil {
+		if errs.KindOf(err) == errs.Unauthenticated {
+			return auth.Principal{}, errUnauthenticated
+		}
+		return auth.Principal{}, err
+	}
+	return p, nil
+}
+
+// principal returns the authenticated caller; routes with access authed or admin always have one.
+func principal(r *http.Request) auth.Principal {
+	p, _ := r.Context().Value(principalKey).(auth.Principal)
+	return p
+}
+
+// audit appends a record filled in with the request's caller, address and id. A
+// failing audit write is logged; it does not fail the request that is being audited.
+func (s *Server) audit(r *http.Request, rec store.AuditRecord) {
+	if rec.At.IsZero() {
+		rec.At = s.now()
+	}
+	if p, ok := r.Context().Value(principalKey).(auth.Principal); ok {
+		if rec.UserID == 0 {
+			rec.UserID, rec.UserEmail, rec.SessionID = p.UserID, p.Email, p.SessionID
+		}
+	}
+	rec.Address, rec.RequestID = clientAddr(r), requestID(r)
+	if _, err := s.store.AppendAudit(context.WithoutCancel(r.Context()), rec); err != nil {
+		logFrom(r).Error("audit write failed", slog.String("action", rec.Action), slog.String("error", err.Error()))
+	}
+}
+
+// NewHTTPServer wraps h in an http.Server with vmgate's timeouts (SECURITY.md 22).
+// WriteTimeout is generous because task waits and event streams hold answers open;
+// those handlers extend their own deadlines.
+func NewHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      330 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
