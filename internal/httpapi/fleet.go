@@ -1,9 +1,47 @@
 package httpapi
 
+import (
+	"context"
+
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
 // Fleet is what the HTTP layer needs of internal/fleet (clusters, grants,
-// authorization, inventory). OWNED BY THE FLEET WORK: extend it there.
+// authorization, inventory). *fleet.Service implements it.
 type Fleet interface {
 	clusterAuthorizer
+
+	Register(ctx context.Context, spec fleet.ClusterSpec) (store.Cluster, error)
+	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (store.Cluster, error)
+	Delete(ctx context.Context, id int64) error
+	Cluster(ctx context.Context, id int64) (store.Cluster, error)
+	List(ctx context.Context) ([]store.Cluster, error)
+
+	PutGrant(ctx context.Context, userID, clusterID int64, role string) (store.Grant, error)
+	DeleteGrant(ctx context.Context, userID, clusterID int64) error
+
+	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
+	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
+	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
+	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
-func (s *Server) fleetRoutes() []route { return nil }
+// fleetRoutes are the cluster administration (DESIGN §3.4, admins only) and the
+// inventory reads (any authenticated user; each handler checks the grant).
+func (s *Server) fleetRoutes() []route {
+	return []route{
+		{"GET", "/api/v1/clusters", admin, s.listClusters},
+		{"POST", "/api/v1/clusters", admin, s.createCluster},
+		{"GET", "/api/v1/clusters/{clusterId}", admin, s.getCluster},
+		{"PATCH", "/api/v1/clusters/{clusterId}", admin, s.patchCluster},
+		{"DELETE", "/api/v1/clusters/{clusterId}", admin, s.deleteCluster},
+		{"PUT", "/api/v1/clusters/{clusterId}/grants/{userId}", admin, s.putGrant},
+		{"DELETE", "/api/v1/clusters/{clusterId}/grants/{userId}", admin, s.deleteGrant},
+
+		{"GET", "/api/v1/pve/clusters", authed, s.inventoryClusters},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/nodes", authed, s.clusterNodes},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterVMs},
+		{"GET", "/api/v1/pve/vm/{clusterId}/{node}/{vmid}", authed, s.vmStatus},
+	}
+}

@@ -1,0 +1,202 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// newTestService returns a fleet on a fresh SQLite store.
+func newTestService(t *testing.T) (*Service, store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc, err := New(ctx, Config{Store: st, SealKey: bytes.Repeat([]byte{3}, KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc, st
+}
+
+// storeCluster writes a cluster straight into the store (no PVE behind it).
+func storeCluster(t *testing.T, svc *Service, name string) store.Cluster {
+	t.Helper()
+	sealed, err := svc.sealer.seal("secret-"+name, "vmgate@pve!gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := svc.store.CreateCluster(context.Background(), store.Cluster{Name: name, TokenID: "vmgate@pve!gw", TokenSecretSealed: sealed,
+		Endpoints: []store.Endpoint{{URL: "https://192.0.2.1:8006", Node: "pve1", Fingerprint: fp(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func storeUser(t *testing.T, st store.Store, email, role string) store.User {
+	t.Helper()
+	u, err := st.CreateUser(context.Background(), store.User{Email: email, Nickname: email, PasswordHash: "x", Role: role})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestAuthorize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, st := newTestService(t)
+	c := storeCluster(t, svc, "c1")
+	admin := storeUser(t, st, "admin@x", store.RoleAdmin)
+	op := storeUser(t, st, "op@x", store.RoleUser)
+	viewer := storeUser(t, st, "viewer@x", store.RoleUser)
+	none := storeUser(t, st, "none@x", store.RoleUser)
+	if _, err := svc.PutGrant(ctx, op.ID, c.ID, store.GrantOperator); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PutGrant(ctx, viewer.ID, c.ID, store.GrantViewer); err != nil {
+		t.Fatal(err)
+	}
+	actor := func(u store.User) Actor { return Actor{UserID: u.ID, Email: u.Email, Role: u.Role} }
+	const missing = 999
+	type res struct {
+		role string
+		kind errs.Kind // Internal = no error
+	}
+	ok := func(role string) res { return res{role: role, kind: -1} }
+	cases := []struct {
+		who     store.User
+		cluster int64
+		need    string
+		want    res
+	}{
+		{admin, c.ID, store.GrantOperator, ok("admin")},
+		{admin, missing, store.GrantViewer, res{kind: errs.NotFound}},
+		{op, c.ID, store.GrantOperator, ok("operator")},
+		{op, c.ID, store.GrantViewer, ok("operator")},
+		{op, missing, store.GrantViewer, res{kind: errs.NotFound}},
+		{viewer, c.ID, store.GrantViewer, ok("viewer")},
+		{viewer, c.ID, store.GrantOperator, res{kind: errs.Forbidden}},
+		{none, c.ID, store.GrantViewer, res{kind: errs.NotFound}},
+		{none, missing, store.GrantViewer, res{kind: errs.NotFound}},
+	}
+	var notFoundBodies [][]byte
+	for _, tc := range cases {
+		role, err := svc.Authorize(ctx, actor(tc.who), tc.cluster, tc.need)
+		if tc.want.kind == -1 {
+			if err != nil || role != tc.want.role {
+				t.Errorf("%s on %d needing %s: %q, %v; want %q", tc.who.Email, tc.cluster, tc.need, role, err, tc.want.role)
+			}
+			continue
+		}
+		if errs.KindOf(err) != tc.want.kind {
+			t.Errorf("%s on %d needing %s: %v; want kind %v", tc.who.Email, tc.cluster, tc.need, err, tc.want.kind)
+		}
+		if tc.want.kind == errs.NotFound {
+			e, _ := errs.As(err)
+			b, _ := json.Marshal(e)
+			notFoundBodies = append(notFoundBodies, b)
+		}
+	}
+	for _, b := range notFoundBodies[1:] {
+		if !bytes.Equal(b, notFoundBodies[0]) {
+			t.Fatalf("not-found answers differ: %s vs %s", b, notFoundBodies[0])
+		}
+	}
+	if _, err := svc.Authorize(ctx, actor(op), c.ID, "owner"); err == nil {
+		t.Fatal("an unknown need was granted")
+	}
+}
+
+func TestGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, st := newTestService(t)
+	c := storeCluster(t, svc, "c1")
+	u := storeUser(t, st, "u@x", store.RoleUser)
+
+	if _, err := svc.PutGrant(ctx, u.ID, c.ID, "owner"); errs.KindOf(err) != errs.Invalid {
+		t.Fatalf("bad role: %v", err)
+	}
+	if _, err := svc.PutGrant(ctx, 999, c.ID, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("missing user: %v", err)
+	}
+	if _, err := svc.PutGrant(ctx, u.ID, 999, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("missing cluster: %v", err)
+	}
+	g, err := svc.PutGrant(ctx, u.ID, c.ID, store.GrantViewer)
+	if err != nil || g.Role != store.GrantViewer {
+		t.Fatalf("put: %+v, %v", g, err)
+	}
+	if g, err = svc.PutGrant(ctx, u.ID, c.ID, store.GrantOperator); err != nil || g.Role != store.GrantOperator {
+		t.Fatalf("change: %+v, %v", g, err)
+	}
+	if err := svc.DeleteGrant(ctx, u.ID, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.DeleteGrant(ctx, u.ID, c.ID); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("second delete: %v", err)
+	}
+	if _, err := svc.Authorize(ctx, Actor{UserID: u.ID, Role: store.RoleUser}, c.ID, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("after delete: %v", err)
+	}
+}
+
+func TestClustersListsOnlyVisible(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, st := newTestService(t)
+	c1 := storeCluster(t, svc, "c1")
+	c2 := storeCluster(t, svc, "c2")
+	storeCluster(t, svc, "c3")
+	u := storeUser(t, st, "u@x", store.RoleUser)
+	svc.PutGrant(ctx, u.ID, c2.ID, store.GrantViewer)
+	svc.PutGrant(ctx, u.ID, c1.ID, store.GrantOperator)
+
+	got, err := svc.Clusters(ctx, Actor{UserID: u.ID, Role: store.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ClusterView{{c1.ID, "c1", "operator", StatusUnknown}, {c2.ID, "c2", "viewer", StatusUnknown}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	all, err := svc.Clusters(ctx, Actor{UserID: 1, Role: store.RoleAdmin})
+	if err != nil || len(all) != 3 || all[2].Role != "admin" {
+		t.Fatalf("admin sees %+v, %v", all, err)
+	}
+	none, err := svc.Clusters(ctx, Actor{UserID: 77, Role: store.RoleUser})
+	if err != nil || none == nil || len(none) != 0 {
+		t.Fatalf("no grants: %#v, %v", none, err)
+	}
+}
+
+func TestNewRefusesAWrongKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, st := newTestService(t)
+	c := storeCluster(t, svc, "c1")
+	got, err := st.ClusterByID(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(got.TokenSecretSealed, []byte("secret-c1")) {
+		t.Fatal("the store holds the secret in clear")
+	}
+	if _, err := New(ctx, Config{Store: st, SealKey: bytes.Repeat([]byte{4}, KeySize)}); err == nil {
+		t.Fatal("a wrong key was accepted although it opens no cluster")
+	}
+	if _, err := New(ctx, Config{Store: st, SealKey: bytes.Repeat([]byte{3}, KeySize)}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,224 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Cluster health as shown in listings.
+const (
+	StatusOnline      = "online"      // every endpoint answered when last tried
+	StatusDegraded    = "degraded"    // some endpoint is down (its circuit is open)
+	StatusUnavailable = "unavailable" // no endpoint answers
+	StatusUnknown     = "unknown"     // vmgate has not talked to the cluster since it started
+)
+
+// ClusterView is a cluster as a grant holder sees it.
+type ClusterView struct {
+	ID     int64
+	Name   string
+	Role   string // "admin", "operator" or "viewer"
+	Status string // StatusOnline, StatusDegraded, StatusUnavailable, StatusUnknown
+}
+
+// NodeView is one node of a cluster.
+type NodeView struct {
+	Node   string
+	Status string // online, offline, unknown (PVE's words)
+	CPU    float64
+	MaxCPU int64
+	Mem    int64
+	MaxMem int64
+	Uptime int64
+}
+
+// VMView is one QEMU guest of a cluster.
+type VMView struct {
+	VMID    int64
+	Name    string
+	Node    string
+	Status  string
+	Lock    string
+	Tags    []string
+	HAState string
+	MaxMem  int64
+	MaxCPU  float64 // a CPU limit may be fractional
+}
+
+// HAView is a VM's high-availability state.
+type HAView struct {
+	Managed bool
+	State   string
+}
+
+// VMStatusView is a VM's current status on its node.
+type VMStatusView struct {
+	VMID      int64
+	Node      string
+	Name      string
+	Status    string // running or stopped
+	QMPStatus string // running, paused, prelaunch, ...
+	Lock      string
+	HA        HAView
+	Uptime    int64
+	CPUs      float64 // a CPU limit may be fractional
+	MaxMem    int64
+}
+
+// Clusters lists the clusters the actor may see, by ID, each with the actor's role
+// and the cluster's health as the PVE client last saw it. It makes no PVE request:
+// a listing must stay fast however many clusters are slow.
+func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) {
+	all, err := s.store.ListClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	roles := map[int64]string{}
+	if a.Role == store.RoleAdmin {
+		for _, c := range all {
+			roles[c.ID] = store.RoleAdmin
+		}
+	} else {
+		grants, err := s.store.UserGrants(ctx, a.UserID)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range grants {
+			if ValidGrantRole(g.Role) {
+				roles[g.ClusterID] = g.Role
+			}
+		}
+	}
+	out := make([]ClusterView, 0, len(roles))
+	for _, c := range all {
+		role, ok := roles[c.ID]
+		if !ok {
+			continue
+		}
+		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: role, Status: s.health(c.ID)})
+	}
+	slices.SortFunc(out, func(x, y ClusterView) int { return cmp.Compare(x.ID, y.ID) })
+	return out, nil
+}
+
+// health reads the cached client's view of its endpoints.
+func (s *Service) health(clusterID int64) string {
+	cl := s.cached(clusterID)
+	if cl == nil {
+		return StatusUnknown
+	}
+	return healthOf(cl)
+}
+
+// Nodes lists a cluster's nodes by name. The caller has authorized.
+func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error) {
+	cl, err := s.Client(ctx, clusterID)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := cl.Nodes(ctx)
+	if err != nil {
+		return nil, s.upstream(ctx, clusterID, err)
+	}
+	out := make([]NodeView, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, NodeView{Node: n.Node, Status: n.Status, CPU: n.CPU, MaxCPU: int64(n.MaxCPU),
+			Mem: n.Mem, MaxMem: n.MaxMem, Uptime: n.Uptime})
+	}
+	slices.SortFunc(out, func(x, y NodeView) int { return cmp.Compare(x.Node, y.Node) })
+	return out, nil
+}
+
+// VMs lists a cluster's QEMU guests by VMID, from one /cluster/resources?type=vm read
+// (containers left out). The caller has authorized.
+func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
+	res, err := s.vmResources(ctx, clusterID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]VMView, 0, len(res))
+	for _, r := range res {
+		out = append(out, VMView{VMID: int64(r.VMID), Name: r.Name, Node: r.Node, Status: r.Status, Lock: r.Lock,
+			Tags: splitTags(r.Tags), HAState: r.HAState, MaxMem: r.MaxMem, MaxCPU: r.MaxCPU})
+	}
+	slices.SortFunc(out, func(x, y VMView) int { return cmp.Compare(x.VMID, y.VMID) })
+	return out, nil
+}
+
+// vmResources reads the cluster's QEMU guests.
+func (s *Service) vmResources(ctx context.Context, clusterID int64) ([]pve.Resource, error) {
+	cl, err := s.Client(ctx, clusterID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := cl.Resources(ctx, "vm")
+	if err != nil {
+		return nil, s.upstream(ctx, clusterID, err)
+	}
+	return slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != "qemu" }), nil
+}
+
+// splitTags splits PVE's tag list (';'-separated in /cluster/resources; ',' and
+// spaces are accepted by PVE's config parser too). Never nil, so JSON shows [].
+func splitTags(s string) []string {
+	tags := strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
+	if tags == nil {
+		tags = []string{}
+	}
+	return tags
+}
+
+// VMStatus reads a VM's current status on a node. A VM that is not on that node is
+// NotFound, saying on which node it is when the cluster shows it elsewhere. The caller
+// has authorized.
+func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
+	if !pve.ValidNode(node) {
+		return VMStatusView{}, invalid("node %q is not a PVE node name", quoteSafe(node))
+	}
+	if vmid < pve.MinVMID || vmid > pve.MaxVMID {
+		return VMStatusView{}, invalid("vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
+	}
+	cl, err := s.Client(ctx, clusterID)
+	if err != nil {
+		return VMStatusView{}, err
+	}
+	st, err := cl.VMStatus(ctx, node, int(vmid))
+	if err != nil {
+		if pve.IsNotFound(err) {
+			return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)
+		}
+		return VMStatusView{}, s.upstream(ctx, clusterID, err)
+	}
+	return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+		Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,
+		CPUs: st.CPUs, MaxMem: st.MaxMem}, nil
+}
+
+// VMNotOn builds the 404 for a VM that is not on node: it names the node the VM is on
+// when the cluster's resources show it elsewhere. internal/vmops uses it for its own
+// pre-checks, so every route says it the same way.
+func (s *Service) VMNotOn(ctx context.Context, clusterID int64, node string, vmid int64) error {
+	return s.vmNotOn(ctx, clusterID, node, vmid, nil)
+}
+
+func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmid int64, cause error) error {
+	res, err := s.vmResources(ctx, clusterID)
+	if err == nil {
+		for _, r := range res {
+			if int64(r.VMID) == vmid && r.Node != node {
+				return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+					Message: fmt.Sprintf("VM %d is not on node %s; it is on node %s", vmid, node, r.Node),
+					Details: map[string]any{"node": r.Node}}
+			}
+		}
+	}
+	return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+		Message: fmt.Sprintf("VM %d not found on node %s", vmid, node)}
+}

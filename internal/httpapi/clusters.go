@@ -1,0 +1,382 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// clusterJSON is a cluster as admins see it: never the token secret; the CA bundle
+// only as present or not.
+type clusterJSON struct {
+	ID                 int64          `json:"id"`
+	Name               string         `json:"name"`
+	Endpoints          []endpointJSON `json:"endpoints"`
+	TokenID            string         `json:"tokenId"`
+	Trust              string         `json:"trust"` // fingerprint, ca or insecure
+	HasCACert          bool           `json:"hasCaCert"`
+	InsecureSkipVerify bool           `json:"insecureSkipVerify"`
+	CreatedAt          time.Time      `json:"createdAt"`
+	UpdatedAt          time.Time      `json:"updatedAt"`
+}
+
+type endpointJSON struct {
+	URL         string `json:"url"`
+	Node        string `json:"node,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+func toClusterJSON(c store.Cluster) clusterJSON {
+	eps := make([]endpointJSON, 0, len(c.Endpoints))
+	for _, e := range c.Endpoints {
+		eps = append(eps, endpointJSON{URL: e.URL, Node: e.Node, Fingerprint: e.Fingerprint})
+	}
+	return clusterJSON{ID: c.ID, Name: c.Name, Endpoints: eps, TokenID: c.TokenID, Trust: fleet.TrustOf(c),
+		HasCACert: c.CACert != "", InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()}
+}
+
+func clusterTarget(id int64) string { return "cluster:" + itoa(id) }
+
+// resultOf is an audit record's result for err.
+func resultOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return errReason(err)
+}
+
+func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	cs, err := s.fleet.List(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]clusterJSON, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, toClusterJSON(c))
+	}
+	writeData(w, out)
+	return nil
+}
+
+func (s *Server) getCluster(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathClusterID(r)
+	if err != nil {
+		return err
+	}
+	c, err := s.fleet.Cluster(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeData(w, toClusterJSON(c))
+	return nil
+}
+
+func (s *Server) createCluster(w http.ResponseWriter, r *http.Request) error {
+	var in struct {
+		Name               string   `json:"name"`
+		Endpoints          []string `json:"endpoints"`
+		TokenID            string   `json:"tokenId"`
+		TokenSecret        string   `json:"tokenSecret"`
+		TLSFingerprint     string   `json:"tlsFingerprint"`
+		CACert             string   `json:"caCert"`
+		InsecureSkipVerify bool     `json:"insecureSkipVerify"`
+	}
+	if err := decodeJSON(w, r, &in); err != nil {
+		return err
+	}
+	c, err := s.fleet.Register(r.Context(), fleet.ClusterSpec{Name: in.Name, Endpoints: in.Endpoints, TokenID: in.TokenID,
+		TokenSecret: in.TokenSecret, TLSFingerprint: in.TLSFingerprint, CACert: in.CACert, InsecureSkipVerify: in.InsecureSkipVerify})
+	rec := store.AuditRecord{Action: "cluster.create", ClusterID: c.ID, Target: "cluster:" + in.Name, Result: resultOf(err),
+		Params: jsonString(map[string]any{"name": in.Name, "endpoints": in.Endpoints, "tokenId": in.TokenID,
+			"tlsFingerprint": in.TLSFingerprint, "caCert": in.CACert != "", "insecureSkipVerify": in.InsecureSkipVerify})}
+	if err == nil {
+		rec.Target = clusterTarget(c.ID)
+	}
+	s.audit(r, rec)
+	if err != nil {
+		return err
+	}
+	writeData(w, toClusterJSON(c))
+	return nil
+}
+
+func (s *Server) patchCluster(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathClusterID(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Name               *string   `json:"name"`
+		Endpoints          *[]string `json:"endpoints"`
+		TokenID            *string   `json:"tokenId"`
+		TokenSecret        *string   `json:"tokenSecret"`
+		TLSFingerprint     *string   `json:"tlsFingerprint"`
+		CACert             *string   `json:"caCert"`
+		InsecureSkipVerify *bool     `json:"insecureSkipVerify"`
+	}
+	if err := decodeJSON(w, r, &in); err != nil {
+		return err
+	}
+	changed := map[string]any{}
+	set := func(name string, present bool, v any) {
+		if present {
+			changed[name] = v
+		}
+	}
+	set("name", in.Name != nil, in.Name)
+	set("endpoints", in.Endpoints != nil, in.Endpoints)
+	set("tokenId", in.TokenID != nil, in.TokenID)
+	set("tokenSecret", in.TokenSecret != nil, "(changed)")
+	set("tlsFingerprint", in.TLSFingerprint != nil, in.TLSFingerprint)
+	set("caCert", in.CACert != nil, "(changed)")
+	set("insecureSkipVerify", in.InsecureSkipVerify != nil, in.InsecureSkipVerify)
+	if len(changed) == 0 {
+		return errs.R(errs.Invalid, "invalid_request", "nothing to change: give at least one of name, endpoints, tokenId, tokenSecret, tlsFingerprint, caCert, insecureSkipVerify")
+	}
+	c, err := s.fleet.Update(r.Context(), id, fleet.ClusterPatch{Name: in.Name, Endpoints: in.Endpoints, TokenID: in.TokenID,
+		TokenSecret: in.TokenSecret, TLSFingerprint: in.TLSFingerprint, CACert: in.CACert, InsecureSkipVerify: in.InsecureSkipVerify})
+	s.audit(r, store.AuditRecord{Action: "cluster.update", ClusterID: id, Target: clusterTarget(id), Params: jsonString(changed), Result: resultOf(err)})
+	if err != nil {
+		return err
+	}
+	writeData(w, toClusterJSON(c))
+	return nil
+}
+
+func (s *Server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathClusterID(r)
+	if err != nil {
+		return err
+	}
+	if err := requireNoBody(w, r); err != nil {
+		return err
+	}
+	err = s.fleet.Delete(r.Context(), id)
+	s.audit(r, store.AuditRecord{Action: "cluster.delete", ClusterID: id, Target: clusterTarget(id), Result: resultOf(err)})
+	if err != nil {
+		return err
+	}
+	writeOK(w)
+	return nil
+}
+
+type clusterGrantJSON struct {
+	UserID    int64     `json:"userId"`
+	ClusterID int64     `json:"clusterId"`
+	Role      string    `json:"role"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// pathGrant reads {clusterId} and {userId}.
+func pathGrant(r *http.Request) (clusterID, userID int64, err error) {
+	if clusterID, err = pathClusterID(r); err != nil {
+		return 0, 0, err
+	}
+	userID, err = parseIntParam("userId", r.PathValue("userId"), 1, 1<<53)
+	return clusterID, userID, err
+}
+
+func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) error {
+	clusterID, userID, err := pathGrant(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Role string `json:"role"`
+	}
+	if err := decodeJSON(w, r, &in); err != nil {
+		return err
+	}
+	if !fleet.ValidGrantRole(in.Role) {
+		return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.GrantOperator, store.GrantViewer)
+	}
+	g, err := s.fleet.PutGrant(r.Context(), userID, clusterID, in.Role)
+	s.audit(r, store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
+		Params: jsonString(map[string]string{"role": in.Role}), Result: resultOf(err)})
+	if err != nil {
+		return err
+	}
+	writeData(w, clusterGrantJSON{UserID: g.UserID, ClusterID: g.ClusterID, Role: g.Role, CreatedAt: g.CreatedAt.UTC()})
+	return nil
+}
+
+func (s *Server) deleteGrant(w http.ResponseWriter, r *http.Request) error {
+	clusterID, userID, err := pathGrant(r)
+	if err != nil {
+		return err
+	}
+	if err := requireNoBody(w, r); err != nil {
+		return err
+	}
+	err = s.fleet.DeleteGrant(r.Context(), userID, clusterID)
+	s.audit(r, store.AuditRecord{Action: "grant.delete", ClusterID: clusterID, Target: userTarget(userID), Result: resultOf(err)})
+	if err != nil {
+		return err
+	}
+	writeOK(w)
+	return nil
+}
+
+// Inventory (grant holders).
+
+type clusterViewJSON struct {
+	ID     int64  `json:"id"`
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+	Status string `json:"status"`
+}
+
+func (s *Server) inventoryClusters(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	cs, err := s.fleet.Clusters(r.Context(), actor(r))
+	if err != nil {
+		return err
+	}
+	out := make([]clusterViewJSON, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, clusterViewJSON{ID: c.ID, Name: c.Name, Role: c.Role, Status: c.Status})
+	}
+	writeData(w, out)
+	return nil
+}
+
+// readCluster validates a cluster read (no query, a valid {clusterId}) and checks
+// the caller's viewer grant; it returns the cluster id.
+func (s *Server) readCluster(r *http.Request) (int64, error) {
+	id, err := pathClusterID(r)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkQuery(r); err != nil {
+		return 0, err
+	}
+	if err := s.authorize(r, id, store.GrantViewer); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+type nodeJSON struct {
+	Node   string  `json:"node"`
+	Status string  `json:"status"`
+	CPU    float64 `json:"cpu"`
+	MaxCPU int64   `json:"maxCpu"`
+	Mem    int64   `json:"mem"`
+	MaxMem int64   `json:"maxMem"`
+	Uptime int64   `json:"uptime"`
+}
+
+func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) error {
+	id, err := s.readCluster(r)
+	if err != nil {
+		return err
+	}
+	nodes, err := s.fleet.Nodes(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	out := make([]nodeJSON, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, nodeJSON{Node: n.Node, Status: n.Status, CPU: n.CPU, MaxCPU: n.MaxCPU, Mem: n.Mem, MaxMem: n.MaxMem, Uptime: n.Uptime})
+	}
+	writeData(w, out)
+	return nil
+}
+
+type vmJSON struct {
+	VMID    int64    `json:"vmid"`
+	Name    string   `json:"name"`
+	Node    string   `json:"node"`
+	Status  string   `json:"status"`
+	Lock    string   `json:"lock"`
+	Tags    []string `json:"tags"`
+	HAState string   `json:"haState"`
+	MaxMem  int64    `json:"maxMem"`
+	MaxCPU  float64  `json:"maxCpu"`
+}
+
+func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
+	id, err := s.readCluster(r)
+	if err != nil {
+		return err
+	}
+	vms, err := s.fleet.VMs(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	out := make([]vmJSON, 0, len(vms))
+	for _, v := range vms {
+		tags := v.Tags
+		if tags == nil {
+			tags = []string{}
+		}
+		out = append(out, vmJSON{VMID: v.VMID, Name: v.Name, Node: v.Node, Status: v.Status, Lock: v.Lock,
+			Tags: tags, HAState: v.HAState, MaxMem: v.MaxMem, MaxCPU: v.MaxCPU})
+	}
+	writeData(w, out)
+	return nil
+}
+
+// pathVM reads and validates {clusterId}, {node} and {vmid} (DESIGN §1) before
+// anything else looks at them. The VM routes of internal/vmops use it too.
+func pathVM(r *http.Request) (clusterID int64, node string, vmid int64, err error) {
+	if clusterID, err = pathClusterID(r); err != nil {
+		return 0, "", 0, err
+	}
+	node = r.PathValue("node")
+	if !pve.ValidNode(node) {
+		return 0, "", 0, errs.R(errs.Invalid, "invalid_request",
+			"node must be a PVE node name (letters, digits and inner hyphens, at most 63), not %q", safeText(node))
+	}
+	if vmid, err = parseIntParam("vmid", r.PathValue("vmid"), pve.MinVMID, pve.MaxVMID); err != nil {
+		return 0, "", 0, err
+	}
+	return clusterID, node, vmid, nil
+}
+
+type vmStatusJSON struct {
+	VMID      int64   `json:"vmid"`
+	Node      string  `json:"node"`
+	Name      string  `json:"name"`
+	Status    string  `json:"status"`
+	QMPStatus string  `json:"qmpStatus"`
+	Lock      string  `json:"lock"`
+	HA        haJSON  `json:"ha"`
+	Uptime    int64   `json:"uptime"`
+	CPUs      float64 `json:"cpus"`
+	MaxMem    int64   `json:"maxMem"`
+}
+
+type haJSON struct {
+	Managed bool   `json:"managed"`
+	State   string `json:"state,omitempty"`
+}
+
+func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
+	clusterID, node, vmid, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	if err := s.authorize(r, clusterID, store.GrantViewer); err != nil {
+		return err
+	}
+	st, err := s.fleet.VMStatus(r.Context(), clusterID, node, vmid)
+	if err != nil {
+		return err
+	}
+	writeData(w, vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+		Lock: st.Lock, HA: haJSON{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem})
+	return nil
+}
