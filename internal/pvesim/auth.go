@@ -1,0 +1,230 @@
+package pvesim
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Ticket and CSRF token lifetimes (PVE::AccessControl: 2 h, 5 min clock skew).
+const (
+	ticketLifetime = 2 * time.Hour
+	ticketMinAge   = -300 * time.Second
+)
+
+var userIDRE = regexp.MustCompile(`^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+$`)
+
+// principal is who a request runs as: the RPC environment's user, which for
+// an API token is the full token id ("vmgate@pve!gw").
+type principal struct {
+	user  string
+	token *token // nil for ticket users
+}
+
+// isRoot is PVE's `$authuser eq 'root@pam'`; a root@pam token is not root.
+func (p principal) isRoot() bool { return p.user == "root@pam" }
+
+// extractAuthValue is PVE::APIServer::Formatter::extract_auth_value: the value
+// after "KEY=" or "KEY " up to the next ';', URI-unescaped.
+func extractAuthValue(header, key string) string {
+	if header == "" {
+		return ""
+	}
+	re := authValueRE(key)
+	m := re.FindStringSubmatch(header)
+	if m == nil || m[1] == "" {
+		return ""
+	}
+	v, err := url.PathUnescape(m[1])
+	if err != nil {
+		return m[1]
+	}
+	return v
+}
+
+var (
+	cookieValueRE = regexp.MustCompile(`(?:^|\s)PVEAuthCookie(?:=| )([^;]*)`)
+	tokenValueRE  = regexp.MustCompile(`(?:^|\s)PVEAPIToken(?:=| )([^;]*)`)
+)
+
+func authValueRE(key string) *regexp.Regexp {
+	if key == "PVEAuthCookie" {
+		return cookieValueRE
+	}
+	return tokenValueRE
+}
+
+// authFailed is the one answer PVE ≥ 9.1.5 gives for any bad credential.
+const authFailed = "Authentication failed!"
+
+// verifyToken is PVE::AccessControl::verify_token; any failure is reported
+// to the client as "Authentication failed!".
+func (c *Cluster) verifyToken(value string, now time.Time) (principal, bool) {
+	i := strings.LastIndex(value, "=")
+	if i < 0 {
+		return principal{}, false
+	}
+	id, secret := value[:i], value[i+1:]
+	if _, _, ok := splitTokenID(id); !ok {
+		return principal{}, false
+	}
+	t, ok := c.tokens[id]
+	if !ok || subtle.ConstantTimeCompare([]byte(t.secret), []byte(secret)) != 1 {
+		return principal{}, false
+	}
+	if !t.expire.IsZero() && !now.Before(t.expire) {
+		return principal{}, false
+	}
+	return principal{user: id, token: t}, true
+}
+
+func (c *Cluster) sign(data string) string {
+	m := hmac.New(sha256.New, c.ticketKey)
+	m.Write([]byte(data))
+	return base64.RawStdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// assembleTicket builds "PVE:<user>:<HEXTIME>::<signature>". PVE signs with
+// the cluster's RSA key; the emulator uses an HMAC (see the package doc).
+func (c *Cluster) assembleTicket(user string, now time.Time) string {
+	plain := fmt.Sprintf("PVE:%s:%08X", strings.ReplaceAll(user, ":", "%3A"), now.Unix())
+	return plain + "::" + c.sign(plain)
+}
+
+var ticketRE = regexp.MustCompile(`^PVE:(\S+):([A-Z0-9]{8})$`)
+
+// verifyTicket returns the ticket's user if it is genuine and not expired.
+func (c *Cluster) verifyTicket(ticket string, now time.Time) (string, bool) {
+	plain, sig, ok := strings.Cut(ticket, "::")
+	if !ok || sig == "" || strings.ContainsAny(sig, ": \t") {
+		return "", false
+	}
+	if !hmac.Equal([]byte(c.sign(plain)), []byte(sig)) {
+		return "", false
+	}
+	m := ticketRE.FindStringSubmatch(plain)
+	if m == nil {
+		return "", false
+	}
+	if !ageOK(m[2], now) {
+		return "", false
+	}
+	user := strings.ReplaceAll(m[1], "%3A", ":")
+	if _, ok := c.users[user]; !ok {
+		return "", false
+	}
+	return user, true
+}
+
+func ageOK(hexTime string, now time.Time) bool {
+	ts, err := strconv.ParseInt(hexTime, 16, 64)
+	if err != nil {
+		return false
+	}
+	age := now.Sub(time.Unix(ts, 0))
+	return age > ticketMinAge && age < ticketLifetime
+}
+
+// assembleCSRF builds "<HEXTIME>:<base64 HMAC-SHA256 of HEXTIME:user>".
+func (c *Cluster) assembleCSRF(user string, now time.Time) string {
+	ts := fmt.Sprintf("%08X", now.Unix())
+	return ts + ":" + c.sign(ts+":"+user)
+}
+
+var csrfRE = regexp.MustCompile(`^([A-Z0-9]{8}):(\S+)$`)
+
+func (c *Cluster) verifyCSRF(user, tok string, now time.Time) bool {
+	m := csrfRE.FindStringSubmatch(tok)
+	if m == nil {
+		return false
+	}
+	if !hmac.Equal([]byte(c.sign(m[1]+":"+user)), []byte(m[2])) {
+		return false
+	}
+	return ageOK(m[1], now)
+}
+
+// authenticate is pve-manager's auth_handler: it returns the principal, or
+// the reason phrase of the 401. c.mu must be held (read).
+func (c *Cluster) authenticate(method string, cookieHdr, authHdr, csrf string, now time.Time) (principal, string) {
+	ticket := extractAuthValue(cookieHdr, "PVEAuthCookie")
+	if ticket == "" {
+		ticket = extractAuthValue(authHdr, "PVEAuthCookie")
+	}
+	var apiToken string
+	if ticket == "" {
+		apiToken = extractAuthValue(authHdr, "PVEAPIToken")
+	}
+	if apiToken != "" {
+		p, ok := c.verifyToken(apiToken, now)
+		if !ok {
+			return principal{}, authFailed
+		}
+		return p, ""
+	}
+	if ticket == "" {
+		return principal{}, "No ticket"
+	}
+	user, ok := c.verifyTicket(ticket, now)
+	if !ok {
+		return principal{}, authFailed
+	}
+	if method != "GET" && !c.verifyCSRF(user, csrf, now) {
+		return principal{}, "Permission denied - invalid csrf token"
+	}
+	return principal{user: user}, ""
+}
+
+// hasPriv is RPCEnvironment::check for the privilege model of the emulator:
+// users have every privilege, tokens what their TokenOptions grant.
+func (c *Cluster) hasPriv(p principal, path, priv string) bool {
+	if p.token == nil {
+		return true
+	}
+	t := p.token
+	if rest, ok := strings.CutPrefix(path, "/vms/"); ok {
+		if !t.privs[priv] {
+			return false
+		}
+		if t.onlyVMs == nil {
+			return true
+		}
+		id, err := strconv.Atoi(rest)
+		return err == nil && t.onlyVMs[id]
+	}
+	if strings.HasPrefix(priv, "Sys.") && (path == "/" || strings.HasPrefix(path, "/nodes/")) {
+		return !t.noSys
+	}
+	return true
+}
+
+// capabilities is a ticket answer's "cap": what the user may do, as the GUI
+// reads it. Emulated users have every privilege.
+func capabilities() map[string]map[string]int {
+	set := func(privs ...string) map[string]int {
+		m := map[string]int{}
+		for _, p := range privs {
+			m[p] = 1
+		}
+		return m
+	}
+	return map[string]map[string]int{
+		"vms": set("VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
+			"VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network",
+			"VM.Config.Options", "VM.Console", "VM.Migrate", "VM.PowerMgmt", "VM.Snapshot", "VM.Snapshot.Rollback",
+			"Permissions.Modify"),
+		"nodes":   set("Sys.Audit", "Sys.Console", "Sys.Incoming", "Sys.Modify", "Sys.PowerMgmt", "Sys.Syslog", "Permissions.Modify"),
+		"storage": set("Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit", "Permissions.Modify"),
+		"dc":      set("Sys.Audit", "Sys.Modify", "SDN.Audit", "SDN.Allocate"),
+		"access":  set("Group.Allocate", "Permissions.Modify", "User.Modify"),
+		"sdn":     set("SDN.Allocate", "SDN.Audit", "SDN.Use", "Permissions.Modify"),
+		"mapping": set("Mapping.Audit", "Mapping.Modify", "Mapping.Use", "Permissions.Modify"),
+	}
+}

@@ -1,0 +1,117 @@
+package pvesim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// DevTokenID is the API token of the dev cluster.
+const DevTokenID = "vmgate@pve!gw"
+
+// DevCluster builds the dev cluster of DESIGN.md §7: nodes pve1–pve3 and VMs
+// 100 (pve1, running), 101 (pve1, stopped), 102 (pve2, running, local disk),
+// 103 (pve2, running, HA-managed), 104 (pve3, running, ignores ACPI) and 105
+// (pve3, stopped), plus the token DevTokenID with a random UUID secret
+// (see DevToken).
+func DevCluster(opts Options) *Cluster {
+	c := New(opts)
+	for _, name := range []string{"pve1", "pve2", "pve3"} {
+		must(c.AddNode(NodeSpec{Name: name, CPUs: 16, MemBytes: 64 << 30, DiskBytes: 100 << 30}))
+	}
+	shared := func(vmid int, size int64) []Disk {
+		return []Disk{{Name: "scsi0", Volid: fmt.Sprintf("ceph:vm-%d-disk-0", vmid), Size: size}}
+	}
+	for _, v := range []VMSpec{
+		{VMID: 100, Node: "pve1", Name: "web1", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(100, 32<<30), Tags: "web;prod"},
+		{VMID: 101, Node: "pve1", Name: "db-staging", CPUs: 4, MemBytes: 8 << 30, Disks: shared(101, 64<<30)},
+		{VMID: 102, Node: "pve2", Name: "build1", Running: true, CPUs: 4, MemBytes: 2 << 30,
+			Disks: []Disk{{Name: "scsi0", Volid: "local-lvm:vm-102-disk-0", Size: 8 << 30, Local: true}}},
+		{VMID: 103, Node: "pve2", Name: "ha-app", Running: true, CPUs: 2, MemBytes: 2 << 30, Disks: shared(103, 16<<30), HA: true},
+		{VMID: 104, Node: "pve3", Name: "legacy-win", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(104, 64<<30), IgnoreACPI: true},
+		{VMID: 105, Node: "pve3", Name: "archive", CPUs: 1, MemBytes: 1 << 30, Disks: shared(105, 8<<30)},
+	} {
+		must(c.AddVM(v))
+	}
+	secret := newUUID()
+	must(c.AddToken(DevTokenID, secret, TokenOptions{}))
+	c.mu.Lock()
+	c.devToken = DevTokenID + "=" + secret
+	c.mu.Unlock()
+	return c
+}
+
+// DevToken is the dev cluster's token as a client sends it:
+// "USER@REALM!TOKENID=SECRET". It is empty for other clusters.
+func (c *Cluster) DevToken() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.devToken
+}
+
+func must(err error) {
+	if err != nil {
+		panic("pvesim: " + err.Error())
+	}
+}
+
+func newUUID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// DevOptions configure RunDev (the flags of `vmgate pvesim`).
+type DevOptions struct {
+	Listen    string        // the first node's address; port 0 picks a free one
+	Speed     float64       // emulated seconds per real second
+	Plain     bool          // HTTP instead of HTTPS
+	AuthDelay time.Duration // delay of 401 answers (PVE: 3 s)
+}
+
+// DevAnnouncement is the first line RunDev prints: where the cluster is and
+// how to log in.
+type DevAnnouncement struct {
+	URL         string `json:"url"`
+	Fingerprint string `json:"fingerprint"`
+	Token       string `json:"token"`
+}
+
+// RunDev serves the dev cluster until ctx ends. Its first line on stdout is
+// one JSON DevAnnouncement; one line per node goes to stderr.
+func RunDev(ctx context.Context, opts DevOptions, stdout, stderr io.Writer) error {
+	c := DevCluster(Options{Speed: opts.Speed, AuthDelay: opts.AuthDelay, Location: time.Local})
+	srv, err := c.Serve(ctx, ServeOptions{TLS: !opts.Plain, Listen: opts.Listen})
+	if err != nil {
+		return fmt.Errorf("pvesim: %w", err)
+	}
+	defer srv.Close()
+	eps := srv.Endpoints()
+	line, err := json.Marshal(DevAnnouncement{URL: eps[0].URL, Fingerprint: eps[0].Fingerprint, Token: c.DevToken()})
+	if err != nil {
+		return fmt.Errorf("pvesim: %w", err)
+	}
+	if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
+		return fmt.Errorf("pvesim: %w", err)
+	}
+	for _, w := range srv.Warnings() {
+		fmt.Fprintf(stderr, "pvesim: warning: %s\n", w)
+	}
+	for _, ep := range eps {
+		fmt.Fprintf(stderr, "pvesim: node %s at %s (fingerprint %s)\n", ep.Node, ep.URL, ep.Fingerprint)
+	}
+	speed := opts.Speed
+	if speed <= 0 {
+		speed = 1
+	}
+	fmt.Fprintf(stderr, "pvesim: time runs at %gx; VMs 100-105; interrupt to stop\n", speed)
+	<-ctx.Done()
+	return nil
+}

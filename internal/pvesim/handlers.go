@@ -1,0 +1,411 @@
+package pvesim
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func hVersion(r *request) response {
+	return success(map[string]string{"release": Release, "repoid": "d7b2b5c3e1f40a9e", "version": Version})
+}
+
+// hTicketGet is PVE's dummy GET /access/ticket.
+func hTicketGet(r *request) response { return success(nil) }
+
+// hTicketPost is POST /access/ticket: a password (or a still valid ticket)
+// buys a ticket and a CSRF token; with path and privs it only verifies.
+func hTicketPost(r *request) response {
+	c := r.c
+	username, _ := r.param("username")
+	if realm, ok := r.param("realm"); ok && realm != "" {
+		username += "@" + realm
+	}
+	password, _ := r.param("password")
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	pw, exists := c.users[username]
+	valid := exists && password == pw
+	if !valid && exists {
+		if tu, ok := c.verifyTicket(password, r.now); ok && (tu == username || tu == "root@pam") {
+			valid = true
+		}
+	}
+	if !valid {
+		return fail(http.StatusUnauthorized, "authentication failure\n")
+	}
+	path, hasPath := r.param("path")
+	privs, hasPrivs := r.param("privs")
+	var res map[string]any
+	if hasPath && hasPrivs && path != "" && privs != "" {
+		res = map[string]any{"username": username}
+	} else {
+		res = map[string]any{
+			"username":            username,
+			"ticket":              c.assembleTicket(username, r.now),
+			"CSRFPreventionToken": c.assembleCSRF(username, r.now),
+		}
+	}
+	res["cap"] = capabilities()
+	res["clustername"] = c.name
+	return success(res)
+}
+
+// nodeStats are a node's RRD figures.
+func (c *Cluster) nodeStats(n *node, now time.Time) (cpu float64, mem, disk int64, uptime int64) {
+	var used int64 = 3 << 30
+	running := 0
+	for _, v := range n.vms {
+		if v.running {
+			used += v.mem * 6 / 10
+			running++
+		}
+	}
+	if used > n.mem {
+		used = n.mem
+	}
+	cpu = 0.01 + 0.002*float64(running)
+	if cpu > 1 {
+		cpu = 1
+	}
+	return round4(cpu), used, n.disk / 5, int64(now.Sub(n.boot).Seconds())
+}
+
+func round4(f float64) float64 { return float64(int64(f*10000+0.5)) / 10000 }
+
+type nodeEntry struct {
+	ID         string   `json:"id"`
+	Node       string   `json:"node"`
+	Type       string   `json:"type"`
+	Status     string   `json:"status"`
+	CPU        *float64 `json:"cpu,omitempty"`
+	MaxCPU     *int     `json:"maxcpu,omitempty"`
+	Mem        *int64   `json:"mem,omitempty"`
+	MaxMem     *int64   `json:"maxmem,omitempty"`
+	Disk       *int64   `json:"disk,omitempty"`
+	MaxDisk    *int64   `json:"maxdisk,omitempty"`
+	Uptime     *int64   `json:"uptime,omitempty"`
+	Level      string   `json:"level"`
+	SSLFinger  string   `json:"ssl_fingerprint,omitempty"`
+	CgroupMode *int     `json:"cgroup-mode,omitempty"`
+	HostArch   string   `json:"host-arch,omitempty"`
+	HAState    string   `json:"hastate,omitempty"`
+}
+
+// nodeEntry is API2Tools::extract_node_stats: an offline node keeps only its
+// maxima; a caller without Sys.Audit on the node sees no figures at all.
+func (c *Cluster) nodeEntry(n *node, audit bool, now time.Time) nodeEntry {
+	e := nodeEntry{ID: "node/" + n.name, Node: n.name, Type: "node", Status: "online"}
+	if !n.online {
+		e.Status = "offline"
+	}
+	if audit {
+		maxcpu, maxmem, maxdisk := n.cpus, n.mem, n.disk
+		e.MaxCPU, e.MaxMem, e.MaxDisk = &maxcpu, &maxmem, &maxdisk
+		if n.online {
+			cpu, mem, disk, up := c.nodeStats(n, now)
+			e.CPU, e.Mem, e.Disk, e.Uptime = &cpu, &mem, &disk, &up
+		}
+	}
+	return e
+}
+
+func hNodes(r *request) response {
+	c := r.c
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	res := make([]nodeEntry, 0, len(c.nodes))
+	for _, name := range c.nodeNames {
+		n := c.nodes[name]
+		e := c.nodeEntry(n, c.hasPriv(r.who, "/nodes/"+name, "Sys.Audit"), r.now)
+		e.SSLFinger = n.cert.fingerprint
+		res = append(res, e)
+	}
+	return success(res)
+}
+
+func hClusterStatus(r *request) response {
+	c := r.c
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	res := []map[string]any{{
+		"type": "cluster", "id": "cluster", "name": c.name, "nodes": len(c.nodes),
+		"version": 2 + len(c.nodes), "quorate": boolInt(c.quorate()),
+	}}
+	for _, name := range c.nodeNames {
+		n := c.nodes[name]
+		res = append(res, map[string]any{
+			"type": "node", "id": "node/" + name, "name": name, "nodeid": n.id,
+			"local": boolInt(name == r.local), "online": boolInt(n.online), "ip": n.ip, "level": "",
+		})
+	}
+	return success(res)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// vmEntry is a /cluster/resources guest (API2Tools::extract_vm_stats + config).
+type vmEntry struct {
+	ID        string   `json:"id"`
+	VMID      int      `json:"vmid"`
+	Node      string   `json:"node"`
+	Type      string   `json:"type"`
+	Status    string   `json:"status"`
+	Name      string   `json:"name,omitempty"`
+	Uptime    *int64   `json:"uptime,omitempty"`
+	Template  *int     `json:"template,omitempty"`
+	MaxCPU    *int     `json:"maxcpu,omitempty"`
+	CPU       *float64 `json:"cpu,omitempty"`
+	MaxMem    *int64   `json:"maxmem,omitempty"`
+	Mem       *int64   `json:"mem,omitempty"`
+	MaxDisk   *int64   `json:"maxdisk,omitempty"`
+	Disk      *int64   `json:"disk,omitempty"`
+	NetIn     *int64   `json:"netin,omitempty"`
+	NetOut    *int64   `json:"netout,omitempty"`
+	DiskRead  *int64   `json:"diskread,omitempty"`
+	DiskWrite *int64   `json:"diskwrite,omitempty"`
+	MemHost   *int64   `json:"memhost,omitempty"`
+	Lock      string   `json:"lock,omitempty"`
+	Tags      string   `json:"tags,omitempty"`
+	HAState   string   `json:"hastate,omitempty"`
+}
+
+// vmFigures are a guest's usage figures (deterministic, growing with uptime).
+type vmFigures struct {
+	uptime, mem, memhost, netin, netout, diskread, diskwrite int64
+	cpu                                                      float64
+}
+
+func (v *vm) figures(now time.Time) vmFigures {
+	if !v.running {
+		return vmFigures{}
+	}
+	up := int64(now.Sub(v.startedAt).Seconds())
+	if up < 0 {
+		up = 0
+	}
+	f := vmFigures{uptime: up, mem: v.mem * 4 / 10, memhost: v.mem*4/10 + 64<<20}
+	f.cpu = round4(0.005 + float64(v.vmid%13)/1000)
+	if v.paused {
+		f.cpu = 0
+	}
+	f.netin = up * (1000 + int64(v.vmid%7)*100)
+	f.netout = up * (500 + int64(v.vmid%5)*100)
+	f.diskread = 300<<20 + up*2048
+	f.diskwrite = 100<<20 + up*4096
+	return f
+}
+
+func (v *vm) maxDisk() int64 {
+	if len(v.disks) == 0 {
+		return 0
+	}
+	return v.disks[0].Size
+}
+
+func (c *Cluster) vmEntry(v *vm, now time.Time) vmEntry {
+	e := vmEntry{ID: "qemu/" + strconv.Itoa(v.vmid), VMID: v.vmid, Node: v.node, Type: "qemu", Lock: v.lock, Tags: v.tags}
+	if v.ha {
+		e.HAState = v.haState
+	}
+	if !c.nodes[v.node].online {
+		e.Status = "unknown" // no fresh RRD data from an offline node
+		return e
+	}
+	f := v.figures(now)
+	tmpl, maxcpu, maxmem, maxdisk, zero := boolInt(v.template), v.cpus, v.mem, v.maxDisk(), int64(0)
+	e.Status = v.status()
+	e.Name = v.name
+	e.Uptime, e.Template, e.MaxCPU, e.CPU = &f.uptime, &tmpl, &maxcpu, &f.cpu
+	e.MaxMem, e.Mem, e.MaxDisk, e.Disk = &maxmem, &f.mem, &maxdisk, &zero
+	e.NetIn, e.NetOut, e.DiskRead, e.DiskWrite, e.MemHost = &f.netin, &f.netout, &f.diskread, &f.diskwrite, &f.memhost
+	return e
+}
+
+type storageEntry struct {
+	ID         string `json:"id"`
+	Storage    string `json:"storage"`
+	Node       string `json:"node"`
+	Type       string `json:"type"`
+	PluginType string `json:"plugintype"`
+	Status     string `json:"status"`
+	Shared     int    `json:"shared"`
+	Content    string `json:"content"`
+	Disk       *int64 `json:"disk,omitempty"`
+	MaxDisk    *int64 `json:"maxdisk,omitempty"`
+}
+
+// storages lists the storages the cluster knows (every disk's storage, plus
+// local and local-lvm), with whether each is shared; c.mu must be held.
+func (c *Cluster) storages() map[string]bool {
+	res := map[string]bool{"local": false, "local-lvm": false}
+	for _, v := range c.vms {
+		for _, d := range v.disks {
+			if sid, _, ok := strings.Cut(d.Volid, ":"); ok {
+				if _, seen := res[sid]; !seen || !d.Local {
+					res[sid] = !d.Local
+				}
+			}
+		}
+	}
+	return res
+}
+
+func hClusterResources(r *request) response {
+	c := r.c
+	typ, _ := r.param("type")
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	res := make([]any, 0, len(c.vms)+len(c.nodes))
+	if typ == "" || typ == "vm" {
+		for _, key := range c.vmOrder {
+			id, _ := strconv.Atoi(key)
+			v := c.vms[id]
+			if !c.hasPriv(r.who, "/vms/"+key, "VM.Audit") {
+				continue
+			}
+			res = append(res, c.vmEntry(v, r.now))
+		}
+	}
+	if typ == "" || typ == "node" {
+		haConfigured := false
+		for _, v := range c.vms {
+			if v.ha {
+				haConfigured = true
+				break
+			}
+		}
+		for _, name := range c.nodeNames {
+			n := c.nodes[name]
+			e := c.nodeEntry(n, c.hasPriv(r.who, "/nodes/"+name, "Sys.Audit"), r.now)
+			two := 2
+			e.CgroupMode, e.HostArch = &two, "x86_64"
+			if haConfigured {
+				e.HAState = "online"
+				if !n.online {
+					e.HAState = "unknown"
+				}
+			}
+			res = append(res, e)
+		}
+	}
+	if typ == "" || typ == "storage" {
+		stores := c.storages()
+		names := make([]string, 0, len(stores))
+		for s := range stores {
+			names = append(names, s)
+		}
+		sort.Strings(names)
+		for _, s := range names {
+			for _, name := range c.nodeNames {
+				n := c.nodes[name]
+				if !n.hasStorage(s) {
+					continue
+				}
+				e := storageEntry{ID: "storage/" + name + "/" + s, Storage: s, Node: name, Type: "storage",
+					Status: "available", Shared: boolInt(stores[s]), PluginType: "rbd", Content: "images"}
+				switch s {
+				case "local":
+					e.PluginType, e.Content = "dir", "iso,vztmpl,backup"
+				case "local-lvm":
+					e.PluginType, e.Content = "lvmthin", "images,rootdir"
+				}
+				if n.online {
+					maxdisk, disk := int64(1<<40), int64(200<<30)
+					e.MaxDisk, e.Disk = &maxdisk, &disk
+				} else {
+					e.Status = "unknown"
+				}
+				res = append(res, e)
+			}
+		}
+	}
+	return success(res)
+}
+
+// vmStatus is QemuServer::vmstatus for one VM.
+func (c *Cluster) vmStatus(v *vm, now time.Time, full bool) map[string]any {
+	f := v.figures(now)
+	st := map[string]any{
+		"vmid": v.vmid, "status": v.status(), "name": v.name, "cpus": v.cpus,
+		"maxmem": v.mem, "maxdisk": v.maxDisk(), "disk": 0, "uptime": f.uptime, "cpu": f.cpu,
+		"mem": f.mem, "memhost": f.memhost, "netin": f.netin, "netout": f.netout,
+		"diskread": f.diskread, "diskwrite": f.diskwrite,
+	}
+	if v.lock != "" {
+		st["lock"] = v.lock
+	}
+	if v.tags != "" {
+		st["tags"] = v.tags
+	}
+	if v.template {
+		st["template"] = 1
+	}
+	if v.running {
+		st["pid"] = v.pid
+	}
+	if full {
+		st["qmpstatus"] = v.qmpStatus()
+		if v.running {
+			st["running-machine"] = "pc-i440fx-10.0+pve1"
+			st["running-qemu"] = "10.0.2"
+			st["nics"] = map[string]any{fmt.Sprintf("tap%di0", v.vmid): map[string]int64{"netin": f.netin, "netout": f.netout}}
+			st["balloon"] = v.mem
+			st["freemem"] = v.mem - f.mem
+			for _, k := range []string{"pressurecpusome", "pressurecpufull", "pressureiosome", "pressureiofull", "pressurememorysome", "pressurememoryfull"} {
+				st[k] = 0
+			}
+		}
+	}
+	return st
+}
+
+func configMissing(node string, vmid int) string {
+	return fmt.Sprintf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", node, vmid)
+}
+
+func hVMList(r *request) response {
+	c := r.c
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[r.node]
+	ids := make([]int, 0, len(n.vms))
+	for id := range n.vms {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	res := make([]map[string]any, 0, len(ids))
+	for _, id := range ids {
+		if !c.hasPriv(r.who, "/vms/"+strconv.Itoa(id), "VM.Audit") {
+			continue
+		}
+		res = append(res, c.vmStatus(n.vms[id], r.now, false))
+	}
+	return success(res)
+}
+
+func hVMStatus(r *request) response {
+	c := r.c
+	vmid := r.vmid()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	v, ok := c.vms[vmid]
+	if !ok || v.node != r.node {
+		return die(configMissing(r.node, vmid))
+	}
+	st := c.vmStatus(v, r.now, true)
+	if v.ha {
+		st["ha"] = map[string]any{"managed": 1, "state": v.haState}
+	} else {
+		st["ha"] = map[string]any{"managed": 0}
+	}
+	return success(st)
+}

@@ -1,0 +1,461 @@
+package pvesim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rootOnly is the "Only root may use this option." check of the handlers:
+// a true value of any of the parameters, in order, by anyone but root@pam.
+func rootOnly(r *request, names ...string) (response, bool) {
+	if r.who.isRoot() {
+		return response{}, false
+	}
+	for _, name := range names {
+		if r.flag(name) {
+			return paramFail(map[string]string{name: "Only root may use this option."}), true
+		}
+	}
+	return response{}, false
+}
+
+const noQuorum = "cluster not ready - no quorum?"
+
+func notFoundOnNode(vmid int, node string) string {
+	return fmt.Sprintf("unable to find configuration file for VM %d on node '%s'", vmid, node)
+}
+
+// hStart is POST status/start: no checks before the task but quorum; the
+// task says "already running" or "does not exist".
+func hStart(r *request) response {
+	if resp, bad := rootOnly(r, "stateuri", "skiplock", "migratedfrom", "migration_type", "migration_network",
+		"targetstorage", "force-cpu", "with-conntrack-state", "nets-host-mtu"); bad {
+		return resp
+	}
+	if r.flag("targetstorage") && !r.flag("migratedfrom") {
+		return paramFail(map[string]string{"targetstorage": "targetstorage can only by used with migratedfrom."})
+	}
+	c, vmid := r.c, r.vmid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.quorate() {
+		return die(noQuorum)
+	}
+	n := c.nodes[r.node]
+	if v := c.vms[vmid]; v != nil && v.ha && !r.flag("stateuri") {
+		t := c.haRequest(n, "hastart", v, r.who.user, r.now, fmt.Sprintf("Requesting HA start for VM %d", vmid), c.haStart)
+		return success(t.upid)
+	}
+	t := c.newTask(n, "qmstart", strconv.Itoa(vmid), r.who.user, r.now)
+	c.startWorker(t, n, vmid, r.flag("skiplock"), r.now)
+	return success(t.upid)
+}
+
+// startWorker is QemuServer::vm_start under the config lock; c.mu must be held.
+func (c *Cluster) startWorker(t *task, n *node, vmid int, skiplock bool, at time.Time) {
+	c.acquire(t, c.configLock(n.name, vmid), at, func(at time.Time) {
+		v := c.vms[vmid]
+		switch {
+		case v == nil || v.node != n.name:
+			c.finish(t, at, configMissing(n.name, vmid))
+			return
+		case v.template:
+			c.finish(t, at, "you can't start a vm if it's a template")
+			return
+		case v.lock != "" && v.lock != "suspended" && !skiplock:
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+			return
+		case v.running:
+			c.finish(t, at, fmt.Sprintf("VM %d already running", vmid))
+			return
+		}
+		if msg, failing := c.takeFailure(t.typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		c.after(t, at, startDuration, func(at time.Time) {
+			v.running, v.paused, v.startedAt, v.pid = true, false, at, c.nextPID(n)
+			if v.ha {
+				v.haState = "started"
+			}
+			c.finish(t, at, "")
+		})
+	}, nil)
+}
+
+// hStop is POST status/stop: pull the plug, after aborting hanging
+// shutdowns when overrule-shutdown is set.
+func hStop(r *request) response {
+	if resp, bad := rootOnly(r, "skiplock", "keepActive", "migratedfrom"); bad {
+		return resp
+	}
+	c, vmid := r.c, r.vmid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[r.node]
+	if v := c.vms[vmid]; v != nil && v.ha && !r.flag("migratedfrom") {
+		if r.flag("overrule-shutdown") {
+			return paramFail(map[string]string{"overrule-shutdown": "Not applicable for HA resources."})
+		}
+		t := c.haRequest(n, "hastop", v, r.who.user, r.now, fmt.Sprintf("Requesting HA stop for VM %d", vmid),
+			func(v *vm, at time.Time) { c.haStop(v, at, nil) })
+		return success(t.upid)
+	}
+	t := c.newTask(n, "qmstop", strconv.Itoa(vmid), r.who.user, r.now)
+	if r.flag("overrule-shutdown") {
+		if aborted := c.abortGuestTasks(r.who, n, "qmshutdown", vmid, r.now); len(aborted) > 0 {
+			t.log("overruled qmshutdown tasks: " + strings.Join(aborted, ", "))
+		}
+	}
+	c.stopWorker(t, n, vmid, r.flag("skiplock"), r.now)
+	return success(t.upid)
+}
+
+// abortGuestTasks is GuestHelpers::abort_guest_tasks: kill the running tasks
+// of a type for a VM that the caller owns or may modify; c.mu must be held.
+func (c *Cluster) abortGuestTasks(who principal, n *node, typ string, vmid int, at time.Time) []string {
+	canAll := c.hasPriv(who, "/nodes/"+n.name, "Sys.Modify")
+	id := strconv.Itoa(vmid)
+	var victims []*task
+	for _, t := range n.active {
+		if t.typ == typ && t.id == id && (canAll || taskOwnedBy(t.user, who.user)) {
+			victims = append(victims, t)
+		}
+	}
+	var upids []string
+	for _, t := range victims {
+		c.kill(t, at)
+		upids = append(upids, t.upid)
+	}
+	return upids
+}
+
+// stopWorker is QemuServer::vm_stop with force; c.mu must be held.
+func (c *Cluster) stopWorker(t *task, n *node, vmid int, skiplock bool, at time.Time) {
+	c.acquire(t, c.configLock(n.name, vmid), at, func(at time.Time) {
+		v := c.vms[vmid]
+		switch {
+		case v == nil || v.node != n.name:
+			c.finish(t, at, notFoundOnNode(vmid, n.name))
+			return
+		case !v.running:
+			c.finish(t, at, "")
+			return
+		case v.lock != "" && !skiplock:
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+			return
+		}
+		if msg, failing := c.takeFailure(t.typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		c.after(t, at, stopDuration, func(at time.Time) {
+			c.powerOff(v, at)
+			c.finish(t, at, "")
+		})
+	}, nil)
+}
+
+// hShutdown is POST status/shutdown: ACPI power-down, waiting for the guest.
+func hShutdown(r *request) response {
+	if resp, bad := rootOnly(r, "skiplock", "keepActive"); bad {
+		return resp
+	}
+	c, vmid := r.c, r.vmid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[r.node]
+	v := c.vms[vmid]
+	graceful := true
+	if v != nil && v.node == n.name && v.running && v.paused {
+		if !r.flag("forceStop") {
+			return die("VM is paused - cannot shutdown")
+		}
+		graceful = false // "VM is paused - stop instead of shutdown" goes to the server log
+	}
+	var timeout *int64
+	if to, ok := r.integer("timeout"); ok {
+		timeout = &to
+	}
+	if v != nil && v.ha {
+		to := int64(60)
+		if timeout != nil {
+			to = *timeout
+		}
+		t := c.haRequest(n, "hastop", v, r.who.user, r.now, fmt.Sprintf("Requesting HA stop for VM %d", vmid),
+			func(v *vm, at time.Time) { c.haStop(v, at, &to) })
+		return success(t.upid)
+	}
+	t := c.newTask(n, "qmshutdown", strconv.Itoa(vmid), r.who.user, r.now)
+	c.shutdownWorker(t, n, vmid, r.flag("skiplock"), timeout, r.flag("forceStop"), graceful, r.now)
+	return success(t.upid)
+}
+
+// shutdownWorker is QemuServer::vm_stop with shutdown; c.mu must be held.
+func (c *Cluster) shutdownWorker(t *task, n *node, vmid int, skiplock bool, timeout *int64, force, graceful bool, at time.Time) {
+	c.acquire(t, c.configLock(n.name, vmid), at, func(at time.Time) {
+		v := c.vms[vmid]
+		switch {
+		case v == nil || v.node != n.name:
+			c.finish(t, at, notFoundOnNode(vmid, n.name))
+			return
+		case !v.running:
+			c.finish(t, at, "")
+			return
+		case v.lock != "" && !skiplock:
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+			return
+		}
+		if msg, failing := c.takeFailure(t.typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		if !graceful {
+			c.after(t, at, stopDuration, func(at time.Time) {
+				c.powerOff(v, at)
+				c.finish(t, at, "")
+			})
+			return
+		}
+		c.powerDown(t, v, at, timeout, force, nil)
+	}, nil)
+}
+
+// powerDown sends the guest an ACPI power-down and waits for it like
+// _do_vm_stop: up to timeout (default 60 s) seconds, then SIGTERM when
+// forced, else "got timeout". onTimeout runs before a timeout error.
+func (c *Cluster) powerDown(t *task, v *vm, at time.Time, timeout *int64, force bool, onTimeout func()) {
+	if !v.ignoreACPI && v.powerOff == nil {
+		v.powerOff = c.later(at, guestPowerOff, func(at time.Time) { c.guestPoweredOff(v, at) })
+	}
+	v.onPowerOff = append(v.onPowerOff, func(at time.Time) {
+		if t.running {
+			c.finish(t, at, "")
+		}
+	})
+	wait := defaultShutdownTO
+	if timeout != nil {
+		wait = time.Duration(*timeout) * time.Second
+	}
+	expire := func(at time.Time) {
+		if !v.running {
+			return
+		}
+		if force {
+			t.log("VM still running - terminating now with SIGTERM")
+			c.after(t, at, stopDuration, func(at time.Time) {
+				c.powerOff(v, at)
+				c.finish(t, at, "")
+			})
+			return
+		}
+		if onTimeout != nil {
+			onTimeout()
+		}
+		c.finish(t, at, "VM quit/powerdown failed - got timeout")
+	}
+	if wait <= 0 {
+		expire(at)
+		return
+	}
+	c.after(t, at, wait, expire)
+}
+
+// guestPoweredOff is an ACPI-obeying guest finishing its shutdown.
+func (c *Cluster) guestPoweredOff(v *vm, at time.Time) {
+	v.powerOff = nil
+	if !v.running {
+		return
+	}
+	c.powerOff(v, at)
+}
+
+// powerOff stops the VM's QEMU process; c.mu must be held.
+func (c *Cluster) powerOff(v *vm, at time.Time) {
+	if v.powerOff != nil {
+		c.clock.Cancel(v.powerOff)
+		v.powerOff = nil
+	}
+	if !v.running {
+		return
+	}
+	v.running, v.paused, v.pid = false, false, 0
+	waiters := v.onPowerOff
+	v.onPowerOff = nil
+	for _, fn := range waiters {
+		fn(at)
+	}
+	if v.rebootRequest {
+		// qmeventd sees the reboot request and `qm cleanup` starts the VM again.
+		v.rebootRequest = false
+		c.later(at, rebootRestartDelay, func(at time.Time) {
+			n := c.nodes[v.node]
+			t := c.newTask(n, "qmstart", strconv.Itoa(v.vmid), "root@pam", at)
+			c.startWorker(t, n, v.vmid, false, at)
+		})
+	}
+}
+
+// hReboot is POST status/reboot: checked synchronously; the task ends at
+// power-off and a separate qmstart by root@pam follows.
+func hReboot(r *request) response {
+	c, vmid := r.c, r.vmid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[r.node]
+	v := c.vms[vmid]
+	onNode := v != nil && v.node == n.name
+	if onNode && v.running && v.paused {
+		return die("VM is paused - cannot shutdown")
+	}
+	if !onNode {
+		return die(notFoundOnNode(vmid, n.name))
+	}
+	if !v.running {
+		return die(fmt.Sprintf("VM %d not running", vmid))
+	}
+	var timeout *int64
+	if to, ok := r.integer("timeout"); ok {
+		timeout = &to
+	}
+	t := c.newTask(n, "qmreboot", strconv.Itoa(vmid), r.who.user, r.now)
+	c.acquire(t, c.configLock(n.name, vmid), r.now, func(at time.Time) {
+		v := c.vms[vmid]
+		switch {
+		case v == nil || v.node != n.name:
+			c.finish(t, at, notFoundOnNode(vmid, n.name))
+			return
+		case !v.running:
+			c.finish(t, at, "")
+			return
+		case v.lock != "":
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+			return
+		}
+		if msg, failing := c.takeFailure(t.typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		v.rebootRequest = true
+		c.powerDown(t, v, at, timeout, false, func() { v.rebootRequest = false })
+	}, nil)
+	return success(t.upid)
+}
+
+// hReset is POST status/reset.
+func hReset(r *request) response {
+	if resp, bad := rootOnly(r, "skiplock"); bad {
+		return resp
+	}
+	c, vmid := r.c, r.vmid()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[r.node]
+	v := c.vms[vmid]
+	if v == nil || v.node != n.name {
+		return die(notFoundOnNode(vmid, n.name))
+	}
+	if !v.running {
+		return die(fmt.Sprintf("VM %d not running", vmid))
+	}
+	skiplock := r.flag("skiplock")
+	t := c.newTask(n, "qmreset", strconv.Itoa(vmid), r.who.user, r.now)
+	c.acquire(t, c.configLock(n.name, vmid), r.now, func(at time.Time) {
+		v := c.vms[vmid]
+		switch {
+		case v == nil || v.node != n.name:
+			c.finish(t, at, configMissing(n.name, vmid))
+		case v.lock != "" && !skiplock:
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+		default:
+			if msg, failing := c.takeFailure(t.typ); failing {
+				c.finish(t, at, msg)
+				return
+			}
+			c.finish(t, at, "") // system_reset: the guest reboots inside the same QEMU
+		}
+	}, nil)
+	return success(t.upid)
+}
+
+// haRequest starts an HA stand-in task (hastart, hastop, hamigrate): it
+// queues a request with the HA manager and ends about a second later; the
+// HA agent acts on the request after HADelay. c.mu must be held.
+func (c *Cluster) haRequest(n *node, typ string, v *vm, user string, at time.Time, line string, effect func(v *vm, at time.Time)) *task {
+	t := c.newTask(n, typ, strconv.Itoa(v.vmid), user, at)
+	t.log(line)
+	c.after(t, at, haStandIn, func(at time.Time) {
+		if msg, failing := c.takeFailure(typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		v.haGen++
+		effect(v, at)
+		c.finish(t, at, "")
+	})
+	return t
+}
+
+// haAgent runs fn after HADelay on the VM's node if no newer HA request has
+// superseded this one and the node is up; c.mu must be held.
+func (c *Cluster) haAgent(v *vm, at time.Time, fn func(n *node, at time.Time)) {
+	gen := v.haGen
+	c.later(at, c.opts.HADelay, func(at time.Time) {
+		if v.haGen != gen {
+			return
+		}
+		n := c.nodes[v.node]
+		if !n.online {
+			return
+		}
+		fn(n, at)
+	})
+}
+
+func (c *Cluster) haStart(v *vm, at time.Time) {
+	v.haState = "started"
+	c.haAgent(v, at, func(n *node, at time.Time) {
+		if v.running {
+			return
+		}
+		t := c.haTask(n, "qmstart", strconv.Itoa(v.vmid), at)
+		c.startWorker(t, n, v.vmid, false, at)
+	})
+}
+
+// haStop asks the HA agent to stop the VM: with a timeout it shuts the
+// guest down and then forces it off (qmshutdown), without one it stops it.
+func (c *Cluster) haStop(v *vm, at time.Time, timeout *int64) {
+	if !v.running {
+		v.haState = "stopped"
+		return
+	}
+	v.haState = "request_stop"
+	c.haAgent(v, at, func(n *node, at time.Time) {
+		if !v.running {
+			v.haState = "stopped"
+			return
+		}
+		var t *task
+		if timeout != nil && *timeout > 0 {
+			t = c.haTask(n, "qmshutdown", strconv.Itoa(v.vmid), at)
+			t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(v) })
+			c.shutdownWorker(t, n, v.vmid, false, timeout, true, true, at)
+			return
+		}
+		t = c.haTask(n, "qmstop", strconv.Itoa(v.vmid), at)
+		t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(v) })
+		c.stopWorker(t, n, v.vmid, false, at)
+	})
+}
+
+// settleHA sets the HA state from the VM's state after an HA action.
+func (c *Cluster) settleHA(v *vm) {
+	if v.running {
+		v.haState = "started"
+	} else {
+		v.haState = "stopped"
+	}
+}

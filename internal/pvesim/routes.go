@@ -1,0 +1,168 @@
+package pvesim
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// route is one API method the emulator serves. Proxying, the permission check
+// and token permission come from PVE's schema for the method; uses lists the
+// parameters the handler acts on (every other schema parameter is validated
+// and then ignored).
+type route struct {
+	method     string
+	path       string // PVE's path, with {placeholders}
+	parts      []string
+	uses       []string
+	handle     func(*request) response
+	schema     *methodSchema
+	proxy      bool
+	allowToken bool
+	permPath   string // "/vms/{vmid}"; empty when any authenticated user may call
+	permPriv   string
+}
+
+func (rt *route) declares(name string) bool {
+	for _, u := range rt.uses {
+		if u == name {
+			return true
+		}
+	}
+	return false
+}
+
+// routeTable is every method the emulator serves, in one place.
+var routeTable = buildRoutes([]route{
+	{method: "GET", path: "/version", handle: hVersion},
+	{method: "GET", path: "/access/ticket", handle: hTicketGet},
+	{method: "POST", path: "/access/ticket", uses: []string{"username", "password", "realm", "path", "privs"}, handle: hTicketPost},
+	{method: "GET", path: "/nodes", handle: hNodes},
+	{method: "GET", path: "/cluster/status", handle: hClusterStatus},
+	{method: "GET", path: "/cluster/resources", uses: []string{"type"}, handle: hClusterResources},
+	{method: "GET", path: "/cluster/tasks", handle: hClusterTasks},
+	{method: "GET", path: "/nodes/{node}/qemu", uses: []string{"node"}, handle: hVMList},
+	{method: "GET", path: "/nodes/{node}/qemu/{vmid}/status/current", uses: []string{"node", "vmid"}, handle: hVMStatus},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/start",
+		uses:   []string{"node", "vmid", "skiplock", "stateuri", "migratedfrom", "migration_type", "migration_network", "targetstorage", "force-cpu", "with-conntrack-state", "nets-host-mtu"},
+		handle: hStart},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/stop",
+		uses:   []string{"node", "vmid", "skiplock", "keepActive", "migratedfrom", "timeout", "overrule-shutdown"},
+		handle: hStop},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/shutdown",
+		uses:   []string{"node", "vmid", "skiplock", "keepActive", "timeout", "forceStop"},
+		handle: hShutdown},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/reboot", uses: []string{"node", "vmid", "timeout"}, handle: hReboot},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/reset", uses: []string{"node", "vmid", "skiplock"}, handle: hReset},
+	{method: "GET", path: "/nodes/{node}/qemu/{vmid}/migrate", uses: []string{"node", "vmid", "target"}, handle: hMigratePrecondition},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/migrate",
+		uses:   []string{"node", "vmid", "target", "online", "force", "migration_type", "migration_network", "with-local-disks", "targetstorage", "bwlimit", "with-conntrack-state"},
+		handle: hMigrate},
+	{method: "GET", path: "/nodes/{node}/tasks",
+		uses:   []string{"node", "start", "limit", "userfilter", "typefilter", "vmid", "errors", "source", "since", "until", "statusfilter"},
+		handle: hNodeTasks},
+	{method: "GET", path: "/nodes/{node}/tasks/{upid}", uses: []string{"node", "upid"}, handle: hTaskIndex},
+	{method: "DELETE", path: "/nodes/{node}/tasks/{upid}", uses: []string{"node", "upid"}, handle: hTaskStop},
+	{method: "GET", path: "/nodes/{node}/tasks/{upid}/status", uses: []string{"node", "upid"}, handle: hTaskStatus},
+	{method: "GET", path: "/nodes/{node}/tasks/{upid}/log", uses: []string{"node", "upid", "start", "limit", "download"}, handle: hTaskLog},
+})
+
+func buildRoutes(table []route) []*route {
+	res := make([]*route, 0, len(table))
+	for i := range table {
+		rt := table[i]
+		ms, ok := apiSchema[rt.path][rt.method]
+		if !ok {
+			panic(fmt.Sprintf("pvesim: %s %s is not in PVE's schema", rt.method, rt.path))
+		}
+		rt.schema = ms
+		rt.parts = strings.Split(strings.TrimPrefix(rt.path, "/"), "/")
+		rt.proxy = ms.Proxyto == "node"
+		rt.allowToken = ms.AllowToken == nil || *ms.AllowToken != 0
+		var perm struct {
+			Check []json.RawMessage `json:"check"`
+		}
+		if len(ms.Permissions) > 0 {
+			_ = json.Unmarshal(ms.Permissions, &perm)
+		}
+		if len(perm.Check) == 3 {
+			var kind, path string
+			var privs []string
+			_ = json.Unmarshal(perm.Check[0], &kind)
+			_ = json.Unmarshal(perm.Check[1], &path)
+			_ = json.Unmarshal(perm.Check[2], &privs)
+			if kind == "perm" && len(privs) == 1 {
+				rt.permPath, rt.permPriv = path, privs[0]
+			}
+		}
+		for _, u := range rt.uses {
+			if _, ok := ms.Parameters.Properties[u]; !ok {
+				panic(fmt.Sprintf("pvesim: %s %s uses %q, which PVE's schema does not have", rt.method, rt.path, u))
+			}
+		}
+		res = append(res, &rt)
+	}
+	return res
+}
+
+// matchRoute is PVE's find_handler: every path component must match, a
+// {placeholder} matches any one component.
+func matchRoute(method, relURI string) (*route, map[string]string) {
+	var parts []string
+	for _, p := range strings.Split(relURI, "/") {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	for _, rt := range routeTable {
+		if rt.method != method || len(rt.parts) != len(parts) {
+			continue
+		}
+		uri := map[string]string{}
+		match := true
+		for i, p := range rt.parts {
+			if strings.HasPrefix(p, "{") {
+				uri[strings.Trim(p, "{}")] = parts[i]
+				continue
+			}
+			if p != parts[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return rt, uri
+		}
+	}
+	return nil, nil
+}
+
+// Route describes one method the emulator serves.
+type Route struct {
+	Method string
+	Path   string // PVE's path, e.g. "/nodes/{node}/qemu/{vmid}/status/start"
+	// Params are the parameters the emulator acts on. Every parameter of
+	// PVE's schema for the method is accepted and validated; the others are
+	// ignored (see Ignored).
+	Params []string
+	// Ignored are the schema's parameters the emulator accepts but does not
+	// act on (e.g. "machine" of start).
+	Ignored []string
+}
+
+// Routes lists every method the emulator serves, for conformance tests.
+func Routes() []Route {
+	res := make([]Route, 0, len(routeTable))
+	for _, rt := range routeTable {
+		r := Route{Method: rt.method, Path: rt.path, Params: append([]string(nil), rt.uses...)}
+		for name := range rt.schema.Parameters.Properties {
+			if !rt.declares(name) {
+				r.Ignored = append(r.Ignored, name)
+			}
+		}
+		sort.Strings(r.Ignored)
+		res = append(res, r)
+	}
+	return res
+}

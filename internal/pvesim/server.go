@@ -1,0 +1,266 @@
+package pvesim
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ServeOptions say how a cluster is put on the network.
+type ServeOptions struct {
+	// TLS serves HTTPS with each node's self-signed certificate, as pveproxy
+	// does on port 8006; false serves plain HTTP (for unit tests).
+	TLS bool
+	// Listen is the first node's address ("127.0.0.1:8006"; port 0 picks a
+	// free one). Every other node listens on 127.0.0.(10+i) with the same port,
+	// or on a free port when that is taken (see Server.Warnings). Empty puts
+	// node i on 127.0.0.(10+i) with one free port shared by all.
+	Listen string
+}
+
+// Endpoint is one node's API address, as a client would configure it.
+type Endpoint struct {
+	Node        string
+	URL         string // "https://127.0.0.11:8006"
+	Fingerprint string // SHA-256 of the node's certificate, "AB:CD:..."
+	CertPEM     []byte
+}
+
+// Server serves a cluster: one pveproxy endpoint per node, sharing one state.
+type Server struct {
+	c        *Cluster
+	tls      bool
+	mu       sync.Mutex
+	eps      map[string]*endpoint
+	order    []string
+	warnings []string
+	closed   bool
+	stop     chan struct{}
+}
+
+type endpoint struct {
+	node   string
+	host   string
+	port   int
+	srv    *http.Server
+	online bool
+}
+
+// Serve puts the cluster on the network until ctx ends or Close is called.
+func (c *Cluster) Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
+	c.mu.RLock()
+	type nodeInfo struct {
+		name   string
+		id     int
+		online bool
+	}
+	var nodes []nodeInfo
+	for _, n := range c.nodes {
+		nodes = append(nodes, nodeInfo{n.name, n.id, n.online})
+	}
+	c.mu.RUnlock()
+	if len(nodes) == 0 {
+		return nil, errors.New("serve: the cluster has no nodes")
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].id < nodes[j].id })
+
+	s := &Server{c: c, tls: opts.TLS, eps: map[string]*endpoint{}, stop: make(chan struct{})}
+	lns, warnings, err := bindAll(opts.Listen, len(nodes), func(i int) int { return nodes[i].id })
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s.warnings = warnings
+	c.mu.Lock()
+	for i, ni := range nodes {
+		addr := lns[i].Addr().(*net.TCPAddr)
+		host := addr.IP.String()
+		if addr.IP.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+		c.nodes[ni.name].ip = host
+		s.eps[ni.name] = &endpoint{node: ni.name, host: host, port: addr.Port}
+		s.order = append(s.order, ni.name)
+	}
+	c.servers[s] = true
+	c.mu.Unlock()
+	for i, ni := range nodes {
+		ep := s.eps[ni.name]
+		if ni.online {
+			s.start(ep, lns[i])
+		} else {
+			lns[i].Close()
+		}
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-s.stop:
+		}
+	}()
+	return s, nil
+}
+
+// bindAll binds one listener per node as ServeOptions describe.
+func bindAll(listen string, count int, id func(int) int) ([]net.Listener, []string, error) {
+	var warnings []string
+	closeAll := func(lns []net.Listener) {
+		for _, l := range lns {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+	for attempt := 0; attempt < 20; attempt++ {
+		lns := make([]net.Listener, count)
+		first := listen
+		if first == "" {
+			first = net.JoinHostPort(defaultNodeIP(id(0)), "0")
+		}
+		ln, err := net.Listen("tcp", first)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listen on %s: %w", first, err)
+		}
+		lns[0] = ln
+		port := ln.Addr().(*net.TCPAddr).Port
+		ok := true
+		for i := 1; i < count; i++ {
+			addr := net.JoinHostPort(defaultNodeIP(id(i)), strconv.Itoa(port))
+			l, err := net.Listen("tcp", addr)
+			if err != nil && listen != "" {
+				// The caller chose the port: keep it for the first node and
+				// give this one a free port instead, saying so.
+				l, err = net.Listen("tcp", net.JoinHostPort(defaultNodeIP(id(i)), "0"))
+				if err == nil {
+					warnings = append(warnings, fmt.Sprintf("%s is taken; node %d listens on %s instead", addr, id(i), l.Addr()))
+				}
+			}
+			if err != nil {
+				ok = false
+				break
+			}
+			lns[i] = l
+		}
+		if ok {
+			return lns, warnings, nil
+		}
+		closeAll(lns)
+		warnings = nil
+		if listen != "" && attempt > 0 {
+			break
+		}
+	}
+	return nil, nil, errors.New("could not bind one port on every node address")
+}
+
+func (s *Server) start(ep *endpoint, ln net.Listener) {
+	srv := &http.Server{
+		Handler:           s.c.handler(ep.node),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		// pveproxy speaks HTTP/1.1 only; an empty map keeps HTTP/2 off.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	if s.tls {
+		s.c.mu.RLock()
+		cert := s.c.nodes[ep.node].cert.tls
+		s.c.mu.RUnlock()
+		srv.TLSConfig = &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{"http/1.1"},
+			MinVersion:   tls.VersionTLS12,
+		}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	ep.srv = srv
+	ep.online = true
+	go srv.Serve(ln)
+}
+
+// nodeOnline follows Cluster.SetNodeOnline: an offline node's endpoint
+// closes its listener and every connection; back online it listens again.
+func (s *Server) nodeOnline(name string, online bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep, ok := s.eps[name]
+	if !ok || s.closed || ep.online == online {
+		return
+	}
+	if !online {
+		ep.online = false
+		if ep.srv != nil {
+			ep.srv.Close()
+			ep.srv = nil
+		}
+		return
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ep.host, strconv.Itoa(ep.port)))
+	if err != nil {
+		s.warnings = append(s.warnings, fmt.Sprintf("node %s back online but cannot listen again: %v", name, err))
+		return
+	}
+	s.start(ep, ln)
+}
+
+// Endpoints lists every node's endpoint, first node first.
+func (s *Server) Endpoints() []Endpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	scheme := "http"
+	if s.tls {
+		scheme = "https"
+	}
+	res := make([]Endpoint, 0, len(s.order))
+	s.c.mu.RLock()
+	defer s.c.mu.RUnlock()
+	for _, name := range s.order {
+		ep := s.eps[name]
+		cert := s.c.nodes[name].cert
+		res = append(res, Endpoint{
+			Node:        name,
+			URL:         scheme + "://" + net.JoinHostPort(ep.host, strconv.Itoa(ep.port)),
+			Fingerprint: cert.fingerprint,
+			CertPEM:     append([]byte(nil), cert.pem...),
+		})
+	}
+	return res
+}
+
+// Warnings says where the addresses differ from the requested ones.
+func (s *Server) Warnings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.warnings...)
+}
+
+// Close stops every endpoint and drops open connections.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	for _, ep := range s.eps {
+		if ep.srv != nil {
+			ep.srv.Close()
+			ep.srv = nil
+		}
+	}
+	s.mu.Unlock()
+	s.c.mu.Lock()
+	delete(s.c.servers, s)
+	s.c.mu.Unlock()
+	return nil
+}
