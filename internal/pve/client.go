@@ -1,0 +1,743 @@
+package pve
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Endpoint is one PVE API address of a cluster.
+type Endpoint struct {
+	URL string // https://host:8006
+	// Fingerprint is the SHA-256 fingerprint of the endpoint's leaf
+	// certificate, upper-case colon hex "AB:CD:...". Empty: verify with
+	// Config.CACertPEM or the system roots.
+	Fingerprint string
+}
+
+// Config configures a Client. Only Endpoints, TokenID and TokenSecret are required.
+type Config struct {
+	Endpoints          []Endpoint
+	TokenID            string // USER@REALM!TOKENID
+	TokenSecret        string
+	CACertPEM          string // CA bundle for endpoints without a fingerprint; empty: system roots
+	InsecureSkipVerify bool   // endpoints without a fingerprint are not verified at all
+	Timeout            time.Duration
+	Logger             *slog.Logger // nil: discard
+
+	// Tuning. Zero values mean the defaults in brackets.
+
+	// AttemptTimeout bounds how long a read waits for one endpoint before it
+	// fails over to the next (only when another endpoint is left to try) [10s].
+	AttemptTimeout time.Duration
+	// DialTimeout bounds the TCP connect and, separately, the TLS handshake [5s].
+	DialTimeout time.Duration
+	// MaxAttempts is how many rounds over the endpoints a read may make [3].
+	// Writes always make one, and never resend a request that may have arrived.
+	MaxAttempts int
+	// BreakerThreshold consecutive failures open an endpoint's circuit [3],
+	// for BreakerCooldown [30s].
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	// Now is the clock of the circuit breakers and of the ambiguous-write
+	// lookup [time.Now].
+	Now func() time.Time
+	// Sleep waits between read rounds and between WaitTask polls; it returns
+	// early with ctx's error [a timer].
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Backoff is the pause before read round n (n ≥ 1) [200ms·2^(n-1), at most
+	// 2s, with equal jitter].
+	Backoff func(n int) time.Duration
+}
+
+// Defaults.
+const (
+	DefaultTimeout        = 30 * time.Second
+	defaultAttemptTimeout = 10 * time.Second
+	defaultDialTimeout    = 5 * time.Second
+	defaultMaxAttempts    = 3
+	defaultBreakerThresh  = 3
+	defaultBreakerCool    = 30 * time.Second
+
+	// PVE's pveproxy closes idle keep-alive connections after 5 s; closing
+	// ours a little earlier avoids sending a request on a connection the
+	// server is just closing (harmless for reads, an ambiguous write otherwise).
+	idleConnTimeout = 4 * time.Second
+
+	limitDefault   = 8 << 20  // most answers are a few KiB
+	limitLarge     = 32 << 20 // /cluster/resources of a big cluster, long task logs
+	limitErrorBody = 64 << 10
+	maxMessageLen  = 4 << 10
+)
+
+// Stats counts upstream activity since New.
+type Stats struct {
+	Requests     int64 // HTTP requests sent (attempts, including retries)
+	NewConns     int64 // TLS connections established
+	ServerCloses int64 // answers that closed the connection (PVE closes after every error and every 100th request)
+	Failovers    int64 // attempts abandoned for the next endpoint
+	Retries      int64 // extra read rounds
+	TLSFailures  int64 // handshakes refused by the pin or the CA
+}
+
+// Client is a PVE API client for one cluster. It is safe for concurrent use.
+type Client struct {
+	eps        []*endpoint
+	byAddr     map[string]*endpoint
+	tokenID    string
+	authHeader string
+
+	timeout        time.Duration
+	attemptTimeout time.Duration
+	dialTimeout    time.Duration
+	maxAttempts    int
+
+	log     *slog.Logger
+	now     func() time.Time
+	sleep   func(context.Context, time.Duration) error
+	backoff func(int) time.Duration
+
+	tr        *http.Transport
+	hc        *http.Client
+	preferred atomic.Int32
+	recent    recentUPIDs
+
+	stats struct {
+		requests, newConns, serverCloses, failovers, retries, tlsFailures atomic.Int64
+	}
+}
+
+// New checks cfg and returns a Client. It does not contact PVE.
+func New(cfg Config) (*Client, error) {
+	bad := func(format string, args ...any) (*Client, error) {
+		return nil, fmt.Errorf("pve: %w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	if len(cfg.Endpoints) == 0 {
+		return bad("no endpoints")
+	}
+	if len(cfg.Endpoints) > 64 {
+		return bad("%d endpoints, at most 64", len(cfg.Endpoints))
+	}
+	if err := checkTokenID(cfg.TokenID); err != nil {
+		return nil, fmt.Errorf("pve: %w", err)
+	}
+	if err := checkTokenSecret(cfg.TokenSecret); err != nil {
+		return nil, fmt.Errorf("pve: %w", err)
+	}
+	if cfg.Timeout < 0 || cfg.AttemptTimeout < 0 || cfg.DialTimeout < 0 || cfg.BreakerCooldown < 0 ||
+		cfg.MaxAttempts < 0 || cfg.BreakerThreshold < 0 {
+		return bad("negative timeout, attempt count or breaker setting")
+	}
+	var roots *x509.CertPool
+	if strings.TrimSpace(cfg.CACertPEM) != "" {
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM([]byte(cfg.CACertPEM)) {
+			return bad("CA bundle holds no PEM certificate")
+		}
+	}
+
+	c := &Client{
+		byAddr:         map[string]*endpoint{},
+		tokenID:        cfg.TokenID,
+		authHeader:     "PVEAPIToken=" + cfg.TokenID + "=" + cfg.TokenSecret,
+		timeout:        orDefault(cfg.Timeout, DefaultTimeout),
+		attemptTimeout: orDefault(cfg.AttemptTimeout, defaultAttemptTimeout),
+		dialTimeout:    orDefault(cfg.DialTimeout, defaultDialTimeout),
+		maxAttempts:    orDefault(cfg.MaxAttempts, defaultMaxAttempts),
+		log:            cfg.Logger,
+		now:            cfg.Now,
+		sleep:          cfg.Sleep,
+		backoff:        cfg.Backoff,
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.sleep == nil {
+		c.sleep = sleepCtx
+	}
+	if c.backoff == nil {
+		c.backoff = defaultBackoff
+	}
+	threshold := orDefault(cfg.BreakerThreshold, defaultBreakerThresh)
+	cooldown := orDefault(cfg.BreakerCooldown, defaultBreakerCool)
+
+	for i, e := range cfg.Endpoints {
+		base, addr, host, err := parseEndpointURL(e.URL)
+		if err != nil {
+			return bad("endpoint %d: %v", i+1, err)
+		}
+		n := Endpoint{URL: base}
+		if e.Fingerprint != "" {
+			if n.Fingerprint, err = NormalizeFingerprint(e.Fingerprint); err != nil {
+				return bad("endpoint %s: %v", base, err)
+			}
+		}
+		if c.byAddr[addr] != nil {
+			return bad("endpoint %s given twice", base)
+		}
+		ep := &endpoint{cfg: n, base: base, addr: addr, tls: tlsConfigFor(n, host, roots, cfg.InsecureSkipVerify)}
+		ep.br = breaker{threshold: threshold, cooldown: cooldown}
+		c.eps = append(c.eps, ep)
+		c.byAddr[addr] = ep
+		if n.Fingerprint == "" && cfg.InsecureSkipVerify {
+			c.log.Warn("pve: TLS verification is off for this endpoint (insecureSkipVerify)", "endpoint", base)
+		}
+	}
+
+	c.tr = &http.Transport{
+		// No Proxy: a proxied HTTPS request would be TLS-wrapped by the
+		// transport itself, bypassing dialTLS and with it the pin.
+		Proxy:                  nil,
+		DialTLSContext:         c.dialTLS,
+		ForceAttemptHTTP2:      false,
+		MaxIdleConns:           64 * len(c.eps),
+		MaxIdleConnsPerHost:    32,
+		MaxConnsPerHost:        64,
+		IdleConnTimeout:        idleConnTimeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	c.hc = &http.Client{
+		Transport: c.tr,
+		// PVE never redirects; following one could carry the token elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func defaultBackoff(n int) time.Duration {
+	d := 200 * time.Millisecond << min(max(n-1, 0), 4)
+	d = min(d, 2*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// Close closes idle connections. The Client stays usable.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// Endpoints returns the configured endpoints, normalised (URL without
+// trailing slash, fingerprint upper case).
+func (c *Client) Endpoints() []Endpoint {
+	out := make([]Endpoint, len(c.eps))
+	for i, ep := range c.eps {
+		out[i] = ep.cfg
+	}
+	return out
+}
+
+// TokenID returns the API token id the client authenticates with.
+func (c *Client) TokenID() string { return c.tokenID }
+
+// Stats returns the upstream counters.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Requests:     c.stats.requests.Load(),
+		NewConns:     c.stats.newConns.Load(),
+		ServerCloses: c.stats.serverCloses.Load(),
+		Failovers:    c.stats.failovers.Load(),
+		Retries:      c.stats.retries.Load(),
+		TLSFailures:  c.stats.tlsFailures.Load(),
+	}
+}
+
+// EndpointHealth is the circuit state of one endpoint.
+type EndpointHealth struct {
+	Endpoint Endpoint
+	State    string // closed, open or half-open
+}
+
+// Health returns each endpoint's circuit state.
+func (c *Client) Health() []EndpointHealth {
+	now := c.now()
+	out := make([]EndpointHealth, len(c.eps))
+	for i, ep := range c.eps {
+		out[i] = EndpointHealth{Endpoint: ep.cfg, State: ep.br.state(now).String()}
+	}
+	return out
+}
+
+// call is one logical API request.
+type call struct {
+	method string
+	path   apiPath
+	query  url.Values
+	form   url.Values // the body of a POST
+	limit  int64      // body size limit of a success answer
+	// pinned: send to this endpoint only, no failover, no retry.
+	pinned *endpoint
+}
+
+func (cl *call) write() bool { return cl.method != http.MethodGet }
+
+// result is what one successful call yields: the envelope's data and total.
+type result struct {
+	data  json.RawMessage
+	total int64
+	ep    *endpoint
+}
+
+// ambiguity is do's internal report that a write may have reached PVE without
+// its answer reaching us. The write methods turn it into a task-list lookup.
+type ambiguity struct {
+	ep    *endpoint
+	cause error
+}
+
+func (a *ambiguity) Error() string {
+	return fmt.Sprintf("ambiguous write at %s: %v", a.ep.base, a.cause)
+}
+func (a *ambiguity) Unwrap() error { return a.cause }
+
+// outcome classifies one attempt.
+type outcome int
+
+const (
+	outOK        outcome = iota
+	outAnswer            // PVE answered with an error: final, endpoint healthy
+	outFailover          // the endpoint failed and the request was not (or may safely be re-) sent
+	outAmbiguous         // a write may have arrived; never resent
+	outCtxDone           // the caller's deadline or cancellation
+	outRefused           // refused before sending (a bug guard): final, endpoint untouched
+)
+
+// do runs cl with failover, retries (reads only) and the call deadline.
+func (c *Client) do(ctx context.Context, cl call) (result, error) {
+	if err := checkEscapedPath(cl.path.escaped); err != nil {
+		return result{}, fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	rounds := c.maxAttempts
+	if cl.write() || cl.pinned != nil {
+		rounds = 1
+	}
+	var attempts []AttemptError
+	var last error
+	refused := map[*endpoint]bool{} // certificate refused: no point in another round
+	for round := 0; round < rounds; round++ {
+		if round > 0 {
+			c.stats.retries.Add(1)
+			if c.sleep(ctx, c.backoff(round)) != nil {
+				break
+			}
+		}
+		order := c.order(cl.pinned)
+		tried := false
+		for i, ep := range order {
+			if ctx.Err() != nil {
+				break
+			}
+			if refused[ep] {
+				continue
+			}
+			if !ep.br.allow(c.now()) {
+				attempts = append(attempts, AttemptError{Endpoint: ep.base, Err: errCircuitOpen})
+				continue
+			}
+			tried = true
+			othersLeft := i < len(order)-1
+			res, out, err := c.attempt(ctx, ep, &cl, othersLeft)
+			switch out {
+			case outOK:
+				ep.br.success()
+				c.preferred.Store(int32(c.index(ep)))
+				return res, nil
+			case outAnswer:
+				ep.br.success()
+				return result{}, err
+			case outRefused:
+				ep.br.release()
+				return result{}, err
+			case outAmbiguous:
+				if ctx.Err() != nil {
+					ep.br.release() // our deadline, not the endpoint's failure
+				} else {
+					ep.br.failure(c.now())
+				}
+				return result{}, &ambiguity{ep: ep, cause: err}
+			case outCtxDone:
+				ep.br.release()
+				return result{}, c.ctxError(ctx, &cl, err)
+			case outFailover:
+				var te *TLSError
+				if errors.As(err, &te) {
+					refused[ep] = true
+				}
+				last = err
+				attempts = append(attempts, AttemptError{Endpoint: ep.base, Err: err})
+				if ep.br.failure(c.now()) {
+					c.log.Warn("pve: endpoint circuit opened", "endpoint", ep.base, "err", err)
+				}
+				c.stats.failovers.Add(1)
+				c.log.Debug("pve: endpoint failed, trying the next", "method", cl.method, "path", cl.path.escaped, "endpoint", ep.base, "err", err)
+			}
+		}
+		if !tried {
+			break // every circuit is open: fail fast
+		}
+	}
+	if ctx.Err() != nil {
+		return result{}, c.ctxError(ctx, &cl, last)
+	}
+	return result{}, &UnavailableError{Method: cl.method, Path: cl.path.escaped, Attempts: attempts}
+}
+
+// ctxError turns the end of ctx into ErrTimeout (deadline) or the cancellation.
+func (c *Client) ctxError(ctx context.Context, cl *call, last error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &timeoutError{Method: cl.method, Path: cl.path.escaped, ctxErr: ctx.Err(), last: last}
+	}
+	return fmt.Errorf("pve: %s %s: %w", cl.method, cl.path.escaped, ctx.Err())
+}
+
+// order returns the endpoints to try: the last one that worked first, then the
+// others in configured order.
+func (c *Client) order(pinned *endpoint) []*endpoint {
+	if pinned != nil {
+		return []*endpoint{pinned}
+	}
+	p := int(c.preferred.Load())
+	out := make([]*endpoint, 0, len(c.eps))
+	out = append(out, c.eps[p])
+	for i, ep := range c.eps {
+		if i != p {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func (c *Client) index(ep *endpoint) int {
+	for i, e := range c.eps {
+		if e == ep {
+			return i
+		}
+	}
+	return 0
+}
+
+// attempt sends cl once to ep and classifies what happened.
+func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft bool) (result, outcome, error) {
+	actx := ctx
+	if !cl.write() && othersLeft {
+		// A read may give up on a silent endpoint early while others remain.
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.attemptTimeout)
+		defer cancel()
+	}
+	var sent atomic.Bool
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		// Headers may still sit in a buffer when this fires: counting them as
+		// sent errs on the safe side (an ambiguous write, never a repeated one).
+		WroteHeaders: func() { sent.Store(true) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(true) },
+	})
+
+	u, err := requestURL(ep.base, cl.path, cl.query)
+	if err != nil {
+		return result{}, outRefused, err
+	}
+	var body io.Reader
+	if cl.form != nil {
+		body = strings.NewReader(cl.form.Encode())
+	}
+	req, err := http.NewRequestWithContext(actx, cl.method, u.String(), body)
+	if err != nil || req.URL.EscapedPath() != u.EscapedPath() {
+		return result{}, outRefused, fmt.Errorf("pve: %w: bad request URL for %s", ErrInvalidArgument, cl.path.escaped)
+	}
+	req.Header.Set("Authorization", c.authHeader)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "vmgate-pve/1")
+	if cl.form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+
+	c.stats.requests.Add(1)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.classifyTransportError(ctx, actx, ep, cl, sent.Load(), err)
+	}
+	defer resp.Body.Close()
+	if resp.Close {
+		c.stats.serverCloses.Add(1)
+	}
+
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		b, err := readLimited(resp.Body, cl.limit)
+		if err != nil {
+			if errors.Is(err, errTooLarge) {
+				return result{}, outAnswer, fmt.Errorf("pve: %s %s at %s: %w: %v", cl.method, cl.path.escaped, ep.base, ErrBadResponse, err)
+			}
+			// The answer broke off: a write's status was 2xx, so its task
+			// started and only its UPID was lost.
+			if cl.write() {
+				return result{}, outAmbiguous, fmt.Errorf("reading the answer: %w", err)
+			}
+			if ctx.Err() != nil {
+				return result{}, outCtxDone, err
+			}
+			return result{}, outFailover, fmt.Errorf("reading the answer: %w", err)
+		}
+		res, err := decodeEnvelope(b)
+		if err != nil {
+			return result{}, outAnswer, fmt.Errorf("pve: %s %s at %s: %w: %v", cl.method, cl.path.escaped, ep.base, ErrBadResponse, err)
+		}
+		res.ep = ep
+		return res, outOK, nil
+	}
+
+	b, _ := readLimited(resp.Body, limitErrorBody) // an error's body is a courtesy; the status line is the answer
+	perr := buildError(resp, b, cl, ep)
+	switch {
+	case resp.StatusCode == 595 || resp.StatusCode == 596 || resp.StatusCode == 597:
+		if cl.path.node == "" {
+			// A cluster-wide request is served by the endpoint itself; a
+			// proxy failure there says nothing about the cluster.
+			return result{}, outFailover, perr
+		}
+		noe := &NodeOfflineError{Node: cl.path.node, Err: perr}
+		if cl.write() && resp.StatusCode != 595 {
+			// 596/597: the proxied request may have reached the node.
+			return result{}, outAmbiguous, noe
+		}
+		return result{}, outAnswer, noe
+	}
+	return result{}, outAnswer, perr
+}
+
+// requestURL joins an endpoint's base, /api2/json, a validated path and a
+// query, and checks that the result's path is exactly the one validated.
+func requestURL(base string, p apiPath, q url.Values) (*url.URL, error) {
+	if err := checkEscapedPath(p.escaped); err != nil {
+		return nil, fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
+	}
+	s := base + "/api2/json" + p.escaped
+	if len(q) > 0 {
+		s += "?" + q.Encode()
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
+	}
+	if u.EscapedPath() != "/api2/json"+p.escaped || u.Fragment != "" || u.Opaque != "" || u.User != nil ||
+		"https://"+u.Host != base {
+		return nil, fmt.Errorf("pve: %w: path %q does not survive URL building", ErrInvalidArgument, p.escaped)
+	}
+	return u, nil
+}
+
+// classifyTransportError decides what a failed round trip means.
+func (c *Client) classifyTransportError(ctx, actx context.Context, ep *endpoint, cl *call, sent bool, err error) (result, outcome, error) {
+	var te *TLSError
+	if errors.As(err, &te) {
+		// Refused certificate: nothing was sent, the token did not leave. The
+		// endpoint is skipped (see the package doc) — loudly.
+		c.stats.tlsFailures.Add(1)
+		c.log.Error("pve: endpoint certificate refused", "endpoint", ep.base,
+			"expected", te.Expected, "presented", te.Presented, "err", te.Err)
+		return result{}, outFailover, te
+	}
+	switch {
+	case ctx.Err() != nil:
+		if cl.write() && sent {
+			return result{}, outAmbiguous, c.ctxError(ctx, cl, err)
+		}
+		return result{}, outCtxDone, err
+	case actx.Err() != nil:
+		// The read's own attempt deadline: the endpoint is too slow.
+		return result{}, outFailover, fmt.Errorf("no answer within %s", c.attemptTimeout)
+	case cl.write() && sent:
+		return result{}, outAmbiguous, err
+	}
+	return result{}, outFailover, unwrapURLError(err)
+}
+
+// unwrapURLError drops net/http's "Post \"https://...\":" prefix (it repeats
+// the URL) but keeps the cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+var errTooLarge = errors.New("answer larger than the limit")
+
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		limit = limitDefault
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w of %d bytes", errTooLarge, limit)
+	}
+	return b, nil
+}
+
+// decodeEnvelope reads PVE's {"data": ..., "total": N}.
+func decodeEnvelope(b []byte) (result, error) {
+	var env struct {
+		Data  json.RawMessage `json:"data"`
+		Total flexInt         `json:"total"`
+	}
+	trimmed := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(trimmed, "{") {
+		return result{}, fmt.Errorf("answer is not a JSON object: %q", truncate(trimmed, 80))
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		return result{}, fmt.Errorf("answer is not PVE's JSON envelope: %v", err)
+	}
+	return result{data: env.Data, total: int64(env.Total)}, nil
+}
+
+// buildError keeps everything an error answer says. PVE ≥ 8.3 sends
+// {"data":null,"message":"...\n"[,"errors":{...}]}; older PVE sends only
+// {"data":null[,"errors":{...}]} with the message in the status line; errors
+// raised outside handlers come as plain text; 401s and 595s have no body.
+func buildError(resp *http.Response, body []byte, cl *call, ep *endpoint) *Error {
+	e := &Error{
+		StatusCode: resp.StatusCode,
+		Reason:     cleanText(strings.TrimSpace(strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)))),
+		Method:     cl.method,
+		Path:       cl.path.escaped,
+		Endpoint:   ep.base,
+	}
+	trimmed := strings.TrimSpace(string(body))
+	if trimmed == "" {
+		return e
+	}
+	var env struct {
+		Message *string                    `json:"message"`
+		Errors  map[string]json.RawMessage `json:"errors"`
+	}
+	if strings.HasPrefix(trimmed, "{") && json.Unmarshal(body, &env) == nil {
+		if env.Message != nil {
+			e.Message = cleanText(strings.TrimRight(*env.Message, "\n"))
+		}
+		if len(env.Errors) > 0 {
+			e.Errors = make(map[string]string, len(env.Errors))
+			for k, v := range env.Errors {
+				var s string
+				if json.Unmarshal(v, &s) != nil {
+					s = string(v)
+				}
+				e.Errors[cleanText(k)] = cleanText(strings.TrimRight(s, "\n"))
+			}
+		}
+		return e
+	}
+	e.Message = cleanText(strings.TrimRight(trimmed, "\n"))
+	return e
+}
+
+// cleanText bounds a text PVE sent and removes control characters other than
+// newline and tab, so it is safe to log and to show.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, s)
+	return truncate(s, maxMessageLen)
+}
+
+// get performs a read and decodes data into out.
+func (c *Client) get(ctx context.Context, p apiPath, q url.Values, limit int64, out any) (int64, error) {
+	res, err := c.do(ctx, call{method: http.MethodGet, path: p, query: q, limit: limit})
+	if err != nil {
+		return 0, err
+	}
+	if err := decodeData(res.data, out); err != nil {
+		return 0, fmt.Errorf("pve: GET %s at %s: %w: %v", p.escaped, res.ep.base, ErrBadResponse, err)
+	}
+	return res.total, nil
+}
+
+func decodeData(data json.RawMessage, out any) error {
+	if out == nil {
+		return nil
+	}
+	if len(data) == 0 || string(data) == "null" {
+		return errors.New("no data")
+	}
+	return json.Unmarshal(data, out)
+}
+
+// recentUPIDs remembers the UPIDs this client was handed, so that the lookup
+// after an ambiguous write does not mistake one of our earlier tasks for it.
+type recentUPIDs struct {
+	mu   sync.Mutex
+	ring [256]string
+	next int
+	set  map[string]bool
+}
+
+func (r *recentUPIDs) add(u UPID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.set == nil {
+		r.set = map[string]bool{}
+	}
+	k := FormatUPID(u)
+	if r.set[k] {
+		return
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next] = k
+	r.set[k] = true
+	r.next = (r.next + 1) % len(r.ring)
+}
+
+func (r *recentUPIDs) has(u UPID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.set[FormatUPID(u)]
+}

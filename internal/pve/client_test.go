@@ -1,0 +1,423 @@
+package pve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	ok := Endpoint{URL: "https://10.0.0.1:8006"}
+	fp := Fingerprint([]byte("x"))
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no endpoints", Config{TokenID: testTokenID, TokenSecret: testSecret}},
+		{"http", Config{Endpoints: []Endpoint{{URL: "http://10.0.0.1:8006"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"path", Config{Endpoints: []Endpoint{{URL: "https://10.0.0.1:8006/api2/json"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"userinfo", Config{Endpoints: []Endpoint{{URL: "https://root:pw@10.0.0.1:8006"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"query", Config{Endpoints: []Endpoint{{URL: "https://10.0.0.1:8006?x=1"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"no host", Config{Endpoints: []Endpoint{{URL: "https://:8006"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"non-ASCII host", Config{Endpoints: []Endpoint{{URL: "https://pvé:8006"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"twice", Config{Endpoints: []Endpoint{ok, {URL: "https://10.0.0.1:8006/"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"short fingerprint", Config{Endpoints: []Endpoint{{URL: ok.URL, Fingerprint: "AB:CD"}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"bad fingerprint", Config{Endpoints: []Endpoint{{URL: ok.URL, Fingerprint: strings.Replace(fp, fp[:2], "ZZ", 1)}}, TokenID: testTokenID, TokenSecret: testSecret}},
+		{"no token", Config{Endpoints: []Endpoint{ok}, TokenSecret: testSecret}},
+		{"token without name", Config{Endpoints: []Endpoint{ok}, TokenID: "vmgate@pve", TokenSecret: testSecret}},
+		{"token without realm", Config{Endpoints: []Endpoint{ok}, TokenID: "vmgate!gw", TokenSecret: testSecret}},
+		{"token short realm", Config{Endpoints: []Endpoint{ok}, TokenID: "vmgate@p!gw", TokenSecret: testSecret}},
+		{"token name digit", Config{Endpoints: []Endpoint{ok}, TokenID: "vmgate@pve!1gw", TokenSecret: testSecret}},
+		{"token user space", Config{Endpoints: []Endpoint{ok}, TokenID: "vm gate@pve!gw", TokenSecret: testSecret}},
+		{"token user semicolon", Config{Endpoints: []Endpoint{ok}, TokenID: "vm;gate@pve!gw", TokenSecret: testSecret}},
+		{"token newline", Config{Endpoints: []Endpoint{ok}, TokenID: "vmgate@pve!gw\n", TokenSecret: testSecret}},
+		{"no secret", Config{Endpoints: []Endpoint{ok}, TokenID: testTokenID}},
+		{"secret with =", Config{Endpoints: []Endpoint{ok}, TokenID: testTokenID, TokenSecret: "a=b"}},
+		{"secret with newline", Config{Endpoints: []Endpoint{ok}, TokenID: testTokenID, TokenSecret: "ab\r\nX-Evil: 1"}},
+		{"bad CA", Config{Endpoints: []Endpoint{ok}, TokenID: testTokenID, TokenSecret: testSecret, CACertPEM: "not a PEM"}},
+		{"negative timeout", Config{Endpoints: []Endpoint{ok}, TokenID: testTokenID, TokenSecret: testSecret, Timeout: -1}},
+	}
+	for _, tt := range tests {
+		if _, err := New(tt.cfg); err == nil || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: New = %v, want an ErrInvalidArgument error", tt.name, err)
+		} else if tt.cfg.TokenSecret != "" && strings.Contains(err.Error(), tt.cfg.TokenSecret) {
+			t.Errorf("%s: the error shows the secret: %v", tt.name, err)
+		}
+	}
+	for _, id := range []string{"vmgate@pve!gw", "root@pam!monitoring", "a.b-c_d@my-realm.x!Tok_1.x", "jörg@pve!gw", "user@corp@ad!gw"} {
+		if _, err := New(Config{Endpoints: []Endpoint{ok}, TokenID: id, TokenSecret: testSecret}); err != nil {
+			t.Errorf("token id %q refused: %v", id, err)
+		}
+	}
+	c, err := New(Config{Endpoints: []Endpoint{{URL: "https://PVE1.example:8006/", Fingerprint: strings.ToLower(fp)}, {URL: "https://[::1]"}},
+		TokenID: testTokenID, TokenSecret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Endpoints()
+	if got[0].URL != "https://PVE1.example:8006" || got[0].Fingerprint != fp || got[1].URL != "https://[::1]" {
+		t.Errorf("Endpoints() = %+v", got)
+	}
+}
+
+func TestAuthorizationAndHeaders(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []*http.Request
+	srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r)
+		mu.Unlock()
+		versionHandler(w, r)
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	if _, err := c.Version(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := seen[0]
+	if got, want := r.Header.Get("Authorization"), "PVEAPIToken="+testTokenID+"="+testSecret; got != want {
+		t.Errorf("Authorization = %q, want %q", got, want)
+	}
+	if r.URL.Path != "/api2/json/version" || r.Header.Get("Cookie") != "" || r.Header.Get("CSRFPreventionToken") != "" {
+		t.Errorf("request = %s %v", r.URL, r.Header)
+	}
+}
+
+func TestFailoverOnConnectionError(t *testing.T) {
+	t.Parallel()
+	good := newFakePVE(t, versionHandler)
+	dead := deadAddr(t)
+	c := newTestClient(t, Config{Endpoints: []Endpoint{{URL: dead, Fingerprint: good.fp}, good.endpoint()}})
+	for i := 0; i < 3; i++ {
+		if _, err := c.Version(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The dead endpoint was tried once; afterwards the working one is preferred.
+	if s := c.Stats(); s.Failovers != 1 || s.Requests != 4 {
+		t.Errorf("stats = %+v, want 1 failover and 4 requests", s)
+	}
+	if good.count("GET /api2/json/version") != 3 {
+		t.Errorf("good endpoint got %d requests", good.count("GET /api2/json/version"))
+	}
+}
+
+func TestAllEndpointsDown(t *testing.T) {
+	t.Parallel()
+	var backoffs []int
+	c := newTestClient(t, Config{
+		Endpoints: []Endpoint{{URL: deadAddr(t)}, {URL: deadAddr(t)}},
+		Backoff:   func(n int) time.Duration { backoffs = append(backoffs, n); return 0 },
+	})
+	_, err := c.Nodes(context.Background())
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want *UnavailableError", err)
+	}
+	if len(ue.Attempts) != 6 || fmt.Sprint(backoffs) != "[1 2]" {
+		t.Errorf("%d attempts, backoffs %v; want 3 rounds over 2 endpoints", len(ue.Attempts), backoffs)
+	}
+	if !strings.Contains(err.Error(), "refused") {
+		t.Errorf("error %q does not say why", err)
+	}
+}
+
+func TestGETRetriesBrokenConnections(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 2 {
+			dropConn(w)
+			return
+		}
+		versionHandler(w, r)
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	if _, err := c.Version(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.Retries != 2 || n.Load() != 3 {
+		t.Errorf("stats = %+v, server saw %d", s, n.Load())
+	}
+
+	// Bounded: a server that always breaks the connection sees 3 attempts.
+	var m atomic.Int64
+	broken := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) { m.Add(1); dropConn(w) })
+	c = newTestClient(t, Config{Endpoints: []Endpoint{broken.endpoint()}})
+	if _, err := c.Version(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if m.Load() != 3 {
+		t.Errorf("server saw %d requests, want 3", m.Load())
+	}
+}
+
+func TestDefaultBackoffIsJitteredAndBounded(t *testing.T) {
+	t.Parallel()
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 50; i++ {
+		for n := 1; n <= 8; n++ {
+			d := defaultBackoff(n)
+			if d < 0 || d > 2*time.Second {
+				t.Fatalf("backoff(%d) = %v", n, d)
+			}
+			seen[d] = true
+		}
+	}
+	if len(seen) < 20 {
+		t.Errorf("backoff looks unjittered: %d distinct values", len(seen))
+	}
+}
+
+func TestCircuitBreaker(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{now: time.Unix(1_800_000_000, 0)}
+	// A listener that accepts and closes at once: every handshake fails.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepts atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			conn.Close()
+		}
+	}()
+	c := newTestClient(t, Config{
+		Endpoints:        []Endpoint{{URL: "https://" + ln.Addr().String()}},
+		Now:              clock.Now,
+		BreakerThreshold: 3,
+		BreakerCooldown:  time.Minute,
+	})
+	ctx := context.Background()
+	if _, err := c.Version(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if h := c.Health(); h[0].State != "open" {
+		t.Fatalf("after 3 failures the circuit is %s", h[0].State)
+	}
+	before := accepts.Load()
+	_, err = c.Version(ctx)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errCircuitOpen) {
+		t.Fatalf("open circuit: err = %v", err)
+	}
+	if accepts.Load() != before {
+		t.Errorf("an open circuit still connected")
+	}
+	clock.Advance(61 * time.Second)
+	if h := c.Health(); h[0].State != "half-open" {
+		t.Errorf("after the cooldown the circuit is %s", h[0].State)
+	}
+	// Half-open: exactly one probe; it fails and the circuit opens again.
+	_, _ = c.Version(ctx)
+	if got := accepts.Load() - before; got != 1 {
+		t.Errorf("half-open let %d connections through, want 1", got)
+	}
+	if h := c.Health(); h[0].State != "open" {
+		t.Errorf("after a failed probe the circuit is %s", h[0].State)
+	}
+}
+
+func TestBreakerClosesAfterSuccessfulProbe(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(0, 0)
+	b := breaker{threshold: 2, cooldown: time.Second}
+	b.failure(now)
+	if !b.allow(now) {
+		t.Fatal("one failure opened the circuit")
+	}
+	if !b.failure(now) || b.allow(now) {
+		t.Fatal("two failures did not open the circuit")
+	}
+	later := now.Add(2 * time.Second)
+	if !b.allow(later) || b.allow(later) {
+		t.Fatal("half-open must allow exactly one probe")
+	}
+	b.release()
+	if !b.allow(later) {
+		t.Fatal("a released probe must be available again")
+	}
+	b.success()
+	if !b.allow(later) || !b.allow(later) || b.state(later) != stateClosed {
+		t.Fatal("success must close the circuit")
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Timeout: 150 * time.Millisecond})
+	start := time.Now()
+	_, err := c.Nodes(context.Background())
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if srv.total() != 1 {
+		t.Errorf("a read that timed out was retried: %d requests", srv.total())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.Nodes(ctx)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
+		t.Fatalf("cancelled: err = %v", err)
+	}
+}
+
+func TestAttemptTimeoutFailsOverSilentEndpoint(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	silent := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	good := newFakePVE(t, versionHandler)
+	c := newTestClient(t, Config{Endpoints: []Endpoint{silent.endpoint(), good.endpoint()}, AttemptTimeout: 100 * time.Millisecond})
+	if _, err := c.Version(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if good.total() != 1 {
+		t.Errorf("good endpoint got %d requests", good.total())
+	}
+}
+
+func TestKeepAliveAndConnectionCounting(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	srv := newRawPVE(t, func(r *http.Request) string {
+		if fail.Load() {
+			return rawAnswer("500 VM 100 not running", `{"data":null,"message":"VM 100 not running\n"}`, true)
+		}
+		return rawAnswer("200 OK", `{"data":{"version":"9.1.4","release":"9.1","repoid":"abcdef12"}}`, false)
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	ctx := context.Background()
+	for i := 0; i < 1000; i++ {
+		if _, err := c.Version(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := c.Stats(); s.Requests != 1000 || s.NewConns != 1 || srv.conns.Load() != 1 {
+		t.Errorf("1000 sequential reads: stats %+v, server saw %d connections; want 1", s, srv.conns.Load())
+	}
+	// PVE closes the connection after every error answer: each costs a new
+	// connection, and each is counted.
+	fail.Store(true)
+	for i := 0; i < 5; i++ {
+		if _, err := c.Version(ctx); StatusCode(err) != 500 {
+			t.Fatalf("err = %v", err)
+		}
+	}
+	if s := c.Stats(); s.NewConns != 1+5-1 || s.ServerCloses != 5 || srv.conns.Load() != s.NewConns {
+		t.Errorf("after 5 errors: stats %+v, server saw %d connections", s, srv.conns.Load())
+	}
+}
+
+func TestResponseSizeLimit(t *testing.T) {
+	t.Parallel()
+	srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"data":{"version":"`))
+		chunk := []byte(strings.Repeat("x", 1<<20))
+		for i := 0; i < 9; i++ {
+			w.Write(chunk)
+		}
+		w.Write([]byte(`"}}`))
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	if _, err := c.Version(context.Background()); !errors.Is(err, ErrBadResponse) {
+		t.Fatalf("err = %v, want ErrBadResponse", err)
+	}
+}
+
+func TestBadAnswers(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"not JSON":       "<html>hello</html>",
+		"array":          `[1,2]`,
+		"wrong type":     `{"data":{"version":["x"]}}`,
+		"no data":        `{"total":1}`,
+		"truncated JSON": `{"data":{"version":"9`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := newRawPVE(t, func(*http.Request) string { return rawAnswer("200 OK", body, false) })
+			c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+			if _, err := c.Version(context.Background()); !errors.Is(err, ErrBadResponse) {
+				t.Fatalf("err = %v, want ErrBadResponse", err)
+			}
+		})
+	}
+}
+
+func TestRedirectNotFollowed(t *testing.T) {
+	t.Parallel()
+	other := newFakePVE(t, versionHandler)
+	srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/api2/json/version", http.StatusFound)
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	if _, err := c.Version(context.Background()); StatusCode(err) != 302 {
+		t.Fatalf("err = %v, want the 302 as an error", err)
+	}
+	if other.total() != 0 {
+		t.Error("the redirect was followed")
+	}
+}
+
+func TestInvalidArgumentsSendNothing(t *testing.T) {
+	t.Parallel()
+	srv := newFakePVE(t, versionHandler)
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	ctx := context.Background()
+	seven := -7
+	calls := map[string]error{}
+	_, calls["VMStatus node"] = c.VMStatus(ctx, "pve1/..", 100)
+	_, calls["VMStatus vmid"] = c.VMStatus(ctx, "pve1", 99)
+	_, calls["StartVM"] = c.StartVM(ctx, "%2e%2e", 100, StartOptions{})
+	_, calls["StopVM timeout"] = c.StopVM(ctx, "pve1", 100, StopOptions{Timeout: &seven})
+	_, calls["MigrateVM target"] = c.MigrateVM(ctx, "pve1", 100, MigrateOptions{Target: "pve2/../x"})
+	_, calls["MigrateVM no target"] = c.MigrateVM(ctx, "pve1", 100, MigrateOptions{})
+	_, calls["MigratePrecheck"] = c.MigratePrecheck(ctx, "pve1", 100, "a b")
+	_, calls["Resources"] = c.Resources(ctx, "qemu&x=1")
+	_, calls["TaskStatus"] = c.TaskStatus(ctx, UPID{Node: "pve1"})
+	_, _, calls["TaskLog"] = c.TaskLog(ctx, UPID{}, 0, 0)
+	_, calls["NodeTasks source"] = c.NodeTasks(ctx, "pve1", TaskListOptions{Source: "everything"})
+	_, calls["NodeTasks vmid"] = c.NodeTasks(ctx, "pve1", TaskListOptions{VMID: 5})
+	_, calls["NodeTasks filter"] = c.NodeTasks(ctx, "pve1", TaskListOptions{TypeFilter: "a\nb"})
+	calls["StopTask"] = c.StopTask(ctx, UPID{})
+	for name, err := range calls {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if srv.total() != 0 {
+		t.Errorf("PVE received %d requests", srv.total())
+	}
+}

@@ -1,0 +1,232 @@
+package pve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// StartOptions are the optional parameters of status/start.
+type StartOptions struct {
+	Timeout *int // seconds to wait for the start; PVE's default is max(30, memory in GiB)
+}
+
+// ShutdownOptions are the optional parameters of status/shutdown.
+type ShutdownOptions struct {
+	Timeout   *int // seconds to wait for the guest; PVE's default is 60 (or the VM's startup down=)
+	ForceStop bool // stop the VM if it has not shut down when the timeout ends
+}
+
+// StopOptions are the optional parameters of status/stop.
+type StopOptions struct {
+	Timeout          *int // seconds to wait after QMP quit before SIGTERM
+	OverruleShutdown bool // abort running qmshutdown tasks first (PVE ≥ 8.1; not for HA VMs)
+}
+
+// RebootOptions are the optional parameters of status/reboot.
+type RebootOptions struct {
+	Timeout *int // seconds to wait for the shutdown half
+}
+
+// MigrateOptions are the parameters of POST migrate.
+type MigrateOptions struct {
+	Target         string // required
+	Online         bool   // live migration of a running VM
+	WithLocalDisks bool
+	TargetStorage  string // storage map "src:dst,..." or one storage id
+	BWLimit        *int   // KiB/s
+}
+
+// taskTypes are the task types PVE starts for each write (HA-managed VMs get
+// the ha* stand-in tasks).
+var (
+	typesStart    = []string{"qmstart", "hastart"}
+	typesShutdown = []string{"qmshutdown", "hastop"}
+	typesStop     = []string{"qmstop", "hastop"}
+	typesReboot   = []string{"qmreboot"}
+	typesMigrate  = []string{"qmigrate", "hamigrate"}
+)
+
+// StartVM starts VM vmid on node and returns the UPID of PVE's task. Whether
+// the VM really started is the task's result (PVE checks almost nothing
+// before it answers). Like every write it is never repeated.
+func (c *Client) StartVM(ctx context.Context, node string, vmid int, o StartOptions) (UPID, error) {
+	f := url.Values{}
+	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
+		return UPID{}, err
+	}
+	return c.startTask(ctx, node, vmid, "status/start", f, typesStart)
+}
+
+// ShutdownVM asks the guest to shut down (ACPI or guest agent).
+func (c *Client) ShutdownVM(ctx context.Context, node string, vmid int, o ShutdownOptions) (UPID, error) {
+	f := url.Values{}
+	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
+		return UPID{}, err
+	}
+	putBool(f, "forceStop", o.ForceStop)
+	return c.startTask(ctx, node, vmid, "status/shutdown", f, typesShutdown)
+}
+
+// StopVM powers the VM off at once.
+func (c *Client) StopVM(ctx context.Context, node string, vmid int, o StopOptions) (UPID, error) {
+	f := url.Values{}
+	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
+		return UPID{}, err
+	}
+	putBool(f, "overrule-shutdown", o.OverruleShutdown)
+	return c.startTask(ctx, node, vmid, "status/stop", f, typesStop)
+}
+
+// RebootVM shuts the guest down and starts it again (the start is a separate
+// qmstart task by root@pam).
+func (c *Client) RebootVM(ctx context.Context, node string, vmid int, o RebootOptions) (UPID, error) {
+	f := url.Values{}
+	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
+		return UPID{}, err
+	}
+	return c.startTask(ctx, node, vmid, "status/reboot", f, typesReboot)
+}
+
+// MigrateVM migrates VM vmid from node to o.Target.
+func (c *Client) MigrateVM(ctx context.Context, node string, vmid int, o MigrateOptions) (UPID, error) {
+	if err := checkNode("target", o.Target); err != nil {
+		return UPID{}, fmt.Errorf("pve: %w", err)
+	}
+	f := url.Values{"target": {o.Target}}
+	putBool(f, "online", o.Online)
+	putBool(f, "with-local-disks", o.WithLocalDisks)
+	if o.TargetStorage != "" {
+		if len(o.TargetStorage) > 1024 || !upidText(o.TargetStorage) {
+			return UPID{}, fmt.Errorf("pve: %w: target storage %q", ErrInvalidArgument, truncate(o.TargetStorage, 40))
+		}
+		f.Set("targetstorage", o.TargetStorage)
+	}
+	if err := putSeconds(f, "bwlimit", o.BWLimit); err != nil {
+		return UPID{}, err
+	}
+	return c.startTask(ctx, node, vmid, "migrate", f, typesMigrate)
+}
+
+// putBool sends a boolean the only way PVE's schema accepts in a form: 0 or 1.
+// Only true values are sent; false is every parameter's default.
+func putBool(f url.Values, name string, v bool) {
+	if v {
+		f.Set(name, "1")
+	}
+}
+
+func putSeconds(f url.Values, name string, v *int) error {
+	if v == nil {
+		return nil
+	}
+	if *v < 0 {
+		return fmt.Errorf("pve: %w: %s %d is negative", ErrInvalidArgument, name, *v)
+	}
+	f.Set(name, strconv.Itoa(*v))
+	return nil
+}
+
+// lookupWindow is how far before the write the task list is searched after an
+// ambiguous write: room for clock skew between vmgate and the node.
+const lookupWindow = 10 * time.Second
+
+// startTask POSTs a VM action and returns the UPID PVE answers with, after
+// checking it is a task of that kind, for that VM, on that node.
+func (c *Client) startTask(ctx context.Context, node string, vmid int, action string, form url.Values, types []string) (UPID, error) {
+	p, err := vmPath(node, vmid, action)
+	if err != nil {
+		return UPID{}, fmt.Errorf("pve: %w", err)
+	}
+	started := c.now()
+	res, err := c.do(ctx, call{method: http.MethodPost, path: p, form: form, limit: limitDefault})
+	var amb *ambiguity
+	if errors.As(err, &amb) {
+		return c.findTask(ctx, amb, p, node, vmid, types, started)
+	}
+	if err != nil {
+		return UPID{}, err
+	}
+	var text flexString
+	if err := decodeData(res.data, &text); err != nil {
+		return UPID{}, fmt.Errorf("pve: POST %s at %s: %w: no UPID: %v", p, res.ep.base, ErrBadResponse, err)
+	}
+	u, err := c.checkTaskUPID(string(text), node, vmid, types)
+	if err != nil {
+		return UPID{}, fmt.Errorf("pve: POST %s at %s: %w: %v", p, res.ep.base, ErrBadResponse, err)
+	}
+	c.recent.add(u)
+	return u, nil
+}
+
+// checkTaskUPID validates a UPID PVE handed back for a VM write.
+func (c *Client) checkTaskUPID(text, node string, vmid int, types []string) (UPID, error) {
+	u, err := ParseUPID(text)
+	if err != nil {
+		return UPID{}, err
+	}
+	if u.Node != node {
+		return UPID{}, fmt.Errorf("task %s runs on node %s, not %s", u, u.Node, node)
+	}
+	if u.ID != vmidText(vmid) {
+		return UPID{}, fmt.Errorf("task %s is about %q, not VM %d", u, u.ID, vmid)
+	}
+	if !contains(types, u.Type) {
+		return UPID{}, fmt.Errorf("task %s is a %s task, want one of %v", u, u.Type, types)
+	}
+	if u.User != c.tokenID {
+		// Not proof of anything wrong (PVE could spell the id differently), so
+		// only noted.
+		c.log.Warn("pve: task started under another user than the token", "upid", u.String(), "token", c.tokenID)
+	}
+	return u, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// findTask looks for the task an ambiguous write may have started: the node's
+// task list (active and archived) filtered by VM, our token and start time.
+// Exactly one unknown match is returned as the write's UPID. The lookup gets
+// its own deadline, even when the write's context has ended: knowing whether
+// a task started matters most then.
+func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node string, vmid int, types []string, started time.Time) (UPID, error) {
+	aerr := &AmbiguousError{Method: http.MethodPost, Path: p.escaped, Endpoint: amb.ep.base, Node: node, VMID: vmid, Err: amb.cause}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.timeout, 15*time.Second))
+	defer cancel()
+	since := started.Add(-lookupWindow)
+	list, err := c.NodeTasks(lctx, node, TaskListOptions{
+		Source: "all", VMID: vmid, UserFilter: tokenUser(c.tokenID), Since: since, Limit: 100,
+	})
+	if err != nil {
+		aerr.LookupErr = err
+		c.log.Warn("pve: write outcome unknown and task list unreadable", "path", p.escaped, "err", err)
+		return UPID{}, aerr
+	}
+	for _, t := range list {
+		u := t.UPID
+		if u.Node != node || u.ID != vmidText(vmid) || u.User != c.tokenID || !contains(types, u.Type) ||
+			u.StartTime.Before(since.Truncate(time.Second)) || c.recent.has(u) {
+			continue
+		}
+		aerr.Candidates = append(aerr.Candidates, u)
+	}
+	if len(aerr.Candidates) == 1 {
+		u := aerr.Candidates[0]
+		c.recent.add(u)
+		c.log.Warn("pve: write outcome was unknown; found its task", "path", p.escaped, "upid", u.String(), "cause", amb.cause)
+		return u, nil
+	}
+	c.log.Warn("pve: write outcome unknown", "path", p.escaped, "candidates", len(aerr.Candidates), "cause", amb.cause)
+	return UPID{}, aerr
+}
