@@ -12,7 +12,7 @@ import (
 )
 
 // newTestService returns a fleet on a fresh SQLite store.
-func newTestService(t *testing.T) (*Service, store.Store) {
+func newTestService(t testing.TB) (*Service, store.Store) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))

@@ -1,0 +1,426 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+const (
+	simTokenID = "vmgate@pve!gw"
+	simSecret  = "0f3b2c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+)
+
+// sim is an emulated 3-node cluster served over HTTPS, each node on its own
+// loopback address with its own certificate.
+type sim struct {
+	c   *pvesim.Cluster
+	srv *pvesim.Server
+	eps []pvesim.Endpoint // pve1, pve2, pve3
+}
+
+// newSim starts a cluster with VMs 100 (pve1, running), 101 (pve1, stopped, tagged),
+// 102 (pve2, HA) and extra further VMs spread over the nodes from vmid 1000 on.
+func newSim(t testing.TB, extra int, tok pvesim.TokenOptions) *sim {
+	t.Helper()
+	c := pvesim.New(pvesim.Options{Speed: 1000, ClusterName: "sim"})
+	for i := 1; i <= 3; i++ {
+		if err := c.AddNode(pvesim.NodeSpec{Name: fmt.Sprintf("pve%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vms := []pvesim.VMSpec{
+		{VMID: 100, Node: "pve1", Name: "web1", Running: true},
+		{VMID: 101, Node: "pve1", Name: "db1", Tags: "prod;db"},
+		{VMID: 102, Node: "pve2", Name: "ha1", Running: true, HA: true},
+	}
+	for i := range extra {
+		vms = append(vms, pvesim.VMSpec{VMID: 1000 + i, Node: fmt.Sprintf("pve%d", i%3+1), Running: i%2 == 0, Tags: "bulk"})
+	}
+	for _, v := range vms {
+		if err := c.AddVM(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.AddToken(simTokenID, simSecret, tok); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := c.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); srv.Close() })
+	return &sim{c: c, srv: srv, eps: srv.Endpoints()}
+}
+
+// requests counts every request the emulator received.
+func (s *sim) requests() int {
+	n := 0
+	for _, rt := range pvesim.Routes() {
+		n += s.c.Requests(rt.Method, rt.Path)
+	}
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		n += s.c.Requests(m, "(unknown)")
+	}
+	return n
+}
+
+func (s *sim) spec(name string) ClusterSpec {
+	return ClusterSpec{Name: name, Endpoints: []string{s.eps[0].URL}, TokenID: simTokenID, TokenSecret: simSecret,
+		TLSFingerprint: s.eps[0].Fingerprint}
+}
+
+func register(t testing.TB, svc *Service, spec ClusterSpec) store.Cluster {
+	t.Helper()
+	c, err := svc.Register(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRegisterLearnsEveryNode(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	svc, st := newTestService(t)
+	spec := s.spec("sim")
+	spec.TLSFingerprint = strings.ToLower(spec.TLSFingerprint)
+	c := register(t, svc, spec)
+
+	if len(c.Endpoints) != 3 {
+		t.Fatalf("learned %d endpoints: %+v", len(c.Endpoints), c.Endpoints)
+	}
+	for i, e := range c.Endpoints {
+		want := s.eps[i]
+		if e.URL != want.URL || e.Node != want.Node || e.Fingerprint != want.Fingerprint {
+			t.Errorf("endpoint %d = %+v, want %s %s %s", i, e, want.URL, want.Node, want.Fingerprint)
+		}
+	}
+	stored, err := st.ClusterByID(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.TokenSecretSealed) == 0 || bytes.Contains(stored.TokenSecretSealed, []byte(simSecret)) {
+		t.Fatalf("sealed secret %q holds the secret in clear", stored.TokenSecretSealed)
+	}
+	if secret, err := svc.sealer.open(stored.TokenSecretSealed, simTokenID); err != nil || secret != simSecret {
+		t.Fatalf("sealed secret opens to %q, %v", secret, err)
+	}
+	other, _ := newSealer(bytes.Repeat([]byte{9}, KeySize))
+	if _, err := other.open(stored.TokenSecretSealed, simTokenID); err == nil {
+		t.Fatal("a wrong key opened the stored secret")
+	}
+
+	// Through pve2, the given endpoint comes first and the others follow by name.
+	spec = s.spec("via-pve2")
+	spec.Endpoints, spec.TLSFingerprint = []string{s.eps[1].URL}, s.eps[1].Fingerprint
+	c2 := register(t, svc, spec)
+	var order []string
+	for _, e := range c2.Endpoints {
+		order = append(order, e.Node)
+	}
+	if strings.Join(order, ",") != "pve2,pve1,pve3" {
+		t.Fatalf("order %v", order)
+	}
+}
+
+func TestRegisterNamesWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	noAudit := newSim(t, 0, pvesim.TokenOptions{NoSysAudit: true})
+	svc, _ := newTestService(t)
+
+	// A port nothing listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "https://" + ln.Addr().String()
+	ln.Close()
+
+	cases := []struct {
+		name   string
+		mod    func(*ClusterSpec)
+		reason string
+		says   []string
+	}{
+		{"wrong fingerprint", func(sp *ClusterSpec) { sp.TLSFingerprint = s.eps[1].Fingerprint },
+			ReasonTLSMismatch, []string{s.eps[0].URL, s.eps[1].Fingerprint, s.eps[0].Fingerprint}},
+		{"wrong secret", func(sp *ClusterSpec) { sp.TokenSecret = "0f3b2c4d-5e6f-4a7b-8c9d-000000000000" },
+			ReasonTokenRejected, []string{s.eps[0].URL, simTokenID, "401"}},
+		{"unknown token", func(sp *ClusterSpec) { sp.TokenID = "nobody@pve!gw" },
+			ReasonTokenRejected, []string{"nobody@pve!gw"}},
+		{"unreachable", func(sp *ClusterSpec) { sp.Endpoints = []string{closed} },
+			ReasonUnreachable, []string{closed, "refused"}},
+		{"missing permission", func(sp *ClusterSpec) {
+			sp.Endpoints, sp.TLSFingerprint = []string{noAudit.eps[0].URL}, noAudit.eps[0].Fingerprint
+		}, ReasonPermissionMissing, []string{"Sys.Audit"}},
+		{"CA that did not sign it", func(sp *ClusterSpec) { sp.TLSFingerprint, sp.CACert = "", string(s.eps[1].CertPEM) },
+			ReasonTLSMismatch, []string{s.eps[0].URL, "caCert"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := s.spec("bad")
+			c.mod(&spec)
+			_, err := svc.Register(context.Background(), spec)
+			e, ok := errs.As(err)
+			if !ok || e.Kind != errs.Invalid || e.Reason != c.reason {
+				t.Fatalf("err = %v (%+v), want Invalid/%s", err, e, c.reason)
+			}
+			for _, w := range c.says {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("message %q does not say %q", e.Message, w)
+				}
+			}
+			if strings.Contains(e.Message, simSecret) {
+				t.Fatal("the message holds the secret")
+			}
+		})
+	}
+	if cs, _ := svc.List(context.Background()); len(cs) != 0 {
+		t.Fatalf("failed registrations stored clusters: %+v", cs)
+	}
+
+	// A later endpoint that works is enough; the dead one stays first as given.
+	spec := s.spec("second-works")
+	spec.Endpoints = []string{closed, s.eps[0].URL}
+	c := register(t, svc, spec)
+	if c.Endpoints[0].URL != closed || c.Endpoints[1].Node != "pve1" || len(c.Endpoints) != 4 {
+		t.Fatalf("endpoints %+v", c.Endpoints)
+	}
+}
+
+func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	svc, _ := newTestService(t)
+	ctx := context.Background()
+	c := register(t, svc, s.spec("sim"))
+
+	if _, err := svc.Nodes(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.SetNodeOnline("pve1", false); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := svc.Nodes(ctx, c.ID)
+	if err != nil {
+		t.Fatalf("no failover: %v", err)
+	}
+	status := map[string]string{}
+	for _, n := range nodes {
+		status[n.Node] = n.Status
+	}
+	if status["pve1"] != "offline" || status["pve2"] != "online" {
+		t.Fatalf("nodes %+v", nodes)
+	}
+	cl, err := svc.Client(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := cl.Stats(); st.Failovers == 0 {
+		t.Fatalf("stats %+v: no failover counted", st)
+	}
+	// A VM on the offline node: PVE cannot reach the node (595).
+	_, err = svc.VMStatus(ctx, c.ID, "pve1", 100)
+	if e, ok := errs.As(err); !ok || e.Kind != errs.Conflict || e.Reason != "node_offline" {
+		t.Fatalf("VM on an offline node: %v", err)
+	}
+	// Every node down: the cluster is unavailable.
+	s.c.SetNodeOnline("pve2", false)
+	s.c.SetNodeOnline("pve3", false)
+	if _, err := svc.Nodes(ctx, c.ID); errs.KindOf(err) != errs.Unavailable {
+		t.Fatalf("all nodes down: %v", err)
+	}
+}
+
+func TestInventory(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	svc, _ := newTestService(t)
+	ctx := context.Background()
+	c := register(t, svc, s.spec("sim"))
+
+	vms, err := svc.VMs(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vms) != 3 || vms[0].VMID != 100 || vms[1].Name != "db1" || strings.Join(vms[1].Tags, ",") != "prod,db" ||
+		vms[2].HAState != "started" || vms[0].Tags == nil || vms[0].Node != "pve1" || vms[0].MaxMem == 0 {
+		t.Fatalf("vms %+v", vms)
+	}
+	st, err := svc.VMStatus(ctx, c.ID, "pve2", 102)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "running" || st.Name != "ha1" || !st.HA.Managed || st.Node != "pve2" || st.VMID != 102 {
+		t.Fatalf("status %+v", st)
+	}
+	_, err = svc.VMStatus(ctx, c.ID, "pve2", 100)
+	if e, ok := errs.As(err); !ok || e.Kind != errs.NotFound || !strings.Contains(e.Message, "it is on node pve1") {
+		t.Fatalf("VM on another node: %v", err)
+	}
+	_, err = svc.VMStatus(ctx, c.ID, "pve2", 4242)
+	if e, ok := errs.As(err); !ok || e.Kind != errs.NotFound || !strings.Contains(e.Message, "not found") {
+		t.Fatalf("missing VM: %v", err)
+	}
+	views, err := svc.Clusters(ctx, Actor{UserID: 1, Role: store.RoleAdmin})
+	if err != nil || len(views) != 1 || views[0].Status != StatusOnline {
+		t.Fatalf("clusters %+v, %v", views, err)
+	}
+}
+
+func TestClientIsCachedRebuiltAndDropped(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	svc, _ := newTestService(t)
+	ctx := context.Background()
+	c := register(t, svc, s.spec("sim"))
+
+	a, err := svc.Client(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := svc.Client(ctx, c.ID); b != a {
+		t.Fatal("a second Client call built another client")
+	}
+	name := "renamed"
+	if _, err := svc.Update(ctx, c.ID, ClusterPatch{Name: &name}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := svc.Client(ctx, c.ID); b != a {
+		t.Fatal("a rename rebuilt the client")
+	}
+	before := s.requests()
+	eps := []string{s.eps[1].URL}
+	u, err := svc.Update(ctx, c.ID, ClusterPatch{Endpoints: &eps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.requests() == before {
+		t.Fatal("an endpoint change did not reconnect")
+	}
+	if u.Endpoints[0].URL != s.eps[1].URL || u.Endpoints[0].Fingerprint != s.eps[1].Fingerprint || len(u.Endpoints) != 3 {
+		t.Fatalf("re-learned %+v", u.Endpoints)
+	}
+	b, err := svc.Client(ctx, c.ID)
+	if err != nil || b == a {
+		t.Fatalf("an endpoint change kept the client (%v)", err)
+	}
+	if err := svc.Delete(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Client(ctx, c.ID); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("client of a deleted cluster: %v", err)
+	}
+	if svc.cached(c.ID) != nil {
+		t.Fatal("the deleted cluster's client is still cached")
+	}
+}
+
+func TestUpdateChecksWhatChanges(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	svc, _ := newTestService(t)
+	ctx := context.Background()
+	c := register(t, svc, s.spec("sim"))
+	register(t, svc, s.spec("other"))
+
+	bad := "0f3b2c4d-5e6f-4a7b-8c9d-000000000000"
+	if _, err := svc.Update(ctx, c.ID, ClusterPatch{TokenSecret: &bad}); errs.KindOf(err) != errs.Invalid {
+		t.Fatalf("a wrong secret was accepted: %v", err)
+	}
+	taken := "other"
+	if _, err := svc.Update(ctx, c.ID, ClusterPatch{Name: &taken}); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("a taken name: %v", err)
+	}
+	no := false
+	if _, err := svc.Update(ctx, c.ID, ClusterPatch{InsecureSkipVerify: &no}); errs.KindOf(err) != errs.Invalid {
+		t.Fatalf("a patch leaving no trust setting: %v", err)
+	}
+	ca := string(s.eps[0].CertPEM)
+	u, err := svc.Update(ctx, c.ID, ClusterPatch{CACert: &ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if TrustOf(u) != TrustCA || u.Endpoints[0].Fingerprint != "" {
+		t.Fatalf("after switching to a CA: %+v", u)
+	}
+	good := simSecret
+	if _, err := svc.Update(ctx, c.ID, ClusterPatch{TokenSecret: &good}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Update(ctx, 999, ClusterPatch{Name: &taken}); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("a missing cluster: %v", err)
+	}
+}
+
+// TestConnectionReuse is the figure DESIGN §5 asks for: new upstream connections
+// per 1 000 inventory reads through one cluster's client.
+func TestConnectionReuse(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	svc, _ := newTestService(t)
+	ctx := context.Background()
+	c := register(t, svc, s.spec("sim"))
+	cl, err := svc.Client(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cl.Stats()
+	const reads = 1000
+	for i := range reads {
+		switch i % 3 {
+		case 0:
+			_, err = svc.Nodes(ctx, c.ID)
+		case 1:
+			_, err = svc.VMs(ctx, c.ID)
+		default:
+			_, err = svc.VMStatus(ctx, c.ID, "pve1", 100)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := cl.Stats()
+	requests := after.Requests - before.Requests
+	conns := after.NewConns - before.NewConns
+	closes := after.ServerCloses - before.ServerCloses
+	t.Logf("%d inventory reads: %d upstream requests, %d new connections, %d closed by the server", reads, requests, conns, closes)
+	if requests != reads {
+		t.Fatalf("%d upstream requests for %d reads", requests, reads)
+	}
+	// A new connection only where the server closed the last one (PVE closes after
+	// every 100th request), plus the first.
+	if conns > closes+1 {
+		t.Fatalf("%d new connections for %d server closes: connections are not reused", conns, closes)
+	}
+}
+
+// BenchmarkVMList10k measures the VM list of a 10 000-VM cluster on the emulator
+// over HTTPS: one /cluster/resources?type=vm read, decoding and sorting.
+func BenchmarkVMList10k(b *testing.B) {
+	s := newSim(b, 10000-3, pvesim.TokenOptions{})
+	svc, _ := newTestService(b)
+	ctx := context.Background()
+	c := register(b, svc, s.spec("sim"))
+	vms, err := svc.VMs(ctx, c.ID)
+	if err != nil || len(vms) != 10000 {
+		b.Fatalf("%d VMs, %v", len(vms), err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := svc.VMs(ctx, c.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
