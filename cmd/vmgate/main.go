@@ -12,8 +12,8 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// cli is the whole command tree. Every flag of the server has a VMGATE_* variable.
-type cli struct {
+// commandLine is the whole command tree. Every flag of the server has a VMGATE_* variable.
+type commandLine struct {
 	Server  serverCmd  `cmd:"" help:"Run the vmgate server."`
 	Admin   adminCmd   `cmd:"" help:"Administer the database directly (bootstrap)."`
 	Pvesim  pvesimCmd  `cmd:"" help:"Serve an emulated Proxmox VE cluster."`
@@ -29,7 +29,7 @@ func (versionCmd) Run() error {
 }
 
 func main() {
-	var c cli
+	var c commandLine
 	ctx := kong.Parse(&c,
 		kong.Name("vmgate"),
 		kong.Description("One front door to many Proxmox VE clusters."),

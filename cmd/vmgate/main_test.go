@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/cli"
+)
+
+// binary is the vmgate binary the end-to-end tests run, built once by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vmgate-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "vmgate")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		panic("build vmgate: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running vmgate process with its output captured.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stdout []string
+	stderr strings.Builder
+	lines  chan string
+	done   chan struct{}
+}
+
+// start runs the binary with args and env, and returns once it is running.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, lines: make(chan string, 100), done: make(chan struct{})}
+	cmd.Stderr = &lockedWriter{p: p}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.stdout = append(p.stdout, sc.Text())
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			waitOrKill(cmd, 10*time.Second)
+		}
+	})
+	return p
+}
+
+type lockedWriter struct{ p *proc }
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.stderr.Write(b)
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func waitOrKill(cmd *exec.Cmd, d time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(d):
+		cmd.Process.Kill()
+		return <-errc
+	}
+}
+
+// line waits for the next stdout line matching re.
+func (p *proc) line(t *testing.T, re *regexp.Regexp) []string {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case l := <-p.lines:
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		case <-p.done:
+			t.Fatalf("process ended before printing %v; stderr:\n%s", re, p.log())
+		case <-deadline:
+			t.Fatalf("no line matching %v; stderr:\n%s", re, p.log())
+		}
+	}
+}
+
+var listening = regexp.MustCompile(`^vmgate listening on (http://\S+)$`)
+
+// jwtPattern finds anything shaped like a JWT in a log.
+var jwtPattern = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
+
+func status(err error) int {
+	var ae *cli.APIError
+	if errors.As(err, &ae) {
+		return ae.Status
+	}
+	return 0
+}
+
+// TestTokenLifecycleOnRealBinary walks login → refresh → old token rejected →
+// logout → new token rejected against `vmgate server --dev` on a free port, then
+// greps the captured server log for tokens and the password (SECURITY.md 17).
+func TestTokenLifecycleOnRealBinary(t *testing.T) {
+	const pw = "e2e correct horse battery"
+	p := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
+	base := p.line(t, listening)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c := cli.NewClient(base, "")
+	t0, err := c.Login(ctx, "admin@vmgate.local", pw)
+	if err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+		t.Fatalf("me with the first token: %v", err)
+	}
+	t1, err := c.Refresh(ctx)
+	if err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	old := cli.NewClient(base, t0.Token)
+	if _, err := old.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
+		t.Fatalf("old token after refresh: got %v, want 401", err)
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/pve/clusters/1/vms", nil, nil, nil); err != nil {
+		t.Fatalf("VM list with the new token: %v", err)
+	}
+	if err := c.Logout(ctx); err != nil {
+		t.Fatalf("logout: %v", err)
+	}
+	now := cli.NewClient(base, t1.Token)
+	if _, err := now.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
+		t.Fatalf("new token after logout: got %v, want 401", err)
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := waitOrKill(p.cmd, 20*time.Second); err != nil {
+		t.Errorf("graceful shutdown: %v", err)
+	}
+	logs := p.log()
+	if !strings.Contains(logs, `"msg":"request"`) {
+		t.Fatalf("the server log has no request lines:\n%s", logs)
+	}
+	if m := jwtPattern.FindString(logs); m != "" {
+		t.Errorf("the server log contains a token: %s", m)
+	}
+	if strings.Contains(logs, pw) {
+		t.Error("the server log contains the password")
+	}
+}
+
+// simInfo is the first line `vmgate pvesim` prints.
+type simInfo struct {
+	URL         string `json:"url"`
+	Fingerprint string `json:"fingerprint"`
+	Token       string `json:"token"`
+}
+
+// TestKill9DuringMigration starts an emulated cluster in its own process, a vmgate
+// server on a kept database, registers the cluster, starts a live migration, kills
+// vmgate with SIGKILL and starts it again: the task query must show the migration's
+// real end, learnt from PVE after the restart.
+func TestKill9DuringMigration(t *testing.T) {
+	sim := start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", "4", "--auth-delay", "0s")
+	var info simInfo
+	first := sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]
+	if err := json.Unmarshal([]byte(first), &info); err != nil {
+		t.Fatalf("pvesim's first line %q: %v", first, err)
+	}
+
+	dir := t.TempDir()
+	const pw = "kill nine recovery pass"
+	create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "ops@example.com", "--role", "admin", "--password-stdin")
+	create.Stdin = strings.NewReader(pw + "\n")
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("admin user create: %v\n%s", err, out)
+	}
+
+	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	c := cli.NewClient(base, "")
+	if _, err := c.Login(ctx, "ops@example.com", pw); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	tokenID, secret, _ := strings.Cut(info.Token, "=")
+	var cl struct {
+		ID int64 `json:"id"`
+	}
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{
+		"name": "lab", "endpoints": []string{info.URL}, "tokenId": tokenID, "tokenSecret": secret,
+		"tlsFingerprint": info.Fingerprint,
+	}, &cl); err != nil {
+		t.Fatalf("register the cluster: %v", err)
+	}
+	upid, err := c.Migrate(ctx, cl.ID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if tk, err := c.Task(ctx, upid, 0, 0); err != nil || tk.Status != "running" {
+		t.Fatalf("task right after the start: %+v %v", tk, err)
+	}
+
+	srv.cmd.Process.Kill()
+	srv.cmd.Wait()
+
+	srv2 := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	c.BaseURL = srv2.line(t, listening)[1]
+	var tk cli.Task
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+		tk, err = c.Task(ctx, upid, 0, 10)
+		if err != nil {
+			t.Fatalf("task after restart: %v\n%s", err, srv2.log())
+		}
+		if tk.Status == "stopped" {
+			break
+		}
+	}
+	if tk.Status != "stopped" || tk.Result != "ok" {
+		t.Fatalf("after kill -9 and restart the migration reads %+v, want stopped/ok", tk)
+	}
+	if tk.Progress == nil || tk.Progress.Percent != 100 {
+		t.Errorf("progress of the finished migration: %+v, want 100%%", tk.Progress)
+	}
+	var vm struct {
+		Node string `json:"node"`
+	}
+	if _, err := c.Do(ctx, http.MethodGet, cli.VMPath(cl.ID, "pve2", 100), nil, nil, &vm); err != nil || vm.Node != "pve2" {
+		t.Errorf("VM 100 after the migration: %+v %v, want on pve2", vm, err)
+	}
+}
+

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmgate/vmgate/api"
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// serverCmd runs vmgate. Every flag has a VMGATE_* environment variable.
+type serverCmd struct {
+	Listen         string        `default:"127.0.0.1:8080" env:"VMGATE_LISTEN" help:"Address to listen on (host:port; port 0 picks a free one)."`
+	Database       string        `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
+	DataDir        string        `env:"VMGATE_DATA_DIR" help:"Directory for the SQLite database and the secret key (default: current directory; in dev mode a fresh temporary one)."`
+	SecretKeyFile  string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets; created 0600 if absent (default: <data-dir>/vmgate.key)."`
+	TokenTTL       time.Duration `default:"1h" env:"VMGATE_TOKEN_TTL" help:"Lifetime of an access token."`
+	SessionMax     time.Duration `default:"24h" env:"VMGATE_SESSION_MAX" help:"Longest life of a session from login."`
+	TrustedProxies []string      `env:"VMGATE_TRUSTED_PROXIES" help:"Addresses or CIDRs whose X-Forwarded-For is believed."`
+	LogFormat      string        `default:"text" enum:"text,json" env:"VMGATE_LOG_FORMAT" help:"Log format: text or json."`
+	LogLevel       string        `default:"info" enum:"debug,info,warn,error" env:"VMGATE_LOG_LEVEL" help:"Log level."`
+	Dev            bool          `env:"VMGATE_DEV" help:"Development mode: an embedded emulated PVE cluster and a fresh database."`
+	DevSpeed       float64       `default:"1" env:"VMGATE_DEV_SPEED" help:"Dev mode: the emulator's time multiplier (1: a live migration of VM 100 takes about 20 s)."`
+
+	devPassword      string // the dev admin's password, when this start created the admin
+	devPasswordShown bool   // the password was generated, so it must be printed
+}
+
+func (c *serverCmd) logger(out io.Writer) *slog.Logger {
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(out, opts))
+	}
+	return slog.New(slog.NewTextHandler(out, opts))
+}
+
+// paths resolves the data directory, the database and the key file.
+func (c *serverCmd) paths() (cleanup func(), err error) {
+	cleanup = func() {}
+	if c.DataDir == "" {
+		if c.Dev {
+			dir, err := os.MkdirTemp("", "vmgate-dev-")
+			if err != nil {
+				return cleanup, err
+			}
+			c.DataDir = dir
+			cleanup = func() { os.RemoveAll(dir) }
+		} else {
+			c.DataDir = "."
+		}
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return cleanup, err
+	}
+	if c.Database == "" {
+		abs, err := filepath.Abs(filepath.Join(c.DataDir, "vmgate.db"))
+		if err != nil {
+			return cleanup, err
+		}
+		c.Database = "sqlite://" + abs
+	}
+	if c.SecretKeyFile == "" {
+		c.SecretKeyFile = filepath.Join(c.DataDir, "vmgate.key")
+	}
+	return cleanup, nil
+}
+
+// openAPIJSON converts the embedded OpenAPI YAML to JSON once at start.
+func openAPIJSON() ([]byte, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPIYAML)
+	if err != nil {
+		return nil, fmt.Errorf("load api/openapi.yaml: %w", err)
+	}
+	return json.Marshal(doc)
+}
+
+// app is a composed vmgate: everything the server command starts and stops.
+type app struct {
+	store    store.Store
+	accounts *auth.Service
+	fleet    *fleet.Service
+	vms      *vmops.Service
+	handler  *httpapi.Server
+}
+
+func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
+	st, err := store.Open(ctx, c.Database)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	a := &app{store: st}
+	key, err := fleet.LoadOrCreateKey(c.SecretKeyFile)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	audit := func(ctx context.Context, rec store.AuditRecord) {
+		if _, err := st.AppendAudit(context.WithoutCancel(ctx), rec); err != nil {
+			log.Error("audit write failed", "action", rec.Action, "error", err)
+		}
+	}
+	var srv *httpapi.Server
+	a.accounts, err = auth.New(ctx, st, auth.Config{
+		Issuer:     "vmgate",
+		Audience:   "vmgate",
+		TokenTTL:   c.TokenTTL,
+		SessionMax: c.SessionMax,
+		Logger:     log,
+		Audit:      audit,
+		LoginOutcome: func(outcome string) {
+			if srv != nil {
+				srv.LoginOutcome(outcome)
+			}
+		},
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, SealKey: key, Logger: log, Audit: audit})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: audit})
+	spec, err := openAPIJSON()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	srv, err = httpapi.New(httpapi.Config{
+		Accounts: a.accounts, Store: st, Fleet: a.fleet, VMs: a.vms,
+		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.handler = srv
+	return a, nil
+}
+
+func (c *serverCmd) Run() error {
+	log := c.logger(os.Stderr)
+	cleanup, err := c.paths()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	a, err := c.compose(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer a.store.Close()
+
+	var sim *pvesim.Server
+	if c.Dev {
+		if sim, err = c.startDev(ctx, a, log); err != nil {
+			return err
+		}
+		defer sim.Close()
+	}
+
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	base := "http://" + ln.Addr().String()
+	// The first line on stdout says where vmgate listens; tests and scripts read it.
+	fmt.Printf("vmgate listening on %s\n", base)
+	if c.Dev {
+		c.printDevHelp(base)
+	}
+
+	bg, cancelBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{a.accounts.Run, a.vms.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(bg); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("background worker stopped", "error", err)
+			}
+		}()
+	}
+
+	hs := httpapi.NewHTTPServer(c.Listen, a.handler, log)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		log.Info("shutting down: draining requests")
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = hs.Shutdown(sctx)
+		cancel()
+	}
+	cancelBG()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+const devAdmin = "admin@vmgate.local"
+
+// devPassword returns $VMGATE_DEV_PASSWORD or a fresh random one.
+func devPassword() (string, bool) {
+	if p := os.Getenv("VMGATE_DEV_PASSWORD"); p != "" {
+		return p, false
+	}
+	var b [18]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:]), true
+}
+
+// startDev starts the embedded emulator, makes sure the dev admin exists and
+// registers the emulated cluster as cluster 1 "dev" through the same code path as
+// POST /api/v1/clusters (so its fingerprint is pinned).
+func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (*pvesim.Server, error) {
+	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed})
+	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		return nil, fmt.Errorf("start the emulated cluster: %w", err)
+	}
+	eps := srv.Endpoints()
+	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
+	spec := fleet.ClusterSpec{
+		Name: "dev", Endpoints: []string{eps[0].URL}, TokenID: tokenID, TokenSecret: secret,
+		TLSFingerprint: eps[0].Fingerprint,
+	}
+	existing, err := a.fleet.List(ctx)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	var cl store.Cluster
+	if len(existing) == 0 {
+		cl, err = a.fleet.Register(ctx, spec)
+	} else {
+		// A kept --data-dir: the emulator came up on a new port with new certificates.
+		cl, err = a.fleet.Update(ctx, existing[0].ID, fleet.ClusterPatch{
+			Endpoints: &spec.Endpoints, TokenID: &spec.TokenID, TokenSecret: &spec.TokenSecret,
+			TLSFingerprint: &spec.TLSFingerprint,
+		})
+	}
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("register the emulated cluster: %w", err)
+	}
+	pw, generated := devPassword()
+	if _, err := a.store.UserByEmail(ctx, devAdmin); errs.Is(err, errs.NotFound) {
+		if _, err := a.accounts.CreateUser(ctx, devAdmin, "Dev Admin", pw, store.RoleAdmin); err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("create the dev admin: %w", err)
+		}
+		c.devPassword, c.devPasswordShown = pw, generated
+	} else if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	log.Info("dev mode", "cluster", cl.ID, "emulator", eps[0].URL, "data_dir", c.DataDir)
+	return srv, nil
+}
+
+// printDevHelp tells a person how to start: the credentials and a first command.
+func (c *serverCmd) printDevHelp(base string) {
+	fmt.Printf("dev admin: %s\n", devAdmin)
+	switch {
+	case c.devPasswordShown:
+		fmt.Printf("dev password: %s\n", c.devPassword)
+	case c.devPassword != "":
+		fmt.Println("dev password: $VMGATE_DEV_PASSWORD")
+	default:
+		fmt.Println("dev password: unchanged (kept data dir)")
+	}
+	pw := "$VMGATE_DEV_PASSWORD"
+	if c.devPasswordShown {
+		pw = c.devPassword
+	}
+	fmt.Printf("try:\n  TOKEN=$(curl -s %s/api/v1/user/login -H 'Content-Type: application/json' -d \"{\\\"email\\\":\\\"%s\\\",\\\"password\\\":\\\"%s\\\"}\" | jq -r .data.token)\n", base, devAdmin, pw)
+	fmt.Printf("  curl -s -H \"Authorization: Bearer $TOKEN\" %s/api/v1/pve/clusters/1/vms | jq\n", base)
+}
