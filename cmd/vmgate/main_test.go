@@ -276,4 +276,3 @@ func TestKill9DuringMigration(t *testing.T) {
 		t.Errorf("VM 100 after the migration: %+v %v, want on pve2", vm, err)
 	}
 }
-
