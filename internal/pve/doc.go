@@ -2,9 +2,8 @@
 // standard library only. It knows PVE's wire protocol and nothing of vmgate
 // (no users, grants or HTTP status mapping); internal/vmops and internal/fleet
 // turn its errors into vmgate's. It shares no code with internal/pvesim: the
-// two are independent readings of PVE (the design notes' reference/pve-api.md),
-// so each
-// catches the other's mistakes.
+// two are independent readings of PVE (the design notes'
+// reference/pve-api.md), so each catches the other's mistakes.
 //
 // # One client per cluster
 //

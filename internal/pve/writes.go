@@ -101,7 +101,7 @@ func (c *Client) MigrateVM(ctx context.Context, node string, vmid int, o Migrate
 	putBool(f, "online", o.Online)
 	putBool(f, "with-local-disks", o.WithLocalDisks)
 	if o.TargetStorage != "" {
-		if len(o.TargetStorage) > 1024 || !upidText(o.TargetStorage) {
+		if len(o.TargetStorage) > 1024 || !storageMapSyntax(o.TargetStorage) {
 			return UPID{}, fmt.Errorf("pve: %w: target storage %q", ErrInvalidArgument, truncate(o.TargetStorage, 40))
 		}
 		f.Set("targetstorage", o.TargetStorage)
@@ -110,6 +110,18 @@ func (c *Client) MigrateVM(ctx context.Context, node string, vmid int, o Migrate
 		return UPID{}, err
 	}
 	return c.startTask(ctx, node, vmid, "migrate", f, typesMigrate)
+}
+
+// storageMapSyntax admits PVE's storage-pair-list ("src:dst,src2:dst2", one
+// storage id, or "1"): storage ids, colons and commas only.
+func storageMapSyntax(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':' || c == ',') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // putBool sends a boolean the only way PVE's schema accepts in a form: 0 or 1.
