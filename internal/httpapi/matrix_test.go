@@ -1,0 +1,404 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/time/rate"
+
+	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// This file holds the whole-stack test environment (real SQLite store, real auth,
+// real fleet, emulated clusters over HTTPS) and the authorization matrix of users ×
+// clusters × actions × roles (SECURITY.md 18, 19). The VM operations add their
+// routes to matrixActions.
+
+const (
+	envTokenID  = "vmgate@pve!gw"
+	envSecret   = "0f3b2c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+	envPassword = "correct-Horse-battery-staple-42"
+)
+
+// testEnv is a vmgate HTTP stack with emulated clusters behind it.
+type testEnv struct {
+	t      testing.TB
+	api    *Server
+	h      http.Handler // api, its answers checked against api/openapi.yaml
+	store  store.Store
+	auth   *auth.Service
+	fleet  *fleet.Service
+	sims   map[string]*envSim
+	users  map[string]store.User
+	tokens map[string]string // user name → bearer token
+}
+
+// envSim is one emulated 3-node cluster, registered in vmgate under its name.
+type envSim struct {
+	c   *pvesim.Cluster
+	srv *pvesim.Server
+	eps []pvesim.Endpoint // pve1, pve2, pve3
+	id  int64             // vmgate's cluster id
+}
+
+// newTestEnv builds the stack. Extra VMs configures the fleet before the server
+// is built (nil leaves VM operations out).
+func newTestEnv(t testing.TB) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	au, err := auth.New(ctx, st, auth.Config{
+		Argon2:          auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
+		PerAddressRate:  rate.Inf,
+		PerAddressBurst: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fleet.New(ctx, fleet.Config{Store: st, SealKey: bytes.Repeat([]byte{5}, fleet.KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fl.Close)
+	api, err := New(Config{Accounts: au, Store: st, Fleet: fl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{t: t, api: api, h: apitest.Wrap(t, api), store: st, auth: au, fleet: fl,
+		sims: map[string]*envSim{}, users: map[string]store.User{}, tokens: map[string]string{}}
+}
+
+// addSim starts an emulated cluster (VM 100 on pve1 running, 101 on pve1 stopped,
+// 102 on pve2 running) and registers it as name through the fleet.
+func (e *testEnv) addSim(name string) *envSim {
+	e.t.Helper()
+	c := pvesim.New(pvesim.Options{Speed: 1000, ClusterName: name})
+	for i := 1; i <= 3; i++ {
+		if err := c.AddNode(pvesim.NodeSpec{Name: fmt.Sprintf("pve%d", i)}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for _, v := range []pvesim.VMSpec{
+		{VMID: 100, Node: "pve1", Name: "web1", Running: true, Tags: "prod;web"},
+		{VMID: 101, Node: "pve1", Name: "db1"},
+		{VMID: 102, Node: "pve2", Name: "ha1", Running: true, HA: true},
+	} {
+		if err := c.AddVM(v); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := c.AddToken(envTokenID, envSecret, pvesim.TokenOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := c.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cancel(); srv.Close() })
+	s := &envSim{c: c, srv: srv, eps: srv.Endpoints()}
+	cl, err := e.fleet.Register(context.Background(), s.spec(name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s.id = cl.ID
+	e.sims[name] = s
+	return s
+}
+
+func pvesimVM(vmid int, node string) pvesim.VMSpec {
+	return pvesim.VMSpec{VMID: vmid, Node: node, Running: vmid%2 == 0, Tags: "bulk"}
+}
+
+func (s *envSim) spec(name string) fleet.ClusterSpec {
+	return fleet.ClusterSpec{Name: name, Endpoints: []string{s.eps[0].URL}, TokenID: envTokenID, TokenSecret: envSecret,
+		TLSFingerprint: s.eps[0].Fingerprint}
+}
+
+// requests counts every request the emulated clusters received.
+func (e *testEnv) simRequests() int {
+	n := 0
+	for _, s := range e.sims {
+		for _, rt := range pvesim.Routes() {
+			n += s.c.Requests(rt.Method, rt.Path)
+		}
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+			n += s.c.Requests(m, "(unknown)")
+		}
+	}
+	return n
+}
+
+// addUser creates a user and logs in.
+func (e *testEnv) addUser(name, role string) store.User {
+	e.t.Helper()
+	ctx := context.Background()
+	email := name + "@example.org"
+	u, err := e.auth.CreateUser(ctx, email, name, envPassword, role)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tok, _, err := e.auth.Login(ctx, email, envPassword, "192.0.2.1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.users[name], e.tokens[name] = u, tok.Raw
+	return u
+}
+
+func (e *testEnv) grant(user, sim, role string) {
+	e.t.Helper()
+	if _, err := e.fleet.PutGrant(context.Background(), e.users[user].ID, e.sims[sim].id, role); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// do sends a request as user ("" = no token).
+func (e *testEnv) do(user, method, path, body string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	return e.doWith(e.h, user, method, path, body)
+}
+
+func (e *testEnv) doWith(h http.Handler, user, method, path, body string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	if user != "" {
+		r.Header.Set("Authorization", "Bearer "+e.tokens[user])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// envelopeOf decodes an answer's envelope.
+func envelopeOf(t testing.TB, w *httptest.ResponseRecorder) (env struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Reason  string          `json:"reason"`
+	Data    json.RawMessage `json:"data"`
+}) {
+	t.Helper()
+	if err := json.Unmarshal(w.Body.Bytes(), &env); err != nil {
+		t.Fatalf("answer is not JSON: %v: %s", err, w.Body)
+	}
+	if env.Code != w.Code {
+		t.Fatalf("envelope code %d, status %d", env.Code, w.Code)
+	}
+	return env
+}
+
+// lastAudit returns the newest audit record.
+func (e *testEnv) lastAudit() store.AuditRecord {
+	e.t.Helper()
+	recs, err := e.store.ListAudit(context.Background(), 1, 0)
+	if err != nil || len(recs) == 0 {
+		e.t.Fatalf("no audit record (%v)", err)
+	}
+	return recs[0]
+}
+
+// needAdmin marks an action only global admins may take.
+const needAdmin = "admin"
+
+// matrixAction is one row of the authorization matrix. In path and body, {c} is the
+// cluster id and {dave} the id of a user no action is about otherwise.
+type matrixAction struct {
+	name   string
+	method string
+	path   string
+	body   string
+	need   string // needAdmin, store.GrantViewer or store.GrantOperator
+	ok     []int  // statuses that mean "allowed" (default 200)
+}
+
+// matrixActions are the actions the matrix tries. Order matters where an action
+// changes state: the grant PUT comes before its DELETE.
+var matrixActions = []matrixAction{
+	{name: "nodes", method: "GET", path: "/api/v1/pve/clusters/{c}/nodes", need: store.GrantViewer},
+	{name: "vms", method: "GET", path: "/api/v1/pve/clusters/{c}/vms", need: store.GrantViewer},
+	{name: "vm status", method: "GET", path: "/api/v1/pve/vm/{c}/pve1/100", need: store.GrantViewer},
+	{name: "get cluster", method: "GET", path: "/api/v1/clusters/{c}", need: needAdmin},
+	{name: "rename cluster", method: "PATCH", path: "/api/v1/clusters/{c}", body: `{"name":"c{c}"}`, need: needAdmin},
+	{name: "put grant", method: "PUT", path: "/api/v1/clusters/{c}/grants/{dave}", body: `{"role":"viewer"}`, need: needAdmin},
+	{name: "delete grant", method: "DELETE", path: "/api/v1/clusters/{c}/grants/{dave}", need: needAdmin},
+}
+
+// matrixUser is a user of the matrix with their grants by cluster name.
+type matrixUser struct {
+	name   string
+	admin  bool
+	grants map[string]string
+}
+
+var matrixUsers = []matrixUser{
+	{name: "admin", admin: true},
+	{name: "alice", grants: map[string]string{"A": store.GrantOperator, "B": store.GrantViewer}},
+	{name: "bob", grants: map[string]string{"A": store.GrantViewer}},
+	{name: "carol"}, // no grant at all
+}
+
+// expectStatus is what the matrix expects of user taking action on cluster
+// ("missing" for one that does not exist); 0 means "allowed".
+func expectStatus(a matrixAction, u matrixUser, cluster string) int {
+	missing := cluster == "missing"
+	switch {
+	case a.need == needAdmin && !u.admin:
+		return http.StatusForbidden
+	case missing:
+		return http.StatusNotFound
+	case u.admin:
+		return 0
+	}
+	role := u.grants[cluster]
+	switch {
+	case role == "":
+		return http.StatusNotFound
+	case a.need == store.GrantOperator && role != store.GrantOperator:
+		return http.StatusForbidden
+	}
+	return 0
+}
+
+// newMatrixEnv builds the matrix's world: clusters A and B, a missing cluster,
+// the users and their grants, and dave (the object of grant changes).
+func newMatrixEnv(t *testing.T) (*testEnv, map[string]int64) {
+	e := newTestEnv(t)
+	e.addSim("A")
+	e.addSim("B")
+	for _, u := range matrixUsers {
+		role := store.RoleUser
+		if u.admin {
+			role = store.RoleAdmin
+		}
+		e.addUser(u.name, role)
+	}
+	for _, u := range matrixUsers {
+		for cluster, role := range u.grants {
+			e.grant(u.name, cluster, role)
+		}
+	}
+	e.addUser("dave", store.RoleUser)
+	return e, map[string]int64{"A": e.sims["A"].id, "B": e.sims["B"].id, "missing": 4242}
+}
+
+func TestMatrix(t *testing.T) {
+	e, clusters := newMatrixEnv(t)
+	// What a cluster that does not exist looks like to someone without a grant:
+	// every other "no grant" answer must be byte-identical to it.
+	canonical := e.do("carol", "GET", "/api/v1/pve/clusters/4242/nodes", "").Body.Bytes()
+	if !bytes.Contains(canonical, []byte(`"cluster not found"`)) {
+		t.Fatalf("missing cluster answers %s", canonical)
+	}
+	forbiddenAdmin := map[string][]byte{} // action → the 403 body of a non-admin
+	dave := strconv.FormatInt(e.users["dave"].ID, 10)
+	for _, a := range matrixActions {
+		for _, u := range matrixUsers {
+			for _, cname := range []string{"A", "B", "missing"} {
+				id := strconv.FormatInt(clusters[cname], 10)
+				path := strings.NewReplacer("{c}", id, "{dave}", dave).Replace(a.path)
+				body := strings.NewReplacer("{c}", id, "{dave}", dave).Replace(a.body)
+				want := expectStatus(a, u, cname)
+				label := fmt.Sprintf("%s as %s on %s", a.name, u.name, cname)
+
+				before := e.simRequests()
+				w := e.do(u.name, a.method, path, body)
+				after := e.simRequests()
+
+				if want == 0 {
+					ok := a.ok
+					if ok == nil {
+						ok = []int{http.StatusOK}
+					}
+					if !slices.Contains(ok, w.Code) {
+						t.Errorf("%s: %d %s, want one of %v", label, w.Code, w.Body, ok)
+					}
+					continue
+				}
+				if w.Code != want {
+					t.Errorf("%s: %d %s, want %d", label, w.Code, w.Body, want)
+					continue
+				}
+				if after != before {
+					t.Errorf("%s: denied, yet the cluster received %d requests", label, after-before)
+				}
+				if want == http.StatusNotFound && !bytes.Equal(w.Body.Bytes(), canonical) {
+					t.Errorf("%s: 404 body %s differs from a missing cluster's %s", label, w.Body, canonical)
+				}
+				if want == http.StatusForbidden && a.need == needAdmin {
+					if prev, seen := forbiddenAdmin[a.name]; seen && !bytes.Equal(prev, w.Body.Bytes()) {
+						t.Errorf("%s: the 403 tells clusters apart: %s vs %s", label, w.Body, prev)
+					}
+					forbiddenAdmin[a.name] = w.Body.Bytes()
+				}
+				if u.admin {
+					continue // a missing cluster, not a denial
+				}
+				rec := e.lastAudit()
+				if rec.Action != "access.denied" || rec.Result != "denied" || rec.UserID != e.users[u.name].ID || rec.Address == "" {
+					t.Errorf("%s: denial not audited as who, where, result: %+v", label, rec)
+				}
+				if a.need != needAdmin && rec.ClusterID != clusters[cname] {
+					t.Errorf("%s: denial audited on cluster %d", label, rec.ClusterID)
+				}
+			}
+		}
+	}
+}
+
+// TestMatrixClusterList: each user lists exactly the clusters they hold a grant on.
+func TestMatrixClusterList(t *testing.T) {
+	e, clusters := newMatrixEnv(t)
+	for _, u := range matrixUsers {
+		w := e.do(u.name, "GET", "/api/v1/pve/clusters", "")
+		env := envelopeOf(t, w)
+		var got []struct {
+			ID     int64  `json:"id"`
+			Name   string `json:"name"`
+			Role   string `json:"role"`
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(env.Data, &got); err != nil || w.Code != 200 {
+			t.Fatalf("%s: %d %s", u.name, w.Code, w.Body)
+		}
+		var want []string
+		for _, name := range []string{"A", "B"} {
+			switch {
+			case u.admin:
+				want = append(want, fmt.Sprintf("%d %s admin", clusters[name], name))
+			case u.grants[name] != "":
+				want = append(want, fmt.Sprintf("%d %s %s", clusters[name], name, u.grants[name]))
+			}
+		}
+		var have []string
+		for _, c := range got {
+			have = append(have, fmt.Sprintf("%d %s %s", c.ID, c.Name, c.Role))
+			if c.Status == "" {
+				t.Errorf("%s: cluster %d has no status", u.name, c.ID)
+			}
+		}
+		if strings.Join(have, "|") != strings.Join(want, "|") {
+			t.Errorf("%s sees %v, want %v", u.name, have, want)
+		}
+	}
+}
