@@ -1,0 +1,16 @@
+// Package vmops holds vmgate's use cases on virtual machines: power operations
+// (start, graceful and forced stop, reboot), live and offline migration, and the
+// tracking of the PVE tasks they start.
+//
+// Every operation reads the VM's state first and refuses early with the conflict
+// DESIGN §3 names (vm_running, vm_stopped, vm_locked, ...), writes a task row before
+// PVE is called and completes it with the UPID after, so a crash leaves a record that
+// Run reconciles from PVE's task list on the next start. Task queries are answered
+// from the store once a task has finished; while it runs, concurrent readers share
+// one PVE status+log read per poll interval. HA-managed VMs answer with stand-in
+// tasks (hastart, hastop, hamigrate) that finish at once; vmops follows them to the
+// task the HA stack really runs, or to the VM reaching the requested state.
+//
+// The package knows no HTTP: errors are *errs.Error values whose kind and reason the
+// HTTP layer maps to a status.
+package vmops

@@ -1,0 +1,234 @@
+package vmops
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// testPoll is the services' poll interval in tests.
+const testPoll = 5 * time.Millisecond
+
+// env is the dev cluster of the emulator over HTTPS, a real PVE client, a real
+// SQLite store and a service under test.
+type env struct {
+	t      *testing.T
+	sim    *pvesim.Cluster
+	client *pve.Client
+	store  store.Store
+	dbPath string
+	svc    *Service
+	audit  *auditLog
+	actor  Actor
+}
+
+type envOpts struct {
+	speed  float64 // emulated seconds per real second (default 1000)
+	manual bool    // the emulator's clock moves only with Advance
+	cfg   func(*Config)
+}
+
+// clientsFunc adapts a function to Clients.
+type clientsFunc func(ctx context.Context, id int64) (*pve.Client, error)
+
+func (f clientsFunc) Client(ctx context.Context, id int64) (*pve.Client, error) { return f(ctx, id) }
+
+// auditLog records what Config.Audit receives.
+type auditLog struct {
+	mu   sync.Mutex
+	recs []store.AuditRecord
+}
+
+func (a *auditLog) add(_ context.Context, r store.AuditRecord) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recs = append(a.recs, r)
+}
+
+func (a *auditLog) find(action, upid string) (store.AuditRecord, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.recs {
+		if r.Action == action && (upid == "" || r.UPID == upid) {
+			return r, true
+		}
+	}
+	return store.AuditRecord{}, false
+}
+
+func (a *auditLog) last(action string) (store.AuditRecord, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.recs) - 1; i >= 0; i-- {
+		if a.recs[i].Action == action {
+			return a.recs[i], true
+		}
+	}
+	return store.AuditRecord{}, false
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	if o.speed == 0 {
+		o.speed = 1000
+	}
+	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ep := srv.Endpoints()[0]
+	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
+	cl, err := pve.New(pve.Config{Endpoints: []pve.Endpoint{{URL: ep.URL, Fingerprint: ep.Fingerprint}},
+		TokenID: tokenID, TokenSecret: secret, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	e := &env{t: t, sim: sim, client: cl, audit: &auditLog{},
+		actor: Actor{UserID: 7, Email: "ops@example.com", Address: "127.0.0.1", RequestID: "req-1"}}
+	e.dbPath = filepath.Join(t.TempDir(), "vmgate.db")
+	e.store = e.openStore()
+	e.svc = e.newService(o.cfg)
+	return e
+}
+
+func (e *env) openStore() store.Store {
+	e.t.Helper()
+	st, err := store.Open(context.Background(), "sqlite://"+e.dbPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// newService builds a service on the env's store; it is closed at the end of the test.
+func (e *env) newService(tweak func(*Config)) *Service {
+	cfg := Config{
+		Store: e.store,
+		Clients: clientsFunc(func(_ context.Context, id int64) (*pve.Client, error) {
+			if id != 1 {
+				return nil, errs.R(errs.NotFound, "not_found", "cluster not found")
+			}
+			return e.client, nil
+		}),
+		PollInterval: testPoll,
+		Audit:        e.audit.add,
+		HAGrace:      5 * time.Second,
+		LostGrace:    time.Minute,
+		Sweep:        50 * time.Millisecond,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s := New(cfg)
+	e.t.Cleanup(s.Close)
+	return s
+}
+
+func vm(node string, vmid int64) VMRef { return VMRef{ClusterID: 1, Node: node, VMID: vmid} }
+
+// requests counts the emulator's requests for a method and route.
+func (e *env) requests(method, path string) int { return e.sim.Requests(method, path) }
+
+const (
+	routeTaskStatus = "/nodes/{node}/tasks/{upid}/status"
+	routeTaskLog    = "/nodes/{node}/tasks/{upid}/log"
+)
+
+// waitTask waits for a task to end through the service's task query.
+func (e *env) waitTask(upid string) TaskView {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		v, err := e.svc.Task(ctx, upid, 0, MaxTaskWait)
+		if err != nil {
+			e.t.Fatalf("task %s: %v", upid, err)
+		}
+		if v.Finished() {
+			return v
+		}
+		if ctx.Err() != nil {
+			e.t.Fatalf("task %s did not end: %+v", upid, v)
+		}
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// wantReason checks an error's kind and reason.
+func wantReason(t *testing.T, err error, kind errs.Kind, reason string) *errs.Error {
+	t.Helper()
+	e, ok := errs.As(err)
+	if !ok {
+		t.Fatalf("error %v (%T), want %s/%s", err, err, kind, reason)
+	}
+	if e.Kind != kind || e.ReasonOrDefault() != reason {
+		t.Fatalf("error kind %s reason %s (%s), want %s/%s", e.Kind, e.ReasonOrDefault(), e.Message, kind, reason)
+	}
+	return e
+}
+
+// wrapAPI wraps the PVE clients a service gets.
+func wrapAPI(connect func(context.Context, int64) (pveAPI, error), wrap func(pveAPI) pveAPI) func(context.Context, int64) (pveAPI, error) {
+	return func(ctx context.Context, id int64) (pveAPI, error) {
+		api, err := connect(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(api), nil
+	}
+}
+
+// hookAPI runs beforeWrite before a start or migrate reaches PVE and, with
+// loseAnswer, lets the write through but answers as if the connection broke
+// before PVE's answer arrived (a crash between the call and the UPID's record
+// looks the same to the store).
+type hookAPI struct {
+	pveAPI
+	beforeWrite func()
+	loseAnswer  bool
+}
+
+func (h *hookAPI) write(call func() (pve.UPID, error)) (pve.UPID, error) {
+	if h.beforeWrite != nil {
+		h.beforeWrite()
+	}
+	u, err := call()
+	if err == nil && h.loseAnswer {
+		return pve.UPID{}, &pve.AmbiguousError{Method: "POST", Err: errors.New("connection reset")}
+	}
+	return u, err
+}
+
+func (h *hookAPI) StartVM(ctx context.Context, node string, vmid int, o pve.StartOptions) (pve.UPID, error) {
+	return h.write(func() (pve.UPID, error) { return h.pveAPI.StartVM(ctx, node, vmid, o) })
+}
+
+func (h *hookAPI) MigrateVM(ctx context.Context, node string, vmid int, o pve.MigrateOptions) (pve.UPID, error) {
+	return h.write(func() (pve.UPID, error) { return h.pveAPI.MigrateVM(ctx, node, vmid, o) })
+}

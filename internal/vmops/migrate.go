@@ -1,0 +1,287 @@
+package vmops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// MigrateRequest is a migration's parameters (DESIGN §3.2).
+type MigrateRequest struct {
+	Target string // required: a node of the cluster other than the VM's
+	// Online asks for a live migration of a running VM; nil means true. A stopped
+	// VM migrates offline whatever it says; a running VM with Online false is 409
+	// vm_running (PVE cannot migrate it without --online).
+	Online         *bool
+	WithLocalDisks bool   // copy disks on storage the target cannot see
+	TargetStorage  string // PVE's storage map ("src:dst,..." or one storage id); empty = same ids
+	BWLimit        *int   // KiB/s; nil = PVE's configured limit
+}
+
+// MigrateCheck runs PVE's migration pre-check for the VM (GET migrate) and returns
+// it as PVE says it. target may be empty.
+func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (pve.MigratePrecheck, error) {
+	if err := validRef(vm); err != nil {
+		return pve.MigratePrecheck{}, err
+	}
+	if target != "" && !pve.ValidNode(target) {
+		return pve.MigratePrecheck{}, errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", target)
+	}
+	api, err := s.connect(ctx, vm.ClusterID)
+	if err != nil {
+		return pve.MigratePrecheck{}, err
+	}
+	return s.precheck(ctx, api, vm, target)
+}
+
+func (s *Service) precheck(ctx context.Context, api pveAPI, vm VMRef, target string) (pve.MigratePrecheck, error) {
+	pc, err := api.MigratePrecheck(ctx, vm.Node, int(vm.VMID), target)
+	if err != nil {
+		if pve.IsNotFound(err) {
+			return pve.MigratePrecheck{}, s.vmNotOn(ctx, api, vm, err)
+		}
+		if pe := pveText(err); pe != "" {
+			if mapped := stateError(OpMigrate, vm, pe); mapped != nil {
+				return pve.MigratePrecheck{}, mapped
+			}
+		}
+		return pve.MigratePrecheck{}, upstream(err)
+	}
+	return pc, nil
+}
+
+// pveText is the message of a PVE error answer, "" for other errors.
+func pveText(err error) string {
+	var pe *pve.Error
+	if errors.As(err, &pe) {
+		return pe.Text()
+	}
+	return ""
+}
+
+// Migrate starts a migration and returns its task id at once; the migration runs
+// on and is followed with Task. Checks, in order: the request; another migration
+// of the VM (this process's in-flight ones: in_progress; one still running in PVE:
+// vm_locked); the VM's state (404 elsewhere, vm_locked); the target node (400
+// unknown, 409 node_offline); PVE's pre-check (vm_running without online,
+// migration_blocked with PVE's reasons: target not allowed, local disks without
+// WithLocalDisks, local devices).
+func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateRequest) (taskID string, err error) {
+	online := req.Online == nil || *req.Online
+	params := map[string]any{"target": req.Target, "online": online, "withLocalDisks": req.WithLocalDisks}
+	if req.TargetStorage != "" {
+		params["targetStorage"] = req.TargetStorage
+	}
+	if req.BWLimit != nil {
+		params["bwlimit"] = *req.BWLimit
+	}
+	defer func() {
+		result := resultOf(err)
+		if err == nil {
+			result = "started"
+		}
+		s.audit(ctx, a, store.AuditRecord{Action: "vm." + OpMigrate, ClusterID: vm.ClusterID, Node: vm.Node,
+			VMID: vm.VMID, Target: req.Target, Params: jsonText(params), Result: result, UPID: taskID})
+	}()
+	if err := validRef(vm); err != nil {
+		return "", err
+	}
+	switch {
+	case req.Target == "":
+		return "", errs.R(errs.Invalid, "invalid_request", "target is required")
+	case !pve.ValidNode(req.Target):
+		return "", errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", req.Target)
+	case req.Target == vm.Node:
+		return "", errs.R(errs.Invalid, "invalid_request", "target must not be the VM's node (%s)", vm.Node)
+	case req.BWLimit != nil && *req.BWLimit < 0:
+		return "", errs.R(errs.Invalid, "invalid_request", "bwlimit must not be negative")
+	}
+
+	// One migration of a VM at a time from this process, from the pre-check until
+	// PVE has answered the POST (PVE's own migration lock is taken only inside its
+	// task, a moment later).
+	key := vmKey{vm.ClusterID, vm.VMID}
+	s.mu.Lock()
+	busy := s.migrating[key]
+	s.migrating[key] = true
+	s.mu.Unlock()
+	if busy {
+		return "", errs.R(errs.Conflict, "in_progress", "another request is starting a migration of VM %d", vm.VMID)
+	}
+	defer func() {
+		s.mu.Lock()
+		delete(s.migrating, key)
+		s.mu.Unlock()
+	}()
+
+	api, err := s.connect(ctx, vm.ClusterID)
+	if err != nil {
+		return "", err
+	}
+	st, err := s.vmState(ctx, api, vm)
+	if err != nil {
+		return "", err
+	}
+	if st.Lock != "" {
+		return "", lockedErr(vm.VMID, st.Lock)
+	}
+	if err := s.migrationUnderWay(ctx, vm); err != nil {
+		return "", err
+	}
+	if err := checkTarget(ctx, api, req.Target); err != nil {
+		return "", err
+	}
+	pc, err := s.precheck(ctx, api, vm, req.Target)
+	if err != nil {
+		return "", err
+	}
+	running := st.Status == "running" || pc.Running
+	if running && !online {
+		return "", errs.R(errs.Conflict, "vm_running", "VM %d is running; migrate it online (online=true) or stop it first", vm.VMID)
+	}
+	if err := blocked(vm, req, running, pc); err != nil {
+		return "", err
+	}
+	if st.HA.Managed {
+		params["ha"] = true
+	}
+	opts := pve.MigrateOptions{Target: req.Target, Online: running && online, WithLocalDisks: req.WithLocalDisks,
+		TargetStorage: req.TargetStorage, BWLimit: req.BWLimit}
+	upid, row, err := s.startTask(ctx, a, vm, OpMigrate, req.Target, params, func(ctx context.Context) (pve.UPID, error) {
+		return api.MigrateVM(ctx, vm.Node, int(vm.VMID), opts)
+	})
+	if err != nil {
+		return "", s.mapStartError(ctx, api, vm, OpMigrate, err)
+	}
+	s.startFollower(s.track(upid, vm.ClusterID, &row))
+	return upid.String(), nil
+}
+
+// migrationUnderWay refuses a migration while vmgate knows another one of the VM
+// is running (PVE's lock on the VM appears only once its task has begun).
+func (s *Service) migrationUnderWay(ctx context.Context, vm VMRef) error {
+	rows, err := s.store.ListTasks(ctx, store.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 20})
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Op != OpMigrate || r.Finished() {
+			continue
+		}
+		if r.UPID == "" {
+			if s.now().Sub(r.CreatedAt) < s.lost {
+				return errs.R(errs.Conflict, "in_progress", "another request is starting a migration of VM %d", vm.VMID)
+			}
+			continue
+		}
+		u, err := pve.ParseUPID(r.UPID)
+		if err != nil {
+			continue
+		}
+		v, err := s.current(ctx, s.track(u, r.ClusterID, &r))
+		if err == nil && !v.Finished() {
+			e := lockedErr(vm.VMID, "migrate")
+			e.Message = fmt.Sprintf("VM %d is being migrated (task %s)", vm.VMID, r.UPID)
+			e.Details["taskId"] = r.UPID
+			return e
+		}
+	}
+	return nil
+}
+
+// checkTarget refuses a target that is not a node of the cluster (400) or is
+// offline (409 node_offline). PVE's pre-check does not look at node state.
+func checkTarget(ctx context.Context, api pveAPI, target string) error {
+	nodes, err := api.Nodes(ctx)
+	if err != nil {
+		return upstream(err)
+	}
+	for _, n := range nodes {
+		if n.Node != target {
+			continue
+		}
+		if n.Status != "online" {
+			e := errs.R(errs.Conflict, "node_offline", "target node %s is %s", target, orUnknown(n.Status))
+			e.Details = map[string]any{"node": target}
+			return e
+		}
+		return nil
+	}
+	return errs.R(errs.Invalid, "invalid_request", "target %s is not a node of this cluster", target)
+}
+
+// blocked turns PVE's pre-check into 409 migration_blocked, with PVE's reasons in
+// the message and, machine-readable, in the details.
+func blocked(vm VMRef, req MigrateRequest, running bool, pc pve.MigratePrecheck) error {
+	var reasons []string
+	details := map[string]any{}
+	if na, ok := pc.NotAllowedNodes[req.Target]; ok {
+		var why []string
+		for _, st := range na.UnavailableStorages {
+			why = append(why, fmt.Sprintf("storage %s is not available on %s", st, req.Target))
+		}
+		for _, r := range na.UnavailableResources {
+			why = append(why, fmt.Sprintf("resource %s is not available on %s", r, req.Target))
+		}
+		for _, h := range na.BlockingHAResources {
+			why = append(why, fmt.Sprintf("HA resource %s keeps it off %s (%s)", h.SID, req.Target, h.Cause))
+		}
+		if len(why) == 0 {
+			why = append(why, fmt.Sprintf("PVE does not allow %s as a target", req.Target))
+		}
+		reasons = append(reasons, why...)
+		details["notAllowed"] = map[string]any{"unavailableStorages": nonNil(na.UnavailableStorages),
+			"unavailableResources": nonNil(na.UnavailableResources), "blockingHaResources": haSIDs(na.BlockingHAResources)}
+	}
+	var disks, cdroms []string
+	for _, d := range pc.LocalDisks {
+		name := d.Volid
+		if d.DriveName != "" {
+			name += " (" + d.DriveName + ")"
+		}
+		if d.CDROM {
+			cdroms = append(cdroms, name)
+		} else {
+			disks = append(disks, name)
+		}
+	}
+	if len(cdroms) > 0 {
+		reasons = append(reasons, "local CD-ROM images cannot be migrated, remove them first: "+strings.Join(cdroms, ", "))
+	}
+	if len(disks) > 0 && !req.WithLocalDisks {
+		reasons = append(reasons, "local disks need withLocalDisks=true: "+strings.Join(disks, ", "))
+		details["localDisks"] = disks
+	}
+	if len(pc.LocalResources) > 0 {
+		reasons = append(reasons, "local devices prevent it: "+strings.Join(pc.LocalResources, ", "))
+		details["localResources"] = pc.LocalResources
+	}
+	if len(reasons) == 0 {
+		return nil
+	}
+	details["reasons"] = reasons
+	return &errs.Error{Kind: errs.Conflict, Reason: "migration_blocked", Details: details,
+		Message: fmt.Sprintf("VM %d cannot migrate to %s: %s", vm.VMID, req.Target, strings.Join(reasons, "; "))}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func haSIDs(hs []pve.BlockingHAResource) []string {
+	out := make([]string, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, h.SID+" ("+h.Cause+")")
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,317 @@
+package vmops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Operations as task rows and audit records name them.
+const (
+	OpStart    = "start"
+	OpShutdown = "shutdown" // graceful stop
+	OpStop     = "stop"     // forced stop
+	OpReboot   = "reboot"
+	OpMigrate  = "migrate"
+)
+
+// PowerOptions are the options of start and reboot.
+type PowerOptions struct {
+	// Timeout is passed on to PVE (start: how long to wait for the start; reboot:
+	// how long to wait for the guest to shut down). Nil leaves PVE's default.
+	Timeout *int
+	// Wait is how long to wait for the task (at most MaxPowerWait); 0 returns at once.
+	Wait time.Duration
+}
+
+// StopOptions are the options of stop.
+type StopOptions struct {
+	// Force powers the VM off at once (PVE status/stop with overrule-shutdown, which
+	// also aborts a hanging graceful shutdown) instead of asking the guest.
+	Force bool
+	// Timeout is passed on to PVE: for a graceful stop how long the guest may take,
+	// for a forced one how long to wait after QMP quit. Nil leaves PVE's default.
+	Timeout *int
+	// Wait is how long to wait for the task (at most MaxPowerWait); 0 returns at once.
+	Wait time.Duration
+}
+
+// Outcome is what a power operation started.
+type Outcome struct {
+	// TaskID is the UPID of the PVE task (for HA-managed VMs, the stand-in task).
+	TaskID string
+	// Running is true when the task had not ended when the wait did (HTTP 202).
+	Running bool
+	// Task is the task's last view.
+	Task TaskView
+}
+
+// Start starts a stopped VM. A running VM is 409 vm_running, a paused one
+// vm_paused (PVE's start does not resume a paused VM: it fails "already running"),
+// a locked one vm_locked (except the "suspended" lock, which start resumes from).
+func (s *Service) Start(ctx context.Context, a Actor, vm VMRef, o PowerOptions) (Outcome, error) {
+	return s.power(ctx, a, vm, OpStart, o.Timeout, o.Wait)
+}
+
+// Stop stops a running VM: gracefully (ACPI or guest agent; a guest that ignores
+// it is 409 shutdown_timeout once PVE gives up) or, with Force, at once.
+func (s *Service) Stop(ctx context.Context, a Actor, vm VMRef, o StopOptions) (Outcome, error) {
+	op := OpShutdown
+	if o.Force {
+		op = OpStop
+	}
+	return s.power(ctx, a, vm, op, o.Timeout, o.Wait)
+}
+
+// Reboot shuts a running VM down and starts it again.
+func (s *Service) Reboot(ctx context.Context, a Actor, vm VMRef, o PowerOptions) (Outcome, error) {
+	return s.power(ctx, a, vm, OpReboot, o.Timeout, o.Wait)
+}
+
+// checkPower refuses an operation the VM's state forbids.
+func checkPower(op string, vm VMRef, st pve.VMStatus) error {
+	paused := st.Status == "running" && st.QMPStatus != "" && st.QMPStatus != "running"
+	locked := st.Lock != "" && !(op == OpStart && st.Lock == "suspended")
+	switch op {
+	case OpStart:
+		if paused {
+			return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; start does not resume it (resume it in PVE, or stop it first)", vm.VMID, st.QMPStatus)
+		}
+		if st.Status == "running" {
+			return errs.R(errs.Conflict, "vm_running", "VM %d is already running", vm.VMID)
+		}
+	default:
+		if st.Status != "running" {
+			return errs.R(errs.Conflict, "vm_stopped", "VM %d is not running", vm.VMID)
+		}
+	}
+	if locked {
+		return lockedErr(vm.VMID, st.Lock)
+	}
+	if paused && op != OpStop {
+		return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; PVE cannot %s a paused VM (use force=true to stop it)", vm.VMID, st.QMPStatus, op)
+	}
+	return nil
+}
+
+func lockedErr(vmid int64, lock string) *errs.Error {
+	e := errs.R(errs.Conflict, "vm_locked", "VM %d is locked (%s)", vmid, lock)
+	e.Details = map[string]any{"lock": lock}
+	return e
+}
+
+// power runs one power operation: state check, task row, PVE call, UPID, audit,
+// wait.
+func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeout *int, wait time.Duration) (out Outcome, err error) {
+	params := map[string]any{}
+	if timeout != nil {
+		params["timeout"] = *timeout
+	}
+	if wait > 0 {
+		params["wait"] = int(wait / time.Second)
+	}
+	defer func() {
+		rec := store.AuditRecord{Action: "vm." + op, ClusterID: vm.ClusterID, Node: vm.Node, VMID: vm.VMID,
+			Params: jsonText(params), Result: resultOf(err), UPID: out.TaskID}
+		if err == nil && out.Running {
+			rec.Result = "accepted"
+		}
+		s.audit(ctx, a, rec)
+	}()
+	if err := validRef(vm); err != nil {
+		return Outcome{}, err
+	}
+	if timeout != nil && *timeout < 0 {
+		return Outcome{}, errs.R(errs.Invalid, "invalid_request", "timeout must not be negative")
+	}
+	api, err := s.connect(ctx, vm.ClusterID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	st, err := s.vmState(ctx, api, vm)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := checkPower(op, vm, st); err != nil {
+		return Outcome{}, err
+	}
+	if st.HA.Managed {
+		params["ha"] = true
+	}
+	upid, row, err := s.startTask(ctx, a, vm, op, "", params, func(ctx context.Context) (pve.UPID, error) {
+		switch op {
+		case OpStart:
+			return api.StartVM(ctx, vm.Node, int(vm.VMID), pve.StartOptions{Timeout: timeout})
+		case OpShutdown:
+			return api.ShutdownVM(ctx, vm.Node, int(vm.VMID), pve.ShutdownOptions{Timeout: timeout})
+		case OpStop:
+			// PVE refuses overrule-shutdown for HA resources ("Not applicable for
+			// HA resources"); the HA stack's stop does not need it.
+			return api.StopVM(ctx, vm.Node, int(vm.VMID), pve.StopOptions{Timeout: timeout, OverruleShutdown: !st.HA.Managed})
+		default:
+			return api.RebootVM(ctx, vm.Node, int(vm.VMID), pve.RebootOptions{Timeout: timeout})
+		}
+	})
+	if err != nil {
+		return Outcome{}, s.mapStartError(ctx, api, vm, op, err)
+	}
+	out = Outcome{TaskID: upid.String(), Running: true}
+	t := s.track(upid, vm.ClusterID, &row)
+	s.startFollower(t)
+	if wait <= 0 {
+		out.Task = newView(upid, vm.ClusterID, &row, "")
+		return out, nil
+	}
+	v, err := s.waitFor(ctx, func(ctx context.Context) (TaskView, error) { return s.current(ctx, t) }, min(wait, MaxPowerWait))
+	if err != nil && v.TaskID == "" {
+		// PVE could not be read: the task runs on; the caller follows it.
+		return out, nil
+	}
+	out.Task = v
+	if !v.Finished() {
+		return out, nil
+	}
+	out.Running = false
+	if v.Result == ResultFailed {
+		return out, taskFailure(op, vm, v)
+	}
+	return out, nil
+}
+
+// startTask writes the task row, calls PVE, and records the UPID. The row is
+// written first so that a crash between the call and the record leaves a row Run
+// can reconcile from PVE's task list.
+func (s *Service) startTask(ctx context.Context, a Actor, vm VMRef, op, target string, params map[string]any,
+	call func(context.Context) (pve.UPID, error)) (pve.UPID, store.Task, error) {
+	row, err := s.store.CreateTask(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
+		Op: op, Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending})
+	if err != nil {
+		return pve.UPID{}, store.Task{}, fmt.Errorf("record the %s task: %w", op, err)
+	}
+	s.mu.Lock()
+	s.starting[row.ID] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.starting, row.ID)
+		s.mu.Unlock()
+	}()
+	// The write must not be abandoned half-way because the client went away.
+	upid, callErr := call(context.WithoutCancel(ctx))
+	wctx := context.WithoutCancel(ctx)
+	if callErr != nil {
+		var amb *pve.AmbiguousError
+		if errors.As(callErr, &amb) {
+			// PVE may have started it: leave the row pending for Run to find.
+			return pve.UPID{}, row, callErr
+		}
+		row.Status, row.Error, row.EndedAt = store.TaskLost, truncateText(callErr.Error(), 500), s.now()
+		if _, err := s.store.UpdateTask(wctx, row); err != nil {
+			s.log.Warn("task update failed", "task", row.ID, "error", err.Error())
+		}
+		return pve.UPID{}, row, callErr
+	}
+	row.UPID, row.Node, row.Status, row.StartedAt = upid.String(), upid.Node, store.TaskRunning, upid.StartTime
+	updated, err := s.store.UpdateTask(wctx, row)
+	if err != nil {
+		// The task runs in PVE; failing the request would invite a second one.
+		s.log.Error("recording the UPID failed", "task", row.ID, "upid", row.UPID, "error", err.Error())
+		return upid, row, nil
+	}
+	return upid, updated, nil
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// mapStartError turns PVE's synchronous refusal of a write into the caller's error.
+func (s *Service) mapStartError(ctx context.Context, api pveAPI, vm VMRef, op string, err error) error {
+	var amb *pve.AmbiguousError
+	if errors.As(err, &amb) {
+		e, _ := errs.As(upstream(err))
+		if e == nil {
+			e = errs.E(errs.Upstream, "the request to PVE failed")
+		}
+		out := *e
+		out.Message = "vmgate could not tell whether PVE started the " + op + " task; check the VM's tasks before retrying"
+		out.Err = fmt.Errorf("%w: %w", ErrMaybeStarted, err)
+		return &out
+	}
+	if e, ok := errs.As(err); ok {
+		return e
+	}
+	var pe *pve.Error
+	if errors.As(err, &pe) {
+		if mapped := stateError(op, vm, pe.Text()); mapped != nil {
+			return mapped
+		}
+		if pve.IsNotFound(err) {
+			return s.vmNotOn(ctx, api, vm, err)
+		}
+		if pve.IsParameterError(err) {
+			return &errs.Error{Kind: errs.Invalid, Reason: "invalid_request", Err: err,
+				Message: "PVE refused a parameter: " + pe.Error(), Details: map[string]any{"pveErrors": pe.Errors}}
+		}
+	}
+	return upstream(err)
+}
+
+// stateError maps PVE texts that mean a state conflict (whether PVE said them
+// synchronously or as a task's exit status). Nil when msg is none of them.
+func stateError(op string, vm VMRef, msg string) error {
+	low := strings.ToLower(msg)
+	switch {
+	case strings.Contains(low, "quit/powerdown failed - got timeout"):
+		if op == OpReboot {
+			return errs.R(errs.Conflict, "shutdown_timeout",
+				"VM %d did not shut down for the reboot in time (the guest ignored the request); stop it with force=true, then start it", vm.VMID)
+		}
+		return errs.R(errs.Conflict, "shutdown_timeout",
+			"VM %d did not shut down in time (the guest ignored the request); use force=true to power it off", vm.VMID)
+	case strings.Contains(low, "can't lock file") && strings.Contains(low, "got timeout"):
+		return errs.R(errs.Conflict, "vm_locked", "VM %d is locked by another task (PVE: %s)", vm.VMID, msg)
+	case strings.Contains(low, "vm is locked"):
+		return lockedErr(vm.VMID, lockName(msg))
+	case strings.Contains(low, "already running"):
+		return errs.R(errs.Conflict, "vm_running", "VM %d is already running", vm.VMID)
+	case strings.Contains(low, "not running"):
+		return errs.R(errs.Conflict, "vm_stopped", "VM %d is not running", vm.VMID)
+	case strings.Contains(low, "is paused"):
+		return errs.R(errs.Conflict, "vm_paused", "VM %d is paused; PVE cannot %s it", vm.VMID, op)
+	case strings.Contains(low, "can't migrate running vm without --online"):
+		return errs.R(errs.Conflict, "vm_running", "VM %d is running; migrate it online or stop it first", vm.VMID)
+	}
+	return nil
+}
+
+// taskFailure maps a failed task to the caller's error; the task id rides along.
+func taskFailure(op string, vm VMRef, v TaskView) error {
+	var e *errs.Error
+	if mapped := stateError(op, vm, v.ExitStatus); mapped != nil {
+		e, _ = errs.As(mapped)
+	} else if pve.MessageIsNotFound(v.ExitStatus) {
+		e = errs.R(errs.NotFound, "not_found", "VM %d not found on node %s (PVE: %s)", vm.VMID, vm.Node, v.ExitStatus)
+	} else {
+		msg := fmt.Sprintf("PVE task %s failed: %s", v.TaskID, v.ExitStatus)
+		if v.Error != "" && v.Error != v.ExitStatus {
+			msg += " (" + v.Error + ")"
+		}
+		e = errs.R(errs.Upstream, "upstream_error", "%s", msg)
+	}
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details["taskId"] = v.TaskID
+	e.Details["exitStatus"] = v.ExitStatus
+	return e
+}

@@ -1,0 +1,291 @@
+package vmops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Defaults of Config's durations.
+const (
+	DefaultPollInterval = time.Second
+	DefaultHAGrace      = 3 * time.Minute
+	DefaultLostGrace    = 2 * time.Minute
+	DefaultSweep        = 30 * time.Second
+	DefaultMaxFollowers = 64
+	DefaultWait         = 60 * time.Second // power operations' wait when the caller gives none
+	MaxPowerWait        = 300 * time.Second
+	MaxTaskWait         = 60 * time.Second
+)
+
+// Clients gives the PVE client of a cluster; *fleet.Service implements it.
+type Clients interface {
+	Client(ctx context.Context, clusterID int64) (*pve.Client, error)
+}
+
+// Config is what New needs. Store and Clients are required.
+type Config struct {
+	Store   store.Store
+	Clients Clients
+	Logger  *slog.Logger
+	Now     func() time.Time
+	// PollInterval is how often a running task is read from PVE, however many
+	// clients watch it [DefaultPollInterval].
+	PollInterval time.Duration
+	// Audit receives one record per operation and one when a task ends. Nil writes
+	// them to Store.
+	Audit func(ctx context.Context, rec store.AuditRecord)
+	// HAGrace is how long after an HA stand-in task ended vmgate looks for the task
+	// the HA stack runs before it calls the request failed [DefaultHAGrace].
+	HAGrace time.Duration
+	// LostGrace is how old a task row without a UPID must be before Run, finding no
+	// matching task in PVE's list, marks it lost [DefaultLostGrace].
+	LostGrace time.Duration
+	// Sweep is how often Run looks for unfinished tasks nobody follows [DefaultSweep].
+	Sweep time.Duration
+	// MaxFollowers bounds the background goroutines that follow running tasks to
+	// their end [DefaultMaxFollowers]; the others are picked up by later sweeps.
+	MaxFollowers int
+}
+
+// Actor is the vmgate user an operation is done for, with what the audit trail
+// records of the request.
+type Actor struct {
+	UserID    int64
+	Email     string
+	SessionID string // for the audit trail
+	Address   string // client address, for the audit trail
+	RequestID string // for the audit trail
+}
+
+// VMRef names a VM on a node of a cluster, as the request did.
+type VMRef struct {
+	ClusterID int64
+	Node      string
+	VMID      int64
+}
+
+// pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests
+// may fake it.
+type pveAPI interface {
+	VMStatus(ctx context.Context, node string, vmid int) (pve.VMStatus, error)
+	StartVM(ctx context.Context, node string, vmid int, o pve.StartOptions) (pve.UPID, error)
+	ShutdownVM(ctx context.Context, node string, vmid int, o pve.ShutdownOptions) (pve.UPID, error)
+	StopVM(ctx context.Context, node string, vmid int, o pve.StopOptions) (pve.UPID, error)
+	RebootVM(ctx context.Context, node string, vmid int, o pve.RebootOptions) (pve.UPID, error)
+	MigrateVM(ctx context.Context, node string, vmid int, o pve.MigrateOptions) (pve.UPID, error)
+	MigratePrecheck(ctx context.Context, node string, vmid int, target string) (pve.MigratePrecheck, error)
+	Resources(ctx context.Context, typ string) ([]pve.Resource, error)
+	Nodes(ctx context.Context) ([]pve.Node, error)
+	TaskStatus(ctx context.Context, upid pve.UPID) (pve.TaskStatus, error)
+	TaskLog(ctx context.Context, upid pve.UPID, start, limit int) ([]pve.LogLine, int, error)
+	NodeTasks(ctx context.Context, node string, o pve.TaskListOptions) ([]pve.TaskListEntry, error)
+	ClusterTasks(ctx context.Context) ([]pve.TaskListEntry, error)
+	TokenID() string
+}
+
+// ErrMaybeStarted is wrapped (as the cause) by errors of operations whose write to
+// PVE may have started a task although vmgate could not learn its UPID. A retry
+// could start it twice; the HTTP layer keeps such an answer for its Idempotency-Key.
+var ErrMaybeStarted = errors.New("the PVE task may have started")
+
+// Service runs the VM use cases. It is safe for concurrent use. Close stops its
+// background work.
+type Service struct {
+	store   store.Store
+	connect func(ctx context.Context, clusterID int64) (pveAPI, error)
+	log     *slog.Logger
+	now     func() time.Time
+	poll    time.Duration
+	auditFn func(ctx context.Context, rec store.AuditRecord)
+	haGrace time.Duration
+	lost    time.Duration
+	sweep   time.Duration
+	maxFol  int
+
+	reads singleflight.Group // one PVE read per task at a time
+
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+
+	mu        sync.Mutex
+	tracked   map[string]*tracker // running or recently read tasks, by UPID
+	migrating map[vmKey]bool      // migrations between their pre-check and PVE's answer
+	starting  map[int64]bool      // task rows whose PVE call is under way in this process
+	following map[string]bool     // UPIDs with a background follower
+}
+
+type vmKey struct {
+	cluster int64
+	vmid    int64
+}
+
+// New builds the service. Call Run to reconcile unfinished tasks, and Close at the end.
+func New(cfg Config) *Service {
+	s := &Service{
+		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, auditFn: cfg.Audit,
+		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
+		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{},
+		following: map[string]bool{},
+	}
+	clients := cfg.Clients
+	s.connect = func(ctx context.Context, clusterID int64) (pveAPI, error) {
+		c, err := clients.Client(ctx, clusterID)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.poll <= 0 {
+		s.poll = DefaultPollInterval
+	}
+	if s.haGrace <= 0 {
+		s.haGrace = DefaultHAGrace
+	}
+	if s.lost <= 0 {
+		s.lost = DefaultLostGrace
+	}
+	if s.sweep <= 0 {
+		s.sweep = DefaultSweep
+	}
+	if s.maxFol <= 0 {
+		s.maxFol = DefaultMaxFollowers
+	}
+	if s.auditFn == nil {
+		st := cfg.Store
+		s.auditFn = func(ctx context.Context, rec store.AuditRecord) {
+			if _, err := st.AppendAudit(ctx, rec); err != nil {
+				s.log.Error("audit write failed", slog.String("action", rec.Action), slog.String("error", err.Error()))
+			}
+		}
+	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Close stops following tasks and waits for the followers to return. Task rows
+// stay as they are; the next Run picks them up.
+func (s *Service) Close() {
+	// Under mu so that no follower is added once the wait has begun.
+	s.mu.Lock()
+	s.bgCancel()
+	s.mu.Unlock()
+	s.bg.Wait()
+}
+
+// audit records one operation.
+func (s *Service) audit(ctx context.Context, a Actor, rec store.AuditRecord) {
+	rec.At = s.now()
+	rec.UserID, rec.UserEmail, rec.SessionID, rec.Address, rec.RequestID = a.UserID, a.Email, a.SessionID, a.Address, a.RequestID
+	s.auditFn(context.WithoutCancel(ctx), rec)
+}
+
+// resultOf is the audit result of an error: its reason, "ok" for nil.
+func resultOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	if e, ok := errs.As(err); ok {
+		return e.ReasonOrDefault()
+	}
+	return "internal"
+}
+
+// jsonText renders v for a task's or audit record's params.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// upstream maps a PVE client error for the caller.
+func upstream(err error) error { return fleet.UpstreamError(err) }
+
+// vmNotOn builds the 404 for a VM that PVE says is not on node: it names the node
+// the VM is on when the cluster's resources show it elsewhere.
+func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm VMRef, cause error) error {
+	if res, err := api.Resources(ctx, "vm"); err == nil {
+		for _, r := range res {
+			if r.Type == "qemu" && int64(r.VMID) == vm.VMID && r.Node != vm.Node {
+				return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+					Message: fmt.Sprintf("VM %d is not on node %s; it is on node %s", vm.VMID, vm.Node, r.Node),
+					Details: map[string]any{"node": r.Node}}
+			}
+		}
+	}
+	return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+		Message: fmt.Sprintf("VM %d not found on node %s", vm.VMID, vm.Node)}
+}
+
+// vmState reads the VM's status on its node, mapping "not there" to the 404 that
+// says where it is.
+func (s *Service) vmState(ctx context.Context, api pveAPI, vm VMRef) (pve.VMStatus, error) {
+	st, err := api.VMStatus(ctx, vm.Node, int(vm.VMID))
+	if err != nil {
+		if pve.IsNotFound(err) {
+			return pve.VMStatus{}, s.vmNotOn(ctx, api, vm, err)
+		}
+		return pve.VMStatus{}, upstream(err)
+	}
+	return st, nil
+}
+
+// validRef checks a VMRef's syntax (the HTTP layer checks it too; other callers may not).
+func validRef(vm VMRef) error {
+	if vm.ClusterID <= 0 {
+		return errs.R(errs.Invalid, "invalid_request", "clusterId must be a positive integer")
+	}
+	if !pve.ValidNode(vm.Node) {
+		return errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", vm.Node)
+	}
+	if vm.VMID < pve.MinVMID || vm.VMID > pve.MaxVMID {
+		return errs.R(errs.Invalid, "invalid_request", "vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
+	}
+	return nil
+}
+
+// lockName extracts "backup" from "VM is locked (backup)".
+func lockName(msg string) string {
+	_, rest, ok := strings.Cut(msg, "locked (")
+	if !ok {
+		return ""
+	}
+	name, _, ok := strings.Cut(rest, ")")
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,698 @@
+package vmops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Task statuses and results as DESIGN §3.3 names them.
+const (
+	StatusRunning = "running"
+	StatusStopped = "stopped"
+
+	ResultRunning  = "running"
+	ResultOK       = "ok"
+	ResultWarnings = "warnings"
+	ResultFailed   = "failed"
+)
+
+// TaskView is a task as DESIGN §3.3 shows it.
+type TaskView struct {
+	TaskID     string // the UPID
+	ClusterID  int64
+	Node       string // the UPID's node (for a migration, the source)
+	Type       string // PVE's task type: qmstart, qmigrate, hastart, ...
+	VMID       int64  // 0 when the task's id is not a vmid
+	PVEUser    string // the UPID's user (vmgate's API token for tasks vmgate started)
+	StartedBy  string // the vmgate user's e-mail; empty for tasks vmgate did not start
+	Status     string // StatusRunning or StatusStopped
+	ExitStatus string // PVE's exit status once stopped (OK, WARNINGS: n, the error); empty while running
+	Result     string // ResultRunning, ResultOK, ResultWarnings or ResultFailed
+	Error      string // for a failed task: the log line that says why
+	StartTime  time.Time
+	EndTime    time.Time // zero while running
+	Target     string    // a migration's target node
+	Progress   *Progress // migrations only
+	// FollowTaskID is, for an HA stand-in task (hastart, hastop, hamigrate), the
+	// task the HA stack ran for it, once found. The stand-in's view reports that
+	// task's status, result and progress.
+	FollowTaskID string
+}
+
+// Finished reports whether the view is final.
+func (v TaskView) Finished() bool { return v.Status == StatusStopped }
+
+// LogLine is one line of a task's log; N counts from 1.
+type LogLine struct {
+	N int
+	T string
+}
+
+// TaskLog is a page of a task's log.
+type TaskLog struct {
+	Lines []LogLine
+	Total int
+}
+
+// TaskFilter selects tasks for Tasks.
+type TaskFilter struct {
+	ClusterIDs []int64 // only these clusters; nil = all (an empty non-nil list matches nothing)
+	ClusterID  int64   // 0 = any
+	VMID       int64   // 0 = any
+	BeforeID   int64   // paging by row id; 0 = from the newest
+	Limit      int     // default 50, max 500
+}
+
+// haRealTypes maps an HA stand-in task type to the types of the task the HA stack
+// runs for it.
+var haRealTypes = map[string][]string{
+	"hastart":   {"qmstart"},
+	"hastop":    {"qmshutdown", "qmstop"},
+	"hamigrate": {"qmigrate"},
+}
+
+func isMigration(typ string) bool { return typ == "qmigrate" || typ == "hamigrate" }
+
+// resultOfExit turns PVE's exit status into a result.
+func resultOfExit(exit string) string {
+	switch {
+	case exit == "OK":
+		return ResultOK
+	case strings.HasPrefix(exit, "WARNINGS"):
+		return ResultWarnings
+	default:
+		return ResultFailed
+	}
+}
+
+// parseUPID reads a task id for a query.
+func parseUPID(s string) (pve.UPID, error) {
+	u, err := pve.ParseUPID(s)
+	if err != nil {
+		return pve.UPID{}, &errs.Error{Kind: errs.Invalid, Reason: "invalid_request", Err: err,
+			Message: "the task id is not a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:)"}
+	}
+	return u, nil
+}
+
+func taskNotFound(upid string) error {
+	return errs.R(errs.NotFound, "not_found", "task %s not found", upid)
+}
+
+// logCursor reads a task's log incrementally: each read asks PVE only for the
+// lines after the last one seen.
+type logCursor struct {
+	parser   progressParser
+	consumed int
+}
+
+// tracker is what vmgate remembers of one task between PVE reads. Reads of PVE
+// for it are serialised by Service.reads (singleflight); mu guards the fields
+// that readers look at.
+type tracker struct {
+	upid      pve.UPID
+	clusterID int64
+
+	// Fields below are written only inside a read (one at a time).
+	row       *store.Task // nil for tasks vmgate did not start
+	own       logCursor
+	follow    *pve.UPID // HA: the real task, once found
+	followLog logCursor
+	haEndedAt time.Time // HA: when the stand-in task was first seen stopped
+	missingAt time.Time // when PVE first said it does not know the task
+	savedAt   time.Time
+
+	mu     sync.Mutex
+	view   TaskView
+	readAt time.Time // zero until the first read
+	usedAt time.Time
+}
+
+// cached returns the last view if it is final or younger than maxAge.
+func (t *tracker) cached(now time.Time, maxAge time.Duration) (TaskView, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.usedAt = now
+	if t.readAt.IsZero() {
+		return TaskView{}, false
+	}
+	if t.view.Finished() || now.Sub(t.readAt) < maxAge {
+		return t.view, true
+	}
+	return TaskView{}, false
+}
+
+func (t *tracker) set(v TaskView, at time.Time) {
+	t.mu.Lock()
+	t.view, t.readAt = v, at
+	t.mu.Unlock()
+}
+
+// maxTracked bounds the in-memory task cache.
+const maxTracked = 2048
+
+// track returns the tracker of a task, creating it.
+func (s *Service) track(upid pve.UPID, clusterID int64, row *store.Task) *tracker {
+	key := upid.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.tracked[key]; ok {
+		return t
+	}
+	if len(s.tracked) >= maxTracked {
+		s.evictLocked(len(s.tracked) - maxTracked + 1)
+	}
+	t := &tracker{upid: upid, clusterID: clusterID, usedAt: s.now()}
+	if row != nil {
+		r := *row
+		t.row = &r
+	}
+	s.tracked[key] = t
+	return t
+}
+
+// evictLocked drops at least n trackers: finished ones and those nobody asked for
+// lately first. A dropped running task is simply read afresh on its next query.
+func (s *Service) evictLocked(n int) {
+	type aged struct {
+		key string
+		at  time.Time
+	}
+	var all []aged
+	for k, t := range s.tracked {
+		t.mu.Lock()
+		at, done := t.usedAt, t.view.Finished()
+		t.mu.Unlock()
+		if s.following[k] {
+			continue
+		}
+		if done {
+			at = time.Time{}
+		}
+		all = append(all, aged{k, at})
+	}
+	for range n {
+		oldest := -1
+		for i, a := range all {
+			if a.key != "" && (oldest < 0 || a.at.Before(all[oldest].at)) {
+				oldest = i
+			}
+		}
+		if oldest < 0 {
+			return
+		}
+		delete(s.tracked, all[oldest].key)
+		all[oldest].key = ""
+	}
+}
+
+// evictIdle drops trackers nobody asked for in a while (Run calls it).
+func (s *Service) evictIdle(idle time.Duration) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, t := range s.tracked {
+		t.mu.Lock()
+		old := now.Sub(t.usedAt) > idle
+		t.mu.Unlock()
+		if old && !s.following[k] {
+			delete(s.tracked, k)
+		}
+	}
+}
+
+func (s *Service) trackerOf(upid string) *tracker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tracked[upid]
+}
+
+// readTimeout bounds one shared PVE read of a task.
+const readTimeout = 20 * time.Second
+
+// current returns the task's view, reading PVE at most once per poll interval
+// however many callers ask: a fresh enough view is answered from memory, and
+// concurrent callers that find it stale share one read.
+func (s *Service) current(ctx context.Context, t *tracker) (TaskView, error) {
+	if v, ok := t.cached(s.now(), s.poll); ok {
+		return v, nil
+	}
+	ch := s.reads.DoChan(t.upid.String(), func() (any, error) {
+		if v, ok := t.cached(s.now(), s.poll); ok {
+			return v, nil
+		}
+		// The read serves every waiting caller: the first one going away must not
+		// cancel it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		defer cancel()
+		return s.read(rctx, t)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return TaskView{}, r.Err
+		}
+		return r.Val.(TaskView), nil
+	case <-ctx.Done():
+		return TaskView{}, ctx.Err()
+	}
+}
+
+// read asks PVE for the task's status and new log lines (and, for an HA stand-in,
+// follows it to the real task), stores a finished task, and caches the view.
+func (s *Service) read(ctx context.Context, t *tracker) (TaskView, error) {
+	api, err := s.connect(ctx, t.clusterID)
+	if err != nil {
+		return TaskView{}, err
+	}
+	st, err := api.TaskStatus(ctx, t.upid)
+	if err != nil {
+		if pve.IsNotFound(err) {
+			return s.taskGone(ctx, t, err)
+		}
+		return TaskView{}, upstream(err)
+	}
+	t.missingAt = time.Time{}
+	if err := readLog(ctx, api, t.upid, &t.own); err != nil {
+		return TaskView{}, upstream(err)
+	}
+	v := s.baseView(t)
+	apply(&v, st, &t.own)
+	if _, ha := haRealTypes[t.upid.Type]; ha && !st.Running() && st.OK() {
+		if err := s.followHA(ctx, api, t, &v); err != nil {
+			return TaskView{}, err
+		}
+	}
+	if v.Finished() && v.EndTime.IsZero() {
+		v.EndTime = s.endTime(ctx, api, t.upid)
+	}
+	s.save(ctx, t, v)
+	t.set(v, s.now())
+	return v, nil
+}
+
+// taskGone handles PVE saying it does not know a task: NotFound for a query, and,
+// for a task vmgate started and once that has lasted LostGrace, a final record so
+// that nobody follows it forever.
+func (s *Service) taskGone(ctx context.Context, t *tracker, cause error) (TaskView, error) {
+	if t.row == nil {
+		return TaskView{}, &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+			Message: fmt.Sprintf("task %s not found on node %s", t.upid.String(), t.upid.Node)}
+	}
+	now := s.now()
+	if t.missingAt.IsZero() {
+		t.missingAt = now
+	}
+	if now.Sub(t.missingAt) < s.lost {
+		return TaskView{}, upstream(cause)
+	}
+	v := s.baseView(t)
+	v.Status, v.ExitStatus, v.Result = StatusStopped, "unknown", ResultFailed
+	v.Error = "PVE no longer knows this task (its node may have been reinstalled or its log removed)"
+	v.EndTime = now
+	s.save(ctx, t, v)
+	t.set(v, now)
+	return v, nil
+}
+
+// readLog reads the lines after the cursor into its parser.
+func readLog(ctx context.Context, api pveAPI, upid pve.UPID, c *logCursor) error {
+	lines, total, err := api.TaskLog(ctx, upid, c.consumed, 0)
+	if err != nil {
+		return err
+	}
+	for _, l := range lines {
+		if l.N <= c.consumed {
+			continue
+		}
+		// PVE's stand-ins for an empty or not yet created log are not log lines.
+		if total == 1 && l.N == 1 && (l.T == "no content" || strings.HasPrefix(l.T, "unable to open file")) {
+			break
+		}
+		c.parser.Feed(l.T)
+		c.consumed = l.N
+	}
+	return nil
+}
+
+// baseView fills what the UPID, the task row and the log say. Only a read calls it.
+func (s *Service) baseView(t *tracker) TaskView {
+	return newView(t.upid, t.clusterID, t.row, t.own.parser.target)
+}
+
+// newView is a running task's view as the UPID and its row (nil for a task vmgate
+// did not start) describe it; target is the log's when the row names none.
+func newView(upid pve.UPID, clusterID int64, row *store.Task, target string) TaskView {
+	v := TaskView{TaskID: upid.String(), ClusterID: clusterID, Node: upid.Node, Type: upid.Type,
+		PVEUser: upid.User, StartTime: upid.StartTime, Status: StatusRunning, Result: ResultRunning}
+	v.VMID, _ = strconv.ParseInt(upid.ID, 10, 64)
+	if row != nil {
+		v.StartedBy, v.Target = row.UserEmail, row.Target
+	}
+	if v.Target == "" {
+		v.Target = target
+	}
+	if isMigration(upid.Type) {
+		v.Progress = &Progress{Phase: PhaseStarting}
+	}
+	return v
+}
+
+// apply sets the status, result and progress of v from a task's status and log.
+func apply(v *TaskView, st pve.TaskStatus, c *logCursor) {
+	if st.Running() {
+		v.Status, v.Result, v.ExitStatus = StatusRunning, ResultRunning, ""
+	} else {
+		v.Status, v.ExitStatus, v.Result = StatusStopped, st.ExitStatus, resultOfExit(st.ExitStatus)
+		if v.Result == ResultFailed {
+			v.Error = c.parser.failureReason()
+			if v.Error == "" {
+				v.Error = st.ExitStatus
+			}
+		}
+	}
+	if isMigration(v.Type) || isMigration(st.Type) {
+		v.Progress = migrationProgress(&c.parser, v.Result)
+	}
+}
+
+// migrationProgress is the progress a migration's view shows: what the log says,
+// 100 once it ended well, and the phase "starting" before the log says anything.
+func migrationProgress(p *progressParser, result string) *Progress {
+	pr, ok := p.Progress()
+	if !ok {
+		pr = Progress{Phase: PhaseStarting}
+	}
+	switch result {
+	case ResultOK, ResultWarnings:
+		pr.Percent, pr.Phase = 100, PhaseDone
+		p.percent = 100
+	case ResultFailed:
+		pr.Phase = PhaseFailed
+	}
+	return &pr
+}
+
+// endTime asks the node's task list when a stopped task ended (the status call does
+// not say); the time of this read stands in when the list does not have it.
+func (s *Service) endTime(ctx context.Context, api pveAPI, upid pve.UPID) time.Time {
+	vmid, _ := strconv.Atoi(upid.ID)
+	list, err := api.NodeTasks(ctx, upid.Node, pve.TaskListOptions{Source: "all", VMID: vmid,
+		TypeFilter: upid.Type, Since: upid.StartTime, Limit: 100})
+	if err == nil {
+		for _, e := range list {
+			if e.UPID.Equal(upid) && !e.EndTime.IsZero() {
+				return e.EndTime.UTC()
+			}
+		}
+	}
+	return s.now().UTC().Truncate(time.Second)
+}
+
+// progressSaveEvery spaces the progress writes of a running migration.
+const progressSaveEvery = 5 * time.Second
+
+// save writes what changed of a task vmgate started: its end (once, with an audit
+// record of the result), the real task of an HA stand-in, and now and then a
+// running migration's progress.
+func (s *Service) save(ctx context.Context, t *tracker, v TaskView) {
+	if t.row == nil {
+		return
+	}
+	row := *t.row
+	changedFollow := v.FollowTaskID != "" && row.FollowUPID != v.FollowTaskID
+	now := s.now()
+	switch {
+	case v.Finished():
+	case changedFollow:
+	case v.Progress != nil && now.Sub(t.savedAt) >= progressSaveEvery:
+	default:
+		return
+	}
+	row.FollowUPID = v.FollowTaskID
+	if v.Progress != nil {
+		row.Progress = jsonText(v.Progress)
+	}
+	if v.Finished() {
+		row.Status, row.ExitStatus, row.Error, row.EndedAt = store.TaskStopped, v.ExitStatus, v.Error, v.EndTime
+	}
+	updated, err := s.store.UpdateTask(ctx, row)
+	if err != nil {
+		if errs.KindOf(err) != errs.Conflict {
+			s.log.Warn("task update failed", slog.String("upid", v.TaskID), slog.String("error", err.Error()))
+		}
+		return
+	}
+	t.row, t.savedAt = &updated, now
+	if v.Finished() {
+		result := v.Result
+		params := map[string]any{"exitStatus": v.ExitStatus}
+		if v.Error != "" {
+			params["error"] = v.Error
+		}
+		if v.FollowTaskID != "" {
+			params["followTaskId"] = v.FollowTaskID
+		}
+		s.auditFn(context.WithoutCancel(ctx), store.AuditRecord{At: now, UserID: row.UserID, UserEmail: row.UserEmail,
+			Action: "task.finished", ClusterID: row.ClusterID, Node: row.Node, VMID: row.VMID, Target: row.Target,
+			Params: jsonText(params), Result: result, UPID: row.UPID})
+	}
+}
+
+// rowView is a finished task as its row keeps it: no PVE read.
+func rowView(r store.Task) TaskView {
+	v := TaskView{TaskID: r.UPID, ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID, StartedBy: r.UserEmail,
+		Target: r.Target, StartTime: r.StartedAt, EndTime: r.EndedAt, Error: r.Error, FollowTaskID: r.FollowUPID,
+		ExitStatus: r.ExitStatus}
+	if u, err := pve.ParseUPID(r.UPID); err == nil {
+		v.Node, v.Type, v.PVEUser, v.StartTime = u.Node, u.Type, u.User, u.StartTime
+	}
+	if r.Finished() {
+		v.Status, v.Result = StatusStopped, resultOfExit(r.ExitStatus)
+	} else {
+		v.Status, v.Result, v.ExitStatus = StatusRunning, ResultRunning, ""
+	}
+	if r.Progress != "" {
+		var p Progress
+		if json.Unmarshal([]byte(r.Progress), &p) == nil {
+			v.Progress = &p
+		}
+	} else if isMigration(v.Type) {
+		v.Progress = &Progress{Phase: PhaseStarting}
+	}
+	return v
+}
+
+// lookup returns a task's view: from memory when fresh, from the store when
+// finished, else from PVE. A task vmgate did not start needs clusterHint.
+func (s *Service) lookup(ctx context.Context, upid pve.UPID, clusterHint int64) (TaskView, error) {
+	key := upid.String()
+	if t := s.trackerOf(key); t != nil {
+		return s.current(ctx, t)
+	}
+	row, err := s.store.TaskByUPID(ctx, key)
+	switch {
+	case err == nil:
+		if row.Finished() {
+			return rowView(row), nil
+		}
+		return s.current(ctx, s.track(upid, row.ClusterID, &row))
+	case errs.KindOf(err) == errs.NotFound:
+		if clusterHint <= 0 {
+			return TaskView{}, errs.R(errs.NotFound, "not_found",
+				"task %s not found; for a task vmgate did not start, give its cluster (?clusterId=)", key)
+		}
+		return s.current(ctx, s.track(upid, clusterHint, nil))
+	default:
+		return TaskView{}, err
+	}
+}
+
+// TaskCluster says which cluster a task belongs to, so that the caller can be
+// authorized before the task is read: the cluster vmgate recorded for a task it
+// started, else clusterHint (0 = none given → NotFound).
+func (s *Service) TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error) {
+	u, err := parseUPID(upid)
+	if err != nil {
+		return 0, err
+	}
+	if t := s.trackerOf(u.String()); t != nil {
+		return t.clusterID, nil
+	}
+	row, err := s.store.TaskByUPID(ctx, u.String())
+	switch {
+	case err == nil:
+		return row.ClusterID, nil
+	case errs.KindOf(err) == errs.NotFound && clusterHint > 0:
+		return clusterHint, nil
+	case errs.KindOf(err) == errs.NotFound:
+		return 0, errs.R(errs.NotFound, "not_found",
+			"task %s not found; for a task vmgate did not start, give its cluster (?clusterId=)", upid)
+	default:
+		return 0, err
+	}
+}
+
+// Task returns a task's view (DESIGN §3.3). With wait > 0 (at most MaxTaskWait) it
+// answers as soon as the task ends, or with its state when wait has passed. The
+// caller has authorized the user on TaskCluster's answer.
+func (s *Service) Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (TaskView, error) {
+	u, err := parseUPID(upid)
+	if err != nil {
+		return TaskView{}, err
+	}
+	return s.waitFor(ctx, func(ctx context.Context) (TaskView, error) { return s.lookup(ctx, u, clusterHint) },
+		min(wait, MaxTaskWait))
+}
+
+// waitFor reads a view until it is final or wait has passed. The view read last
+// is returned when the wait ends (also when ctx ends after a first read).
+func (s *Service) waitFor(ctx context.Context, get func(context.Context) (TaskView, error), wait time.Duration) (TaskView, error) {
+	v, err := get(ctx)
+	if err != nil || v.Finished() || wait <= 0 {
+		return v, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		if sleep(wctx, s.poll) != nil {
+			return v, nil
+		}
+		next, err := get(wctx)
+		if err != nil {
+			// A passing PVE failure does not end the wait: the view read
+			// last stands until the deadline.
+			if wctx.Err() != nil || !transient(err) {
+				return v, nil
+			}
+			continue
+		}
+		v = next
+		if v.Finished() {
+			return v, nil
+		}
+	}
+}
+
+// transient reports whether a read failed for a reason that may pass by itself
+// (PVE unreachable or slow, a node offline).
+func transient(err error) bool {
+	switch errs.KindOf(err) {
+	case errs.Unavailable, errs.Timeout:
+		return true
+	case errs.Conflict:
+		e, _ := errs.As(err)
+		return e.Reason == "node_offline"
+	}
+	return false
+}
+
+// Events calls emit with the task's view now and whenever it changes, until the
+// task ends (after emitting its final view), ctx ends, or emit fails.
+func (s *Service) Events(ctx context.Context, upid string, clusterHint int64, emit func(TaskView) error) error {
+	u, err := parseUPID(upid)
+	if err != nil {
+		return err
+	}
+	var last *TaskView
+	for {
+		v, err := s.lookup(ctx, u, clusterHint)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil
+		case last != nil && transient(err):
+			if sleep(ctx, s.poll) != nil {
+				return nil
+			}
+			continue
+		default:
+			return err
+		}
+		if last == nil || !reflect.DeepEqual(*last, v) {
+			if err := emit(v); err != nil {
+				return err
+			}
+			last = &v
+		}
+		if v.Finished() {
+			return nil
+		}
+		if sleep(ctx, s.poll) != nil {
+			return nil
+		}
+	}
+}
+
+// TaskLog reads lines of a task's log from PVE: up to limit lines (0 = all) after
+// line start.
+func (s *Service) TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (TaskLog, error) {
+	u, err := parseUPID(upid)
+	if err != nil {
+		return TaskLog{}, err
+	}
+	clusterID, err := s.TaskCluster(ctx, upid, clusterHint)
+	if err != nil {
+		return TaskLog{}, err
+	}
+	api, err := s.connect(ctx, clusterID)
+	if err != nil {
+		return TaskLog{}, err
+	}
+	if _, err := s.store.TaskByUPID(ctx, u.String()); errs.KindOf(err) == errs.NotFound {
+		// PVE answers the log of a task it does not know with a text line; ask
+		// the status first so that an unknown task is a 404.
+		if _, err := api.TaskStatus(ctx, u); err != nil {
+			if pve.IsNotFound(err) {
+				return TaskLog{}, taskNotFound(upid)
+			}
+			return TaskLog{}, upstream(err)
+		}
+	}
+	lines, total, err := api.TaskLog(ctx, u, start, limit)
+	if err != nil {
+		return TaskLog{}, upstream(err)
+	}
+	out := TaskLog{Lines: make([]LogLine, 0, len(lines)), Total: total}
+	for _, l := range lines {
+		out.Lines = append(out.Lines, LogLine{N: l.N, T: l.T})
+	}
+	return out, nil
+}
+
+// Tasks lists the tasks vmgate started, newest first, from the store (running ones
+// as last read). Rows whose task PVE never started (no UPID) are left out.
+func (s *Service) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
+	rows, err := s.store.ListTasks(ctx, store.TaskFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
+		VMID: f.VMID, BeforeID: f.BeforeID, Limit: f.Limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TaskView, 0, len(rows))
+	for _, r := range rows {
+		if r.UPID == "" {
+			continue
+		}
+		v := rowView(r)
+		if !r.Finished() {
+			if t := s.trackerOf(r.UPID); t != nil {
+				if tv, ok := t.cached(s.now(), time.Duration(1<<62)); ok {
+					v = tv
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
