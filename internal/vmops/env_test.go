@@ -34,7 +34,7 @@ type env struct {
 type envOpts struct {
 	speed  float64 // emulated seconds per real second (default 1000)
 	manual bool    // the emulator's clock moves only with Advance
-	cfg   func(*Config)
+	cfg    func(*Config)
 }
 
 // clientsFunc adapts a function to Clients.

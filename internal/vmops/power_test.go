@@ -124,7 +124,7 @@ func TestStartStopReboot(t *testing.T) {
 	if out.Task.Type != "qmshutdown" || out.Task.Result != ResultOK {
 		t.Fatalf("graceful stop outcome %+v", out)
 	}
-	if st, _ := e.sim.VM(101); (st.Status == "running") {
+	if st, _ := e.sim.VM(101); st.Status == "running" {
 		t.Fatal("VM 101 still runs after the graceful stop")
 	}
 }
@@ -156,7 +156,7 @@ func TestShutdownTimeoutThenForce(t *testing.T) {
 	if out.Task.Type != "qmstop" || out.Task.Result != ResultOK {
 		t.Fatalf("forced stop outcome %+v", out)
 	}
-	if st, _ := e.sim.VM(104); (st.Status == "running") {
+	if st, _ := e.sim.VM(104); st.Status == "running" {
 		t.Fatal("VM 104 still runs after the forced stop")
 	}
 }
