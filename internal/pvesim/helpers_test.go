@@ -35,6 +35,7 @@ type env struct {
 type envOptions struct {
 	opts  Options
 	serve ServeOptions
+	nodes []NodeSpec // default: pve1, pve2, pve3
 	build func(c *Cluster)
 }
 
@@ -49,8 +50,11 @@ func newEnv(t *testing.T, eo envOptions) *env {
 		eo.opts.Start = testStart
 	}
 	c := New(eo.opts)
-	for _, n := range []string{"pve1", "pve2", "pve3"} {
-		if err := c.AddNode(NodeSpec{Name: n}); err != nil {
+	if eo.nodes == nil {
+		eo.nodes = []NodeSpec{{Name: "pve1"}, {Name: "pve2"}, {Name: "pve3"}}
+	}
+	for _, n := range eo.nodes {
+		if err := c.AddNode(n); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -199,7 +199,7 @@ func (m *methodSchema) validate(params map[string]value) paramErrors {
 	sort.Strings(names)
 	for _, k := range names {
 		v, ok := params[k]
-		checkProp(k, props[k], v, ok, errs)
+		checkProp(k, props[k], v, ok && v.kind != nullValue, errs)
 	}
 	for k := range params {
 		p, ok := props[k]
@@ -210,7 +210,7 @@ func (m *methodSchema) validate(params map[string]value) paramErrors {
 			continue
 		}
 		if p.Requires != "" {
-			if _, ok := params[p.Requires]; !ok {
+			if v, ok := params[p.Requires]; !ok || v.kind == nullValue {
 				errs.add(p.Requires, fmt.Sprintf("missing property required by '%s'", k))
 			}
 		}
