@@ -1,0 +1,279 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+)
+
+// Open connects to the database named by dsn, brings its schema up to date and
+// returns the store. The forms are:
+//
+//	sqlite:///abs/path/vmgate.db   SQLite file at an absolute path
+//	sqlite://relative/vmgate.db    SQLite file relative to the working directory
+//	sqlite:vmgate.db               the same
+//	vmgate.db, /abs/vmgate.db      a plain path is SQLite too
+//	sqlite::memory:                a private in-memory SQLite database (tests; one connection)
+//	postgres://user@host:5432/db?sslmode=disable   (or postgresql://...)
+//
+// SQLite paths take no query parameters: the store sets WAL, foreign keys, a 5 s busy
+// timeout and immediate write transactions itself. A new SQLite file is created with
+// mode 0600 because it holds password hashes and sealed PVE token secrets.
+// PostgreSQL DSNs are passed to pgx unchanged, so every pgx parameter works (for
+// example search_path to keep vmgate in its own schema).
+func Open(ctx context.Context, dsn string) (Store, error) {
+	var (
+		s   *sqlStore
+		err error
+	)
+	switch scheme, _, _ := strings.Cut(dsn, "://"); {
+	case scheme == "postgres" || scheme == "postgresql":
+		s, err = openPostgres(dsn)
+	case strings.HasPrefix(dsn, "sqlite:") || !strings.Contains(dsn, "://"):
+		s, err = openSQLite(dsn)
+	default:
+		// The DSN may hold a password: name only its scheme.
+		return nil, fmt.Errorf("open store: unsupported database scheme %q (want sqlite: or postgres://)", scheme)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.wdb.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s store: %w", s.d.name, err)
+	}
+	if err := migrate(ctx, s.wdb, s.d); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dialect is what differs between the engines. The SQL in this package is otherwise
+// shared: plain $n placeholders, RETURNING and ON CONFLICT, which both accept.
+type dialect struct {
+	name string
+	// migrations holds NNNN_name.sql files, applied in order of NNNN.
+	migrations fs.FS
+	// migrationsTable is the DDL of schema_migrations(version, name, applied_at).
+	migrationsTable string
+	// migrationLock, when set, runs first in every migration transaction so that two
+	// processes starting together migrate one after the other. SQLite needs none:
+	// its write transactions begin IMMEDIATE and so already exclude each other.
+	migrationLock string
+	// lockTable, when set, is a format for taking a table's write lock inside a
+	// transaction (%s is the table). SQLite needs none for the same reason.
+	lockTable string
+	// timeArg turns a time into the engine's column value; zero is NULL.
+	timeArg func(time.Time) any
+	// constraint classifies a constraint violation; any other error is noViolation.
+	constraint func(err error) constraintKind
+}
+
+// constraintKind is the class of a constraint violation.
+type constraintKind int
+
+const (
+	noViolation constraintKind = iota
+	uniqueViolation
+	foreignKeyViolation
+	checkViolation
+)
+
+// sqlStore implements Store on database/sql for both engines.
+type sqlStore struct {
+	d dialect
+	// rdb serves reads. wdb serves writes and every transaction. They are one pool
+	// on PostgreSQL; on SQLite wdb has a single connection, so writers queue in Go
+	// instead of spinning on SQLITE_BUSY, while readers proceed in parallel (WAL).
+	// Never use wdb inside a transaction on it: with one connection that deadlocks.
+	rdb, wdb *sql.DB
+	now      func() time.Time
+}
+
+// Ping implements Store.
+func (s *sqlStore) Ping(ctx context.Context) error {
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s store: %w", s.d.name, err)
+	}
+	return nil
+}
+
+// Close implements Store.
+func (s *sqlStore) Close() error {
+	err := s.wdb.Close()
+	if s.rdb != s.wdb {
+		err = errors.Join(err, s.rdb.Close())
+	}
+	return err
+}
+
+// inTx runs fn in a write transaction and commits it when fn returns nil.
+func (s *sqlStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// lock takes the write lock of table until the end of tx, where the engine needs it.
+func (s *sqlStore) lock(ctx context.Context, tx *sql.Tx, table string) error {
+	if s.d.lockTable == "" {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.d.lockTable, table)); err != nil {
+		return fmt.Errorf("lock %s: %w", table, err)
+	}
+	return nil
+}
+
+// t is a time parameter: UTC, truncated to the millisecond both engines keep.
+func (s *sqlStore) t(v time.Time) any { return s.d.timeArg(v) }
+
+// stamp returns v, or the store's now when v is zero, at stored precision.
+func (s *sqlStore) stamp(v time.Time) time.Time {
+	if v.IsZero() {
+		v = s.now()
+	}
+	return ms(v)
+}
+
+// nowMS is the store's now at stored precision.
+func (s *sqlStore) nowMS() time.Time { return ms(s.now()) }
+
+// ms returns v in UTC at millisecond precision, as the store gives times back.
+func ms(v time.Time) time.Time {
+	if v.IsZero() {
+		return time.Time{}
+	}
+	return v.UTC().Truncate(time.Millisecond)
+}
+
+// fail turns a database error into the error the contract promises: a unique
+// violation becomes Conflict with the client message conflict, a missing referenced
+// row NotFound, a failed check Invalid; anything else is wrapped with what as context
+// and stays Internal. A nil err stays nil.
+func (s *sqlStore) fail(err error, what string, conflict string) error {
+	if err == nil {
+		return nil
+	}
+	switch s.d.constraint(err) {
+	case uniqueViolation:
+		return errs.Wrap(errs.Conflict, err, "%s", conflict)
+	case foreignKeyViolation:
+		return errs.Wrap(errs.NotFound, err, "%s: a referenced record does not exist", what)
+	case checkViolation:
+		return errs.Wrap(errs.Invalid, err, "%s: a value is out of range", what)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// failRow is fail for a query of one row: sql.ErrNoRows becomes missing.
+func (s *sqlStore) failRow(err error, what string, missing error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return missing
+	}
+	return s.fail(err, what, what+": already exists")
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// timeCol scans a time column: NULL is the zero time, SQLite gives integer unix
+// milliseconds, PostgreSQL a timestamptz.
+type timeCol struct{ p *time.Time }
+
+// Scan implements sql.Scanner.
+func (c timeCol) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*c.p = time.Time{}
+	case int64:
+		*c.p = time.UnixMilli(v).UTC()
+	case time.Time:
+		*c.p = ms(v)
+	default:
+		return fmt.Errorf("scan time: unexpected %T", src)
+	}
+	return nil
+}
+
+// textCol scans a nullable text column: NULL is "".
+type textCol struct{ p *string }
+
+// Scan implements sql.Scanner.
+func (c textCol) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*c.p = ""
+	case string:
+		*c.p = v
+	case []byte:
+		*c.p = string(v)
+	default:
+		return fmt.Errorf("scan text: unexpected %T", src)
+	}
+	return nil
+}
+
+// nullText is the parameter for a nullable text column: "" is NULL.
+func nullText(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryAll runs a query and scans every row with scan.
+func queryAll[T any](ctx context.Context, db querier, what string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// clampLimit returns limit within 1..max, or def when limit is not positive.
+func clampLimit(limit, def, max int) int {
+	switch {
+	case limit <= 0:
+		return def
+	case limit > max:
+		return max
+	}
+	return limit
+}

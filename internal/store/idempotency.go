@@ -1,0 +1,108 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+)
+
+// IdempotencyTTL is how long a claimed key lives when the caller sets no ExpiresAt.
+const IdempotencyTTL = 24 * time.Hour
+
+const idemColumns = `user_id, idem_key, request_hash, state, status_code, headers, body, created_at, expires_at`
+
+func scanIdem(sc scanner) (IdempotencyRecord, error) {
+	var r IdempotencyRecord
+	err := sc.Scan(&r.UserID, &r.Key, &r.RequestHash, &r.State, &r.StatusCode, &r.Headers, &r.Body,
+		timeCol{&r.CreatedAt}, timeCol{&r.ExpiresAt})
+	return r, err
+}
+
+// ClaimIdempotencyKey implements Store in one statement: the insert either adds the
+// row, replaces an expired one (the DO UPDATE's WHERE), or does nothing and returns
+// no row, in which case the unexpired holder is read. A zero CreatedAt is now and
+// is also the instant expiry is judged at; a zero ExpiresAt is CreatedAt plus
+// IdempotencyTTL; an empty State is IdemInProgress.
+func (s *sqlStore) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) (IdempotencyRecord, bool, error) {
+	r.CreatedAt = s.stamp(r.CreatedAt)
+	if r.ExpiresAt.IsZero() {
+		r.ExpiresAt = r.CreatedAt.Add(IdempotencyTTL)
+	}
+	if r.State == "" {
+		r.State = IdemInProgress
+	}
+	// The holder read after a lost claim may be released before the read; then the
+	// claim is tried again. Three rounds is plenty: each needs a whole request's
+	// claim and release to slip in between two statements.
+	for range 3 {
+		claimed, err := scanIdem(s.wdb.QueryRowContext(ctx, `
+			INSERT INTO idempotency_keys (`+idemColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT (user_id, idem_key) DO UPDATE SET
+				request_hash = excluded.request_hash, state = excluded.state, status_code = excluded.status_code,
+				headers = excluded.headers, body = excluded.body, created_at = excluded.created_at,
+				expires_at = excluded.expires_at
+			WHERE idempotency_keys.expires_at <= excluded.created_at
+			RETURNING `+idemColumns,
+			r.UserID, r.Key, r.RequestHash, r.State, r.StatusCode, r.Headers, r.Body, s.t(r.CreatedAt), s.t(r.ExpiresAt)))
+		if err == nil {
+			return claimed, true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return IdempotencyRecord{}, false, s.fail(err, "claim idempotency key", "claim idempotency key")
+		}
+		held, err := scanIdem(s.rdb.QueryRowContext(ctx,
+			`SELECT `+idemColumns+` FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2`, r.UserID, r.Key))
+		if err == nil {
+			return held, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return IdempotencyRecord{}, false, fmt.Errorf("claim idempotency key: %w", err)
+		}
+	}
+	return IdempotencyRecord{}, false, errs.E(errs.Conflict, "idempotency key is being claimed and released concurrently")
+}
+
+// CompleteIdempotencyKey implements Store. A missing key is NotFound; a key already
+// done is Conflict.
+func (s *sqlStore) CompleteIdempotencyKey(ctx context.Context, r IdempotencyRecord) error {
+	res, err := s.wdb.ExecContext(ctx, `
+		UPDATE idempotency_keys SET state = 'done', status_code = $3, headers = $4, body = $5
+		WHERE user_id = $1 AND idem_key = $2 AND state = 'in_progress'`,
+		r.UserID, r.Key, r.StatusCode, r.Headers, r.Body)
+	return s.idemChanged(ctx, res, err, "complete", r.UserID, r.Key)
+}
+
+// ReleaseIdempotencyKey implements Store. A missing key is NotFound; a key already
+// done is Conflict (its answer stands).
+func (s *sqlStore) ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error {
+	res, err := s.wdb.ExecContext(ctx,
+		`DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND state = 'in_progress'`, userID, key)
+	return s.idemChanged(ctx, res, err, "release", userID, key)
+}
+
+// idemChanged checks that a statement on an in-progress key changed it, and says
+// why not otherwise.
+func (s *sqlStore) idemChanged(ctx context.Context, res sql.Result, err error, verb string, userID int64, key string) error {
+	if err != nil {
+		return fmt.Errorf("%s idempotency key: %w", verb, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s idempotency key: %w", verb, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var state string
+	err = s.rdb.QueryRowContext(ctx, `SELECT state FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2`,
+		userID, key).Scan(&state)
+	if err != nil {
+		return s.failRow(err, verb+" idempotency key", errs.E(errs.NotFound, "idempotency key not found"))
+	}
+	return errs.E(errs.Conflict, "idempotency key is %s already", state)
+}

@@ -1,0 +1,854 @@
+// Package storetest is the contract test suite of store.Store. Every engine runs
+// the same Run, so what one engine does the other does too; a test that only one
+// engine would pass belongs in that engine's own tests, not here.
+package storetest
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Run runs the contract suite. open must return a fresh, empty, migrated store and
+// close it when its t ends; Run calls it once per parallel subtest.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"Users", testUsers},
+		{"Sessions", testSessions},
+		{"RotateSessionRace", testRotateSessionRace},
+		{"RevokeUserSessions", testRevokeUserSessions},
+		{"SessionChanges", testSessionChanges},
+		{"SessionChangesNoGaps", testSessionChangesNoGaps},
+		{"SigningKeys", testSigningKeys},
+		{"Clusters", testClusters},
+		{"Grants", testGrants},
+		{"GrantsCascade", testGrantsCascade},
+		{"TaskLifecycle", testTaskLifecycle},
+		{"ListTasks", testListTasks},
+		{"Audit", testAudit},
+		{"Idempotency", testIdempotency},
+		{"IdempotencyRace", testIdempotencyRace},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+// base is the suite's clock: fixed, UTC and at millisecond precision, as the store
+// gives times back.
+var base = time.Date(2031, 5, 6, 7, 8, 9, 123_000_000, time.UTC)
+
+func at(d time.Duration) time.Time { return base.Add(d) }
+
+// wantKind fails t unless err carries an *errs.Error of kind.
+func wantKind(t *testing.T, err error, kind errs.Kind, what string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: got no error, want %v", what, kind)
+	}
+	if got := errs.KindOf(err); got != kind {
+		t.Fatalf("%s: got %v (%v), want %v", what, got, err, kind)
+	}
+}
+
+// race runs fn(0..n-1) in n goroutines released together. Each goroutine first
+// pings s, so that a pooled engine has its connections open before the race starts;
+// otherwise connecting would serialise the goroutines and hide a race.
+func race(t *testing.T, s store.Store, n int, fn func(i int)) {
+	t.Helper()
+	var wg, ready sync.WaitGroup
+	start := make(chan struct{})
+	ready.Add(n)
+	for i := range n {
+		wg.Go(func() {
+			if err := s.Ping(t.Context()); err != nil {
+				t.Errorf("ping %d: %v", i, err)
+			}
+			ready.Done()
+			<-start
+			fn(i)
+		})
+	}
+	ready.Wait()
+	close(start)
+	wg.Wait()
+}
+
+// ok fails t on err.
+func ok(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// same fails t unless got and want are deeply equal.
+func same(t *testing.T, got, want any, what string) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s:\n got %+v\nwant %+v", what, got, want)
+	}
+}
+
+// fresh fails t unless v is a time the store just set: UTC, millisecond precision
+// and within a minute of now.
+func fresh(t *testing.T, v time.Time, what string) {
+	t.Helper()
+	if v.Location() != time.UTC || v.Nanosecond()%int(time.Millisecond) != 0 {
+		t.Fatalf("%s: %v is not UTC at millisecond precision", what, v)
+	}
+	if d := time.Since(v); d < -time.Minute || d > time.Minute {
+		t.Fatalf("%s: %v is not now", what, v)
+	}
+}
+
+func mkUser(t *testing.T, s store.Store, email string) store.User {
+	t.Helper()
+	u, err := s.CreateUser(t.Context(), store.User{Email: email, Nickname: "n", PasswordHash: "$argon2id$x", Role: store.RoleUser})
+	ok(t, err, "create user "+email)
+	return u
+}
+
+func mkCluster(t *testing.T, s store.Store, name string) store.Cluster {
+	t.Helper()
+	c, err := s.CreateCluster(t.Context(), store.Cluster{Name: name, TokenID: "vmgate@pve!t",
+		Endpoints: []store.Endpoint{{URL: "https://" + name + ":8006"}}})
+	ok(t, err, "create cluster "+name)
+	return c
+}
+
+func mkSession(t *testing.T, s store.Store, id string, userID int64, expires time.Time) store.Session {
+	t.Helper()
+	sess := store.Session{ID: id, UserID: userID, Generation: 1, CreatedAt: base, ExpiresAt: expires,
+		RotatedAt: base, Address: "192.0.2.1"}
+	ok(t, s.CreateSession(t.Context(), sess), "create session "+id)
+	return sess
+}
+
+func testUsers(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	ok(t, s.Ping(ctx), "ping")
+	users, err := s.ListUsers(ctx)
+	ok(t, err, "list users")
+	same(t, len(users), 0, "users of an empty store")
+
+	alice, err := s.CreateUser(ctx, store.User{Email: "Alice@Example.COM", Nickname: "Alice",
+		PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$salt$hash", Role: store.RoleAdmin})
+	ok(t, err, "create alice")
+	if alice.ID <= 0 {
+		t.Fatalf("create: ID %d, want positive", alice.ID)
+	}
+	same(t, alice.Email, "alice@example.com", "stored e-mail")
+	fresh(t, alice.CreatedAt, "CreatedAt")
+	same(t, alice.UpdatedAt, alice.CreatedAt, "UpdatedAt of a new user")
+
+	_, err = s.CreateUser(ctx, store.User{Email: "ALICE@example.com", Role: store.RoleUser})
+	wantKind(t, err, errs.Conflict, "e-mail differing only in case")
+
+	got, err := s.UserByEmail(ctx, "aLiCe@EXAMPLE.com")
+	ok(t, err, "user by e-mail")
+	same(t, got, alice, "user by e-mail")
+	got, err = s.UserByID(ctx, alice.ID)
+	ok(t, err, "user by ID")
+	same(t, got, alice, "user by ID")
+	_, err = s.UserByID(ctx, alice.ID+1000)
+	wantKind(t, err, errs.NotFound, "missing user by ID")
+	_, err = s.UserByEmail(ctx, "nobody@example.com")
+	wantKind(t, err, errs.NotFound, "missing user by e-mail")
+
+	bob := mkUser(t, s, "bob@example.com")
+	users, err = s.ListUsers(ctx)
+	ok(t, err, "list users")
+	same(t, users, []store.User{alice, bob}, "users by ID")
+
+	bob.Nickname, bob.PasswordHash, bob.Role, bob.Disabled = "Bobby", "$argon2id$new", store.RoleAdmin, true
+	bob.Email = "changed@example.com" // not a field UpdateUser writes
+	updated, err := s.UpdateUser(ctx, bob)
+	ok(t, err, "update bob")
+	if updated.Nickname != "Bobby" || updated.PasswordHash != "$argon2id$new" || updated.Role != store.RoleAdmin || !updated.Disabled {
+		t.Fatalf("update: got %+v", updated)
+	}
+	same(t, updated.Email, "bob@example.com", "e-mail after update")
+	if updated.UpdatedAt.Before(updated.CreatedAt) {
+		t.Fatalf("update: UpdatedAt %v before CreatedAt %v", updated.UpdatedAt, updated.CreatedAt)
+	}
+	got, err = s.UserByID(ctx, bob.ID)
+	ok(t, err, "reread bob")
+	same(t, got, updated, "bob after update")
+	_, err = s.UpdateUser(ctx, store.User{ID: bob.ID + 1000, Role: store.RoleUser})
+	wantKind(t, err, errs.NotFound, "update a missing user")
+
+	ok(t, s.DeleteUser(ctx, bob.ID), "delete bob")
+	_, err = s.UserByID(ctx, bob.ID)
+	wantKind(t, err, errs.NotFound, "deleted user")
+	wantKind(t, s.DeleteUser(ctx, bob.ID), errs.NotFound, "delete a missing user")
+
+	// A deleted user's e-mail is free again, and IDs are never reused.
+	again := mkUser(t, s, "bob@example.com")
+	if again.ID <= bob.ID {
+		t.Fatalf("new user got ID %d, not above the deleted %d", again.ID, bob.ID)
+	}
+}
+
+func testSessions(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "s@example.com")
+	sess := mkSession(t, s, "sid-1", u.ID, at(24*time.Hour))
+
+	got, err := s.SessionByID(ctx, "sid-1")
+	ok(t, err, "session by ID")
+	same(t, got, sess, "session")
+	if !got.Active(at(time.Hour)) || got.Active(at(24*time.Hour)) {
+		t.Fatalf("Active: wrong at %v", got)
+	}
+	_, err = s.SessionByID(ctx, "nope")
+	wantKind(t, err, errs.NotFound, "missing session")
+	wantKind(t, s.CreateSession(ctx, sess), errs.Conflict, "duplicate session ID")
+	wantKind(t, s.CreateSession(ctx, store.Session{ID: "orphan", UserID: u.ID + 1000, Generation: 1,
+		ExpiresAt: at(time.Hour)}), errs.NotFound, "session of a missing user")
+
+	n, err := s.CountActiveSessions(ctx, at(time.Hour))
+	ok(t, err, "count")
+	same(t, n, 1, "active sessions")
+
+	rotated, won, err := s.RotateSession(ctx, "sid-1", 1, at(time.Hour))
+	ok(t, err, "rotate")
+	if !won || rotated.Generation != 2 || !rotated.RotatedAt.Equal(at(time.Hour)) || !rotated.CreatedAt.Equal(base) {
+		t.Fatalf("rotate: won %v, %+v", won, rotated)
+	}
+	cur, won, err := s.RotateSession(ctx, "sid-1", 1, at(2*time.Hour))
+	ok(t, err, "rotate a stale generation")
+	if won {
+		t.Fatal("rotating a stale generation succeeded")
+	}
+	same(t, cur, rotated, "session after a lost rotation")
+	_, won, err = s.RotateSession(ctx, "sid-1", 2, at(24*time.Hour))
+	ok(t, err, "rotate at expiry")
+	if won {
+		t.Fatal("rotating an expired session succeeded")
+	}
+	_, _, err = s.RotateSession(ctx, "nope", 1, at(time.Hour))
+	wantKind(t, err, errs.NotFound, "rotate a missing session")
+
+	ok(t, s.RevokeSession(ctx, "sid-1", at(3*time.Hour), "logout"), "revoke")
+	got, err = s.SessionByID(ctx, "sid-1")
+	ok(t, err, "reread revoked")
+	if !got.RevokedAt.Equal(at(3*time.Hour)) || got.RevokedWhy != "logout" || got.Active(at(4*time.Hour)) {
+		t.Fatalf("revoked session: %+v", got)
+	}
+	ok(t, s.RevokeSession(ctx, "sid-1", at(5*time.Hour), "admin"), "revoke again")
+	again, err := s.SessionByID(ctx, "sid-1")
+	ok(t, err, "reread")
+	same(t, again, got, "second revocation is a no-op")
+	_, won, err = s.RotateSession(ctx, "sid-1", 2, at(4*time.Hour))
+	ok(t, err, "rotate revoked")
+	if won {
+		t.Fatal("rotating a revoked session succeeded")
+	}
+	wantKind(t, s.RevokeSession(ctx, "nope", at(time.Hour), "logout"), errs.NotFound, "revoke a missing session")
+
+	n, err = s.CountActiveSessions(ctx, at(4*time.Hour))
+	ok(t, err, "count")
+	same(t, n, 0, "active sessions after revocation")
+}
+
+func testRotateSessionRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "race@example.com")
+	mkSession(t, s, "sid-race", u.ID, at(24*time.Hour))
+
+	const n = 50
+	var (
+		won  = make([]bool, n)
+		gens = make([]int64, n)
+		errc = make([]error, n)
+	)
+	race(t, s, n, func(i int) {
+		sess, w, err := s.RotateSession(ctx, "sid-race", 1, at(time.Minute))
+		won[i], gens[i], errc[i] = w, sess.Generation, err
+	})
+	wins := 0
+	for i := range n {
+		ok(t, errc[i], fmt.Sprintf("rotation %d", i))
+		if won[i] {
+			wins++
+		}
+		same(t, gens[i], int64(2), fmt.Sprintf("generation seen by rotation %d", i))
+	}
+	same(t, wins, 1, "winning rotations")
+	changes, err := s.SessionChanges(ctx, 0, 100)
+	ok(t, err, "changes")
+	same(t, len(changes), 1, "feed entries of one rotation")
+}
+
+func testRevokeUserSessions(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "many@example.com")
+	other := mkUser(t, s, "other@example.com")
+	mkSession(t, s, "a", u.ID, at(24*time.Hour))
+	mkSession(t, s, "b", u.ID, at(24*time.Hour))
+	mkSession(t, s, "c", u.ID, at(24*time.Hour))
+	mkSession(t, s, "old", u.ID, at(time.Minute)) // expired by the time of revocation
+	mkSession(t, s, "o", other.ID, at(24*time.Hour))
+	ok(t, s.RevokeSession(ctx, "c", at(time.Hour), "logout"), "revoke c")
+
+	ids, err := s.RevokeUserSessions(ctx, u.ID, "a", at(2*time.Hour), "password")
+	ok(t, err, "revoke user sessions")
+	same(t, ids, []string{"b"}, "revoked IDs")
+	for id, want := range map[string]string{"a": "", "b": "password", "c": "logout", "old": "", "o": ""} {
+		sess, err := s.SessionByID(ctx, id)
+		ok(t, err, "read "+id)
+		same(t, sess.RevokedWhy, want, "reason of "+id)
+	}
+
+	ids, err = s.RevokeUserSessions(ctx, u.ID, "", at(3*time.Hour), "disabled")
+	ok(t, err, "revoke all")
+	same(t, ids, []string{"a"}, "revoked IDs with no keep")
+	ids, err = s.RevokeUserSessions(ctx, u.ID, "", at(4*time.Hour), "disabled")
+	ok(t, err, "revoke none")
+	same(t, len(ids), 0, "revoked IDs when none is active")
+}
+
+func testSessionChanges(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "feed@example.com")
+	for _, id := range []string{"s1", "s2", "s3", "s4"} {
+		mkSession(t, s, id, u.ID, at(24*time.Hour))
+	}
+	changes, err := s.SessionChanges(ctx, 0, 10)
+	ok(t, err, "changes of a quiet store")
+	same(t, len(changes), 0, "changes before any")
+
+	ok(t, s.RevokeSession(ctx, "s3", at(time.Minute), "logout"), "revoke s3")
+	_, _, err = s.RotateSession(ctx, "s1", 1, at(2*time.Minute))
+	ok(t, err, "rotate s1")
+	ok(t, s.RevokeSession(ctx, "s3", at(3*time.Minute), "logout"), "revoke s3 again") // no-op, no change
+	_, err = s.RevokeUserSessions(ctx, u.ID, "s1", at(4*time.Minute), "password")     // s2, s4
+	ok(t, err, "revoke the rest")
+
+	changes, err = s.SessionChanges(ctx, 0, 10)
+	ok(t, err, "changes")
+	var ids []string
+	for i, c := range changes {
+		ids = append(ids, c.SessionID)
+		if i > 0 && c.Seq <= changes[i-1].Seq {
+			t.Fatalf("changes out of order: %+v", changes)
+		}
+	}
+	same(t, ids, []string{"s3", "s1", "s2", "s4"}, "changed sessions in order")
+
+	page, err := s.SessionChanges(ctx, changes[0].Seq, 2)
+	ok(t, err, "page")
+	same(t, page, changes[1:3], "changes after the first, two at most")
+	page, err = s.SessionChanges(ctx, changes[3].Seq, 10)
+	ok(t, err, "page past the end")
+	same(t, len(page), 0, "changes after the last")
+}
+
+// testSessionChangesNoGaps polls the feed while many sessions are revoked at once:
+// a poller that moves past a sequence number must never see it commit later.
+func testSessionChangesNoGaps(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "gaps@example.com")
+	const n = 40
+	for i := range n {
+		mkSession(t, s, fmt.Sprint("g", i), u.ID, at(24*time.Hour))
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if err := s.RevokeSession(ctx, fmt.Sprint("g", i), at(time.Minute), "logout"); err != nil {
+				t.Errorf("revoke g%d: %v", i, err)
+			}
+		})
+	}
+	seen := map[string]bool{}
+	var after int64
+	poll := func() {
+		changes, err := s.SessionChanges(ctx, after, 7)
+		ok(t, err, "poll")
+		for _, c := range changes {
+			seen[c.SessionID] = true
+			after = c.Seq
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		poll()
+	}
+	for range n { // drain what committed after the last poll
+		poll()
+	}
+	same(t, len(seen), n, "sessions seen by an incremental poller")
+}
+
+func testSigningKeys(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	keys, err := s.SigningKeys(ctx)
+	ok(t, err, "keys of an empty store")
+	same(t, len(keys), 0, "keys of an empty store")
+
+	// Replicas starting together each offer a key; all settle on one.
+	const n = 8
+	lists := make([][]store.SigningKey, n)
+	race(t, s, n, func(i int) {
+		k := store.SigningKey{ID: fmt.Sprint("kid-", i), Secret: bytes.Repeat([]byte{byte(i)}, 32), CreatedAt: at(time.Duration(i))}
+		l, err := s.CreateSigningKey(ctx, k)
+		if err != nil {
+			t.Errorf("create key %d: %v", i, err)
+		}
+		lists[i] = l
+	})
+	for i := range n {
+		if len(lists[i]) != 1 {
+			t.Fatalf("replica %d got %d keys, want 1: %+v", i, len(lists[i]), lists[i])
+		}
+		same(t, lists[i], lists[0], fmt.Sprint("keys seen by replica ", i))
+	}
+	keys, err = s.SigningKeys(ctx)
+	ok(t, err, "keys")
+	same(t, keys, lists[0], "stored keys")
+	if len(keys[0].Secret) != 32 || keys[0].CreatedAt.Location() != time.UTC {
+		t.Fatalf("stored key: %+v", keys[0])
+	}
+}
+
+func testClusters(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	cs, err := s.ListClusters(ctx)
+	ok(t, err, "list clusters of an empty store")
+	same(t, len(cs), 0, "clusters of an empty store")
+
+	in := store.Cluster{
+		Name: "prod",
+		Endpoints: []store.Endpoint{
+			{URL: "https://pve3:8006", Node: "pve3", Fingerprint: "AA:BB"},
+			{URL: "https://pve1:8006", Node: "pve1", Fingerprint: "CC:DD"},
+			{URL: "https://pve2:8006"},
+		},
+		TokenID:            "vmgate@pve!prod",
+		TokenSecretSealed:  []byte{0, 1, 2, 250, 251, 255},
+		CACert:             "-----BEGIN CERTIFICATE-----\n...",
+		InsecureSkipVerify: true,
+	}
+	prod, err := s.CreateCluster(ctx, in)
+	ok(t, err, "create prod")
+	if prod.ID <= 0 {
+		t.Fatalf("create: ID %d", prod.ID)
+	}
+	fresh(t, prod.CreatedAt, "CreatedAt")
+	want := in
+	want.ID, want.CreatedAt, want.UpdatedAt = prod.ID, prod.CreatedAt, prod.CreatedAt
+	same(t, prod, want, "created cluster")
+	got, err := s.ClusterByID(ctx, prod.ID)
+	ok(t, err, "cluster by ID")
+	same(t, got, want, "cluster by ID")
+
+	_, err = s.CreateCluster(ctx, store.Cluster{Name: "prod"})
+	wantKind(t, err, errs.Conflict, "duplicate name")
+	bare, err := s.CreateCluster(ctx, store.Cluster{Name: "bare"})
+	ok(t, err, "cluster without endpoints")
+	same(t, len(bare.Endpoints), 0, "endpoints of a bare cluster")
+
+	cs, err = s.ListClusters(ctx)
+	ok(t, err, "list")
+	same(t, cs, []store.Cluster{want, bare}, "clusters by ID")
+
+	prod.Name = "production"
+	prod.Endpoints = []store.Endpoint{{URL: "https://pve2:8006", Node: "pve2"}, prod.Endpoints[0]}
+	prod.TokenSecretSealed = []byte("resealed")
+	prod.CACert, prod.InsecureSkipVerify = "", false
+	updated, err := s.UpdateCluster(ctx, prod)
+	ok(t, err, "update")
+	if updated.UpdatedAt.Before(updated.CreatedAt) || !updated.CreatedAt.Equal(prod.CreatedAt) {
+		t.Fatalf("update times: %+v", updated)
+	}
+	prod.UpdatedAt = updated.UpdatedAt
+	same(t, updated, prod, "updated cluster")
+	got, err = s.ClusterByID(ctx, prod.ID)
+	ok(t, err, "reread")
+	same(t, got, prod, "cluster after update")
+
+	renamed := bare
+	renamed.Name = "production"
+	_, err = s.UpdateCluster(ctx, renamed)
+	wantKind(t, err, errs.Conflict, "rename onto a taken name")
+	got, err = s.ClusterByID(ctx, bare.ID)
+	ok(t, err, "reread bare")
+	same(t, got, bare, "cluster after a failed rename")
+	_, err = s.UpdateCluster(ctx, store.Cluster{ID: prod.ID + 1000, Name: "x"})
+	wantKind(t, err, errs.NotFound, "update a missing cluster")
+
+	ok(t, s.DeleteCluster(ctx, prod.ID), "delete")
+	_, err = s.ClusterByID(ctx, prod.ID)
+	wantKind(t, err, errs.NotFound, "deleted cluster")
+	wantKind(t, s.DeleteCluster(ctx, prod.ID), errs.NotFound, "delete a missing cluster")
+	cs, err = s.ListClusters(ctx)
+	ok(t, err, "list")
+	same(t, cs, []store.Cluster{bare}, "clusters after delete")
+}
+
+func testGrants(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "g@example.com")
+	c1, c2 := mkCluster(t, s, "c1"), mkCluster(t, s, "c2")
+
+	gs, err := s.UserGrants(ctx, u.ID)
+	ok(t, err, "grants of a new user")
+	same(t, len(gs), 0, "grants of a new user")
+	_, err = s.GrantFor(ctx, u.ID, c1.ID)
+	wantKind(t, err, errs.NotFound, "missing grant")
+
+	g2, err := s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c2.ID, Role: store.GrantViewer, CreatedAt: at(0)})
+	ok(t, err, "grant c2")
+	same(t, g2, store.Grant{UserID: u.ID, ClusterID: c2.ID, Role: store.GrantViewer, CreatedAt: at(0)}, "grant c2")
+	g1, err := s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c1.ID, Role: store.GrantOperator})
+	ok(t, err, "grant c1")
+	fresh(t, g1.CreatedAt, "CreatedAt of a grant")
+
+	changed, err := s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c2.ID, Role: store.GrantOperator, CreatedAt: at(time.Hour)})
+	ok(t, err, "change role")
+	g2.Role = store.GrantOperator
+	same(t, changed, g2, "changing the role keeps CreatedAt")
+	got, err := s.GrantFor(ctx, u.ID, c2.ID)
+	ok(t, err, "grant for")
+	same(t, got, g2, "grant after a role change")
+	gs, err = s.UserGrants(ctx, u.ID)
+	ok(t, err, "user grants")
+	same(t, gs, []store.Grant{g1, g2}, "grants by cluster ID")
+
+	_, err = s.PutGrant(ctx, store.Grant{UserID: u.ID + 1000, ClusterID: c1.ID, Role: store.GrantViewer})
+	wantKind(t, err, errs.NotFound, "grant to a missing user")
+	_, err = s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c2.ID + 1000, Role: store.GrantViewer})
+	wantKind(t, err, errs.NotFound, "grant on a missing cluster")
+
+	ok(t, s.DeleteGrant(ctx, u.ID, c1.ID), "delete grant")
+	_, err = s.GrantFor(ctx, u.ID, c1.ID)
+	wantKind(t, err, errs.NotFound, "deleted grant")
+	wantKind(t, s.DeleteGrant(ctx, u.ID, c1.ID), errs.NotFound, "delete a missing grant")
+}
+
+func testGrantsCascade(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u1, u2 := mkUser(t, s, "u1@example.com"), mkUser(t, s, "u2@example.com")
+	c1, c2 := mkCluster(t, s, "c1"), mkCluster(t, s, "c2")
+	for _, u := range []store.User{u1, u2} {
+		for _, c := range []store.Cluster{c1, c2} {
+			_, err := s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantViewer})
+			ok(t, err, "grant")
+		}
+	}
+
+	ok(t, s.DeleteCluster(ctx, c1.ID), "delete c1")
+	for _, u := range []store.User{u1, u2} {
+		gs, err := s.UserGrants(ctx, u.ID)
+		ok(t, err, "grants")
+		if len(gs) != 1 || gs[0].ClusterID != c2.ID {
+			t.Fatalf("grants of user %d after deleting cluster %d: %+v", u.ID, c1.ID, gs)
+		}
+	}
+	ok(t, s.DeleteUser(ctx, u1.ID), "delete u1")
+	gs, err := s.UserGrants(ctx, u1.ID)
+	ok(t, err, "grants of a deleted user")
+	same(t, len(gs), 0, "grants of a deleted user")
+	_, err = s.GrantFor(ctx, u2.ID, c2.ID)
+	ok(t, err, "grant of the other user stays")
+}
+
+func testTaskLifecycle(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	in := store.Task{ClusterID: 7, UserID: 3, UserEmail: "op@example.com", Op: "migrate", Node: "pve1",
+		VMID: 100, Target: "pve2", Params: `{"online":true}`}
+	task, err := s.CreateTask(ctx, in)
+	ok(t, err, "create task")
+	if task.ID <= 0 || task.Status != store.TaskPending || task.UPID != "" || !task.StartedAt.IsZero() {
+		t.Fatalf("created task: %+v", task)
+	}
+	fresh(t, task.CreatedAt, "CreatedAt")
+	want := in
+	want.ID, want.Status, want.CreatedAt = task.ID, store.TaskPending, task.CreatedAt
+	same(t, task, want, "created task")
+
+	// Many tasks may wait for their UPID at once.
+	other, err := s.CreateTask(ctx, store.Task{ClusterID: 7, UserID: 3, Op: "start", VMID: 101})
+	ok(t, err, "second pending task")
+
+	const upid = "UPID:pve1:0000A1B2:0001C3D4:6650A0B0:qmigrate:100:vmgate@pve!t:"
+	task.UPID, task.Status, task.StartedAt = upid, store.TaskRunning, at(0)
+	running, err := s.UpdateTask(ctx, task)
+	ok(t, err, "record UPID")
+	same(t, running, task, "running task")
+	got, err := s.TaskByUPID(ctx, upid)
+	ok(t, err, "task by UPID")
+	same(t, got, task, "task by UPID")
+	_, err = s.TaskByUPID(ctx, "UPID:nope")
+	wantKind(t, err, errs.NotFound, "missing UPID")
+
+	other.UPID = upid
+	_, err = s.UpdateTask(ctx, other)
+	wantKind(t, err, errs.Conflict, "a second task with the same UPID")
+	_, err = s.CreateTask(ctx, store.Task{UPID: upid, ClusterID: 7, Op: "start", VMID: 100, Status: store.TaskRunning})
+	wantKind(t, err, errs.Conflict, "creating a task with a taken UPID")
+
+	unfinished, err := s.UnfinishedTasks(ctx)
+	ok(t, err, "unfinished")
+	other.UPID = ""
+	same(t, unfinished, []store.Task{task, other}, "unfinished tasks, oldest first")
+
+	task.Progress = `{"percent":40}`
+	task, err = s.UpdateTask(ctx, task)
+	ok(t, err, "progress")
+	task.Status, task.ExitStatus, task.Error, task.EndedAt = store.TaskStopped, "migration problems", "ERROR: boom", at(time.Minute)
+	stopped, err := s.UpdateTask(ctx, task)
+	ok(t, err, "stop")
+	same(t, stopped, task, "stopped task")
+	if !stopped.Finished() {
+		t.Fatal("a stopped task is not Finished")
+	}
+
+	reopened := stopped
+	reopened.Status, reopened.EndedAt = store.TaskRunning, time.Time{}
+	_, err = s.UpdateTask(ctx, reopened)
+	wantKind(t, err, errs.Conflict, "changing a stopped task")
+	got, err = s.TaskByID(ctx, task.ID)
+	ok(t, err, "reread")
+	same(t, got, stopped, "stopped task after a refused update")
+
+	other.Status, other.Error = store.TaskLost, "POST failed"
+	_, err = s.UpdateTask(ctx, other)
+	ok(t, err, "lose the other")
+	other.Error = "changed"
+	_, err = s.UpdateTask(ctx, other)
+	wantKind(t, err, errs.Conflict, "changing a lost task")
+
+	_, err = s.UpdateTask(ctx, store.Task{ID: task.ID + 1000, Status: store.TaskRunning})
+	wantKind(t, err, errs.NotFound, "update a missing task")
+	_, err = s.TaskByID(ctx, task.ID+1000)
+	wantKind(t, err, errs.NotFound, "missing task")
+	unfinished, err = s.UnfinishedTasks(ctx)
+	ok(t, err, "unfinished")
+	same(t, len(unfinished), 0, "unfinished tasks at the end")
+}
+
+func testListTasks(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var all []store.Task // oldest first
+	for i := range 60 {
+		task, err := s.CreateTask(ctx, store.Task{ClusterID: int64(1 + i%3), UserID: int64(1 + i%2),
+			Op: "start", VMID: int64(100 + i%4)})
+		ok(t, err, "create")
+		all = append(all, task)
+	}
+	newest := slices.Clone(all)
+	slices.Reverse(newest)
+	pick := func(keep func(store.Task) bool) []store.Task {
+		var out []store.Task
+		for _, task := range newest {
+			if keep(task) {
+				out = append(out, task)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.TaskFilter
+		want []store.Task
+	}{
+		{"default limit", store.TaskFilter{}, newest[:50]},
+		{"limit", store.TaskFilter{Limit: 3}, newest[:3]},
+		{"limit over the maximum", store.TaskFilter{Limit: 100000}, newest},
+		{"cluster", store.TaskFilter{ClusterID: 2}, pick(func(t store.Task) bool { return t.ClusterID == 2 })},
+		{"clusters", store.TaskFilter{ClusterIDs: []int64{1, 3}}, pick(func(t store.Task) bool { return t.ClusterID != 2 })},
+		{"no clusters", store.TaskFilter{ClusterIDs: []int64{}}, nil},
+		{"VM", store.TaskFilter{ClusterID: 1, VMID: 103}, pick(func(t store.Task) bool { return t.ClusterID == 1 && t.VMID == 103 })},
+		{"user", store.TaskFilter{UserID: 2}, pick(func(t store.Task) bool { return t.UserID == 2 })},
+		{"clusters and user", store.TaskFilter{ClusterIDs: []int64{2}, UserID: 1},
+			pick(func(t store.Task) bool { return t.ClusterID == 2 && t.UserID == 1 })},
+		{"before", store.TaskFilter{BeforeID: all[10].ID}, pick(func(t store.Task) bool { return t.ID < all[10].ID })},
+	} {
+		got, err := s.ListTasks(ctx, tc.f)
+		ok(t, err, tc.name)
+		if len(got) == 0 && len(tc.want) == 0 {
+			continue
+		}
+		same(t, got, tc.want, tc.name)
+	}
+
+	// Paging with BeforeID visits every task once, newest first.
+	var paged []store.Task
+	f := store.TaskFilter{ClusterID: 1, Limit: 4}
+	for {
+		page, err := s.ListTasks(ctx, f)
+		ok(t, err, "page")
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		f.BeforeID = page[len(page)-1].ID
+	}
+	same(t, paged, pick(func(t store.Task) bool { return t.ClusterID == 1 }), "paged tasks")
+}
+
+func testAudit(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	recs, err := s.ListAudit(ctx, 10, 0)
+	ok(t, err, "audit of an empty store")
+	same(t, len(recs), 0, "audit of an empty store")
+
+	full := store.AuditRecord{At: at(0), UserID: 4, UserEmail: "a@example.com", SessionID: "sid", Action: "vm.migrate",
+		ClusterID: 2, Node: "pve1", VMID: 100, Target: "pve2", Params: `{"online":true}`, Result: "ok",
+		UPID: "UPID:pve1:1:2:3:qmigrate:100:x:", Address: "192.0.2.7", RequestID: "req-1"}
+	first, err := s.AppendAudit(ctx, full)
+	ok(t, err, "append")
+	full.ID = first.ID
+	same(t, first, full, "appended record")
+
+	var all []store.AuditRecord // newest first
+	all = append(all, first)
+	for i := range 6 {
+		rec, err := s.AppendAudit(ctx, store.AuditRecord{Action: "auth.login_failed", Result: "denied", Target: fmt.Sprint(i)})
+		ok(t, err, "append")
+		fresh(t, rec.At, "At of a record without one")
+		all = slices.Insert(all, 0, rec)
+	}
+	recs, err = s.ListAudit(ctx, 3, 0)
+	ok(t, err, "newest three")
+	same(t, recs, all[:3], "newest three")
+	recs, err = s.ListAudit(ctx, 3, recs[2].ID)
+	ok(t, err, "next three")
+	same(t, recs, all[3:6], "next three")
+	recs, err = s.ListAudit(ctx, 3, recs[2].ID)
+	ok(t, err, "last page")
+	same(t, recs, all[6:], "last page")
+	recs, err = s.ListAudit(ctx, 0, 0)
+	ok(t, err, "default limit")
+	same(t, recs, all, "default limit")
+}
+
+func testIdempotency(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u, v := mkUser(t, s, "i@example.com"), mkUser(t, s, "j@example.com")
+	claim := store.IdempotencyRecord{UserID: u.ID, Key: "k1", RequestHash: "h1", State: store.IdemInProgress,
+		CreatedAt: at(0), ExpiresAt: at(time.Hour)}
+
+	got, claimed, err := s.ClaimIdempotencyKey(ctx, claim)
+	ok(t, err, "claim")
+	if !claimed {
+		t.Fatal("first claim lost")
+	}
+	same(t, got, claim, "claimed record")
+	held, claimed, err := s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "k1", RequestHash: "h2",
+		State: store.IdemInProgress, CreatedAt: at(time.Minute), ExpiresAt: at(time.Hour + time.Minute)})
+	ok(t, err, "second claim")
+	if claimed {
+		t.Fatal("second claim of a held key won")
+	}
+	same(t, held, claim, "record held by the first claim")
+	_, claimed, err = s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: v.ID, Key: "k1", RequestHash: "h1",
+		State: store.IdemInProgress, CreatedAt: at(0), ExpiresAt: at(time.Hour)})
+	ok(t, err, "another user's claim")
+	if !claimed {
+		t.Fatal("keys are not per user")
+	}
+
+	done := claim
+	done.State, done.StatusCode, done.Headers, done.Body = store.IdemDone, 202, `{"X-Task-Id":"UPID:x"}`, []byte(`{"code":202}`)
+	ok(t, s.CompleteIdempotencyKey(ctx, done), "complete")
+	replay, claimed, err := s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "k1", RequestHash: "h1",
+		State: store.IdemInProgress, CreatedAt: at(2 * time.Minute), ExpiresAt: at(2 * time.Hour)})
+	ok(t, err, "claim a done key")
+	if claimed {
+		t.Fatal("claim of a done key won")
+	}
+	same(t, replay, done, "replayed record")
+	wantKind(t, s.CompleteIdempotencyKey(ctx, done), errs.Conflict, "complete twice")
+	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "k1"), errs.Conflict, "release a done key")
+	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "nope"), errs.NotFound, "release a missing key")
+	missing := done
+	missing.Key = "nope"
+	wantKind(t, s.CompleteIdempotencyKey(ctx, missing), errs.NotFound, "complete a missing key")
+
+	// A released key may be claimed again at once.
+	ok(t, s.ReleaseIdempotencyKey(ctx, v.ID, "k1"), "release")
+	again := store.IdempotencyRecord{UserID: v.ID, Key: "k1", RequestHash: "h3", State: store.IdemInProgress,
+		CreatedAt: at(time.Minute), ExpiresAt: at(time.Hour)}
+	got, claimed, err = s.ClaimIdempotencyKey(ctx, again)
+	ok(t, err, "claim after release")
+	if !claimed {
+		t.Fatal("claim after release lost")
+	}
+	same(t, got, again, "record claimed after release")
+
+	// An expired record, done or not, is replaced by the next claim.
+	renewed := store.IdempotencyRecord{UserID: u.ID, Key: "k1", RequestHash: "h4", State: store.IdemInProgress,
+		CreatedAt: at(time.Hour), ExpiresAt: at(2 * time.Hour)}
+	got, claimed, err = s.ClaimIdempotencyKey(ctx, renewed)
+	ok(t, err, "claim an expired key")
+	if !claimed {
+		t.Fatal("claim of an expired key lost")
+	}
+	same(t, got, renewed, "record replacing an expired one")
+
+	// Defaults: State in progress, ExpiresAt a day after CreatedAt.
+	got, claimed, err = s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "k2", RequestHash: "h", CreatedAt: at(0)})
+	ok(t, err, "claim with defaults")
+	if !claimed || got.State != store.IdemInProgress || !got.ExpiresAt.After(at(time.Hour)) {
+		t.Fatalf("claim with defaults: %v %+v", claimed, got)
+	}
+}
+
+func testIdempotencyRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "race@example.com")
+	const n = 50
+	var (
+		claimed = make([]bool, n)
+		hashes  = make([]string, n)
+	)
+	race(t, s, n, func(i int) {
+		r, c, err := s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "same",
+			RequestHash: fmt.Sprint("h", i), CreatedAt: at(0), ExpiresAt: at(time.Hour)})
+		if err != nil {
+			t.Errorf("claim %d: %v", i, err)
+		}
+		claimed[i], hashes[i] = c, r.RequestHash
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	winner := -1
+	for i, c := range claimed {
+		if c {
+			if winner >= 0 {
+				t.Fatalf("claims %d and %d both won", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no claim won")
+	}
+	for i := range n {
+		same(t, hashes[i], fmt.Sprint("h", winner), fmt.Sprintf("record seen by claim %d", i))
+	}
+}
