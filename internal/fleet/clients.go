@@ -83,16 +83,6 @@ func (s *Service) clientFor(c store.Cluster) (*pve.Client, error) {
 	return cl, nil
 }
 
-// cached returns the cluster's client if one was built, without touching the store.
-func (s *Service) cached(clusterID int64) *pve.Client {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cc, ok := s.clients[clusterID]; ok {
-		return cc.client
-	}
-	return nil
-}
-
 func (s *Service) dropClient(clusterID int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,6 +90,7 @@ func (s *Service) dropClient(clusterID int64) {
 		cc.client.Close()
 		delete(s.clients, clusterID)
 	}
+	delete(s.health, clusterID)
 }
 
 // clientConfig turns a stored cluster into the PVE client's configuration, opening

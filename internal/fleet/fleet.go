@@ -46,6 +46,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	clients map[int64]*cachedClient
+	health  map[int64]healthEntry
 	// tlsSeen remembers certificate mismatches already audited, so a node that keeps
 	// presenting the wrong certificate is recorded once, not on every request.
 	tlsSeen map[string]bool
@@ -64,7 +65,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		store: cfg.Store, sealer: sl, log: cfg.Logger, now: cfg.Now, timeout: cfg.PVETimeout,
-		auditFn: cfg.Audit, clients: map[int64]*cachedClient{}, tlsSeen: map[string]bool{},
+		auditFn: cfg.Audit, clients: map[int64]*cachedClient{}, health: map[int64]healthEntry{}, tlsSeen: map[string]bool{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

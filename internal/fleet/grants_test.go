@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 )
 
 // newTestService returns a fleet on a fresh SQLite store.
-func newTestService(t testing.TB) (*Service, store.Store) {
+func newTestService(t testing.TB, opts ...func(*Config)) (*Service, store.Store) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
@@ -20,7 +21,11 @@ func newTestService(t testing.TB) (*Service, store.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc, err := New(ctx, Config{Store: st, SealKey: bytes.Repeat([]byte{3}, KeySize)})
+	cfg := Config{Store: st, SealKey: bytes.Repeat([]byte{3}, KeySize)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +41,22 @@ func storeCluster(t *testing.T, svc *Service, name string) store.Cluster {
 		t.Fatal(err)
 	}
 	c, err := svc.store.CreateCluster(context.Background(), store.Cluster{Name: name, TokenID: "vmgate@pve!gw", TokenSecretSealed: sealed,
-		Endpoints: []store.Endpoint{{URL: "https://192.0.2.1:8006", Node: "pve1", Fingerprint: fp(1)}}})
+		Endpoints: []store.Endpoint{{URL: closedEndpoint(t), Node: "pve1", Fingerprint: fp(1)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// closedEndpoint is an https URL on a local port nothing listens on.
+func closedEndpoint(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "https://" + ln.Addr().String()
 }
 
 func storeUser(t *testing.T, st store.Store, email, role string) store.User {
@@ -167,7 +183,8 @@ func TestClustersListsOnlyVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ClusterView{{c1.ID, "c1", "operator", StatusUnknown}, {c2.ID, "c2", "viewer", StatusUnknown}}
+	// Nothing listens behind these clusters.
+	want := []ClusterView{{c1.ID, "c1", "operator", StatusUnavailable}, {c2.ID, "c2", "viewer", StatusUnavailable}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

@@ -14,10 +14,10 @@ import (
 
 // Cluster health as shown in listings.
 const (
-	StatusOnline      = "online"      // every endpoint answered when last tried
-	StatusDegraded    = "degraded"    // some endpoint is down (its circuit is open)
-	StatusUnavailable = "unavailable" // no endpoint answers
-	StatusUnknown     = "unknown"     // vmgate has not talked to the cluster since it started
+	StatusOnline      = "online"      // every endpoint answered the last check
+	StatusDegraded    = "degraded"    // some endpoint did not
+	StatusUnavailable = "unavailable" // no endpoint did
+	StatusUnknown     = "unknown"     // not checked yet (another listing is checking it)
 )
 
 // ClusterView is a cluster as a grant holder sees it.
@@ -73,8 +73,8 @@ type VMStatusView struct {
 }
 
 // Clusters lists the clusters the actor may see, by ID, each with the actor's role
-// and the cluster's health as the PVE client last saw it. It makes no PVE request:
-// a listing must stay fast however many clusters are slow.
+// and the cluster's health (see health.go: checked at most every 30 s, the listing
+// waiting at most 2 s for it).
 func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) {
 	all, err := s.store.ListClusters(ctx)
 	if err != nil {
@@ -96,25 +96,14 @@ func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) 
 			}
 		}
 	}
-	out := make([]ClusterView, 0, len(roles))
-	for _, c := range all {
-		role, ok := roles[c.ID]
-		if !ok {
-			continue
-		}
-		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: role, Status: s.health(c.ID)})
+	visible := slices.DeleteFunc(all, func(c store.Cluster) bool { return roles[c.ID] == "" })
+	status := s.statuses(ctx, visible)
+	out := make([]ClusterView, 0, len(visible))
+	for _, c := range visible {
+		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: roles[c.ID], Status: status[c.ID]})
 	}
 	slices.SortFunc(out, func(x, y ClusterView) int { return cmp.Compare(x.ID, y.ID) })
 	return out, nil
-}
-
-// health reads the cached client's view of its endpoints.
-func (s *Service) health(clusterID int64) string {
-	cl := s.cached(clusterID)
-	if cl == nil {
-		return StatusUnknown
-	}
-	return healthOf(cl)
 }
 
 // Nodes lists a cluster's nodes by name. The caller has authorized.

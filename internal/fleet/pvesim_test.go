@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pvesim"
@@ -139,13 +140,7 @@ func TestRegisterNamesWhatIsWrong(t *testing.T) {
 	noAudit := newSim(t, 0, pvesim.TokenOptions{NoSysAudit: true})
 	svc, _ := newTestService(t)
 
-	// A port nothing listens on.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "https://" + ln.Addr().String()
-	ln.Close()
+	closed := closedEndpoint(t)
 
 	cases := []struct {
 		name   string
@@ -215,6 +210,9 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	nodes, err := svc.Nodes(ctx, c.ID)
 	if err != nil {
 		t.Fatalf("no failover: %v", err)
+	}
+	if v, err := svc.Clusters(ctx, Actor{UserID: 1, Role: store.RoleAdmin}); err != nil || v[0].Status != StatusDegraded {
+		t.Fatalf("with a node down: %+v, %v", v, err)
 	}
 	status := map[string]string{}
 	for _, n := range nodes {
@@ -322,7 +320,10 @@ func TestClientIsCachedRebuiltAndDropped(t *testing.T) {
 	if _, err := svc.Client(ctx, c.ID); errs.KindOf(err) != errs.NotFound {
 		t.Fatalf("client of a deleted cluster: %v", err)
 	}
-	if svc.cached(c.ID) != nil {
+	svc.mu.Lock()
+	_, cached := svc.clients[c.ID]
+	svc.mu.Unlock()
+	if cached {
 		t.Fatal("the deleted cluster's client is still cached")
 	}
 }
@@ -361,6 +362,40 @@ func TestUpdateChecksWhatChanges(t *testing.T) {
 	}
 	if _, err := svc.Update(ctx, 999, ClusterPatch{Name: &taken}); errs.KindOf(err) != errs.NotFound {
 		t.Fatalf("a missing cluster: %v", err)
+	}
+}
+
+func TestClusterHealthIsCheckedAtMostEvery30s(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0, pvesim.TokenOptions{})
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	svc, _ := newTestService(t, func(c *Config) { c.Now = clock })
+	ctx := context.Background()
+	register(t, svc, s.spec("sim"))
+	admin := Actor{UserID: 1, Role: store.RoleAdmin}
+
+	list := func() (string, int) {
+		before := s.requests()
+		v, err := svc.Clusters(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[0].Status, s.requests() - before
+	}
+	if st, n := list(); st != StatusOnline || n != 3 {
+		t.Fatalf("first listing: %s after %d requests, want online after one per endpoint", st, n)
+	}
+	s.c.SetNodeOnline("pve3", false)
+	if st, n := list(); st != StatusOnline || n != 0 {
+		t.Fatalf("second listing: %s after %d requests, want the cached online", st, n)
+	}
+	mu.Lock()
+	now = now.Add(healthTTL)
+	mu.Unlock()
+	if st, _ := list(); st != StatusDegraded {
+		t.Fatalf("after %s: %s, want degraded", healthTTL, st)
 	}
 }
 
