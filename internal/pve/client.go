@@ -367,7 +367,9 @@ func (c *Client) do(ctx context.Context, cl call) (result, error) {
 			if refused[ep] {
 				continue
 			}
-			if !ep.br.allow(c.now()) {
+			// A pinned call (VersionAt) is an explicit probe: it goes through
+			// an open circuit, and its outcome still counts.
+			if cl.pinned == nil && !ep.br.allow(c.now()) {
 				attempts = append(attempts, AttemptError{Endpoint: ep.base, Err: errCircuitOpen})
 				continue
 			}
