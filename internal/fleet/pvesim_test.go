@@ -14,44 +14,24 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-const (
-	simTokenID = "vmgate@pve!gw"
-	simSecret  = "0f3b2c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
-)
-
-// sim is an emulated 3-node cluster served over HTTPS, each node on its own
-// loopback address with its own certificate.
+// sim is DESIGN §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS, each
+// node on its own loopback address with its own certificate.
 type sim struct {
-	c   *pvesim.Cluster
-	srv *pvesim.Server
-	eps []pvesim.Endpoint // pve1, pve2, pve3
+	c       *pvesim.Cluster
+	srv     *pvesim.Server
+	eps     []pvesim.Endpoint // pve1, pve2, pve3
+	tokenID string
+	secret  string
 }
 
-// newSim starts a cluster with VMs 100 (pve1, running), 101 (pve1, stopped, tagged),
-// 102 (pve2, HA) and extra further VMs spread over the nodes from vmid 1000 on.
-func newSim(t testing.TB, extra int, tok pvesim.TokenOptions) *sim {
+// newSim starts the dev cluster with extra VMs from vmid 1000 on, spread over the nodes.
+func newSim(t testing.TB, extra int) *sim {
 	t.Helper()
-	c := pvesim.New(pvesim.Options{Speed: 1000, ClusterName: "sim"})
-	for i := 1; i <= 3; i++ {
-		if err := c.AddNode(pvesim.NodeSpec{Name: fmt.Sprintf("pve%d", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	vms := []pvesim.VMSpec{
-		{VMID: 100, Node: "pve1", Name: "web1", Running: true},
-		{VMID: 101, Node: "pve1", Name: "db1", Tags: "prod;db"},
-		{VMID: 102, Node: "pve2", Name: "ha1", Running: true, HA: true},
-	}
+	c := pvesim.DevCluster(pvesim.Options{Speed: 1000})
 	for i := range extra {
-		vms = append(vms, pvesim.VMSpec{VMID: 1000 + i, Node: fmt.Sprintf("pve%d", i%3+1), Running: i%2 == 0, Tags: "bulk"})
-	}
-	for _, v := range vms {
-		if err := c.AddVM(v); err != nil {
+		if err := c.AddVM(pvesim.VMSpec{VMID: 1000 + i, Node: fmt.Sprintf("pve%d", i%3+1), Running: i%2 == 0, Tags: "bulk"}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := c.AddToken(simTokenID, simSecret, tok); err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := c.Serve(ctx, pvesim.ServeOptions{TLS: true})
@@ -60,7 +40,16 @@ func newSim(t testing.TB, extra int, tok pvesim.TokenOptions) *sim {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); srv.Close() })
-	return &sim{c: c, srv: srv, eps: srv.Endpoints()}
+	tokenID, secret, _ := strings.Cut(c.DevToken(), "=")
+	return &sim{c: c, srv: srv, eps: srv.Endpoints(), tokenID: tokenID, secret: secret}
+}
+
+// registeredSim is a fleet with the dev cluster registered as "sim".
+func registeredSim(t testing.TB, extra int, opts ...func(*Config)) (*sim, *Service, store.Cluster) {
+	t.Helper()
+	s := newSim(t, extra)
+	svc, _ := newTestService(t, opts...)
+	return s, svc, register(t, svc, s.spec("sim"))
 }
 
 // requests counts every request the emulator received.
@@ -76,7 +65,7 @@ func (s *sim) requests() int {
 }
 
 func (s *sim) spec(name string) ClusterSpec {
-	return ClusterSpec{Name: name, Endpoints: []string{s.eps[0].URL}, TokenID: simTokenID, TokenSecret: simSecret,
+	return ClusterSpec{Name: name, Endpoints: []string{s.eps[0].URL}, TokenID: s.tokenID, TokenSecret: s.secret,
 		TLSFingerprint: s.eps[0].Fingerprint}
 }
 
@@ -91,7 +80,7 @@ func register(t testing.TB, svc *Service, spec ClusterSpec) store.Cluster {
 
 func TestRegisterLearnsEveryNode(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
+	s := newSim(t, 0)
 	svc, st := newTestService(t)
 	spec := s.spec("sim")
 	spec.TLSFingerprint = strings.ToLower(spec.TLSFingerprint)
@@ -110,14 +99,14 @@ func TestRegisterLearnsEveryNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stored.TokenSecretSealed) == 0 || bytes.Contains(stored.TokenSecretSealed, []byte(simSecret)) {
+	if len(stored.TokenSecretSealed) == 0 || bytes.Contains(stored.TokenSecretSealed, []byte(s.secret)) {
 		t.Fatalf("sealed secret %q holds the secret in clear", stored.TokenSecretSealed)
 	}
-	if secret, err := svc.sealer.open(stored.TokenSecretSealed, simTokenID); err != nil || secret != simSecret {
+	if secret, err := svc.sealer.open(stored.TokenSecretSealed, s.tokenID); err != nil || secret != s.secret {
 		t.Fatalf("sealed secret opens to %q, %v", secret, err)
 	}
 	other, _ := newSealer(bytes.Repeat([]byte{9}, KeySize))
-	if _, err := other.open(stored.TokenSecretSealed, simTokenID); err == nil {
+	if _, err := other.open(stored.TokenSecretSealed, s.tokenID); err == nil {
 		t.Fatal("a wrong key opened the stored secret")
 	}
 
@@ -136,8 +125,11 @@ func TestRegisterLearnsEveryNode(t *testing.T) {
 
 func TestRegisterNamesWhatIsWrong(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
-	noAudit := newSim(t, 0, pvesim.TokenOptions{NoSysAudit: true})
+	s := newSim(t, 0)
+	const auditless = "auditless@pve!gw"
+	if err := s.c.AddToken(auditless, s.secret, pvesim.TokenOptions{NoSysAudit: true}); err != nil {
+		t.Fatal(err)
+	}
 	svc, _ := newTestService(t)
 
 	closed := closedEndpoint(t)
@@ -151,14 +143,12 @@ func TestRegisterNamesWhatIsWrong(t *testing.T) {
 		{"wrong fingerprint", func(sp *ClusterSpec) { sp.TLSFingerprint = s.eps[1].Fingerprint },
 			ReasonTLSMismatch, []string{s.eps[0].URL, s.eps[1].Fingerprint, s.eps[0].Fingerprint}},
 		{"wrong secret", func(sp *ClusterSpec) { sp.TokenSecret = "0f3b2c4d-5e6f-4a7b-8c9d-000000000000" },
-			ReasonTokenRejected, []string{s.eps[0].URL, simTokenID, "401"}},
+			ReasonTokenRejected, []string{s.eps[0].URL, s.tokenID, "401"}},
 		{"unknown token", func(sp *ClusterSpec) { sp.TokenID = "nobody@pve!gw" },
 			ReasonTokenRejected, []string{"nobody@pve!gw"}},
 		{"unreachable", func(sp *ClusterSpec) { sp.Endpoints = []string{closed} },
 			ReasonUnreachable, []string{closed, "refused"}},
-		{"missing permission", func(sp *ClusterSpec) {
-			sp.Endpoints, sp.TLSFingerprint = []string{noAudit.eps[0].URL}, noAudit.eps[0].Fingerprint
-		}, ReasonPermissionMissing, []string{"Sys.Audit"}},
+		{"missing permission", func(sp *ClusterSpec) { sp.TokenID = auditless }, ReasonPermissionMissing, []string{"Sys.Audit", auditless}},
 		{"CA that did not sign it", func(sp *ClusterSpec) { sp.TLSFingerprint, sp.CACert = "", string(s.eps[1].CertPEM) },
 			ReasonTLSMismatch, []string{s.eps[0].URL, "caCert"}},
 	}
@@ -176,7 +166,7 @@ func TestRegisterNamesWhatIsWrong(t *testing.T) {
 					t.Errorf("message %q does not say %q", e.Message, w)
 				}
 			}
-			if strings.Contains(e.Message, simSecret) {
+			if strings.Contains(e.Message, s.secret) {
 				t.Fatal("the message holds the secret")
 			}
 		})
@@ -196,11 +186,8 @@ func TestRegisterNamesWhatIsWrong(t *testing.T) {
 
 func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
-	svc, _ := newTestService(t)
+	s, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	c := register(t, svc, s.spec("sim"))
-
 	if _, err := svc.Nodes(ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -243,24 +230,21 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 
 func TestInventory(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
-	svc, _ := newTestService(t)
+	_, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	c := register(t, svc, s.spec("sim"))
-
 	vms, err := svc.VMs(ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(vms) != 3 || vms[0].VMID != 100 || vms[1].Name != "db1" || strings.Join(vms[1].Tags, ",") != "prod,db" ||
-		vms[2].HAState != "started" || vms[0].Tags == nil || vms[0].Node != "pve1" || vms[0].MaxMem == 0 {
+	if len(vms) != 6 || vms[0].VMID != 100 || vms[0].Name != "web1" || strings.Join(vms[0].Tags, ",") != "web,prod" ||
+		vms[1].Tags == nil || vms[3].HAState != "started" || vms[0].Node != "pve1" || vms[0].MaxMem != 4<<30 || vms[0].MaxCPU != 2 {
 		t.Fatalf("vms %+v", vms)
 	}
-	st, err := svc.VMStatus(ctx, c.ID, "pve2", 102)
+	st, err := svc.VMStatus(ctx, c.ID, "pve2", 103)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Status != "running" || st.Name != "ha1" || !st.HA.Managed || st.Node != "pve2" || st.VMID != 102 {
+	if st.Status != "running" || st.Name != "ha-app" || !st.HA.Managed || st.HA.State != "started" || st.Node != "pve2" || st.VMID != 103 {
 		t.Fatalf("status %+v", st)
 	}
 	_, err = svc.VMStatus(ctx, c.ID, "pve2", 100)
@@ -279,11 +263,8 @@ func TestInventory(t *testing.T) {
 
 func TestClientIsCachedRebuiltAndDropped(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
-	svc, _ := newTestService(t)
+	s, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	c := register(t, svc, s.spec("sim"))
-
 	a, err := svc.Client(ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -330,10 +311,8 @@ func TestClientIsCachedRebuiltAndDropped(t *testing.T) {
 
 func TestUpdateChecksWhatChanges(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
-	svc, _ := newTestService(t)
+	s, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	c := register(t, svc, s.spec("sim"))
 	register(t, svc, s.spec("other"))
 
 	bad := "0f3b2c4d-5e6f-4a7b-8c9d-000000000000"
@@ -356,7 +335,7 @@ func TestUpdateChecksWhatChanges(t *testing.T) {
 	if TrustOf(u) != TrustCA || u.Endpoints[0].Fingerprint != "" {
 		t.Fatalf("after switching to a CA: %+v", u)
 	}
-	good := simSecret
+	good := s.secret
 	if _, err := svc.Update(ctx, c.ID, ClusterPatch{TokenSecret: &good}); err != nil {
 		t.Fatal(err)
 	}
@@ -367,13 +346,11 @@ func TestUpdateChecksWhatChanges(t *testing.T) {
 
 func TestClusterHealthIsCheckedAtMostEvery30s(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
 	var mu sync.Mutex
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	svc, _ := newTestService(t, func(c *Config) { c.Now = clock })
+	s, svc, _ := registeredSim(t, 0, func(c *Config) { c.Now = clock })
 	ctx := context.Background()
-	register(t, svc, s.spec("sim"))
 	admin := Actor{UserID: 1, Role: store.RoleAdmin}
 
 	list := func() (string, int) {
@@ -403,10 +380,8 @@ func TestClusterHealthIsCheckedAtMostEvery30s(t *testing.T) {
 // per 1 000 inventory reads through one cluster's client.
 func TestConnectionReuse(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, 0, pvesim.TokenOptions{})
-	svc, _ := newTestService(t)
+	_, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	c := register(t, svc, s.spec("sim"))
 	cl, err := svc.Client(ctx, c.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -444,10 +419,8 @@ func TestConnectionReuse(t *testing.T) {
 // BenchmarkVMList10k measures the VM list of a 10 000-VM cluster on the emulator
 // over HTTPS: one /cluster/resources?type=vm read, decoding and sorting.
 func BenchmarkVMList10k(b *testing.B) {
-	s := newSim(b, 10000-3, pvesim.TokenOptions{})
-	svc, _ := newTestService(b)
+	_, svc, c := registeredSim(b, 10000-6)
 	ctx := context.Background()
-	c := register(b, svc, s.spec("sim"))
 	vms, err := svc.VMs(ctx, c.ID)
 	if err != nil || len(vms) != 10000 {
 		b.Fatalf("%d VMs, %v", len(vms), err)
