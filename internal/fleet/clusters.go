@@ -50,15 +50,20 @@ func (s *Service) nameFree(ctx context.Context, name string, self int64) error {
 	}
 	for _, c := range cs {
 		if c.Name == name && c.ID != self {
-			return nameTaken(errs.E(errs.Conflict, "duplicate"), name)
+			return errNameTaken(name)
 		}
 	}
 	return nil
 }
 
+func errNameTaken(name string) error {
+	return errs.R(errs.Conflict, "name_taken", "a cluster named %q already exists", name)
+}
+
+// nameTaken turns the store's unique-name conflict into errNameTaken.
 func nameTaken(err error, name string) error {
 	if errs.KindOf(err) == errs.Conflict {
-		return errs.R(errs.Conflict, "name_taken", "a cluster named %q already exists", name)
+		return errNameTaken(name)
 	}
 	return err
 }
