@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestErrorShapes sends every error shape PVE produces (reference §1.3, §2)
@@ -235,5 +236,47 @@ func TestErrorTypesMessages(t *testing.T) {
 	}
 	if MessageIsNotFound("VM 100 already running") || !MessageIsNotFound("Configuration file 'nodes/pve2/qemu-server/100.conf' does not exist") {
 		t.Error("MessageIsNotFound misclassifies")
+	}
+}
+
+func FuzzBuildError(f *testing.F) {
+	f.Add(500, "500 VM 100 not running", `{"data":null,"message":"VM 100 not running\n"}`)
+	f.Add(400, "400 Parameter verification failed.", `{"data":null,"errors":{"a":"b","c":1}}`)
+	f.Add(501, "501 no such uri", "no such uri")
+	f.Add(401, "401 No ticket", "")
+	f.Fuzz(func(t *testing.T, code int, status, body string) {
+		resp := &http.Response{StatusCode: code, Status: status}
+		e := buildError(resp, []byte(body), &call{method: "GET", path: pathVersion}, &endpoint{base: "https://h"})
+		for _, s := range append([]string{e.Reason, e.Message}, mapTexts(e.Errors)...) {
+			if !utf8.ValidString(s) || len(s) > maxMessageLen+len("…") {
+				t.Fatalf("unbounded or invalid text %q", s)
+			}
+			for _, r := range s {
+				if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
+					t.Fatalf("control character in %q", s)
+				}
+			}
+		}
+		_ = e.Error()
+	})
+}
+
+func mapTexts(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k, v)
+	}
+	return out
+}
+
+func TestCleanTextKeepsUTF8(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", maxMessageLen) // 2 bytes each
+	got := cleanText(long)
+	if !utf8.ValidString(got) || len(got) > maxMessageLen+len("…") || !strings.HasSuffix(got, "…") {
+		t.Errorf("cleanText cut badly: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	if got := cleanText("a\x1b[0m\x00b\xffc\u0085d\n"); got != "a[0mb\uFFFDcd\n" {
+		t.Errorf("cleanText = %q", got)
 	}
 }

@@ -198,3 +198,14 @@ func TestFlexNumbers(t *testing.T) {
 		t.Error("flexString({}) accepted")
 	}
 }
+
+func TestFlexNumbersRefuseNonDecimal(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`"0x10"`, `"1_000"`, `"Inf"`, `"NaN"`, `"0x1p4"`, `"1 2"`} {
+		var n flexInt
+		var f flexFloat
+		if json.Unmarshal([]byte(in), &n) == nil || json.Unmarshal([]byte(in), &f) == nil {
+			t.Errorf("%s accepted as a number", in)
+		}
+	}
+}

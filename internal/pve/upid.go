@@ -178,9 +178,14 @@ func upidText(s string) bool {
 	return true
 }
 
+// truncate shortens s to at most n bytes (not splitting a UTF-8 sequence)
+// and marks the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

@@ -45,17 +45,13 @@ func (b Bool) MarshalJSON() ([]byte, error) { return json.Marshal(bool(b)) }
 type flexInt int64
 
 func (n *flexInt) UnmarshalJSON(data []byte) error {
-	s := string(bytes.TrimSpace(data))
-	if s == "null" {
+	s, ok := numberText(data)
+	if !ok {
+		return fmt.Errorf("pve: %s is not an integer", truncate(string(data), 40))
+	}
+	if s == "" {
 		*n = 0
 		return nil
-	}
-	if uq, err := strconv.Unquote(s); err == nil && strings.HasPrefix(s, `"`) {
-		s = strings.TrimSpace(uq)
-		if s == "" {
-			*n = 0
-			return nil
-		}
 	}
 	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
 		*n = flexInt(v)
@@ -74,17 +70,13 @@ func (n *flexInt) UnmarshalJSON(data []byte) error {
 type flexFloat float64
 
 func (n *flexFloat) UnmarshalJSON(data []byte) error {
-	s := string(bytes.TrimSpace(data))
-	if s == "null" {
+	s, ok := numberText(data)
+	if !ok {
+		return fmt.Errorf("pve: %s is not a number", truncate(string(data), 40))
+	}
+	if s == "" {
 		*n = 0
 		return nil
-	}
-	if uq, err := strconv.Unquote(s); err == nil && strings.HasPrefix(s, `"`) {
-		s = strings.TrimSpace(uq)
-		if s == "" {
-			*n = 0
-			return nil
-		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -92,6 +84,30 @@ func (n *flexFloat) UnmarshalJSON(data []byte) error {
 	}
 	*n = flexFloat(f)
 	return nil
+}
+
+// numberText returns the decimal text of a JSON number or numeric string
+// ("" for null and ""), refusing anything but digits, sign, point and
+// exponent (no hex, no underscores, no Inf).
+func numberText(data []byte) (string, bool) {
+	s := string(bytes.TrimSpace(data))
+	if s == "null" {
+		return "", true
+	}
+	if strings.HasPrefix(s, `"`) {
+		uq, err := strconv.Unquote(s)
+		if err != nil {
+			return "", false
+		}
+		s = strings.TrimSpace(uq)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+			return "", false
+		}
+	}
+	return s, true
 }
 
 // flexString is a string that PVE may also send as a number ("id":100 in some
