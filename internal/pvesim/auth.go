@@ -31,34 +31,34 @@ type principal struct {
 // isRoot is PVE's `$authuser eq 'root@pam'`; a root@pam token is not root.
 func (p principal) isRoot() bool { return p.user == "root@pam" }
 
-// extractAuthValue is PVE::APIServer::Formatter::extract_auth_value: the value
-// after "KEY=" or "KEY " up to the next ';', URI-unescaped.
+// extractAuthValue is PVE::APIServer::Formatter::extract_auth_value: the
+// leftmost /(?:^|\s)KEY(?:=| )([^;]*)/ match, URI-unescaped (written out by
+// hand: it runs twice on every request).
 func extractAuthValue(header, key string) string {
-	if header == "" {
-		return ""
+	for i := 0; i < len(header); {
+		j := strings.Index(header[i:], key)
+		if j < 0 {
+			return ""
+		}
+		j += i
+		end := j + len(key)
+		if (j == 0 || isPerlSpace(header[j-1])) && end < len(header) && (header[end] == '=' || header[end] == ' ') {
+			v := header[end+1:]
+			if k := strings.IndexByte(v, ';'); k >= 0 {
+				v = v[:k]
+			}
+			if u, err := url.PathUnescape(v); err == nil {
+				return u
+			}
+			return v
+		}
+		i = j + 1
 	}
-	re := authValueRE(key)
-	m := re.FindStringSubmatch(header)
-	if m == nil || m[1] == "" {
-		return ""
-	}
-	v, err := url.PathUnescape(m[1])
-	if err != nil {
-		return m[1]
-	}
-	return v
+	return ""
 }
 
-var (
-	cookieValueRE = regexp.MustCompile(`(?:^|\s)PVEAuthCookie(?:=| )([^;]*)`)
-	tokenValueRE  = regexp.MustCompile(`(?:^|\s)PVEAPIToken(?:=| )([^;]*)`)
-)
-
-func authValueRE(key string) *regexp.Regexp {
-	if key == "PVEAuthCookie" {
-		return cookieValueRE
-	}
-	return tokenValueRE
+func isPerlSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v'
 }
 
 // authFailed is the one answer PVE ≥ 9.1.5 gives for any bad credential.

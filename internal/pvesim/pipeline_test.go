@@ -105,7 +105,7 @@ func TestPermissions(t *testing.T) {
 		addVM(t, c, VMSpec{VMID: 101, Node: "pve1"})
 		for id, o := range map[string]TokenOptions{
 			"audit@pve!ro":   {VMPrivileges: []string{"VM.Audit"}},
-			"power@pve!pw":    {VMPrivileges: []string{"VM.Audit", "VM.PowerMgmt"}},
+			"power@pve!pw":   {VMPrivileges: []string{"VM.Audit", "VM.PowerMgmt"}},
 			"only@pve!one":   {OnlyVMs: []int{101}, NoSysAudit: true},
 			"nosys@pve!vms":  {NoSysAudit: true},
 			"root@pam!token": {},
@@ -115,7 +115,9 @@ func TestPermissions(t *testing.T) {
 			}
 		}
 	}})
-	as := func(id string) map[string]string { return map[string]string{"Authorization": "PVEAPIToken=" + id + "=s"} }
+	as := func(id string) map[string]string {
+		return map[string]string{"Authorization": "PVEAPIToken=" + id + "=s"}
+	}
 	for _, tc := range []struct {
 		name  string
 		token string

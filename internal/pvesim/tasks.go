@@ -35,9 +35,11 @@ type task struct {
 func (c *Cluster) newTask(n *node, typ, id, user string, at time.Time) *task {
 	pid := c.nextPID(n)
 	t := &task{
-		node:    n.name,
-		pid:     pid,
-		pstart:  int64(at.Sub(n.boot) / (10 * time.Millisecond)), // clock ticks since boot
+		node: n.name,
+		pid:  pid,
+		// Clock ticks since boot; PVE's UPID allows at most 9 hex digits,
+		// which long runs at a huge speed would overflow.
+		pstart:  int64(at.Sub(n.boot)/(10*time.Millisecond)) % (1 << 36),
 		start:   at,
 		typ:     typ,
 		id:      id,

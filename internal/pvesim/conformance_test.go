@@ -1,0 +1,212 @@
+package pvesim
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestEmbeddedSchemaIsTheReference: the embedded copy is PVE's schema as the
+// project keeps it.
+func TestEmbeddedSchemaIsTheReference(t *testing.T) {
+	t.Parallel()
+	ref, err := os.ReadFile("../../../shared/reference/pve-api-schema-9.1.json")
+	if err != nil {
+		t.Skipf("reference not available here: %v", err)
+	}
+	if !bytes.Equal(ref, SchemaJSON()) {
+		t.Fatal("schema/pve-api-schema-9.1.json differs from shared/reference/pve-api-schema-9.1.json")
+	}
+}
+
+// TestRoutesConformToSchema: every route and parameter the emulator serves
+// exists in PVE 9.1's schema, and every method of the schema is served.
+func TestRoutesConformToSchema(t *testing.T) {
+	t.Parallel()
+	var doc map[string]map[string]struct {
+		Parameters struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		} `json:"parameters"`
+	}
+	raw := map[string]json.RawMessage{}
+	if err := json.Unmarshal(SchemaJSON(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	delete(raw, "_source")
+	b, _ := json.Marshal(raw)
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, r := range Routes() {
+		key := r.Method + " " + r.Path
+		if served[key] {
+			t.Errorf("%s served twice", key)
+		}
+		served[key] = true
+		m, ok := doc[r.Path][r.Method]
+		if !ok {
+			t.Errorf("%s is not a PVE method", key)
+			continue
+		}
+		all := append(append([]string{}, r.Params...), r.Ignored...)
+		sort.Strings(all)
+		var schema []string
+		for p := range m.Parameters.Properties {
+			schema = append(schema, p)
+		}
+		sort.Strings(schema)
+		if strings.Join(all, ",") != strings.Join(schema, ",") {
+			t.Errorf("%s: params+ignored %v, schema %v", key, all, schema)
+		}
+		for _, p := range r.Params {
+			if _, ok := m.Parameters.Properties[p]; !ok {
+				t.Errorf("%s acts on %q, which PVE does not have", key, p)
+			}
+		}
+	}
+	for path, methods := range doc {
+		for method := range methods {
+			if !served[method+" "+path] {
+				t.Errorf("%s %s is in the schema but not served", method, path)
+			}
+		}
+	}
+}
+
+// TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5): each method
+// must be served and each parameter acted on.
+func TestVMGateNeeds(t *testing.T) {
+	t.Parallel()
+	needs := map[string][]string{
+		"GET /version":                                   nil,
+		"GET /nodes":                                     nil,
+		"GET /cluster/status":                            nil,
+		"GET /cluster/resources":                         {"type"},
+		"GET /cluster/tasks":                             nil,
+		"POST /access/ticket":                            {"username", "password"},
+		"GET /nodes/{node}/qemu":                         {"node"},
+		"GET /nodes/{node}/qemu/{vmid}/status/current":   {"node", "vmid"},
+		"POST /nodes/{node}/qemu/{vmid}/status/start":    {"node", "vmid"},
+		"POST /nodes/{node}/qemu/{vmid}/status/stop":     {"node", "vmid", "overrule-shutdown", "timeout"},
+		"POST /nodes/{node}/qemu/{vmid}/status/shutdown": {"node", "vmid", "timeout", "forceStop"},
+		"POST /nodes/{node}/qemu/{vmid}/status/reboot":   {"node", "vmid", "timeout"},
+		"POST /nodes/{node}/qemu/{vmid}/status/reset":    {"node", "vmid"},
+		"GET /nodes/{node}/qemu/{vmid}/migrate":          {"node", "vmid", "target"},
+		"POST /nodes/{node}/qemu/{vmid}/migrate":         {"node", "vmid", "target", "online", "with-local-disks", "targetstorage", "bwlimit"},
+		"GET /nodes/{node}/tasks": {"node", "source", "vmid", "typefilter", "userfilter", "since", "until",
+			"start", "limit", "errors", "statusfilter"},
+		"GET /nodes/{node}/tasks/{upid}":        {"node", "upid"},
+		"DELETE /nodes/{node}/tasks/{upid}":     {"node", "upid"},
+		"GET /nodes/{node}/tasks/{upid}/status": {"node", "upid"},
+		"GET /nodes/{node}/tasks/{upid}/log":    {"node", "upid", "start", "limit"},
+	}
+	routes := map[string]Route{}
+	for _, r := range Routes() {
+		routes[r.Method+" "+r.Path] = r
+	}
+	for key, params := range needs {
+		r, ok := routes[key]
+		if !ok {
+			t.Errorf("%s is not served", key)
+			continue
+		}
+		for _, p := range params {
+			found := false
+			for _, q := range r.Params {
+				found = found || q == p
+			}
+			if !found {
+				t.Errorf("%s does not act on %q", key, p)
+			}
+		}
+	}
+}
+
+// sampleValue is a valid value for a schema parameter.
+func sampleValue(name string, p *paramSchema) string {
+	switch {
+	case p.formatName == "pve-node":
+		return "pve1"
+	case p.formatName == "pve-vmid":
+		return "100"
+	case p.formatName == "CIDR":
+		return "10.0.0.0/24"
+	case p.formatName == "storage-pair-list":
+		return "local-lvm"
+	case p.formatName == "pve-task-status-type-list":
+		return "ok"
+	case p.formatName == "pve-realm":
+		return "pam"
+	case p.formatName == "pve-priv-list":
+		return "VM.Audit"
+	case p.propFormat != nil:
+		return "q35"
+	case p.Pattern != "":
+		return "net0=1500"
+	case len(p.Enum) > 0:
+		return p.Enum[0]
+	case p.Type == "boolean":
+		return "0"
+	case p.Type == "integer" || p.Type == "number":
+		if p.minText != "" {
+			return p.minText
+		}
+		return "1"
+	case name == "upid":
+		return ""
+	}
+	return "x"
+}
+
+// TestWalkEveryRoute calls every served method with every parameter of its
+// schema set to a valid value (as root, so root-only parameters pass): no
+// parameter is refused as unknown, no method is missing, and an unknown
+// parameter is refused everywhere.
+func TestWalkEveryRoute(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{build: func(c *Cluster) {
+		addVM(t, c, VMSpec{VMID: 100, Node: "pve1", Running: true, Disks: sharedDisk(100)})
+	}})
+	login := decodeData[map[string]any](t, e.do(call{method: "POST", path: "/access/ticket", noAuth: true,
+		form: url.Values{"username": {"root@pam"}, "password": {"rootpw"}}}))
+	root := map[string]string{
+		"Cookie":              "PVEAuthCookie=" + url.QueryEscape(login["ticket"].(string)),
+		"CSRFPreventionToken": login["CSRFPreventionToken"].(string),
+	}
+	upid := e.post("pve1", vmPath("pve1", 100, "/status/start"), nil)
+	for _, rt := range routeTable {
+		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
+			path := strings.NewReplacer("{node}", "pve1", "{vmid}", "100", "{upid}", url.PathEscape(upid)).Replace(rt.path)
+			form := url.Values{}
+			for name, p := range rt.schema.Parameters.Properties {
+				if name == "node" || name == "vmid" || name == "upid" {
+					continue
+				}
+				if name == "download" {
+					continue // cannot be combined with start/limit
+				}
+				form.Set(name, sampleValue(name, p))
+			}
+			c := call{method: rt.method, path: path, noAuth: true, headers: root}
+			if rt.method == "POST" {
+				c.form = form
+			} else {
+				c.query = form
+			}
+			r := e.do(c)
+			if r.status == 501 || strings.Contains(string(r.body), "property is not defined in schema") {
+				t.Fatalf("%s with %v: %s %s", rt.path, form, r.line, r.body)
+			}
+			form.Set("bogus", "1")
+			r = e.do(c)
+			if r.status != 400 || r.errors["bogus"] != "property is not defined in schema and the schema does not allow additional properties" {
+				t.Fatalf("unknown parameter: %s %s", r.line, r.body)
+			}
+		})
+	}
+}
