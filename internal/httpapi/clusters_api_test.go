@@ -13,8 +13,8 @@ import (
 
 // clusterBody is the create body for an emulated cluster, with changes.
 func clusterBody(s *envSim, name string, mod func(map[string]any)) string {
-	m := map[string]any{"name": name, "endpoints": []string{s.eps[0].URL}, "tokenId": envTokenID,
-		"tokenSecret": envSecret, "tlsFingerprint": s.eps[0].Fingerprint}
+	m := map[string]any{"name": name, "endpoints": []string{s.eps[0].URL}, "tokenId": s.tokenID,
+		"tokenSecret": s.secret, "tlsFingerprint": s.eps[0].Fingerprint}
 	if mod != nil {
 		mod(m)
 	}
@@ -45,12 +45,12 @@ func TestClusterAdminRoutes(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("create: %d %s", w.Code, w.Body)
 	}
-	if strings.Contains(w.Body.String(), envSecret) || strings.Contains(w.Body.String(), "tokenSecret") {
+	if strings.Contains(w.Body.String(), a.secret) || strings.Contains(w.Body.String(), "tokenSecret") {
 		t.Fatalf("the answer shows the secret: %s", w.Body)
 	}
 	var c clusterOut
 	json.Unmarshal(envelopeOf(t, w).Data, &c)
-	if c.Name != "second" || c.Trust != "fingerprint" || c.TokenID != envTokenID || len(c.Endpoints) != 3 {
+	if c.Name != "second" || c.Trust != "fingerprint" || c.TokenID != a.tokenID || len(c.Endpoints) != 3 {
 		t.Fatalf("created %+v", c)
 	}
 	for i, ep := range c.Endpoints {
@@ -60,14 +60,14 @@ func TestClusterAdminRoutes(t *testing.T) {
 	}
 	rec := e.lastAudit()
 	if rec.Action != "cluster.create" || rec.Result != "ok" || rec.ClusterID != c.ID || rec.UserID != e.users["admin"].ID ||
-		rec.Address == "" || strings.Contains(rec.Params, envSecret) {
+		rec.Address == "" || strings.Contains(rec.Params, a.secret) {
 		t.Fatalf("create audited as %+v", rec)
 	}
 	id := strconv.FormatInt(c.ID, 10)
 
 	for _, path := range []string{"/api/v1/clusters", "/api/v1/clusters/" + id} {
 		w = e.do("admin", "GET", path, "")
-		if w.Code != 200 || strings.Contains(w.Body.String(), envSecret) || !strings.Contains(w.Body.String(), a.eps[2].Fingerprint) {
+		if w.Code != 200 || strings.Contains(w.Body.String(), a.secret) || !strings.Contains(w.Body.String(), a.eps[2].Fingerprint) {
 			t.Fatalf("GET %s: %d %s", path, w.Code, w.Body)
 		}
 	}
@@ -106,7 +106,7 @@ func TestClusterAdminRoutes(t *testing.T) {
 		if w.Code != c.status || env.Reason != c.reason {
 			t.Errorf("%s: %d %s, want %d %s", c.name, w.Code, w.Body, c.status, c.reason)
 		}
-		if strings.Contains(w.Body.String(), envSecret) {
+		if strings.Contains(w.Body.String(), a.secret) {
 			t.Errorf("%s: the answer shows the secret", c.name)
 		}
 	}
@@ -120,12 +120,12 @@ func TestClusterAdminRoutes(t *testing.T) {
 	if rec := e.lastAudit(); rec.Action != "cluster.update" || rec.Params != `{"name":"renamed"}` || rec.Result != "ok" {
 		t.Fatalf("update audited as %+v", rec)
 	}
-	w = e.do("admin", "PATCH", "/api/v1/clusters/"+id, fmt.Sprintf(`{"endpoints":[%q],"tokenSecret":%q}`, a.eps[2].URL, envSecret))
+	w = e.do("admin", "PATCH", "/api/v1/clusters/"+id, fmt.Sprintf(`{"endpoints":[%q],"tokenSecret":%q}`, a.eps[2].URL, a.secret))
 	json.Unmarshal(envelopeOf(t, w).Data, &c)
 	if w.Code != 200 || c.Endpoints[0].URL != a.eps[2].URL || len(c.Endpoints) != 3 || e.simRequests() == before {
 		t.Fatalf("re-learn: %d %s", w.Code, w.Body)
 	}
-	if rec := e.lastAudit(); strings.Contains(rec.Params, envSecret) || !strings.Contains(rec.Params, "(changed)") {
+	if rec := e.lastAudit(); strings.Contains(rec.Params, a.secret) || !strings.Contains(rec.Params, "(changed)") {
 		t.Fatalf("update audit params %s", rec.Params)
 	}
 	if w = e.do("admin", "PATCH", "/api/v1/clusters/"+id, `{}`); w.Code != 400 {
@@ -233,15 +233,15 @@ func TestClusterInventoryRoutes(t *testing.T) {
 		HAState string   `json:"haState"`
 	}
 	json.Unmarshal(envelopeOf(t, w).Data, &vms)
-	if w.Code != 200 || len(vms) != 3 || vms[0].VMID != 100 || strings.Join(vms[0].Tags, ",") != "prod,web" ||
-		vms[1].Tags == nil || vms[2].HAState != "started" {
+	if w.Code != 200 || len(vms) != 6 || vms[0].VMID != 100 || strings.Join(vms[0].Tags, ",") != "web,prod" ||
+		vms[1].Tags == nil || vms[3].HAState != "started" {
 		t.Fatalf("vms: %d %s", w.Code, w.Body)
 	}
 	w = e.do("bob", "GET", "/api/v1/pve/clusters/"+id+"/nodes", "")
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"node":"pve3"`) || !strings.Contains(w.Body.String(), `"maxCpu":16`) {
 		t.Fatalf("nodes: %d %s", w.Code, w.Body)
 	}
-	w = e.do("bob", "GET", "/api/v1/pve/vm/"+id+"/pve2/102", "")
+	w = e.do("bob", "GET", "/api/v1/pve/vm/"+id+"/pve2/103", "")
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"ha":{"managed":true,"state":"started"}`) ||
 		!strings.Contains(w.Body.String(), `"qmpStatus":"running"`) {
 		t.Fatalf("vm status: %d %s", w.Code, w.Body)
@@ -272,7 +272,7 @@ func TestClusterInventoryRoutes(t *testing.T) {
 func BenchmarkVMList10kHTTP(b *testing.B) {
 	e := newTestEnv(b)
 	a := e.addSim("A")
-	for i := range 10000 - 3 {
+	for i := range 10000 - 6 {
 		if err := a.c.AddVM(pvesimVM(1000+i, fmt.Sprintf("pve%d", i%3+1))); err != nil {
 			b.Fatal(err)
 		}

@@ -27,11 +27,7 @@ import (
 // clusters × actions × roles (SECURITY.md 18, 19). The VM operations add their
 // routes to matrixActions.
 
-const (
-	envTokenID  = "vmgate@pve!gw"
-	envSecret   = "0f3b2c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
-	envPassword = "correct-Horse-battery-staple-42"
-)
+const envPassword = "correct-Horse-battery-staple-42"
 
 // testEnv is a vmgate HTTP stack with emulated clusters behind it.
 type testEnv struct {
@@ -46,17 +42,29 @@ type testEnv struct {
 	tokens map[string]string // user name → bearer token
 }
 
-// envSim is one emulated 3-node cluster, registered in vmgate under its name.
+// envSim is DESIGN §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS
+// and registered in vmgate under its name.
 type envSim struct {
-	c   *pvesim.Cluster
-	srv *pvesim.Server
-	eps []pvesim.Endpoint // pve1, pve2, pve3
-	id  int64             // vmgate's cluster id
+	c       *pvesim.Cluster
+	srv     *pvesim.Server
+	eps     []pvesim.Endpoint // pve1, pve2, pve3
+	tokenID string
+	secret  string
+	id      int64 // vmgate's cluster id
 }
 
-// newTestEnv builds the stack. Extra VMs configures the fleet before the server
-// is built (nil leaves VM operations out).
+// newTestEnv builds the stack with cheap password hashing and no login rate limit.
 func newTestEnv(t testing.TB) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, auth.Config{
+		Argon2:          auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
+		PerAddressRate:  rate.Inf,
+		PerAddressBurst: 1,
+	})
+}
+
+// newTestEnvWith is newTestEnv with the given auth configuration.
+func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
@@ -64,11 +72,7 @@ func newTestEnv(t testing.TB) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	au, err := auth.New(ctx, st, auth.Config{
-		Argon2:          auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
-		PerAddressRate:  rate.Inf,
-		PerAddressBurst: 1,
-	})
+	au, err := auth.New(ctx, st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,28 +89,10 @@ func newTestEnv(t testing.TB) *testEnv {
 		sims: map[string]*envSim{}, users: map[string]store.User{}, tokens: map[string]string{}}
 }
 
-// addSim starts an emulated cluster (VM 100 on pve1 running, 101 on pve1 stopped,
-// 102 on pve2 running) and registers it as name through the fleet.
+// addSim starts the dev cluster and registers it as name through the fleet.
 func (e *testEnv) addSim(name string) *envSim {
 	e.t.Helper()
-	c := pvesim.New(pvesim.Options{Speed: 1000, ClusterName: name})
-	for i := 1; i <= 3; i++ {
-		if err := c.AddNode(pvesim.NodeSpec{Name: fmt.Sprintf("pve%d", i)}); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	for _, v := range []pvesim.VMSpec{
-		{VMID: 100, Node: "pve1", Name: "web1", Running: true, Tags: "prod;web"},
-		{VMID: 101, Node: "pve1", Name: "db1"},
-		{VMID: 102, Node: "pve2", Name: "ha1", Running: true, HA: true},
-	} {
-		if err := c.AddVM(v); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	if err := c.AddToken(envTokenID, envSecret, pvesim.TokenOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	c := pvesim.DevCluster(pvesim.Options{Speed: 1000})
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := c.Serve(ctx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
@@ -115,6 +101,7 @@ func (e *testEnv) addSim(name string) *envSim {
 	}
 	e.t.Cleanup(func() { cancel(); srv.Close() })
 	s := &envSim{c: c, srv: srv, eps: srv.Endpoints()}
+	s.tokenID, s.secret, _ = strings.Cut(c.DevToken(), "=")
 	cl, err := e.fleet.Register(context.Background(), s.spec(name))
 	if err != nil {
 		e.t.Fatal(err)
@@ -129,7 +116,7 @@ func pvesimVM(vmid int, node string) pvesim.VMSpec {
 }
 
 func (s *envSim) spec(name string) fleet.ClusterSpec {
-	return fleet.ClusterSpec{Name: name, Endpoints: []string{s.eps[0].URL}, TokenID: envTokenID, TokenSecret: envSecret,
+	return fleet.ClusterSpec{Name: name, Endpoints: []string{s.eps[0].URL}, TokenID: s.tokenID, TokenSecret: s.secret,
 		TLSFingerprint: s.eps[0].Fingerprint}
 }
 
