@@ -1,0 +1,127 @@
+// Package pvesim emulates a Proxmox VE cluster's HTTP API closely enough that
+// a PVE client cannot tell it from the real thing for everything vmgate uses.
+// Tests, benchmarks, `vmgate server --dev` and `vmgate pvesim` run against it.
+// Its specification is shared/reference/pve-api.md (§0–§5, §8); parameters are
+// validated from PVE 9.1's own schema, embedded from schema/. It reads PVE
+// independently of internal/pve: the two import nothing from each other, so
+// each catches the other's mistakes.
+//
+// # Shape
+//
+// New builds a Cluster; AddNode, AddVM, AddToken and AddUser populate it;
+// DevCluster builds the dev cluster of DESIGN.md §7. Serve puts it on the
+// network: every node is its own pveproxy endpoint with its own self-signed
+// ECDSA certificate, node i on 127.0.0.(10+i), all on one port, all sharing one
+// cluster state. /cluster/status reports each node's ip and /nodes its
+// ssl_fingerprint, so a client given one endpoint learns the others. A request
+// about another node is "proxied" inside the emulator; for an offline node it
+// gets "595 No route to host", and the offline node's own endpoint refuses
+// connections.
+//
+// Requests go through PVE's pipeline in PVE's order: unknown HTTP method →
+// missing format (501) → authentication (401, empty body, reason in the status
+// line, AuthDelay) → unexpected body / format (501) → route (501 "Method '...'
+// not implemented") → conflicting URI parameter (400) → token-only check (403)
+// → permission (403) → proxy (500 hostname lookup, 595) → schema validation
+// (400 with the errors map) → handler (500 with the die text, or 200 with a
+// UPID). Error bodies are PVE ≥ 8.3's: {"data":null,"message":"...\n"}.
+// net/http cannot write a custom reason phrase, so error answers are written
+// raw on the hijacked connection, which is then closed — pveproxy closes after
+// every error too; successes go through the ResponseWriter with keep-alive.
+//
+// Time is emulated. With Options.Speed time runs that many times faster than
+// real time (1000 in tests: a 20 s migration takes 20 ms); with ManualClock it
+// moves only with Cluster.Advance, which runs every step that falls due in
+// order, so tests assert exact log timestamps and timeouts without waiting.
+// Every delay in the emulator (guest power-off, lock timeouts, migration
+// progress, HA follow-ups) is an event on that clock; the 401 delay and the
+// SetLatency fault are real time.
+//
+// Faults for tests: SetNodeOnline, SetLatency, FailNextTasks, SetSpeed,
+// DropNextResponses (the POST acts, the answer is lost), Requests (counts per
+// method and route pattern, to prove a POST was not repeated), SetPaused and
+// SetLock. Inspection: VM, Task, TasksFor, WaitTask. Routes lists every method
+// served and the parameters acted on, for conformance tests.
+//
+// # Choices where PVE leaves room
+//
+//   - Status is served without the RRD lag: /cluster/resources, /nodes and
+//     /nodes/{node}/qemu show a VM's state the moment it changes, exactly as
+//     status/current does. PVE's lag of up to 10 s is an artefact of pvestatd's
+//     polling that a client must tolerate but cannot rely on; being current
+//     everywhere keeps the emulator consistent with itself. Usage figures
+//     (cpu, mem, net, disk I/O) are synthetic and deterministic.
+//   - Finished tasks move to the node's task index at once (PVE: on the next
+//     worker start or status poll, usually within seconds). Each node keeps
+//     MaxTasksPerNode finished tasks (PVE rotates index files of ~1000 each but
+//     keeps the logs); forgotten tasks answer "no such task".
+//   - Emulated durations: a start or a stop takes 1 s, an ACPI-obeying guest
+//     powers off in 2 s, a reboot's restart follows 1 s after power-off, an HA
+//     stand-in task ends after 1 s and the HA agent acts HADelay (3 s) later,
+//     migration prepare takes 1 s (3 s to find the target unreachable), RAM
+//     moves at MigrationBandwidth (300 MiB/s) and disks at DiskBandwidth
+//     (1 GiB/s), both capped by bwlimit.
+//   - Task log timestamps use Options.Location (UTC unless set; `vmgate pvesim`
+//     uses the local zone, as PVE does).
+//
+// # Not emulated, and why
+//
+// vmgate does not use these, or a faithful model would cost far more than it
+// tells a client; each is left out on purpose.
+//
+//   - Formats other than json (extjs, html, htmljs, spiceconfig, png): 501
+//     "no formatter". The GUI and static files: 501 "no such uri". Plain HTTP
+//     on the TLS port (PVE redirects) is not offered: Serve is either HTTPS or
+//     plain. vmgate speaks json over HTTPS only.
+//   - Methods outside pve-api-schema-9.1.json answer 501 "Method ... not
+//     implemented", as PVE does for unknown ones, although PVE would serve
+//     them. The schema subset is what vmgate calls.
+//   - Authentication: tickets are signed with an HMAC-SHA256 key per cluster
+//     instead of the cluster's RSA key (same ticket and CSRF token formats,
+//     2 h lifetime, 5 min clock skew); no key rotation, no two-factor
+//     authentication, no realms beyond the users added, no user enable/expire
+//     flags. Users added with AddUser have every privilege (root@pam also
+//     passes the root-only checks); tokens have TokenOptions' simple model
+//     (VM set, VM privileges, Sys.Audit/Sys.Modify) instead of ACLs and
+//     privilege separation. The 403 texts and the places they occur are PVE's.
+//   - The node proxy: only an offline node's "595 No route to host". 596,
+//     597, 599, "595 Connection refused" (pveproxy down on a live node), the
+//     30 s proxy timeout and "proxy loop detected" have no fault to trigger them.
+//   - Certificates are self-signed per node, not issued by the cluster CA
+//     (pve-root-ca.pem); clients that pin fingerprints, as vmgate does, see no
+//     difference.
+//   - A node going offline is a network partition seen from the others: its
+//     tasks keep running inside the emulator, its VMs show status "unknown" in
+//     /cluster/resources, and nothing fences it or recovers its HA VMs.
+//     Quorum is a majority of online nodes (no corosync, no QDevice).
+//   - Power operations: start's machine, timeout, stateuri, migratedfrom,
+//     targetstorage, force-cpu, nets-host-mtu and with-conntrack-state, and
+//     stop's and shutdown's keepActive, are validated (and root-checked) but
+//     have no effect; stop with migratedfrom is an ordinary stop. No guest
+//     agent (shutdown is always ACPI), no suspend/hibernate ("suspended"), no
+//     prelaunch, no QMP failures, no SIGKILL escalation (a forced stop always
+//     succeeds), no backup-lock resume, no hookscripts, no cloud-init or swtpm
+//     output, never "TASK WARNINGS".
+//   - Migration: replication, mapped devices, conntrack state (with-conntrack-
+//     state only removes the warning line), migration_network and
+//     migration_type (root-only, validated, otherwise ignored), remote
+//     migration, storage content-type and Datastore.AllocateSpace checks, spice
+//     and VFIO state. RAM moves linearly (no dirty pages, so no "VM dirties
+//     lots of memory", no xbzrle lines, no downtime increase); the last 0.1 s
+//     polls write no lines, as in PVE. The offline disk copy log is shortened
+//     (PVE also shows pvesm export/import and dd output). A migration whose
+//     target goes offline fails with the lines of a failed QEMU migration;
+//     force (root) only affects local devices.
+//   - HA: requests are honoured directly (started, stopped, request_stop,
+//     migrate); no CRM/LRM state machine, groups, affinity rules (so
+//     dependent-ha-resources is always empty and no node is blocked), retries,
+//     relocation, maintenance mode, or action on offline nodes.
+//   - status/current leaves out proxmox-support, blockstat, ballooninfo and
+//     the spice/agent/clipboard flags; /version has no console.
+//   - /cluster/tasks lists, per node, the running tasks and the latest
+//     finished ones (25 entries in all, as pvedaemon broadcasts them); the
+//     "saved" fields of the task lists are an approximation.
+//   - The die texts for bodies that are not JSON objects approximate Perl's.
+//     Bodies declared over 512 KiB get 501 "for data too large" as in PVE; a
+//     chunked body is cut at 512 KiB instead.
+package pvesim
