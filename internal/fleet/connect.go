@@ -242,7 +242,7 @@ func connectError(ep, tokenID string, err error) *errs.Error {
 		if tlsErr.Expected != "" {
 			at["expected"] = tlsErr.Expected
 			e.Message = "the certificate of " + ep + " has SHA-256 fingerprint " + orNone(tlsErr.Presented) +
-				", but tlsFingerprint is " + tlsErr.Expected + "; check tlsFingerprint (PVE shows it under the node's System > Certificates)"
+				", but tlsFingerprint is " + tlsErr.Expected + "; check tlsFingerprint (PVE shows it under the node's System → Certificates)"
 		} else {
 			e.Message = "the certificate of " + ep + " (SHA-256 fingerprint " + orNone(tlsErr.Presented) + ") does not verify against caCert: " +
 				clip(fmt.Sprint(tlsErr.Err), 200)
