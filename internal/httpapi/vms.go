@@ -1,6 +1,336 @@
 package httpapi
 
-// VMs is what the HTTP layer needs of internal/vmops. OWNED BY THE VMOPS WORK.
-type VMs interface{}
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"time"
 
-func (s *Server) vmRoutes() []route { return nil }
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// VMs is what the HTTP layer needs of internal/vmops: the VM operations and the
+// task queries (DESIGN §3.2, §3.3). *vmops.Service implements it. The handlers
+// validate and authorize before they call it.
+type VMs interface {
+	Start(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Stop(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.StopOptions) (vmops.Outcome, error)
+	Reboot(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Migrate(ctx context.Context, a vmops.Actor, vm vmops.VMRef, req vmops.MigrateRequest) (string, error)
+	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (pve.MigratePrecheck, error)
+
+	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
+	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
+	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
+	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
+	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
+}
+
+// vmRoutes are the VM operations and the task queries. Every one needs a token;
+// each handler checks the grant on the cluster (operator for writes, viewer for
+// reads) after validating the request and before anything touches PVE.
+func (s *Server) vmRoutes() []route {
+	const vm = "/api/v1/pve/vm/{clusterId}/{node}/{vmid}"
+	return []route{
+		{"POST", vm + "/start", authed, s.vmStart},
+		{"POST", vm + "/stop", authed, s.vmStop},
+		{"POST", vm + "/reboot", authed, s.vmReboot},
+		{"POST", vm + "/migrate", authed, s.vmMigrate},
+		{"GET", vm + "/migrate", authed, s.vmMigrateCheck},
+
+		{"GET", "/api/v1/pve/task/{taskId}", authed, s.task},
+		{"GET", "/api/v1/pve/task/{taskId}/log", authed, s.taskLog},
+		{"GET", "/api/v1/pve/task/{taskId}/events", authed, s.taskEvents},
+		{"GET", "/api/v1/pve/tasks", authed, s.tasks},
+	}
+}
+
+// vmActor is the caller as vmops records it.
+func vmActor(r *http.Request) vmops.Actor {
+	p := principal(r)
+	return vmops.Actor{UserID: p.UserID, Email: p.Email, SessionID: p.SessionID, Address: clientAddr(r), RequestID: requestID(r)}
+}
+
+// pathVM reads and validates {clusterId}/{node}/{vmid}.
+func pathVM(r *http.Request) (vmops.VMRef, error) {
+	id, err := pathClusterID(r)
+	if err != nil {
+		return vmops.VMRef{}, err
+	}
+	node := r.PathValue("node")
+	if !pve.ValidNode(node) {
+		return vmops.VMRef{}, errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
+	}
+	vmid, err := parseIntParam("vmid", r.PathValue("vmid"), pve.MinVMID, pve.MaxVMID)
+	if err != nil {
+		return vmops.VMRef{}, err
+	}
+	return vmops.VMRef{ClusterID: id, Node: node, VMID: vmid}, nil
+}
+
+// queryOne returns a query parameter given at most once ("" when absent).
+func queryOne(r *http.Request, name string) (string, error) {
+	vs := r.URL.Query()[name]
+	if len(vs) > 1 {
+		return "", errs.R(errs.Invalid, "invalid_request", "%s given more than once", name)
+	}
+	if len(vs) == 0 {
+		return "", nil
+	}
+	return vs[0], nil
+}
+
+// taskPath is the API path of a task.
+func taskPath(upid string) string { return "/api/v1/pve/task/" + url.PathEscape(upid) }
+
+// powerQuery is what the power routes read from the query string.
+type powerQuery struct {
+	wait    time.Duration
+	timeout *int
+	force   bool
+}
+
+func readPowerQuery(r *http.Request, withForce bool) (powerQuery, error) {
+	allowed := []string{"wait", "timeout"}
+	if withForce {
+		allowed = append(allowed, "force")
+	}
+	if err := checkQuery(r, allowed...); err != nil {
+		return powerQuery{}, err
+	}
+	var q powerQuery
+	wait, err := queryInt(r, "wait", int64(vmops.DefaultWait/time.Second), 0, int64(vmops.MaxPowerWait/time.Second))
+	if err != nil {
+		return q, err
+	}
+	q.wait = time.Duration(wait) * time.Second
+	if _, ok := r.URL.Query()["timeout"]; ok {
+		t, err := queryInt(r, "timeout", 0, 0, 86400)
+		if err != nil {
+			return q, err
+		}
+		n := int(t)
+		q.timeout = &n
+	}
+	if withForce {
+		f, err := queryOne(r, "force")
+		if err != nil {
+			return q, err
+		}
+		if q.force, err = parseBool("force", f, false); err != nil {
+			return q, err
+		}
+	}
+	return q, nil
+}
+
+func (s *Server) vmStart(w http.ResponseWriter, r *http.Request) error {
+	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+		return s.vms.Start(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
+	})
+}
+
+func (s *Server) vmStop(w http.ResponseWriter, r *http.Request) error {
+	return s.power(w, r, true, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+		return s.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: q.force, Timeout: q.timeout, Wait: q.wait})
+	})
+}
+
+func (s *Server) vmReboot(w http.ResponseWriter, r *http.Request) error {
+	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+		return s.vms.Reboot(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
+	})
+}
+
+// power is the common handler of start, stop and reboot: validate, authorize
+// (operator), run once per Idempotency-Key, answer 200 when the task ended well,
+// 202 with Location while it runs, the mapped error when it failed. Every answer
+// that started a task carries X-Task-Id.
+func (s *Server) power(w http.ResponseWriter, r *http.Request, withForce bool,
+	op func(context.Context, vmops.Actor, vmops.VMRef, powerQuery) (vmops.Outcome, error)) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	q, err := readPowerQuery(r, withForce)
+	if err != nil {
+		return err
+	}
+	if err := requireNoBody(w, r); err != nil {
+		return err
+	}
+	if _, _, err := idempotencyKey(r); err != nil {
+		return err
+	}
+	if err := s.authorize(r, vm.ClusterID, store.GrantOperator); err != nil {
+		return err
+	}
+	return s.idempotent(w, r, nil, func(w http.ResponseWriter) error {
+		out, err := op(r.Context(), vmActor(r), vm, q)
+		if out.TaskID != "" {
+			w.Header().Set("X-Task-Id", out.TaskID)
+		}
+		if err != nil {
+			return err
+		}
+		if out.Running {
+			w.Header().Set("Location", taskPath(out.TaskID))
+			writeAccepted(w, "accepted: the task is still running", nil)
+			return nil
+		}
+		writeOK(w)
+		return nil
+	})
+}
+
+// storageMapPattern is PVE's storage-pair-list, loosely: storage ids, ':' and ','
+// (or "1" for "the same ids").
+var storageMapPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:,-]*$`)
+
+// maxBWLimit is PVE's bwlimit bound in practice (KiB/s; about 2 TiB/s).
+const maxBWLimit = 1<<31 - 1
+
+func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	// The body is read once: decoded strictly, and hashed for the Idempotency-Key.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return bodyError(err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var in struct {
+		Target         *string `json:"target"`
+		Online         *bool   `json:"online"`
+		WithLocalDisks *bool   `json:"withLocalDisks"`
+		TargetStorage  *string `json:"targetStorage"`
+		BWLimit        *int64  `json:"bwlimit"`
+	}
+	if err := decodeJSON(w, r, &in); err != nil {
+		return err
+	}
+	req := vmops.MigrateRequest{Online: in.Online}
+	switch {
+	case in.Target == nil || *in.Target == "":
+		return errs.R(errs.Invalid, "invalid_request", "target is required")
+	case !pve.ValidNode(*in.Target):
+		return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(*in.Target))
+	case *in.Target == vm.Node:
+		return errs.R(errs.Invalid, "invalid_request", "target must not be the VM's node (%s)", vm.Node)
+	case in.BWLimit != nil && (*in.BWLimit < 0 || *in.BWLimit > maxBWLimit):
+		return errs.R(errs.Invalid, "invalid_request", "bwlimit must be an integer from 0 to %d (KiB/s)", maxBWLimit)
+	case in.TargetStorage != nil && (len(*in.TargetStorage) > 1024 || !storageMapPattern.MatchString(*in.TargetStorage)):
+		return errs.R(errs.Invalid, "invalid_request", "targetStorage must be a storage id or a map like src:dst,src2:dst2")
+	}
+	req.Target = *in.Target
+	if in.WithLocalDisks != nil {
+		req.WithLocalDisks = *in.WithLocalDisks
+	}
+	if in.TargetStorage != nil {
+		req.TargetStorage = *in.TargetStorage
+	}
+	if in.BWLimit != nil {
+		n := int(*in.BWLimit)
+		req.BWLimit = &n
+	}
+	if _, _, err := idempotencyKey(r); err != nil {
+		return err
+	}
+	if err := s.authorize(r, vm.ClusterID, store.GrantOperator); err != nil {
+		return err
+	}
+	return s.idempotent(w, r, body, func(w http.ResponseWriter) error {
+		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("X-Task-Id", upid)
+		writeData(w, map[string]string{"taskId": upid})
+		return nil
+	})
+}
+
+// precheckJSON is PVE's migration pre-check as vmgate shows it.
+type precheckJSON struct {
+	Running         bool                      `json:"running"`
+	AllowedNodes    []string                  `json:"allowedNodes"`
+	NotAllowedNodes map[string]notAllowedJSON `json:"notAllowedNodes"`
+	LocalDisks      []localDiskJSON           `json:"localDisks"`
+	LocalResources  []string                  `json:"localResources"`
+}
+
+type notAllowedJSON struct {
+	UnavailableStorages  []string `json:"unavailableStorages"`
+	UnavailableResources []string `json:"unavailableResources"`
+	BlockingHAResources  []string `json:"blockingHaResources"`
+}
+
+type localDiskJSON struct {
+	Volid     string `json:"volid"`
+	DriveName string `json:"driveName"`
+	Size      int64  `json:"size"`
+	CDROM     bool   `json:"cdrom"`
+	Unused    bool   `json:"unused"`
+}
+
+func strs(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func toPrecheckJSON(pc pve.MigratePrecheck) precheckJSON {
+	out := precheckJSON{Running: pc.Running, AllowedNodes: strs(pc.AllowedNodes), NotAllowedNodes: map[string]notAllowedJSON{},
+		LocalDisks: []localDiskJSON{}, LocalResources: strs(pc.LocalResources)}
+	for node, na := range pc.NotAllowedNodes {
+		ha := []string{}
+		for _, h := range na.BlockingHAResources {
+			ha = append(ha, h.SID+" ("+h.Cause+")")
+		}
+		out.NotAllowedNodes[node] = notAllowedJSON{UnavailableStorages: strs(na.UnavailableStorages),
+			UnavailableResources: strs(na.UnavailableResources), BlockingHAResources: ha}
+	}
+	for _, d := range pc.LocalDisks {
+		out.LocalDisks = append(out.LocalDisks, localDiskJSON{Volid: d.Volid, DriveName: d.DriveName, Size: d.Size,
+			CDROM: d.CDROM, Unused: d.IsUnused})
+	}
+	return out
+}
+
+func (s *Server) vmMigrateCheck(w http.ResponseWriter, r *http.Request) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r, "target"); err != nil {
+		return err
+	}
+	target, err := queryOne(r, "target")
+	if err != nil {
+		return err
+	}
+	if target != "" && !pve.ValidNode(target) {
+		return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(target))
+	}
+	if err := s.authorize(r, vm.ClusterID, store.GrantViewer); err != nil {
+		return err
+	}
+	pc, err := s.vms.MigrateCheck(r.Context(), vm, target)
+	if err != nil {
+		return err
+	}
+	writeData(w, toPrecheckJSON(pc))
+	return nil
+}

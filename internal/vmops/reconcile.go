@@ -152,7 +152,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // task's coalesced reads with the queries. At most MaxFollowers run; a task left
 // out is picked up by a later sweep of Run.
 func (s *Service) startFollower(t *tracker) {
-	key := t.upid.String()
+	key := t.key
 	s.mu.Lock()
 	if s.following[key] || len(s.following) >= s.maxFol || s.bgCtx.Err() != nil {
 		s.mu.Unlock()

@@ -123,6 +123,7 @@ type logCursor struct {
 type tracker struct {
 	upid      pve.UPID
 	clusterID int64
+	key       string // in Service.tracked and Service.reads
 
 	// Fields below are written only inside a read (one at a time).
 	row       *store.Task // nil for tasks vmgate did not start
@@ -162,9 +163,20 @@ func (t *tracker) set(v TaskView, at time.Time) {
 // maxTracked bounds the in-memory task cache.
 const maxTracked = 2048
 
-// track returns the tracker of a task, creating it.
+// trackerKey names a tracker. A task vmgate started is known by its UPID alone
+// (its row says its cluster); any other is known only together with the cluster
+// the caller named, so that one caller's guess never decides another's answer.
+func trackerKey(upid string, clusterID int64, known bool) string {
+	if known {
+		return upid
+	}
+	return "foreign/" + strconv.FormatInt(clusterID, 10) + "/" + upid
+}
+
+// track returns the tracker of a task, creating it. row is nil for a task vmgate
+// did not start.
 func (s *Service) track(upid pve.UPID, clusterID int64, row *store.Task) *tracker {
-	key := upid.String()
+	key := trackerKey(upid.String(), clusterID, row != nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.tracked[key]; ok {
@@ -173,7 +185,7 @@ func (s *Service) track(upid pve.UPID, clusterID int64, row *store.Task) *tracke
 	if len(s.tracked) >= maxTracked {
 		s.evictLocked(len(s.tracked) - maxTracked + 1)
 	}
-	t := &tracker{upid: upid, clusterID: clusterID, usedAt: s.now()}
+	t := &tracker{upid: upid, clusterID: clusterID, key: key, usedAt: s.now()}
 	if row != nil {
 		r := *row
 		t.row = &r
@@ -232,10 +244,20 @@ func (s *Service) evictIdle(idle time.Duration) {
 	}
 }
 
+// trackerOf returns the tracker of a task vmgate started, if one is cached.
 func (s *Service) trackerOf(upid string) *tracker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tracked[upid]
+	return s.tracked[trackerKey(upid, 0, true)]
+}
+
+// untrack forgets a tracker (a task PVE does not know).
+func (s *Service) untrack(t *tracker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tracked[t.key] == t {
+		delete(s.tracked, t.key)
+	}
 }
 
 // readTimeout bounds one shared PVE read of a task.
@@ -248,7 +270,7 @@ func (s *Service) current(ctx context.Context, t *tracker) (TaskView, error) {
 	if v, ok := t.cached(s.now(), s.poll); ok {
 		return v, nil
 	}
-	ch := s.reads.DoChan(t.upid.String(), func() (any, error) {
+	ch := s.reads.DoChan(t.key, func() (any, error) {
 		if v, ok := t.cached(s.now(), s.poll); ok {
 			return v, nil
 		}
@@ -307,6 +329,7 @@ func (s *Service) read(ctx context.Context, t *tracker) (TaskView, error) {
 // that nobody follows it forever.
 func (s *Service) taskGone(ctx context.Context, t *tracker, cause error) (TaskView, error) {
 	if t.row == nil {
+		s.untrack(t)
 		return TaskView{}, &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
 			Message: fmt.Sprintf("task %s not found on node %s", t.upid.String(), t.upid.Node)}
 	}

@@ -1,0 +1,177 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// maxIdempotencyKey is the longest Idempotency-Key accepted.
+const maxIdempotencyKey = 255
+
+// replayedHeaders are the headers of a first answer that a replay repeats.
+var replayedHeaders = []string{"X-Task-Id", "Location"}
+
+// idempotencyKey reads the Idempotency-Key header: absent is fine, present must be
+// one value of 1 to 255 printable ASCII characters.
+func idempotencyKey(r *http.Request) (string, bool, error) {
+	vs := r.Header.Values("Idempotency-Key")
+	if len(vs) == 0 {
+		return "", false, nil
+	}
+	if len(vs) > 1 {
+		return "", false, errs.R(errs.Invalid, "invalid_request", "Idempotency-Key given more than once")
+	}
+	k := vs[0]
+	if k == "" || len(k) > maxIdempotencyKey {
+		return "", false, errs.R(errs.Invalid, "invalid_request", "Idempotency-Key must be 1 to %d characters", maxIdempotencyKey)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return "", false, errs.R(errs.Invalid, "invalid_request", "Idempotency-Key must be printable ASCII")
+		}
+	}
+	return k, true, nil
+}
+
+// requestHash identifies a request for its Idempotency-Key: the method, the path, the
+// query with its parameters sorted, and the body with insignificant JSON white space
+// removed.
+func requestHash(r *http.Request, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(r.Method))
+	h.Write([]byte{0})
+	h.Write([]byte(r.URL.EscapedPath()))
+	h.Write([]byte{0})
+	h.Write([]byte(r.URL.Query().Encode()))
+	h.Write([]byte{0})
+	var compact bytes.Buffer
+	if json.Compact(&compact, body) == nil {
+		body = compact.Bytes()
+	}
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// idempotent runs act once per (caller, Idempotency-Key) within store.IdempotencyTTL. With
+// no key it just runs act. With a key it claims the key first: a repeat of the same
+// request replays the first answer (status, body, X-Task-Id, Location) and starts
+// nothing; a different request under the key is 422; a repeat while the first still
+// runs is 409 in_progress. The key never reaches PVE.
+//
+// It runs after validation and authorization: a request that would be refused anyway
+// claims nothing. An answer that started nothing (a 4xx before PVE was asked, a 503
+// because the cluster is down) releases the key so that a retry runs again; an answer
+// that started a task, or may have (an ambiguous write), is kept.
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte, act func(w http.ResponseWriter) error) error {
+	key, present, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	if !present {
+		return act(w)
+	}
+	p := principal(r)
+	now := s.now()
+	rec := store.IdempotencyRecord{UserID: p.UserID, Key: key, RequestHash: requestHash(r, body),
+		State: store.IdemInProgress, CreatedAt: now, ExpiresAt: now.Add(store.IdempotencyTTL)}
+	got, claimed, err := s.store.ClaimIdempotencyKey(r.Context(), rec)
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		switch {
+		case got.RequestHash != rec.RequestHash:
+			return errs.R(errs.Unprocessable, "idempotency_key_reused",
+				"Idempotency-Key %q was used for a different request in the last 24 hours", safeText(key))
+		case got.State != store.IdemDone:
+			return errs.R(errs.Conflict, "in_progress",
+				"the first request with Idempotency-Key %q is still running (since %s)", safeText(key), got.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		replay(w, got)
+		return nil
+	}
+
+	cw := &captureWriter{header: http.Header{}}
+	actErr := act(cw)
+	if actErr != nil {
+		writeError(cw, r, actErr)
+	}
+	ctx := context.WithoutCancel(r.Context())
+	if cw.header.Get("X-Task-Id") == "" && cw.status >= 400 && !errors.Is(actErr, vmops.ErrMaybeStarted) {
+		if err := s.store.ReleaseIdempotencyKey(ctx, p.UserID, key); err != nil {
+			logFrom(r).Error("idempotency key release failed", slog.String("error", err.Error()))
+		}
+	} else {
+		hdr := map[string]string{}
+		for _, h := range replayedHeaders {
+			if v := cw.header.Get(h); v != "" {
+				hdr[h] = v
+			}
+		}
+		rec.State, rec.StatusCode, rec.Headers, rec.Body = store.IdemDone, cw.status, jsonString(hdr), cw.body.Bytes()
+		if err := s.store.CompleteIdempotencyKey(ctx, rec); err != nil {
+			logFrom(r).Error("idempotency key completion failed", slog.String("error", err.Error()))
+		}
+	}
+	cw.copyTo(w)
+	return nil
+}
+
+// replay writes a stored first answer again.
+func replay(w http.ResponseWriter, rec store.IdempotencyRecord) {
+	var hdr map[string]string
+	_ = json.Unmarshal([]byte(rec.Headers), &hdr)
+	for k, v := range hdr {
+		w.Header().Set(k, v)
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	w.WriteHeader(rec.StatusCode)
+	w.Write(rec.Body)
+}
+
+// captureWriter buffers an answer so it can be stored before it is sent.
+type captureWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+
+func (c *captureWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.body.Write(b)
+}
+
+func (c *captureWriter) copyTo(w http.ResponseWriter) {
+	for k, vs := range c.header {
+		w.Header()[k] = vs
+	}
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	w.WriteHeader(c.status)
+	w.Write(c.body.Bytes())
+}

@@ -1,0 +1,84 @@
+package httpapi
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestIdempotencyVMs: an Idempotency-Key replays the first answer of the same
+// request and starts nothing, refuses another request under the key (422) and a
+// repeat while the first runs (409 in_progress), and is never sent on to PVE.
+func TestIdempotencyVMs(t *testing.T) {
+	t.Parallel()
+	e := newVMEnv(t, 1000)
+	key := "Idempotency-Key: migrate-100-to-pve2"
+	body := `{"target":"pve2"}`
+	first := e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", body, key).expect(t, 200, "")
+	upid := first.header.Get("X-Task-Id")
+	// Insignificant white space in the body is the same request.
+	again := e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", "{ \"target\": \"pve2\" }", key).expect(t, 200, "")
+	if string(again.raw) != string(first.raw) || again.header.Get("X-Task-Id") != upid || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay %s %v, first %s", again.raw, again.header, first.raw)
+	}
+	if n := e.dev.Requests("POST", simMigrate); n != 1 {
+		t.Fatalf("PVE got %d migrate POSTs", n)
+	}
+	e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve3"}`, key).expect(t, 422, "idempotency_key_reused")
+	e.call("op", "POST", e.vmPath("pve1", 100)+"/start", "", key).expect(t, 422, "idempotency_key_reused")
+	// Keys are per user.
+	e.call("root", "POST", e.vmPath("pve1", 101)+"/start", "", key).expect(t, 200, "")
+	if v := e.waitTask("op", upid); v.Result != "ok" {
+		t.Fatalf("migration %+v", v)
+	}
+
+	// Syntax: 1 to 255 printable ASCII characters.
+	for _, bad := range []string{"Idempotency-Key: " + strings.Repeat("k", 256), "Idempotency-Key: caf\xc3\xa9"} {
+		e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?force=true", "", bad).expect(t, 400, "invalid_request")
+	}
+
+	// A refusal that started nothing does not hold the key: the retry runs again.
+	k2 := "Idempotency-Key: start-running"
+	e.call("op", "POST", e.vmPath("pve2", 102)+"/start", "", k2).expect(t, 409, "vm_running")
+	a := e.call("op", "POST", e.vmPath("pve2", 102)+"/start", "", k2).expect(t, 409, "vm_running")
+	if a.header.Get("Idempotent-Replayed") != "" {
+		t.Error("a refusal that started nothing was replayed")
+	}
+
+	// A failed task's answer is kept and replayed: the task did start.
+	k3 := "Idempotency-Key: stop-104"
+	a = e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?timeout=5", "", k3).expect(t, 409, "shutdown_timeout")
+	b := e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?timeout=5", "", k3).expect(t, 409, "shutdown_timeout")
+	if b.header.Get("X-Task-Id") != a.header.Get("X-Task-Id") || b.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("failed task not replayed: %v / %v", a.header, b.header)
+	}
+	if n := e.dev.Requests("POST", "/nodes/{node}/qemu/{vmid}/status/shutdown"); n != 1 {
+		t.Errorf("PVE got %d shutdowns", n)
+	}
+
+	// While the first request still waits for its task, a repeat is 409 in_progress.
+	e.dev.SetSpeed(1)
+	k4 := "Idempotency-Key: slow-start"
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var slow answer
+	go func() {
+		defer wg.Done()
+		slow = e.call("op", "POST", e.vmPath("pve3", 105)+"/start?wait=2", "", k4)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.dev.Requests("POST", simStart) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	e.call("op", "POST", e.vmPath("pve3", 105)+"/start?wait=2", "", k4).expect(t, 409, "in_progress")
+	wg.Wait()
+	if slow.status != 200 && slow.status != 202 {
+		t.Fatalf("the slow start %d %s", slow.status, slow.raw)
+	}
+	replayed := e.call("op", "POST", e.vmPath("pve3", 105)+"/start?wait=2", "", k4)
+	if replayed.status != slow.status || replayed.header.Get("X-Task-Id") != slow.header.Get("X-Task-Id") ||
+		(slow.status == 202 && replayed.header.Get("Location") != slow.header.Get("Location")) {
+		t.Errorf("replay of the slow start %d %v, first %d %v", replayed.status, replayed.header, slow.status, slow.header)
+	}
+}

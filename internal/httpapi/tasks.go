@@ -1,0 +1,287 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// taskJSON is a task as DESIGN §3.3 shows it. Every key is always present; what is
+// not known (yet) is null.
+type taskJSON struct {
+	TaskID       string        `json:"taskId"`
+	ClusterID    int64         `json:"clusterId"`
+	Node         string        `json:"node"`
+	Type         string        `json:"type"`
+	VMID         *int64        `json:"vmid"`
+	PVEUser      string        `json:"pveUser"`
+	StartedBy    *string       `json:"startedBy"`
+	Status       string        `json:"status"`
+	ExitStatus   *string       `json:"exitStatus"`
+	Result       string        `json:"result"`
+	Error        *string       `json:"error"`
+	StartTime    time.Time     `json:"startTime"`
+	EndTime      *time.Time    `json:"endTime"`
+	Target       *string       `json:"target"`
+	Progress     *progressJSON `json:"progress"`
+	FollowTaskID *string       `json:"followTaskId"`
+}
+
+type progressJSON struct {
+	Percent          float64 `json:"percent"`
+	TransferredBytes int64   `json:"transferredBytes"`
+	TotalBytes       int64   `json:"totalBytes"`
+	BytesPerSecond   int64   `json:"bytesPerSecond"`
+	Phase            string  `json:"phase"`
+}
+
+func strOrNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func toTaskJSON(v vmops.TaskView) taskJSON {
+	out := taskJSON{TaskID: v.TaskID, ClusterID: v.ClusterID, Node: v.Node, Type: v.Type, PVEUser: v.PVEUser,
+		StartedBy: strOrNull(v.StartedBy), Status: v.Status, ExitStatus: strOrNull(v.ExitStatus), Result: v.Result,
+		Error: strOrNull(v.Error), StartTime: v.StartTime.UTC(), Target: strOrNull(v.Target),
+		FollowTaskID: strOrNull(v.FollowTaskID)}
+	if v.VMID != 0 {
+		id := v.VMID
+		out.VMID = &id
+	}
+	if v.Finished() && !v.EndTime.IsZero() {
+		end := v.EndTime.UTC()
+		out.EndTime = &end
+	}
+	if p := v.Progress; p != nil {
+		out.Progress = &progressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
+			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+	}
+	return out
+}
+
+// pathTask reads and validates {taskId}: a UPID exactly as PVE writes it.
+func pathTask(r *http.Request) (string, error) {
+	id := r.PathValue("taskId")
+	if _, err := pve.ParseUPID(id); err != nil {
+		return "", errs.R(errs.Invalid, "invalid_request",
+			"the task id is not a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:)")
+	}
+	return id, nil
+}
+
+// authorizeTask validates the clusterId hint and checks the caller's viewer grant
+// on the task's cluster: the one vmgate recorded for a task it started, else the
+// hint. It returns the hint.
+func (s *Server) authorizeTask(r *http.Request, upid string) (int64, error) {
+	hint, err := queryInt(r, "clusterId", 0, 1, 1<<53)
+	if err != nil {
+		return 0, err
+	}
+	clusterID, err := s.vms.TaskCluster(r.Context(), upid, hint)
+	if err != nil {
+		return 0, err
+	}
+	return hint, s.authorize(r, clusterID, store.GrantViewer)
+}
+
+func (s *Server) task(w http.ResponseWriter, r *http.Request) error {
+	upid, err := pathTask(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r, "wait", "clusterId"); err != nil {
+		return err
+	}
+	wait, err := queryInt(r, "wait", 0, 0, int64(vmops.MaxTaskWait/time.Second))
+	if err != nil {
+		return err
+	}
+	hint, err := s.authorizeTask(r, upid)
+	if err != nil {
+		return err
+	}
+	v, err := s.vms.Task(r.Context(), upid, hint, time.Duration(wait)*time.Second)
+	if err != nil {
+		return err
+	}
+	writeData(w, toTaskJSON(v))
+	return nil
+}
+
+// maxLogLines bounds one page of a task log.
+const maxLogLines = 5000
+
+func (s *Server) taskLog(w http.ResponseWriter, r *http.Request) error {
+	upid, err := pathTask(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r, "start", "limit", "clusterId"); err != nil {
+		return err
+	}
+	start, err := queryInt(r, "start", 0, 0, 1<<31-1)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", 50, 1, maxLogLines)
+	if err != nil {
+		return err
+	}
+	hint, err := s.authorizeTask(r, upid)
+	if err != nil {
+		return err
+	}
+	lg, err := s.vms.TaskLog(r.Context(), upid, hint, int(start), int(limit))
+	if err != nil {
+		return err
+	}
+	type line struct {
+		N int    `json:"n"`
+		T string `json:"t"`
+	}
+	out := struct {
+		Lines []line `json:"lines"`
+		Total int    `json:"total"`
+	}{Lines: make([]line, 0, len(lg.Lines)), Total: lg.Total}
+	for _, l := range lg.Lines {
+		out.Lines = append(out.Lines, line{N: l.N, T: l.T})
+	}
+	writeData(w, out)
+	return nil
+}
+
+// sseWriteTimeout bounds each write of an event stream; each write moves the
+// connection's deadline on, so a stream may outlive the server's WriteTimeout.
+const sseWriteTimeout = 30 * time.Second
+
+// ssePing is how often a quiet stream sends a comment, so that proxies keep it open.
+const ssePing = 15 * time.Second
+
+// taskEvents streams the task's view as server-sent events ("event: task") each
+// time it changes, until the task ends ("event: end") or the client goes away.
+// Errors found before the first event are answered as usual.
+func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
+	upid, err := pathTask(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r, "clusterId"); err != nil {
+		return err
+	}
+	hint, err := s.authorizeTask(r, upid)
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	var mu sync.Mutex // the pinger and the events write to one stream
+	started := false
+	write := func(text string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := fmt.Fprint(w, text); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	ctx := r.Context()
+	done := make(chan struct{})
+	defer close(done)
+	err = s.vms.Events(ctx, upid, hint, func(v vmops.TaskView) error {
+		b, err := json.Marshal(toTaskJSON(v))
+		if err != nil {
+			return err
+		}
+		if !started {
+			mu.Lock()
+			h := w.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+			started = true
+			mu.Unlock()
+			go func() {
+				t := time.NewTicker(ssePing)
+				defer t.Stop()
+				for {
+					select {
+					case <-done:
+						return
+					case <-ctx.Done():
+						return
+					case <-t.C:
+						if write(": ping\n\n") != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+		return write("event: task\ndata: " + string(b) + "\n\n")
+	})
+	if !started {
+		return err
+	}
+	if err == nil && ctx.Err() == nil {
+		_ = write("event: end\ndata: {}\n\n")
+	}
+	return nil
+}
+
+func (s *Server) tasks(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r, "clusterId", "vmid", "limit"); err != nil {
+		return err
+	}
+	clusterID, err := queryInt(r, "clusterId", 0, 1, 1<<53)
+	if err != nil {
+		return err
+	}
+	vmid, err := queryInt(r, "vmid", 0, pve.MinVMID, pve.MaxVMID)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", 50, 1, 500)
+	if err != nil {
+		return err
+	}
+	f := vmops.TaskFilter{ClusterID: clusterID, VMID: vmid, Limit: int(limit)}
+	if clusterID != 0 {
+		if err := s.authorize(r, clusterID, store.GrantViewer); err != nil {
+			return err
+		}
+	} else if p := principal(r); p.Role != store.RoleAdmin {
+		// Only the clusters the caller holds a grant on (any grant allows viewing).
+		grants, err := s.store.UserGrants(r.Context(), p.UserID)
+		if err != nil {
+			return err
+		}
+		f.ClusterIDs = make([]int64, 0, len(grants))
+		for _, g := range grants {
+			f.ClusterIDs = append(f.ClusterIDs, g.ClusterID)
+		}
+	}
+	list, err := s.vms.Tasks(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := make([]taskJSON, 0, len(list))
+	for _, v := range list {
+		out = append(out, toTaskJSON(v))
+	}
+	writeData(w, out)
+	return nil
+}

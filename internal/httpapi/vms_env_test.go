@@ -1,0 +1,199 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// The VM operations' tests run the whole stack over real HTTP on loopback: the
+// real server, SQLite store, auth and fleet, and the emulator's dev cluster
+// (DESIGN §7) registered through the fleet over HTTPS.
+
+var _ VMs = (*vmops.Service)(nil)
+
+// vmPoll is the task poll interval in these tests.
+const vmPoll = 10 * time.Millisecond
+
+// vmEnv is the stack with the dev cluster registered as cluster "dev", the users
+// root (admin), op (operator on dev), view (viewer on dev) and nobody (no grant).
+type vmEnv struct {
+	*testEnv
+	dev *pvesim.Cluster
+	cid int64 // the dev cluster's id
+	svc *vmops.Service
+	srv *httptest.Server
+}
+
+func newVMEnv(t *testing.T, speed float64) *vmEnv {
+	t.Helper()
+	e := &vmEnv{testEnv: newTestEnv(t)}
+	e.dev = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev"})
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := e.dev.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); srv.Close() })
+	ep := srv.Endpoints()[0]
+	tokenID, secret, _ := strings.Cut(e.dev.DevToken(), "=")
+	cl, err := e.fleet.Register(ctx, fleet.ClusterSpec{Name: "dev", Endpoints: []string{ep.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: ep.Fingerprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cid = cl.ID
+	e.addUser("root", store.RoleAdmin)
+	for _, u := range []struct{ name, role string }{{"op", store.GrantOperator}, {"view", store.GrantViewer}, {"nobody", ""}} {
+		e.addUser(u.name, store.RoleUser)
+		if u.role != "" {
+			if _, err := e.fleet.PutGrant(ctx, e.users[u.name].ID, e.cid, u.role); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.start(nil)
+	return e
+}
+
+// start (re)builds the VM service and the HTTP server on the env's store, as a
+// (re)started vmgate process would. The previous service is not closed.
+func (e *vmEnv) start(tweak func(*vmops.Config)) {
+	e.t.Helper()
+	cfg := vmops.Config{Store: e.store, Clients: e.fleet, PollInterval: vmPoll, HAGrace: 10 * time.Second,
+		Sweep: 20 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	e.svc = vmops.New(cfg)
+	e.t.Cleanup(e.svc.Close)
+	api, err := New(Config{Accounts: e.auth, Store: e.store, Fleet: e.fleet, VMs: e.svc})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.api = api
+	e.srv = apitest.NewServer(e.t, api)
+}
+
+// answer is a decoded HTTP answer.
+type answer struct {
+	status int
+	header http.Header
+	raw    []byte
+	env    struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Reason  string          `json:"reason"`
+		Data    json.RawMessage `json:"data"`
+		TaskID  string          `json:"taskId"`
+	}
+}
+
+// call sends a request over HTTP as user with optional extra headers ("Name: value").
+func (e *vmEnv) call(user, method, path, body string, headers ...string) answer {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if user != "" {
+		req.Header.Set("Authorization", "Bearer "+e.tokens[user])
+	}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	a := answer{status: resp.StatusCode, header: resp.Header}
+	a.raw, _ = io.ReadAll(resp.Body)
+	if err := json.Unmarshal(a.raw, &a.env); err != nil {
+		e.t.Fatalf("%s %s: answer is not JSON: %s", method, path, a.raw)
+	}
+	if a.env.Code != a.status {
+		e.t.Fatalf("%s %s: envelope code %d, status %d", method, path, a.env.Code, a.status)
+	}
+	return a
+}
+
+// expect checks an answer's status and reason.
+func (a answer) expect(t testing.TB, status int, reason string) answer {
+	t.Helper()
+	if a.status != status || a.env.Reason != reason {
+		t.Fatalf("answer %d %q (%s), want %d %q", a.status, a.env.Reason, a.raw, status, reason)
+	}
+	return a
+}
+
+// vmPath is the path of a VM of the dev cluster.
+func (e *vmEnv) vmPath(node string, vmid int) string {
+	return "/api/v1/pve/vm/" + itoa(e.cid) + "/" + node + "/" + itoa(int64(vmid))
+}
+
+// taskJSONOf decodes a task answer.
+func taskJSONOf(t testing.TB, a answer) taskJSON {
+	t.Helper()
+	var v taskJSON
+	if err := json.Unmarshal(a.env.Data, &v); err != nil || a.status != http.StatusOK {
+		t.Fatalf("task answer %d %s", a.status, a.raw)
+	}
+	return v
+}
+
+// waitTask long-polls a task until it ends.
+func (e *vmEnv) waitTask(user, upid string) taskJSON {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v := taskJSONOf(e.t, e.call(user, "GET", taskPath(upid)+"?wait=10", ""))
+		if v.Status == "stopped" {
+			return v
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("task %s did not end: %+v", upid, v)
+		}
+	}
+}
+
+// readEvents reads a server-sent event stream to its end: the event names and
+// the data of the "task" events.
+func readEvents(t *testing.T, body io.Reader) (names []string, tasks []taskJSON) {
+	t.Helper()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+			names = append(names, event)
+		case strings.HasPrefix(line, "data: ") && event == "task":
+			var v taskJSON
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v); err != nil {
+				t.Fatalf("event data %q: %v", line, err)
+			}
+			tasks = append(tasks, v)
+		}
+	}
+	return names, tasks
+}
