@@ -1,0 +1,106 @@
+package auth
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// BenchmarkAuthenticate is the cost of checking a token in the steady state: the
+// JWT checks plus the cached session check, no store round trip.
+func BenchmarkAuthenticate(b *testing.B) {
+	e := newEnv(b, nil)
+	e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	tok := e.login("alice@example.com", alicePassword)
+	ctx := context.Background()
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.s.Authenticate(ctx, tok.Raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := e.s.Authenticate(ctx, tok.Raw); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	if n := e.st.sessionReads.Load(); n != 0 {
+		b.Fatalf("steady state read the store %d times", n)
+	}
+}
+
+// BenchmarkLogin is a successful login with the production argon2 parameters:
+// throughput is bounded by MaxConcurrentHashes (GOMAXPROCS) / time of one hash.
+func BenchmarkLogin(b *testing.B) {
+	e := newEnv(b, func(c *Config) {
+		c.Argon2 = DefaultParams()
+		c.HashWait = time.Minute // queue for a slot rather than answer 429
+		c.Now = time.Now         // sessions pile up in the fake store; keep them realistic
+	})
+	e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	ctx := context.Background()
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "logins/s")
+	}
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := e.s.Login(ctx, "alice@example.com", alicePassword, "192.0.2.1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(2) // 2·GOMAXPROCS goroutines contend for GOMAXPROCS slots
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, _, err := e.s.Login(ctx, "alice@example.com", alicePassword, "192.0.2.1"); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		report(b)
+		b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "slots")
+	})
+}
+
+// BenchmarkHashPassword is one argon2id hash with the production parameters: the
+// unit of login throughput.
+func BenchmarkHashPassword(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := HashPassword(alicePassword, DefaultParams()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCheckPasswordPolicy includes the worst case: a 1024-byte password of
+// digits, where every padded reading is tried.
+func BenchmarkCheckPasswordPolicy(b *testing.B) {
+	worst := make([]byte, MaxPasswordBytes)
+	for i := range worst {
+		worst[i] = '0' + byte(i*7%10)
+	}
+	for _, c := range []struct{ name, pw string }{{"typical", "correct horse battery staple"}, {"worst", string(worst)}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				_ = CheckPasswordPolicy("alice@example.com", c.pw)
+			}
+		})
+	}
+}

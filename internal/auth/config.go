@@ -1,0 +1,139 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Config tunes a Service. Zero fields take the defaults named in each comment, so
+// Config{} is a production configuration.
+type Config struct {
+	Issuer   string // JWT iss; default "vmgate"
+	Audience string // JWT aud; default "vmgate"
+
+	TokenTTL   time.Duration // lifetime of one token; default 1 h
+	SessionMax time.Duration // absolute lifetime of a session from login; default 24 h
+	// ReuseGrace forgives a rotated token presented again at refresh this soon after
+	// the rotation (a double click, a race of the client's own tabs): 401 without
+	// revoking the session. Default 2 s; negative disables the grace.
+	ReuseGrace time.Duration
+	// Leeway is the clock skew allowed for iat and nbf (replicas' clocks differ).
+	// exp gets none: vmgate checks the tokens it issued itself. Default 30 s.
+	Leeway time.Duration
+	Now    func() time.Time // default time.Now
+
+	// MaxConcurrentHashes bounds argon2 computations running at once: each takes
+	// Argon2.Memory of RAM and a core. Default GOMAXPROCS.
+	MaxConcurrentHashes int
+	// HashWait is how long a login waits for a free hashing slot before it is
+	// answered 429. Default 100 ms; negative means do not wait at all.
+	HashWait time.Duration
+	Argon2   Params // default DefaultParams()
+
+	// PerAddressRate and PerAddressBurst are a token bucket of login attempts per
+	// client address. Default 10 a minute with a burst of 10; rate.Inf disables it.
+	PerAddressRate  rate.Limit
+	PerAddressBurst int
+	// FailuresBeforeBackoff consecutive failed logins lock an account (e-mail) for
+	// BackoffBase, doubling with each further failure up to MaxBackoff. Defaults 5,
+	// 1 s and 15 min. FailureMemory is how long a quiet account keeps its count
+	// (default 24 h).
+	FailuresBeforeBackoff int
+	BackoffBase           time.Duration
+	MaxBackoff            time.Duration
+	FailureMemory         time.Duration
+	// MaxTracked bounds the per-address and per-account throttling tables
+	// (default 100 000 entries each); beyond it the oldest-looking entries go.
+	MaxTracked int
+
+	// SessionCacheSize bounds the in-process session cache (default 100 000).
+	SessionCacheSize int
+	// SessionRecheck is how old a cached session may grow before it is read from the
+	// store again: a safety net under the change feed, for a change it missed.
+	// Default 1 min.
+	SessionRecheck time.Duration
+	// PollInterval is how often Run reads the store's session change feed; it bounds
+	// how long a logout on another replica takes to reach this one. Default 1 s.
+	PollInterval time.Duration
+
+	Logger *slog.Logger // default: discard
+	// Audit receives security events (logins, lockouts, token reuse, revocations).
+	// It never sees a password or a token. Default: none.
+	Audit func(ctx context.Context, rec store.AuditRecord)
+	// LoginOutcome counts each login attempt: "ok", "bad_credentials", "locked",
+	// "rate_limited" or "busy". Default: none.
+	LoginOutcome func(outcome string)
+}
+
+// Login outcomes passed to Config.LoginOutcome.
+const (
+	OutcomeOK             = "ok"
+	OutcomeBadCredentials = "bad_credentials"
+	OutcomeLocked         = "locked"
+	OutcomeRateLimited    = "rate_limited"
+	OutcomeBusy           = "busy"
+)
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// withDefaults fills zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	c.Issuer = orDefault(c.Issuer, "vmgate")
+	c.Audience = orDefault(c.Audience, "vmgate")
+	c.TokenTTL = orDefault(c.TokenTTL, time.Hour)
+	c.SessionMax = orDefault(c.SessionMax, 24*time.Hour)
+	c.ReuseGrace = orDefault(c.ReuseGrace, 2*time.Second)
+	c.Leeway = orDefault(c.Leeway, 30*time.Second)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.MaxConcurrentHashes = orDefault(c.MaxConcurrentHashes, runtime.GOMAXPROCS(0))
+	c.HashWait = orDefault(c.HashWait, 100*time.Millisecond)
+	c.Argon2 = orDefault(c.Argon2, DefaultParams())
+	c.PerAddressRate = orDefault(c.PerAddressRate, rate.Every(6*time.Second))
+	c.PerAddressBurst = orDefault(c.PerAddressBurst, 10)
+	c.FailuresBeforeBackoff = orDefault(c.FailuresBeforeBackoff, 5)
+	c.BackoffBase = orDefault(c.BackoffBase, time.Second)
+	c.MaxBackoff = orDefault(c.MaxBackoff, 15*time.Minute)
+	c.FailureMemory = orDefault(c.FailureMemory, 24*time.Hour)
+	c.MaxTracked = orDefault(c.MaxTracked, 100_000)
+	c.SessionCacheSize = orDefault(c.SessionCacheSize, 100_000)
+	c.SessionRecheck = orDefault(c.SessionRecheck, time.Minute)
+	c.PollInterval = orDefault(c.PollInterval, time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Audit == nil {
+		c.Audit = func(context.Context, store.AuditRecord) {}
+	}
+	if c.LoginOutcome == nil {
+		c.LoginOutcome = func(string) {}
+	}
+	if err := c.Argon2.Validate(); err != nil {
+		return c, fmt.Errorf("auth config: %w", err)
+	}
+	for _, d := range []time.Duration{c.TokenTTL, c.SessionMax, c.Leeway, c.BackoffBase, c.MaxBackoff,
+		c.FailureMemory, c.SessionRecheck, c.PollInterval} {
+		if d < 0 {
+			return c, errors.New("auth config: durations must not be negative")
+		}
+	}
+	if c.MaxConcurrentHashes < 0 || c.PerAddressBurst < 0 || c.FailuresBeforeBackoff < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
+		return c, errors.New("auth config: counts must not be negative")
+	}
+	return c, nil
+}

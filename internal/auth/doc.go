@@ -1,0 +1,65 @@
+// Package auth is vmgate's accounts, sessions and tokens: argon2id passwords,
+// HS256 access tokens, session rotation with reuse detection, and login throttling.
+// It knows no HTTP: internal/httpapi calls it and maps its *errs.Error kinds to
+// statuses. The rules of SECURITY.md's Tokens, Sessions and Login sections that are
+// not about HTTP live here, each with a test that names its item.
+//
+// # Tokens
+//
+// A token is a JWT signed with HS256, header typ "at+jwt" and kid, claims iss,
+// aud, sub (the user id), sid (the session), jti, gen (the session's rotation
+// counter), iat, nbf and exp. Signing keys are 32 random bytes kept in the store so
+// replicas share them. Verification pins the algorithm, decodes base64 strictly,
+// allows no header beyond alg, typ and kid (so jku, x5u, jwk, x5c and crit are
+// refused, never followed), requires every claim, allows Leeway of clock skew on iat
+// and nbf but none on exp (vmgate checks only tokens it issued), and parses nothing
+// over MaxTokenBytes. Every failure is one error: 401 "invalid or expired token".
+//
+// # Sessions
+//
+// Login starts a session that lives at most SessionMax; a token lives TokenTTL,
+// never past its session. Only a session's newest generation is valid: Refresh moves
+// the session one generation forward with a compare-and-swap in the store, so of
+// many concurrent refreshes of one token one wins. Presenting an older generation
+// at Refresh revokes the session (RFC 9700 §4.14), except for the generation just
+// rotated, within ReuseGrace of the rotation: that is a double click or the
+// race's losers, and gets 401 alone.
+//
+// Revocation is keyed on the session (sid) and its generation, never on token
+// text. Authenticate answers from an in-process cache of sessions, so a request
+// costs no store round trip once its session is cached; Login, Refresh, Logout and
+// the revocations update the cache of their own process at once. Other replicas
+// learn of a change from the store's session change feed, which Run reads every
+// PollInterval (1 s): a token revoked on one replica may still pass on another
+// for up to that long. A disabled or deleted user reaches other replicas the same
+// way, because RevokeUser revokes their sessions and so feeds each one. A cached
+// session is read again after SessionRecheck (1 min) whatever the feed says, which
+// bounds the harm of a missed feed entry and the staleness of a user's nickname.
+//
+// # Login
+//
+// Passwords are hashed with argon2id (Config.Argon2, default 19 MiB, t=2, p=1) and
+// a 16-byte random salt, stored in PHC string format with their parameters, and
+// rehashed at login when the parameters changed. An unknown e-mail is verified
+// against a dummy hash made at New with the same parameters, so it costs what a
+// known one does, and unknown e-mails, wrong passwords and disabled users all get
+// the same 401 "invalid credentials". Before any hash, a login must pass a token
+// bucket per client address and the account's backoff (after 5 consecutive
+// failures, 1 s doubling to 15 min, counted per e-mail whether the account exists
+// or not, so lockouts tell nothing either); both answer 429 with RetryAfter, the
+// right password included. At most MaxConcurrentHashes hashes run at once; a login
+// that finds no slot within HashWait gets 429 with RetryAfter 1. Throttling state
+// and the session cache are bounded in size.
+//
+// The password policy (CheckPasswordPolicy) follows NIST SP 800-63B: length
+// (12 characters to 1024 bytes), no composition rules, and a blocklist of common
+// passwords, repeated or sequential characters, the service's name and the
+// e-mail's local part.
+//
+// # Not handled here
+//
+// The store has no compare-and-swap for users, so a password rehash or change that
+// lands at the instant an admin edits the same user can write back the admin's
+// change; setHash keeps that window to one round trip. Passwords are hashed as
+// given, without Unicode normalisation.
+package auth

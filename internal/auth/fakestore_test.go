@@ -1,0 +1,229 @@
+package auth
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// The narrow interface must stay a subset of the real contract, signature for signature.
+var _ Store = store.Store(nil)
+
+// fakeStore keeps users, sessions, the change feed and signing keys in memory, with
+// the semantics store.go documents. Counters and hooks let tests see store traffic.
+type fakeStore struct {
+	mu       sync.Mutex
+	users    map[int64]store.User
+	nextUser int64
+	sessions map[string]store.Session
+	feed     []store.SessionChange
+	keys     []store.SigningKey
+
+	sessionReads atomic.Int64
+	userReads    atomic.Int64
+	// afterSessionRead, when set, runs after SessionByID has read (and before it
+	// returns) the session: tests use it to hold a load in flight.
+	afterSessionRead func()
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{users: map[int64]store.User{}, sessions: map[string]store.Session{}}
+}
+
+func notFound(what string) error { return errs.E(errs.NotFound, "%s not found", what) }
+
+func (f *fakeStore) CreateUser(_ context.Context, u store.User) (store.User, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u.Email = strings.ToLower(u.Email)
+	for _, o := range f.users {
+		if o.Email == u.Email {
+			return store.User{}, errs.E(errs.Conflict, "e-mail taken")
+		}
+	}
+	f.nextUser++
+	u.ID = f.nextUser
+	u.CreatedAt, u.UpdatedAt = time.Now().UTC(), time.Now().UTC()
+	f.users[u.ID] = u
+	return u, nil
+}
+
+func (f *fakeStore) UserByID(_ context.Context, id int64) (store.User, error) {
+	f.userReads.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u, ok := f.users[id]
+	if !ok {
+		return store.User{}, notFound("user")
+	}
+	return u, nil
+}
+
+func (f *fakeStore) UserByEmail(_ context.Context, email string) (store.User, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, u := range f.users {
+		if strings.EqualFold(u.Email, email) {
+			return u, nil
+		}
+	}
+	return store.User{}, notFound("user")
+}
+
+func (f *fakeStore) UpdateUser(_ context.Context, u store.User) (store.User, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, ok := f.users[u.ID]
+	if !ok {
+		return store.User{}, notFound("user")
+	}
+	old.Nickname, old.PasswordHash, old.Role, old.Disabled = u.Nickname, u.PasswordHash, u.Role, u.Disabled
+	old.UpdatedAt = time.Now().UTC()
+	f.users[u.ID] = old
+	return old, nil
+}
+
+func (f *fakeStore) deleteUser(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.users, id)
+}
+
+func (f *fakeStore) user(id int64) store.User {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.users[id]
+}
+
+func (f *fakeStore) CreateSession(_ context.Context, s store.Session) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.sessions[s.ID]; ok {
+		return errs.E(errs.Conflict, "session exists")
+	}
+	f.sessions[s.ID] = s
+	return nil
+}
+
+func (f *fakeStore) SessionByID(_ context.Context, id string) (store.Session, error) {
+	f.sessionReads.Add(1)
+	f.mu.Lock()
+	s, ok := f.sessions[id]
+	hook := f.afterSessionRead
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	if !ok {
+		return store.Session{}, notFound("session")
+	}
+	return s, nil
+}
+
+func (f *fakeStore) session(id string) store.Session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessions[id]
+}
+
+func (f *fakeStore) setSession(s store.Session) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sessions[s.ID] = s
+}
+
+// changed appends to the feed; the caller holds f.mu.
+func (f *fakeStore) changed(id string) {
+	f.feed = append(f.feed, store.SessionChange{Seq: int64(len(f.feed)) + 1, SessionID: id})
+}
+
+func (f *fakeStore) RotateSession(_ context.Context, id string, from int64, at time.Time) (store.Session, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[id]
+	if !ok {
+		return store.Session{}, false, notFound("session")
+	}
+	if !s.Active(at) || s.Generation != from {
+		return s, false, nil
+	}
+	s.Generation++
+	s.RotatedAt = at
+	f.sessions[id] = s
+	f.changed(id)
+	return s, true, nil
+}
+
+func (f *fakeStore) RevokeSession(_ context.Context, id string, at time.Time, why string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[id]
+	if !ok {
+		return notFound("session")
+	}
+	if s.RevokedAt.IsZero() {
+		s.RevokedAt, s.RevokedWhy = at, why
+		f.sessions[id] = s
+		f.changed(id)
+	}
+	return nil
+}
+
+func (f *fakeStore) RevokeUserSessions(_ context.Context, userID int64, keep string, at time.Time, why string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id, s := range f.sessions {
+		if s.UserID == userID && id != keep && s.Active(at) {
+			s.RevokedAt, s.RevokedWhy = at, why
+			f.sessions[id] = s
+			f.changed(id)
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func (f *fakeStore) CountActiveSessions(_ context.Context, now time.Time) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, s := range f.sessions {
+		if s.Active(now) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakeStore) SessionChanges(_ context.Context, after int64, limit int) ([]store.SessionChange, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.SessionChange
+	for _, c := range f.feed {
+		if c.Seq > after && len(out) < limit {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) SigningKeys(context.Context) ([]store.SigningKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]store.SigningKey(nil), f.keys...), nil
+}
+
+func (f *fakeStore) CreateSigningKey(_ context.Context, k store.SigningKey) ([]store.SigningKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.keys) == 0 {
+		f.keys = append(f.keys, k)
+	}
+	return append([]store.SigningKey(nil), f.keys...), nil
+}

@@ -1,0 +1,673 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/mail"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Store is the part of store.Store this package uses; every store.Store is one.
+type Store interface {
+	CreateUser(ctx context.Context, u store.User) (store.User, error)
+	UserByID(ctx context.Context, id int64) (store.User, error)
+	UserByEmail(ctx context.Context, email string) (store.User, error)
+	UpdateUser(ctx context.Context, u store.User) (store.User, error)
+
+	CreateSession(ctx context.Context, s store.Session) error
+	SessionByID(ctx context.Context, id string) (store.Session, error)
+	RotateSession(ctx context.Context, id string, from int64, at time.Time) (store.Session, bool, error)
+	RevokeSession(ctx context.Context, id string, at time.Time, why string) error
+	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
+	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
+	SessionChanges(ctx context.Context, after int64, limit int) ([]store.SessionChange, error)
+
+	SigningKeys(ctx context.Context) ([]store.SigningKey, error)
+	CreateSigningKey(ctx context.Context, k store.SigningKey) ([]store.SigningKey, error)
+}
+
+// Reasons a session is revoked (store.Session.RevokedWhy).
+const (
+	WhyLogout   = "logout"
+	WhyReuse    = "reuse"
+	WhyPassword = "password"
+	WhyDisabled = "disabled"
+	WhyDeleted  = "deleted"
+	WhyAdmin    = "admin"
+)
+
+// changeBatch is how many feed entries one SessionChanges call reads.
+const changeBatch = 1000
+
+// Service is accounts, sessions and tokens. It is safe for concurrent use; one per
+// process, with Run going in the background.
+type Service struct {
+	cfg     Config
+	st      Store
+	log     *slog.Logger
+	parser  *jwt.Parser
+	keys    map[string][]byte // kid → secret
+	signKID string
+	// dummyHash is verified for unknown e-mails so they cost what a known one does.
+	dummyHash string
+	kdf       kdf
+
+	slots   hashSlots
+	addrs   *addressLimiter
+	backoff *accountBackoff
+	cache   *sessionCache
+	loads   singleflight.Group
+
+	pollMu    sync.Mutex // one feed reader at a time; guards after and lastSweep
+	after     int64      // the newest feed entry seen
+	lastSweep time.Time
+}
+
+// New loads the signing keys (creating the first one when the store has none, and
+// settling on whichever key the store kept if replicas race), computes the dummy
+// hash, and positions the session change feed at its end (reading it through once,
+// a thousand entries a query).
+func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: argon2id,
+		slots:   hashSlots{slots: make(chan struct{}, cfg.MaxConcurrentHashes), wait: cfg.HashWait},
+		addrs:   newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
+		backoff: newAccountBackoff(cfg),
+		cache:   newSessionCache(cfg.SessionCacheSize),
+	}
+	if err := s.loadKeys(ctx); err != nil {
+		return nil, err
+	}
+	if s.dummyHash, err = hashWith(s.kdf, randomID(24), cfg.Argon2); err != nil {
+		return nil, fmt.Errorf("dummy hash: %w", err)
+	}
+	if err := s.pollChanges(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Service) loadKeys(ctx context.Context) error {
+	keys, err := s.st.SigningKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("load signing keys: %w", err)
+	}
+	if len(keys) == 0 {
+		secret := make([]byte, keyBytes)
+		_, _ = rand.Read(secret) // never fails (crypto/rand, Go 1.24+)
+		keys, err = s.st.CreateSigningKey(ctx, store.SigningKey{ID: randomID(12), Secret: secret, CreatedAt: s.cfg.Now()})
+		if err != nil {
+			return fmt.Errorf("create signing key: %w", err)
+		}
+	}
+	if len(keys) == 0 {
+		return errors.New("store kept no signing key")
+	}
+	s.keys = make(map[string][]byte, len(keys))
+	for _, k := range keys {
+		if len(k.Secret) < keyBytes || k.ID == "" {
+			return fmt.Errorf("signing key %q: want an id and at least %d bytes", k.ID, keyBytes)
+		}
+		s.keys[k.ID] = k.Secret
+	}
+	s.signKID = keys[len(keys)-1].ID // the newest signs; all verify
+	return nil
+}
+
+// randomID returns n random bytes, base64url without padding.
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand, Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// The errors a client sees. One message for every login failure and one for every
+// token failure (SECURITY.md 1, 14); the cause goes to the log only.
+func errCredentials() *errs.Error {
+	return errs.R(errs.Unauthenticated, "unauthenticated", "invalid credentials")
+}
+
+func errToken(cause error) *errs.Error {
+	return &errs.Error{Kind: errs.Unauthenticated, Reason: "unauthenticated", Message: "invalid or expired token", Err: cause}
+}
+
+func errThrottled(wait time.Duration) *errs.Error {
+	return &errs.Error{Kind: errs.RateLimited, Reason: "rate_limited", Message: "too many login attempts; try again later",
+		RetryAfter: retryAfter(wait)}
+}
+
+func errBusy() *errs.Error {
+	return &errs.Error{Kind: errs.RateLimited, Reason: "rate_limited", Message: "too many logins at once; try again in a second",
+		RetryAfter: 1}
+}
+
+// retryAfter rounds up to whole seconds, at least 1.
+func retryAfter(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// Login checks an e-mail and password and starts a session. In order: the client
+// address's token bucket, the account's backoff (both 429, the right password too),
+// a free hashing slot (429, Retry-After 1), then one argon2id verification, against
+// the dummy hash for an unknown e-mail. Every failure — unknown e-mail, wrong
+// password, disabled user — is the same 401 "invalid credentials". A hash made with
+// other parameters than Config.Argon2 is replaced.
+func (s *Service) Login(ctx context.Context, email, password, addr string) (Token, store.User, error) {
+	now := s.cfg.Now()
+	email = normalizeEmail(email)
+	if ok, wait := s.addrs.allow(addr, now); !ok {
+		s.cfg.LoginOutcome(OutcomeRateLimited)
+		// Debug: under attack this is every request; LoginOutcome counts them.
+		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr))
+		return Token{}, store.User{}, errThrottled(wait)
+	}
+	if wait := s.backoff.lockedFor(email, now); wait > 0 {
+		s.cfg.LoginOutcome(OutcomeLocked)
+		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: account locked", slog.String("address", addr),
+			slog.Duration("remaining", wait))
+		return Token{}, store.User{}, errThrottled(wait)
+	}
+	u, err := s.st.UserByEmail(ctx, email)
+	known := err == nil
+	if err != nil && !errs.Is(err, errs.NotFound) {
+		return Token{}, store.User{}, fmt.Errorf("login: %w", err)
+	}
+	release, ok := s.slots.acquire(ctx)
+	if !ok {
+		s.cfg.LoginOutcome(OutcomeBusy)
+		return Token{}, store.User{}, errBusy()
+	}
+	hash := s.dummyHash
+	if known {
+		hash = u.PasswordHash
+	}
+	match, rehash, err := verifyWith(s.kdf, hash, password, s.cfg.Argon2)
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "stored password hash unreadable", slog.Int64("user", u.ID), slog.String("error", err.Error()))
+		_, _, _ = verifyWith(s.kdf, s.dummyHash, password, s.cfg.Argon2) // spend what a hash costs
+	}
+	if match && known && !u.Disabled && rehash {
+		// A failed rehash costs nothing but another try at the next login.
+		if fresh, err := s.rehash(ctx, u, password); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelError, "rehash password", slog.Int64("user", u.ID), slog.String("error", err.Error()))
+		} else {
+			u = fresh
+		}
+	}
+	release()
+	if !match || !known || u.Disabled {
+		s.cfg.LoginOutcome(OutcomeBadCredentials)
+		s.passwordFailed(ctx, "auth.login_failed", email, u.ID, addr, now)
+		return Token{}, store.User{}, errCredentials()
+	}
+	s.backoff.reset(email)
+
+	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
+		RotatedAt: now, Address: addr}
+	if err := s.st.CreateSession(ctx, sess); err != nil {
+		return Token{}, store.User{}, fmt.Errorf("login: create session: %w", err)
+	}
+	tok, err := s.issue(u.ID, sess.ID, 0, sess.ExpiresAt, now)
+	if err != nil {
+		return Token{}, store.User{}, err
+	}
+	s.cache.put(sess.ID, newSessionEntry(sess, u, now))
+	s.cfg.LoginOutcome(OutcomeOK)
+	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
+		Address: addr, Result: "ok"})
+	return tok, u, nil
+}
+
+// passwordFailed counts a wrong password against the e-mail, known or not, and
+// audits it as action (none when empty) and the lockout it may start.
+func (s *Service) passwordFailed(ctx context.Context, action, email string, userID int64, addr string, now time.Time) {
+	n, locked := s.backoff.fail(email, now)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "wrong password", slog.String("address", addr), slog.Int64("user", userID),
+		slog.Int("failures", n))
+	if action != "" {
+		s.audit(ctx, store.AuditRecord{Action: action, UserID: userID, UserEmail: auditEmail(email),
+			Address: addr, Result: OutcomeBadCredentials})
+	}
+	if locked > 0 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "account locked", slog.String("address", addr), slog.Int64("user", userID),
+			slog.Int("failures", n), slog.Duration("for", locked))
+		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", UserID: userID, UserEmail: auditEmail(email),
+			Address: addr, Result: "locked", Params: jsonParams(map[string]any{"failures": n, "seconds": locked.Seconds()})})
+	}
+}
+
+// rehash stores a new hash of password made with today's parameters.
+func (s *Service) rehash(ctx context.Context, u store.User, password string) (store.User, error) {
+	h, err := hashWith(s.kdf, password, s.cfg.Argon2)
+	if err != nil {
+		return u, err
+	}
+	return s.setHash(ctx, u.ID, u.PasswordHash, h)
+}
+
+// setHash writes a new password hash onto a fresh read of the user, so that a
+// change an admin made meanwhile (disabled, role) is not written back over. With
+// old set, it writes only if the stored hash is still old. The store has no
+// compare-and-swap for users, so a change between the read and the write can still
+// be lost; the window is one round trip instead of a whole argon2 computation.
+func (s *Service) setHash(ctx context.Context, userID int64, old, hash string) (store.User, error) {
+	u, err := s.st.UserByID(ctx, userID)
+	if err != nil {
+		return u, err
+	}
+	if old != "" && u.PasswordHash != old {
+		return u, errs.R(errs.Conflict, "conflict", "the password was changed meanwhile")
+	}
+	u.PasswordHash = hash
+	return s.st.UpdateUser(ctx, u)
+}
+
+// Authenticate returns the caller a token stands for. The token must pass every
+// check of its own (verify) and be the newest generation of a live session of an
+// enabled user. The session check is answered from the in-process cache; a miss
+// reads the store once however many requests are waiting for it. Every failure is
+// the same 401 "invalid or expired token".
+func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, error) {
+	v, err := s.verify(raw)
+	if err != nil {
+		return Principal{}, err
+	}
+	e, err := s.session(ctx, v.sid, v.gen)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !e.accepts(s.cfg.Now(), v.userID, v.gen) {
+		return Principal{}, errToken(errors.New("session revoked, expired or rotated"))
+	}
+	return Principal{UserID: e.userID, Email: e.email, Nickname: e.nickname, Role: e.role,
+		SessionID: v.sid, Generation: v.gen, TokenID: v.jti}, nil
+}
+
+// session returns what is known of session sid, reading the store when the cache
+// has nothing, something old, or an older generation than the token's (the session
+// was refreshed on another replica).
+func (s *Service) session(ctx context.Context, sid string, gen int64) (sessionEntry, error) {
+	if e, ok := s.cache.get(sid); ok && gen <= e.gen && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck {
+		return e, nil
+	}
+	// Loads are shared per session and cache epoch: a request that comes after a
+	// change never takes the answer of a read that started before it.
+	epoch := s.cache.currentEpoch()
+	ch := s.loads.DoChan(sid+"\x00"+strconv.FormatUint(epoch, 10), func() (any, error) {
+		e, err := s.readSession(context.WithoutCancel(ctx), sid)
+		if err == nil {
+			s.cache.fill(sid, e, epoch)
+		}
+		return e, err
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return sessionEntry{}, r.Err
+		}
+		return r.Val.(sessionEntry), nil
+	case <-ctx.Done():
+		return sessionEntry{}, fmt.Errorf("read session: %w", ctx.Err())
+	}
+}
+
+func (s *Service) readSession(ctx context.Context, sid string) (sessionEntry, error) {
+	now := s.cfg.Now()
+	sess, err := s.st.SessionByID(ctx, sid)
+	if errs.Is(err, errs.NotFound) {
+		return sessionEntry{}, errToken(err)
+	}
+	if err != nil {
+		return sessionEntry{}, fmt.Errorf("read session: %w", err)
+	}
+	u, err := s.st.UserByID(ctx, sess.UserID)
+	if errs.Is(err, errs.NotFound) {
+		u = store.User{} // deleted: newSessionEntry marks it disabled
+	} else if err != nil {
+		return sessionEntry{}, fmt.Errorf("read session user: %w", err)
+	}
+	return newSessionEntry(sess, u, now), nil
+}
+
+// Refresh exchanges a valid token for the next generation of its session; the
+// presented token stops working at once. A token one generation behind, presented
+// within ReuseGrace of the rotation, is refused without further harm (a double
+// click, or the losers of concurrent refreshes). Any other rotated token is taken
+// as stolen: the whole session is revoked and the reuse audited (RFC 9700 §4.14).
+// The new token never outlives the session's absolute end.
+func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) {
+	v, err := s.verify(raw)
+	if err != nil {
+		return Token{}, err
+	}
+	now := s.cfg.Now()
+	sess, won, err := s.st.RotateSession(ctx, v.sid, v.gen, now)
+	if errs.Is(err, errs.NotFound) {
+		return Token{}, errToken(err)
+	}
+	if err != nil {
+		return Token{}, fmt.Errorf("refresh: %w", err)
+	}
+	if sess.UserID != v.userID {
+		return Token{}, errToken(errors.New("session of another user"))
+	}
+	if !won {
+		return Token{}, s.refreshLost(ctx, v, sess, addr, now)
+	}
+	u, err := s.st.UserByID(ctx, sess.UserID)
+	if err != nil && !errs.Is(err, errs.NotFound) {
+		return Token{}, fmt.Errorf("refresh: %w", err)
+	}
+	if err != nil || u.Disabled {
+		// RevokeUser should have ended the session already; finish its work.
+		if err := s.st.RevokeSession(ctx, sess.ID, now, WhyDisabled); err != nil {
+			return Token{}, fmt.Errorf("refresh: %w", err)
+		}
+		s.cache.revoke(sess.ID)
+		return Token{}, errToken(errors.New("user disabled or deleted"))
+	}
+	tok, err := s.issue(u.ID, sess.ID, sess.Generation, sess.ExpiresAt, now)
+	if err != nil {
+		return Token{}, err
+	}
+	s.cache.put(sess.ID, newSessionEntry(sess, u, now))
+	return tok, nil
+}
+
+// refreshLost decides about a token whose generation is not the session's.
+func (s *Service) refreshLost(ctx context.Context, v verified, sess store.Session, addr string, now time.Time) error {
+	switch {
+	case !sess.Active(now):
+		s.cache.revoke(sess.ID)
+		return errToken(errors.New("session revoked or ended"))
+	case sess.Generation == v.gen+1 && now.Sub(sess.RotatedAt) < s.cfg.ReuseGrace:
+		s.log.LogAttrs(ctx, slog.LevelInfo, "refresh of a just-rotated token forgiven", slog.String("session", sess.ID),
+			slog.String("address", addr))
+		return errToken(errors.New("token just rotated"))
+	case sess.Generation > v.gen:
+		if err := s.st.RevokeSession(ctx, sess.ID, now, WhyReuse); err != nil {
+			return fmt.Errorf("revoke reused session: %w", err)
+		}
+		s.cache.revoke(sess.ID)
+		s.log.LogAttrs(ctx, slog.LevelWarn, "rotated token reused: session revoked", slog.Int64("user", sess.UserID),
+			slog.String("session", sess.ID), slog.String("address", addr), slog.Int64("gen", v.gen),
+			slog.Int64("current", sess.Generation))
+		s.audit(ctx, store.AuditRecord{Action: "auth.token_reuse", UserID: sess.UserID, SessionID: sess.ID,
+			Address: addr, Result: "revoked", Params: jsonParams(map[string]any{"gen": v.gen, "current": sess.Generation})})
+		return errToken(errors.New("rotated token reused"))
+	default: // a generation ahead of the store: not one we issued
+		return errToken(errors.New("generation ahead of session"))
+	}
+}
+
+// Logout ends p's session: from now on every token of it fails, on this replica at
+// once and on the others when they next read the change feed. Logging out of a
+// session that already ended is 401.
+func (s *Service) Logout(ctx context.Context, p Principal) error {
+	e, err := s.session(ctx, p.SessionID, p.Generation)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	if !e.accepts(now, p.UserID, p.Generation) {
+		return errToken(errors.New("session already ended"))
+	}
+	if err := s.st.RevokeSession(ctx, p.SessionID, now, WhyLogout); err != nil {
+		return fmt.Errorf("logout: %w", err)
+	}
+	s.cache.revoke(p.SessionID)
+	s.audit(ctx, store.AuditRecord{Action: "auth.logout", UserID: p.UserID, UserEmail: p.Email, SessionID: p.SessionID,
+		Result: "ok"})
+	return nil
+}
+
+// ChangePassword sets a new password for p's user after checking the current one,
+// and ends the user's other sessions (p's own goes on). Wrong current passwords
+// count towards the account's backoff like failed logins, so a stolen token is no
+// way around it; the answer to one is 403, not 401, because the token is fine.
+func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next string) error {
+	u, err := s.st.UserByID(ctx, p.UserID)
+	if errs.Is(err, errs.NotFound) {
+		return errToken(err)
+	}
+	if err != nil {
+		return fmt.Errorf("change password: %w", err)
+	}
+	if err := CheckPasswordPolicy(u.Email, next); err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	key := normalizeEmail(u.Email)
+	if wait := s.backoff.lockedFor(key, now); wait > 0 {
+		return errThrottled(wait)
+	}
+	release, ok := s.slots.acquire(ctx)
+	if !ok {
+		return errBusy()
+	}
+	match, _, err := verifyWith(s.kdf, u.PasswordHash, current, s.cfg.Argon2)
+	var hash string
+	if match {
+		hash, err = hashWith(s.kdf, next, s.cfg.Argon2)
+	}
+	release()
+	if !match {
+		s.passwordFailed(ctx, "", key, u.ID, "", now) // the HTTP layer audits the change itself
+		return errs.R(errs.Forbidden, "forbidden", "the current password is not correct")
+	}
+	if err != nil {
+		return fmt.Errorf("change password: %w", err)
+	}
+	s.backoff.reset(key)
+	if _, err := s.setHash(ctx, u.ID, u.PasswordHash, hash); err != nil {
+		return fmt.Errorf("change password: %w", err)
+	}
+	return s.revokeUserSessions(ctx, u.ID, p.SessionID, WhyPassword)
+}
+
+// SetPassword is an admin's reset of a user's password: the policy holds, the
+// account's backoff is cleared, and every session of the user ends.
+func (s *Service) SetPassword(ctx context.Context, userID int64, password string) error {
+	u, err := s.st.UserByID(ctx, userID)
+	if err != nil {
+		return fmt.Errorf("set password: %w", err)
+	}
+	if err := CheckPasswordPolicy(u.Email, password); err != nil {
+		return err
+	}
+	hash, err := s.hash(ctx, password)
+	if err != nil {
+		return err
+	}
+	if _, err := s.setHash(ctx, userID, "", hash); err != nil {
+		return fmt.Errorf("set password: %w", err)
+	}
+	s.backoff.reset(normalizeEmail(u.Email))
+	return s.revokeUserSessions(ctx, userID, "", WhyPassword)
+}
+
+// RevokeUser ends every session of a user, for why (WhyDisabled, WhyDeleted,
+// WhyAdmin, ...): call it after disabling, demoting or before deleting a user.
+func (s *Service) RevokeUser(ctx context.Context, userID int64, why string) error {
+	return s.revokeUserSessions(ctx, userID, "", why)
+}
+
+func (s *Service) revokeUserSessions(ctx context.Context, userID int64, keep, why string) error {
+	ids, err := s.st.RevokeUserSessions(ctx, userID, keep, s.cfg.Now(), why)
+	if err != nil {
+		return fmt.Errorf("revoke sessions of user %d: %w", userID, err)
+	}
+	s.cache.revoke(ids...)
+	if len(ids) > 0 {
+		s.audit(ctx, store.AuditRecord{Action: "auth.sessions_revoked", UserID: userID, Target: "user:" + strconv.FormatInt(userID, 10),
+			Result: "ok", Params: jsonParams(map[string]any{"why": why, "sessions": len(ids)})})
+	}
+	return nil
+}
+
+// CreateUser adds a user after checking the e-mail, nickname, role and password
+// policy. The e-mail is stored trimmed and lower-cased; a duplicate is Conflict.
+func (s *Service) CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error) {
+	email = normalizeEmail(email)
+	if err := checkEmail(email); err != nil {
+		return store.User{}, err
+	}
+	nickname = strings.TrimSpace(nickname)
+	if err := checkNickname(nickname); err != nil {
+		return store.User{}, err
+	}
+	if role != store.RoleAdmin && role != store.RoleUser {
+		return store.User{}, errs.E(errs.Invalid, "role must be %q or %q", store.RoleAdmin, store.RoleUser)
+	}
+	if err := CheckPasswordPolicy(email, password); err != nil {
+		return store.User{}, err
+	}
+	hash, err := s.hash(ctx, password)
+	if err != nil {
+		return store.User{}, err
+	}
+	u, err := s.st.CreateUser(ctx, store.User{Email: email, Nickname: nickname, PasswordHash: hash, Role: role})
+	if err != nil {
+		return store.User{}, fmt.Errorf("create user %s: %w", email, err)
+	}
+	return u, nil
+}
+
+// hash makes a new password hash in a hashing slot.
+func (s *Service) hash(ctx context.Context, password string) (string, error) {
+	release, ok := s.slots.acquire(ctx)
+	if !ok {
+		return "", errBusy()
+	}
+	defer release()
+	h, err := hashWith(s.kdf, password, s.cfg.Argon2)
+	if err != nil {
+		return "", errs.Wrap(errs.Internal, err, "hash password")
+	}
+	return h, nil
+}
+
+// ActiveSessions counts live sessions in the store, for a gauge; 0 when the store
+// does not answer (logged).
+func (s *Service) ActiveSessions(ctx context.Context) int {
+	n, err := s.st.CountActiveSessions(ctx, s.cfg.Now())
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "count active sessions", slog.String("error", err.Error()))
+		return 0
+	}
+	return n
+}
+
+// Run follows the store's session change feed every PollInterval until ctx ends,
+// dropping changed sessions from the cache so that a logout, refresh or revocation
+// on another replica holds here too. Disabling a user propagates the same way:
+// RevokeUser revokes the user's sessions, which feeds their IDs. Run also forgets
+// ended sessions and idle throttling entries now and then.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.pollChanges(ctx); err != nil && ctx.Err() == nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "read session changes", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// pollChanges reads the feed to its end and drops what changed.
+func (s *Service) pollChanges(ctx context.Context) error {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	for {
+		changes, err := s.st.SessionChanges(ctx, s.after, changeBatch)
+		if err != nil {
+			return fmt.Errorf("session changes after %d: %w", s.after, err)
+		}
+		if len(changes) > 0 {
+			ids := make([]string, len(changes))
+			for i, c := range changes {
+				ids[i] = c.SessionID
+			}
+			s.cache.drop(ids...)
+			s.after = changes[len(changes)-1].Seq
+		}
+		if len(changes) < changeBatch {
+			break
+		}
+	}
+	if now := s.cfg.Now(); now.Sub(s.lastSweep) >= time.Minute {
+		s.lastSweep = now
+		s.cache.sweep(now)
+		s.addrs.sweep(now)
+		s.backoff.sweep(now)
+	}
+	return nil
+}
+
+func (s *Service) audit(ctx context.Context, rec store.AuditRecord) {
+	if rec.At.IsZero() {
+		rec.At = s.cfg.Now()
+	}
+	s.cfg.Audit(ctx, rec)
+}
+
+func jsonParams(m map[string]any) string {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func normalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+
+// auditEmail keeps what was typed as the e-mail of a failed login only if it looks
+// like one: people type their password into the wrong field.
+func auditEmail(email string) string {
+	if !strings.Contains(email, "@") || len(email) > 254 {
+		return ""
+	}
+	return email
+}
+
+// checkEmail accepts a plain address (no display name), at most 254 bytes.
+func checkEmail(email string) error {
+	a, err := mail.ParseAddress(email)
+	if err != nil || a.Name != "" || a.Address != email || len(email) > 254 {
+		return errs.E(errs.Invalid, "email must be a plain e-mail address")
+	}
+	return nil
+}
+
+// checkNickname accepts up to 100 printable characters.
+func checkNickname(nick string) error {
+	if utf8.RuneCountInString(nick) > 100 || strings.IndexFunc(nick, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return errs.E(errs.Invalid, "nickname must be at most 100 printable characters")
+	}
+	return nil
+}

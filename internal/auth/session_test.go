@@ -1,0 +1,601 @@
+package auth
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+)
+
+// SECURITY.md 6: login makes a new session; refresh returns generation+1 in the
+// same session, and the old token fails at once, at Authenticate and at Refresh.
+func TestRefreshRotatesAndOldTokenFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	t0 := e.login("alice@example.com", alicePassword)
+	again := e.login("alice@example.com", alicePassword)
+	if t0.SessionID == again.SessionID || t0.Generation != 0 || again.Generation != 0 {
+		t.Fatalf("logins share a session or start past gen 0: %+v %+v", t0, again)
+	}
+	e.clock.Advance(10 * time.Minute)
+	t1, err := e.refresh(t0.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t1.SessionID != t0.SessionID || t1.Generation != 1 || t1.Raw == t0.Raw {
+		t.Fatalf("refresh gave %+v", t1)
+	}
+	if want := e.clock.Now().Add(time.Hour); !t1.ExpiresAt.Equal(want) {
+		t.Fatalf("refreshed token expires %v, want %v", t1.ExpiresAt, want)
+	}
+	e.authFails(t0.Raw)
+	_, err = e.refresh(t0.Raw) // within the grace: refused, session kept
+	wantTokenError(t, err)
+	p := e.authOK(t1.Raw)
+	if p.Generation != 1 || p.SessionID != t0.SessionID || p.Email != "alice@example.com" {
+		t.Fatalf("principal %+v", p)
+	}
+	e.authOK(again.Raw)
+}
+
+// SECURITY.md 7: the chain T0→T1→T2 within one second, then T0 replayed at refresh:
+// the whole session is revoked (T2 dies too) and an audit record says so.
+func TestReplayOfRotatedTokenRevokesSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	t0 := e.login("alice@example.com", alicePassword)
+	e.clock.Advance(300 * time.Millisecond)
+	t1, err := e.refresh(t0.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(300 * time.Millisecond)
+	t2, err := e.refresh(t1.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.authOK(t2.Raw)
+	e.clock.Advance(300 * time.Millisecond)
+
+	_, err = e.s.Refresh(context.Background(), t0.Raw, "198.51.100.7")
+	wantTokenError(t, err)
+	if s := e.st.session(t0.SessionID); s.RevokedAt.IsZero() || s.RevokedWhy != WhyReuse {
+		t.Fatalf("session not revoked for reuse: %+v", s)
+	}
+	e.authFails(t2.Raw)
+	_, err = e.refresh(t2.Raw)
+	wantTokenError(t, err)
+	recs := e.audit.actions("auth.token_reuse")
+	if len(recs) != 1 || recs[0].SessionID != t0.SessionID || recs[0].UserID != 1 ||
+		recs[0].Address != "198.51.100.7" || recs[0].Result != "revoked" {
+		t.Fatalf("audit records %+v", recs)
+	}
+}
+
+// The grace forgives only the generation just rotated, and only briefly.
+func TestReuseGrace(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		wait       time.Duration
+		wantRevoke bool
+	}{
+		{"double click", 500 * time.Millisecond, false},
+		{"just inside", 1999 * time.Millisecond, false},
+		{"at the grace", 2 * time.Second, true},
+		{"later", time.Minute, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			e.createUser("alice@example.com", alicePassword, "user")
+			t0 := e.login("alice@example.com", alicePassword)
+			t1, err := e.refresh(t0.Raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Advance(c.wait)
+			_, err = e.refresh(t0.Raw)
+			wantTokenError(t, err)
+			revoked := !e.st.session(t0.SessionID).RevokedAt.IsZero()
+			if revoked != c.wantRevoke {
+				t.Fatalf("revoked=%v, want %v", revoked, c.wantRevoke)
+			}
+			if revoked {
+				e.authFails(t1.Raw)
+			} else {
+				e.authOK(t1.Raw)
+			}
+		})
+	}
+}
+
+// SECURITY.md 8: 50 concurrent refreshes of one token issue at most one new token,
+// and the losers (inside the grace) do not revoke the session.
+func TestConcurrentRefreshIssuesOneToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	t0 := e.login("alice@example.com", alicePassword)
+	const n = 50
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		issued  []Token
+		refused int
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tok, err := e.refresh(t0.Raw)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				issued = append(issued, tok)
+				return
+			}
+			if errs.KindOf(err) != errs.Unauthenticated {
+				t.Errorf("refresh: %v", err)
+			}
+			refused++
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(issued) != 1 || refused != n-1 {
+		t.Fatalf("%d tokens issued, %d refused", len(issued), refused)
+	}
+	if s := e.st.session(t0.SessionID); s.Generation != 1 || !s.RevokedAt.IsZero() {
+		t.Fatalf("session %+v", s)
+	}
+	e.authOK(issued[0].Raw)
+	e.authFails(t0.Raw)
+}
+
+// SECURITY.md 9: no refresh past the session's absolute end, the last token's exp
+// is capped at that end, and an expired token cannot be refreshed.
+func TestSessionAbsoluteLifetime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	login := e.clock.Now()
+	end := login.Add(24 * time.Hour)
+	tok := e.login("alice@example.com", alicePassword)
+	// Refresh every 50 minutes as a client would, until the session's last hour.
+	for e.clock.Now().Add(time.Hour).Before(end) {
+		e.clock.Advance(50 * time.Minute)
+		next, err := e.refresh(tok.Raw)
+		if err != nil {
+			t.Fatalf("refresh at +%v: %v", e.clock.Now().Sub(login), err)
+		}
+		tok = next
+	}
+	if !tok.ExpiresAt.Equal(end) {
+		t.Fatalf("last token expires %v, want the session's end %v", tok.ExpiresAt, end)
+	}
+	e.clock.Advance(end.Sub(e.clock.Now()) - time.Second)
+	e.authOK(tok.Raw)
+	e.clock.Advance(time.Second)
+	e.authFails(tok.Raw)
+	_, err := e.refresh(tok.Raw)
+	wantTokenError(t, err)
+}
+
+func TestExpiredTokenCannotBeRefreshed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	e.clock.Advance(time.Hour - time.Second)
+	e.authOK(tok.Raw)
+	e.clock.Advance(time.Second) // exp == now: over, no leeway on exp
+	e.authFails(tok.Raw)
+	_, err := e.refresh(tok.Raw)
+	wantTokenError(t, err)
+	if s := e.st.session(tok.SessionID); s.Generation != 0 || !s.RevokedAt.IsZero() {
+		t.Fatalf("an expired token moved the session: %+v", s)
+	}
+}
+
+// A session the store says has ended cannot be refreshed, whatever the token says.
+func TestRefreshOfEndedSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	s := e.st.session(tok.SessionID)
+	s.ExpiresAt = e.clock.Now()
+	e.st.setSession(s)
+	_, err := e.refresh(tok.Raw)
+	wantTokenError(t, err)
+}
+
+// Token lifetime never exceeds the session's: with SessionMax under TokenTTL the
+// first token ends with the session.
+func TestTokenCappedBySessionMax(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.SessionMax = 30 * time.Minute })
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	if want := e.clock.Now().Add(30 * time.Minute); !tok.ExpiresAt.Equal(want) {
+		t.Fatalf("token expires %v, want %v", tok.ExpiresAt, want)
+	}
+}
+
+// SECURITY.md 10: logout is immediate, and a second logout with the same token is 401.
+func TestLogout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	p := e.authOK(tok.Raw)
+	if err := e.s.Logout(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	e.authFails(tok.Raw)
+	_, err := e.refresh(tok.Raw)
+	wantTokenError(t, err)
+	wantTokenError(t, e.s.Logout(context.Background(), p))
+	if s := e.st.session(tok.SessionID); s.RevokedWhy != WhyLogout {
+		t.Fatalf("session %+v", s)
+	}
+	if len(e.audit.actions("auth.logout")) != 1 {
+		t.Fatalf("logout not audited once: %+v", e.audit.recs)
+	}
+}
+
+// SECURITY.md 11: disabling, deleting, or an admin's revocation ends a user's
+// sessions at once; other users are untouched.
+func TestRevokeUser(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		why    string
+		before func(e *env, id int64)
+	}{
+		{WhyDisabled, func(e *env, id int64) {
+			u := e.st.user(id)
+			u.Disabled = true
+			if _, err := e.st.UpdateUser(context.Background(), u); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{WhyDeleted, nil},
+		{WhyAdmin, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.why, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			alice := e.createUser("alice@example.com", alicePassword, "user")
+			e.createUser("bob@example.com", bobPassword, "user")
+			a1 := e.login("alice@example.com", alicePassword)
+			a2 := e.login("alice@example.com", alicePassword)
+			b := e.login("bob@example.com", bobPassword)
+			e.authOK(a1.Raw)
+			if c.before != nil {
+				c.before(e, alice.ID)
+			}
+			if err := e.s.RevokeUser(context.Background(), alice.ID, c.why); err != nil {
+				t.Fatal(err)
+			}
+			if c.why == WhyDeleted {
+				e.st.deleteUser(alice.ID)
+			}
+			e.authFails(a1.Raw)
+			e.authFails(a2.Raw)
+			_, err := e.refresh(a2.Raw)
+			wantTokenError(t, err)
+			e.authOK(b.Raw)
+			if s := e.st.session(a1.SessionID); s.RevokedWhy != c.why {
+				t.Fatalf("session %+v", s)
+			}
+		})
+	}
+}
+
+// SECURITY.md 11: a password change ends the user's other sessions and keeps the
+// one that made it; the old password stops working.
+func TestChangePasswordEndsOtherSessions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	here := e.login("alice@example.com", alicePassword)
+	there := e.login("alice@example.com", alicePassword)
+	p := e.authOK(here.Raw)
+	e.authOK(there.Raw)
+	const next = "a brand new passphrase"
+	if err := e.s.ChangePassword(context.Background(), p, alicePassword, next); err != nil {
+		t.Fatal(err)
+	}
+	e.authOK(here.Raw)
+	e.authFails(there.Raw)
+	if s := e.st.session(there.SessionID); s.RevokedWhy != WhyPassword {
+		t.Fatalf("other session %+v", s)
+	}
+	_, _, err := e.s.Login(context.Background(), "alice@example.com", alicePassword, "192.0.2.1")
+	wantCredentialsError(t, err)
+	e.login("alice@example.com", next)
+}
+
+func TestChangePasswordChecks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	p := e.authOK(tok.Raw)
+	err := e.s.ChangePassword(context.Background(), p, alicePassword, "short")
+	wantKind(t, err, errs.Invalid)
+	err = e.s.ChangePassword(context.Background(), p, "not my password", "a brand new passphrase")
+	wantKind(t, err, errs.Forbidden)
+	e.authOK(tok.Raw) // a wrong current password does not end the session
+	e.login("alice@example.com", alicePassword)
+}
+
+// An admin's password reset ends every session of the user.
+func TestSetPasswordEndsAllSessions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	alice := e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	wantKind(t, e.s.SetPassword(context.Background(), alice.ID, "alice-2026-04"), errs.Invalid)
+	if err := e.s.SetPassword(context.Background(), alice.ID, "a brand new passphrase"); err != nil {
+		t.Fatal(err)
+	}
+	e.authFails(tok.Raw)
+	e.login("alice@example.com", "a brand new passphrase")
+}
+
+// Steady state: once a session is cached, authenticating costs no store read.
+func TestAuthenticateSteadyStateReadsNoStore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword) // login fills the cache
+	sessions, users := e.st.sessionReads.Load(), e.st.userReads.Load()
+	for range 100 {
+		e.authOK(tok.Raw)
+	}
+	e.clock.Advance(59 * time.Second)
+	e.authOK(tok.Raw)
+	if ds, du := e.st.sessionReads.Load()-sessions, e.st.userReads.Load()-users; ds != 0 || du != 0 {
+		t.Fatalf("101 authentications read %d sessions and %d users from the store", ds, du)
+	}
+	e.clock.Advance(time.Second) // SessionRecheck: read once more
+	e.authOK(tok.Raw)
+	e.authOK(tok.Raw)
+	if ds := e.st.sessionReads.Load() - sessions; ds != 1 {
+		t.Fatalf("recheck read the session %d times, want 1", ds)
+	}
+}
+
+// A cold cache is filled by one store read however many requests wait for it.
+func TestAuthenticateColdCacheReadsOnce(t *testing.T) {
+	t.Parallel()
+	a := newEnv(t, nil)
+	a.createUser("alice@example.com", alicePassword, "user")
+	tok := a.login("alice@example.com", alicePassword)
+	b := newEnvOn(t, a.st, a.clock, nil) // a replica that has never seen the session
+
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 64)
+	a.st.mu.Lock()
+	a.st.afterSessionRead = func() { entered <- struct{}{}; <-gate }
+	a.st.mu.Unlock()
+	const n = 20
+	var wg sync.WaitGroup
+	ready := make(chan struct{}, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ready <- struct{}{}
+			if _, err := b.s.Authenticate(context.Background(), tok.Raw); err != nil {
+				t.Errorf("Authenticate: %v", err)
+			}
+		}()
+	}
+	for range n {
+		<-ready
+	}
+	<-entered
+	// Give the other goroutines every chance to reach the store if they were going to.
+	for range 100 {
+		runtime.Gosched()
+	}
+	close(gate)
+	wg.Wait()
+	if got := a.st.sessionReads.Load(); got != 1 {
+		t.Fatalf("%d concurrent authentications read the session %d times, want 1", n, got)
+	}
+}
+
+// A load that read a session just before it was revoked elsewhere must not put the
+// live session back into the cache after the change feed dropped it.
+func TestLoadRacingRevocationDoesNotResurrect(t *testing.T) {
+	t.Parallel()
+	a := newEnv(t, nil)
+	a.createUser("alice@example.com", alicePassword, "user")
+	tok := a.login("alice@example.com", alicePassword)
+	b := newEnvOn(t, a.st, a.clock, nil)
+
+	gate, entered := make(chan struct{}), make(chan struct{})
+	a.st.mu.Lock()
+	a.st.afterSessionRead = func() { close(entered); <-gate }
+	a.st.mu.Unlock()
+	done := make(chan error)
+	go func() {
+		_, err := b.s.Authenticate(context.Background(), tok.Raw)
+		done <- err
+	}()
+	<-entered // b's load has read the live session and is held
+	a.st.mu.Lock()
+	a.st.afterSessionRead = nil
+	a.st.mu.Unlock()
+	if err := a.s.Logout(context.Background(), a.authOK(tok.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.pollChanges(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	<-done // began before the logout: either answer is linearisable
+	b.authFails(tok.Raw)
+}
+
+// Cross-replica: a logout, refresh or revocation on one replica holds on another
+// once it has read the change feed; a newer generation is accepted at once.
+func TestChangesReachOtherReplicas(t *testing.T) {
+	t.Parallel()
+	a := newEnv(t, nil)
+	a.createUser("alice@example.com", alicePassword, "user")
+	carol := a.createUser("carol@example.com", "quiet lantern morning", "user")
+	b := newEnvOn(t, a.st, a.clock, nil)
+	ctx := context.Background()
+
+	// Refresh on a: b accepts the new generation at once and drops the old after the feed.
+	t0 := a.login("alice@example.com", alicePassword)
+	b.authOK(t0.Raw)
+	t1, err := a.refresh(t0.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.authOK(t1.Raw)
+	b.authFails(t0.Raw)
+
+	// Logout on a.
+	l := a.login("alice@example.com", alicePassword)
+	b.authOK(l.Raw)
+	if err := a.s.Logout(ctx, a.authOK(l.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.pollChanges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.authFails(l.Raw)
+
+	// Disabling a user on a (RevokeUser feeds the sessions).
+	c := a.login("carol@example.com", "quiet lantern morning")
+	b.authOK(c.Raw)
+	u := a.st.user(carol.ID)
+	u.Disabled = true
+	if _, err := a.st.UpdateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.s.RevokeUser(ctx, carol.ID, WhyDisabled); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.pollChanges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.authFails(c.Raw)
+}
+
+// Without a feed entry (a user disabled but not revoked, or an entry missed), a
+// cached session is read again after SessionRecheck.
+func TestRecheckCatchesMissedChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	alice := e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	e.authOK(tok.Raw)
+	u := e.st.user(alice.ID)
+	u.Disabled = true
+	if _, err := e.st.UpdateUser(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	e.authFails(tok.Raw)
+}
+
+// Run reads the feed on its own: a logout elsewhere reaches this replica within a
+// few poll intervals.
+func TestRunFollowsFeed(t *testing.T) {
+	t.Parallel()
+	a := newEnv(t, nil)
+	a.createUser("alice@example.com", alicePassword, "user")
+	b := newEnvOn(t, a.st, a.clock, func(c *Config) { c.PollInterval = time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- b.s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	tok := a.login("alice@example.com", alicePassword)
+	b.authOK(tok.Raw)
+	if err := a.s.Logout(context.Background(), a.authOK(tok.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := b.s.Authenticate(context.Background(), tok.Raw); err != nil {
+			wantTokenError(t, err)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica still accepts a logged-out token")
+		}
+		runtime.Gosched()
+	}
+}
+
+// New starts reading the feed at its end, and reads it in batches.
+func TestFeedPaging(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	for i := range 2*changeBatch + 5 {
+		st.changed(string(rune('a' + i%26)))
+	}
+	e := newEnvOn(t, st, newTestClock(), nil)
+	if e.s.after != 2*changeBatch+5 {
+		t.Fatalf("feed position %d after New", e.s.after)
+	}
+}
+
+func TestActiveSessions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	e.login("alice@example.com", alicePassword)
+	tok := e.login("alice@example.com", alicePassword)
+	if n := e.s.ActiveSessions(context.Background()); n != 2 {
+		t.Fatalf("%d active sessions", n)
+	}
+	if err := e.s.Logout(context.Background(), e.authOK(tok.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.s.ActiveSessions(context.Background()); n != 1 {
+		t.Fatalf("%d active sessions after logout", n)
+	}
+}
+
+// The session cache stays within its bound and prefers to drop dead sessions.
+func TestSessionCacheBounded(t *testing.T) {
+	t.Parallel()
+	c := newSessionCache(32)
+	now := time.Now()
+	live := sessionEntry{expiresAt: now.Add(time.Hour), loadedAt: now}
+	c.put("dead", sessionEntry{revoked: true, expiresAt: now.Add(time.Hour), loadedAt: now})
+	for i := range 200 {
+		c.put(string(rune(0x4e00+i)), live)
+		if n := c.len(); n > 32 {
+			t.Fatalf("cache holds %d entries", n)
+		}
+		if i == 31 {
+			if _, ok := c.get("dead"); ok {
+				t.Fatal("the revoked entry outlived a live one's eviction")
+			}
+		}
+	}
+}

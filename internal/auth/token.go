@@ -1,0 +1,146 @@
+package auth
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/vmgate/vmgate/internal/errs"
+)
+
+// Token is a signed access token and what its holder may want to know of it.
+type Token struct {
+	Raw        string    // the compact JWT, for the Authorization: Bearer header
+	ExpiresAt  time.Time // exp: TokenTTL after issue, never past the session's end
+	SessionID  string    // sid
+	Generation int64     // gen: how many times the session was refreshed
+}
+
+// Principal is the caller a valid token stands for, as Authenticate found it.
+type Principal struct {
+	UserID     int64
+	Email      string
+	Nickname   string
+	Role       string // store.RoleAdmin or store.RoleUser
+	SessionID  string
+	Generation int64
+	TokenID    string // jti
+}
+
+const (
+	tokenType = "at+jwt" // RFC 9068; checked by us, the library does not
+	// MaxTokenBytes is the largest token Authenticate parses (SECURITY.md 4). Ours are
+	// about 400 bytes; anything near the limit is an attack on the parser.
+	MaxTokenBytes = 4 << 10
+	keyBytes      = 32 // HS256 wants a key as long as its hash
+)
+
+// tokenClaims are the claims vmgate puts in a token.
+type tokenClaims struct {
+	jwt.RegisteredClaims
+	SessionID  string `json:"sid"`
+	Generation *int64 `json:"gen"` // a pointer so that a missing gen is told from 0
+}
+
+// verified is what a token that passed every check says.
+type verified struct {
+	userID int64
+	sid    string
+	gen    int64
+	jti    string
+	exp    time.Time
+}
+
+func newParser(c Config) *jwt.Parser {
+	return jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithStrictDecoding(),
+		jwt.WithIssuer(c.Issuer),
+		jwt.WithAudience(c.Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(c.Leeway),
+		jwt.WithTimeFunc(c.Now),
+	)
+}
+
+// issue signs a token for generation gen of session sid.
+func (s *Service) issue(userID int64, sid string, gen int64, sessionEnd, now time.Time) (Token, error) {
+	exp := now.Add(s.cfg.TokenTTL)
+	if sessionEnd.Before(exp) {
+		exp = sessionEnd
+	}
+	exp = exp.Truncate(time.Second) // what NumericDate keeps
+	if !exp.After(now) {
+		return Token{}, errToken(errors.New("session ends within the second"))
+	}
+	claims := tokenClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.cfg.Issuer,
+			Subject:   strconv.FormatInt(userID, 10),
+			Audience:  jwt.ClaimStrings{s.cfg.Audience},
+			ExpiresAt: jwt.NewNumericDate(exp),
+			NotBefore: jwt.NewNumericDate(now),
+			IssuedAt:  jwt.NewNumericDate(now),
+			ID:        randomID(16),
+		},
+		SessionID:  sid,
+		Generation: &gen,
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	t.Header["typ"] = tokenType
+	t.Header["kid"] = s.signKID
+	raw, err := t.SignedString(s.keys[s.signKID])
+	if err != nil {
+		return Token{}, errs.Wrap(errs.Internal, err, "sign token")
+	}
+	return Token{Raw: raw, ExpiresAt: exp, SessionID: sid, Generation: gen}, nil
+}
+
+// verify checks everything a token says by itself (SECURITY.md 1-4): size, shape,
+// strict base64, the one algorithm, typ, a known kid and no other header, the
+// signature, iss, aud, exp, nbf and iat, and our own claims. It never fetches
+// anything: there is no header it would follow.
+func (s *Service) verify(raw string) (verified, error) {
+	if len(raw) > MaxTokenBytes {
+		return verified{}, errToken(errors.New("token too large"))
+	}
+	var c tokenClaims
+	if _, err := s.parser.ParseWithClaims(raw, &c, s.keyFor); err != nil {
+		return verified{}, errToken(err)
+	}
+	// The library allows Leeway past exp too; we issue and check our own tokens, so a
+	// token ends when it says it does.
+	if !s.cfg.Now().Before(c.ExpiresAt.Time) {
+		return verified{}, errToken(jwt.ErrTokenExpired)
+	}
+	uid, err := strconv.ParseInt(c.Subject, 10, 64)
+	switch {
+	case err != nil || uid <= 0 || strconv.FormatInt(uid, 10) != c.Subject:
+		return verified{}, errToken(errors.New("bad sub"))
+	case c.SessionID == "" || c.ID == "" || c.Generation == nil || *c.Generation < 0:
+		return verified{}, errToken(errors.New("missing sid, jti or gen"))
+	case c.NotBefore == nil || c.IssuedAt == nil:
+		return verified{}, errToken(errors.New("missing nbf or iat"))
+	}
+	return verified{userID: uid, sid: c.SessionID, gen: *c.Generation, jti: c.ID, exp: c.ExpiresAt.Time}, nil
+}
+
+// keyFor picks the key by kid. A header may hold alg, typ and kid and nothing else:
+// jku, x5u, jwk and x5c (keys from the token's own say-so) and crit are refused.
+func (s *Service) keyFor(t *jwt.Token) (any, error) {
+	if len(t.Header) != 3 {
+		return nil, errors.New("unexpected header parameters")
+	}
+	if typ, _ := t.Header["typ"].(string); typ != tokenType {
+		return nil, errors.New("wrong typ")
+	}
+	kid, _ := t.Header["kid"].(string)
+	key, ok := s.keys[kid]
+	if !ok {
+		return nil, errors.New("unknown kid")
+	}
+	return key, nil
+}
