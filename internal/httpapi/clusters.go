@@ -6,7 +6,6 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -326,23 +325,6 @@ func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pathVM reads and validates {clusterId}, {node} and {vmid} (DESIGN §1) before
-// anything else looks at them. The VM routes of internal/vmops use it too.
-func pathVM(r *http.Request) (clusterID int64, node string, vmid int64, err error) {
-	if clusterID, err = pathClusterID(r); err != nil {
-		return 0, "", 0, err
-	}
-	node = r.PathValue("node")
-	if !pve.ValidNode(node) {
-		return 0, "", 0, errs.R(errs.Invalid, "invalid_request",
-			"node must be a PVE node name (letters, digits and inner hyphens, at most 63), not %q", safeText(node))
-	}
-	if vmid, err = parseIntParam("vmid", r.PathValue("vmid"), pve.MinVMID, pve.MaxVMID); err != nil {
-		return 0, "", 0, err
-	}
-	return clusterID, node, vmid, nil
-}
-
 type vmStatusJSON struct {
 	VMID      int64   `json:"vmid"`
 	Node      string  `json:"node"`
@@ -362,17 +344,17 @@ type haJSON struct {
 }
 
 func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
-	clusterID, node, vmid, err := pathVM(r)
+	vm, err := pathVM(r)
 	if err != nil {
 		return err
 	}
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	if err := s.authorize(r, clusterID, store.GrantViewer); err != nil {
+	if err := s.authorize(r, vm.ClusterID, store.GrantViewer); err != nil {
 		return err
 	}
-	st, err := s.fleet.VMStatus(r.Context(), clusterID, node, vmid)
+	st, err := s.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID)
 	if err != nil {
 		return err
 	}
