@@ -143,7 +143,8 @@ type Cluster struct {
 	nodes     map[string]*node
 	nodeNames []string // sorted
 	vms       map[int]*vm
-	vmOrder   []string // vmids as PVE sorts them: as strings
+	vmOrder   []string // vmids as PVE sorts them: as strings (sorted lazily)
+	vmSorted  bool
 	tasks     map[string]*task
 	locks     map[string]*fileLock
 	tokens    map[string]*token
@@ -364,12 +365,26 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 	}
 	c.vms[v.vmid] = v
 	n.vms[v.vmid] = v
-	key := strconv.Itoa(v.vmid)
-	i := sort.SearchStrings(c.vmOrder, key)
-	c.vmOrder = append(c.vmOrder, "")
-	copy(c.vmOrder[i+1:], c.vmOrder[i:])
-	c.vmOrder[i] = key
+	c.vmOrder = append(c.vmOrder, strconv.Itoa(v.vmid))
+	c.vmSorted = false
 	return nil
+}
+
+// sortVMs sorts the vmid index if VMs were added since the last sort, so
+// adding many VMs stays linear. It takes c.mu itself.
+func (c *Cluster) sortVMs() {
+	c.mu.RLock()
+	sorted := c.vmSorted
+	c.mu.RUnlock()
+	if sorted {
+		return
+	}
+	c.mu.Lock()
+	if !c.vmSorted {
+		sort.Strings(c.vmOrder)
+		c.vmSorted = true
+	}
+	c.mu.Unlock()
 }
 
 // AddToken adds an API token "USER@REALM!TOKENID" with its secret.

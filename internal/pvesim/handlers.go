@@ -262,6 +262,7 @@ func (c *Cluster) storages() map[string]bool {
 func hClusterResources(r *request) response {
 	c := r.c
 	typ, _ := r.param("type")
+	c.sortVMs()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	res := make([]any, 0, len(c.vms)+len(c.nodes))

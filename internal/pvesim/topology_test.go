@@ -413,3 +413,89 @@ func TestRunDev(t *testing.T) {
 		}
 	}
 }
+
+// TestProxy: any endpoint answers for any node; tasks live on their node.
+func TestProxy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{build: func(c *Cluster) {
+		addVM(t, c, VMSpec{VMID: 200, Node: "pve2"})
+	}})
+	upid := e.post("pve1", vmPath("pve2", 200, "/status/start"), nil) // sent to pve1's endpoint
+	if !strings.HasPrefix(upid, "UPID:pve2:") {
+		t.Fatalf("UPID %s", upid)
+	}
+	e.c.Advance(time.Second)
+	for _, via := range []string{"pve1", "pve2", "pve3"} {
+		r := e.do(call{node: via, path: taskPath("pve2", upid, "/status")})
+		if st := decodeData[map[string]any](t, r); st["exitstatus"] != "OK" {
+			t.Fatalf("status via %s: %s", via, r.body)
+		}
+	}
+	// /cluster/status says which node answered.
+	st := decodeData[[]map[string]any](t, e.do(call{node: "pve3", path: "/cluster/status"}))
+	if st[1]["local"] != 0.0 || st[3]["local"] != 1.0 {
+		t.Fatalf("local flags %v", st)
+	}
+}
+
+func TestInspectionAndStateHelpers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{build: func(c *Cluster) {
+		addVM(t, c, VMSpec{VMID: 100, Node: "pve1", Running: true})
+	}})
+	if err := e.c.SetPaused(100, true); err != nil {
+		t.Fatal(err)
+	}
+	if vm, _ := e.c.VM(100); vm.Status != "running" || vm.QMPStatus != "paused" {
+		t.Fatalf("VM %+v", vm)
+	}
+	wantLine(t, e.do(call{method: "POST", path: vmPath("pve1", 100, "/status/shutdown")}), 500, "500 VM is paused - cannot shutdown")
+	e.c.SetPaused(100, false)
+	if err := e.c.SetLock(100, "backup"); err != nil {
+		t.Fatal(err)
+	}
+	wantLine(t, e.do(call{method: "POST", path: vmPath("pve1", 100, "/migrate"), form: url.Values{"target": {"pve2"}, "online": {"1"}}}), 500, "500 VM is locked (backup)")
+	e.c.SetLock(100, "")
+	if err := e.c.SetPaused(999, true); err == nil {
+		t.Fatal("pausing an unknown VM")
+	}
+	if _, ok := e.c.VM(999); ok {
+		t.Fatal("unknown VM found")
+	}
+	if _, ok := e.c.Task("UPID:pve1:00000001:00000001:00000001:qmstart:100:root@pam:"); ok {
+		t.Fatal("unknown task found")
+	}
+	if err := e.c.AddVM(VMSpec{VMID: 100, Node: "pve1"}); err == nil {
+		t.Fatal("duplicate VM added")
+	}
+	if err := e.c.AddVM(VMSpec{VMID: 99, Node: "pve1"}); err == nil {
+		t.Fatal("vmid 99 added")
+	}
+	if err := e.c.AddNode(NodeSpec{Name: "bad_name"}); err == nil {
+		t.Fatal("bad node name added")
+	}
+	if err := e.c.AddToken("nobang@pve", "s", TokenOptions{}); err == nil {
+		t.Fatal("bad token id added")
+	}
+	if !e.c.Now().Equal(testStart) {
+		t.Fatalf("now %v", e.c.Now())
+	}
+}
+
+func TestSetSpeed(t *testing.T) {
+	t.Parallel()
+	c := New(Options{Speed: 1, Start: testStart})
+	c.AddNode(NodeSpec{Name: "pve1"})
+	c.AddVM(VMSpec{VMID: 100, Node: "pve1"})
+	c.SetSpeed(100000)
+	c.mu.Lock()
+	t0 := c.newTask(c.nodes["pve1"], "qmstart", "100", "root@pam", c.clock.Now())
+	c.startWorker(t0, c.nodes["pve1"], 100, false, t0.start)
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ts, err := c.WaitTask(ctx, t0.upid)
+	if err != nil || ts.ExitStatus != "OK" {
+		t.Fatalf("start at high speed: %+v %v", ts, err)
+	}
+}
