@@ -190,22 +190,22 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 		CPUs: st.CPUs, MaxMem: st.MaxMem}, nil
 }
 
-// VMNotOn builds the 404 for a VM that is not on node: it names the node the VM is on
-// when the cluster's resources show it elsewhere. internal/vmops uses it for its own
-// pre-checks, so every route says it the same way.
-func (s *Service) VMNotOn(ctx context.Context, clusterID int64, node string, vmid int64) error {
-	return s.vmNotOn(ctx, clusterID, node, vmid, nil)
+// vmNotOn is the 404 for a VM PVE says is not on node, from a fresh look at where
+// the cluster's resources show it.
+func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmid int64, cause error) error {
+	res, _ := s.vmResources(ctx, clusterID) // without them the answer just names no node
+	return NotOnNode(vmid, node, res, cause)
 }
 
-func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmid int64, cause error) error {
-	res, err := s.vmResources(ctx, clusterID)
-	if err == nil {
-		for _, r := range res {
-			if int64(r.VMID) == vmid && r.Node != node {
-				return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
-					Message: fmt.Sprintf("VM %d is not on node %s; it is on node %s", vmid, node, r.Node),
-					Details: map[string]any{"node": r.Node}}
-			}
+// NotOnNode is the one 404 for a VM that is not on node (DESIGN §3.2): it names the
+// node the VM is on when resources (a /cluster/resources?type=vm answer; may be nil)
+// show it elsewhere, also as a "node" field. internal/vmops uses it too.
+func NotOnNode(vmid int64, node string, resources []pve.Resource, cause error) error {
+	for _, r := range resources {
+		if r.Type == "qemu" && int64(r.VMID) == vmid && r.Node != node {
+			return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+				Message: fmt.Sprintf("VM %d is not on node %s; it is on node %s", vmid, node, r.Node),
+				Details: map[string]any{"node": r.Node}}
 		}
 	}
 	return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
