@@ -95,6 +95,33 @@ type nodeEntry struct {
 	HAState    string   `json:"hastate,omitempty"`
 }
 
+func (e nodeEntry) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("id", e.ID)
+	o.str("node", e.Node)
+	o.str("type", e.Type)
+	o.str("status", e.Status)
+	if e.CPU != nil {
+		o.float("cpu", *e.CPU)
+	}
+	if e.MaxCPU != nil {
+		o.int("maxcpu", int64(*e.MaxCPU))
+	}
+	o.intPtr("mem", e.Mem)
+	o.intPtr("maxmem", e.MaxMem)
+	o.intPtr("disk", e.Disk)
+	o.intPtr("maxdisk", e.MaxDisk)
+	o.intPtr("uptime", e.Uptime)
+	o.str("level", e.Level)
+	o.strOpt("ssl_fingerprint", e.SSLFinger)
+	if e.CgroupMode != nil {
+		o.int("cgroup-mode", int64(*e.CgroupMode))
+	}
+	o.strOpt("host-arch", e.HostArch)
+	o.strOpt("hastate", e.HAState)
+	return o.close()
+}
+
 // nodeEntry is API2Tools::extract_node_stats: an offline node keeps only its
 // maxima; a caller without Sys.Audit on the node sees no figures at all.
 func (c *Cluster) nodeEntry(n *node, audit bool, now time.Time) nodeEntry {
@@ -178,6 +205,39 @@ type vmEntry struct {
 	HAState   string   `json:"hastate,omitempty"`
 }
 
+func (e vmEntry) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("id", e.ID)
+	o.int("vmid", int64(e.VMID))
+	o.str("node", e.Node)
+	o.str("type", e.Type)
+	o.str("status", e.Status)
+	o.strOpt("name", e.Name)
+	o.intPtr("uptime", e.Uptime)
+	if e.Template != nil {
+		o.int("template", int64(*e.Template))
+	}
+	if e.MaxCPU != nil {
+		o.int("maxcpu", int64(*e.MaxCPU))
+	}
+	if e.CPU != nil {
+		o.float("cpu", *e.CPU)
+	}
+	o.intPtr("maxmem", e.MaxMem)
+	o.intPtr("mem", e.Mem)
+	o.intPtr("maxdisk", e.MaxDisk)
+	o.intPtr("disk", e.Disk)
+	o.intPtr("netin", e.NetIn)
+	o.intPtr("netout", e.NetOut)
+	o.intPtr("diskread", e.DiskRead)
+	o.intPtr("diskwrite", e.DiskWrite)
+	o.intPtr("memhost", e.MemHost)
+	o.strOpt("lock", e.Lock)
+	o.strOpt("tags", e.Tags)
+	o.strOpt("hastate", e.HAState)
+	return o.close()
+}
+
 // vmFigures are a guest's usage figures (deterministic, growing with uptime).
 type vmFigures struct {
 	uptime, mem, memhost, netin, netout, diskread, diskwrite int64
@@ -243,6 +303,21 @@ type storageEntry struct {
 	MaxDisk    *int64 `json:"maxdisk,omitempty"`
 }
 
+func (e storageEntry) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("id", e.ID)
+	o.str("storage", e.Storage)
+	o.str("node", e.Node)
+	o.str("type", e.Type)
+	o.str("plugintype", e.PluginType)
+	o.str("status", e.Status)
+	o.int("shared", int64(e.Shared))
+	o.str("content", e.Content)
+	o.intPtr("disk", e.Disk)
+	o.intPtr("maxdisk", e.MaxDisk)
+	return o.close()
+}
+
 // storages lists the storages the cluster knows (every disk's storage, plus
 // local and local-lvm), with whether each is shared; c.mu must be held.
 func (c *Cluster) storages() map[string]bool {
@@ -265,7 +340,7 @@ func hClusterResources(r *request) response {
 	c.sortVMs()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	res := make([]any, 0, len(c.vms)+len(c.nodes))
+	res := make(jsonList, 0, len(c.vms)+len(c.nodes))
 	if typ == "" || typ == "vm" {
 		for _, key := range c.vmOrder {
 			id, _ := strconv.Atoi(key)

@@ -505,6 +505,9 @@ func encodeBody(resp response) []byte {
 
 // marshal encodes like Perl's JSON: no HTML escaping.
 func marshal(v any) []byte {
+	if a, ok := v.(jsonAppender); ok {
+		return a.appendJSON(make([]byte, 0, 4096))
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -207,3 +207,34 @@ func TestPerlNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendJSON: the hand-written encoders write what encoding/json writes.
+func TestAppendJSON(t *testing.T) {
+	t.Parallel()
+	one, two, n64, f := 1, 2, int64(42), 0.0125
+	for _, v := range []jsonAppender{
+		vmEntry{ID: "qemu/100", VMID: 100, Node: "pve1", Type: "qemu", Status: "unknown"},
+		vmEntry{ID: "qemu/101", VMID: 101, Node: "pve1", Type: "qemu", Status: "running", Name: `we"b\1 ünï <&> ` + "\t\x01",
+			Uptime: &n64, Template: &one, MaxCPU: &two, CPU: &f, MaxMem: &n64, Mem: &n64, MaxDisk: &n64, Disk: &n64,
+			NetIn: &n64, NetOut: &n64, DiskRead: &n64, DiskWrite: &n64, MemHost: &n64, Lock: "migrate", Tags: "a;b", HAState: "started"},
+		nodeEntry{ID: "node/pve1", Node: "pve1", Type: "node", Status: "offline", Level: ""},
+		nodeEntry{ID: "node/pve1", Node: "pve1", Type: "node", Status: "online", CPU: &f, MaxCPU: &two, Mem: &n64, MaxMem: &n64,
+			Disk: &n64, MaxDisk: &n64, Uptime: &n64, Level: "c", SSLFinger: "AB:CD", CgroupMode: &two, HostArch: "x86_64", HAState: "online"},
+		storageEntry{ID: "storage/pve1/local", Storage: "local", Node: "pve1", Type: "storage", PluginType: "dir", Status: "available", Shared: 0, Content: "iso", Disk: &n64, MaxDisk: &n64},
+		storageEntry{ID: "storage/pve1/local", Storage: "local", Node: "pve1", Type: "storage", PluginType: "dir", Status: "unknown", Shared: 1, Content: "iso"},
+	} {
+		var buf strings.Builder
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		want := strings.TrimSuffix(buf.String(), "\n")
+		if got := string(v.appendJSON(nil)); got != want {
+			t.Errorf("appendJSON\n%s\nwant\n%s", got, want)
+		}
+	}
+	if got := string(jsonList{vmEntry{ID: "qemu/1"}, storageEntry{}}.appendJSON(nil)); !strings.HasPrefix(got, `[{"id":"qemu/1",`) || !strings.HasSuffix(got, "}]") {
+		t.Errorf("list %s", got)
+	}
+}
