@@ -72,6 +72,9 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	if cfg.Audit == nil {
+		cfg.Audit = func(ctx context.Context, rec store.AuditRecord) { st.AppendAudit(ctx, rec) }
+	}
 	au, err := auth.New(ctx, st, cfg)
 	if err != nil {
 		t.Fatal(err)

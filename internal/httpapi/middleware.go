@@ -173,6 +173,9 @@ func (s *Server) outer(next http.Handler) http.Handler {
 		ri.log = s.log.With(slog.String("request_id", id))
 		w.Header().Set("X-Request-Id", id)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		// Answers carry tokens and inventory; no cache may keep any of them, and
+		// every 401 then looks the same wherever it comes from.
+		w.Header().Set("Cache-Control", "no-store")
 		rec := &statusRecorder{ResponseWriter: w}
 		r = r.WithContext(context.WithValue(r.Context(), infoKey, ri))
 		defer func() {

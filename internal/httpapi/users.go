@@ -36,7 +36,6 @@ type tokenJSON struct {
 // noStore marks an answer that carries a token (SECURITY.md 17).
 func noStore(w http.ResponseWriter) {
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Pragma", "no-cache")
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
