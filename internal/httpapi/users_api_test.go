@@ -145,12 +145,16 @@ func TestOneAnswerForEveryAuthFailure(t *testing.T) {
 
 	var answers []string
 	for name, r := range map[string]*http.Request{
-		"no header":        bearerReq("GET", "/api/v1/user/me", "", ""),
-		"garbage":          bearerReq("GET", "/api/v1/user/me", "garbage", ""),
-		"two segments":     bearerReq("GET", "/api/v1/user/me", parts[0]+"."+parts[1], ""),
-		"stripped sig":     bearerReq("GET", "/api/v1/user/me", parts[0]+"."+parts[1]+".", ""),
-		"huge":             bearerReq("GET", "/api/v1/user/me", strings.Repeat("a", 5000), ""),
-		"basic scheme":     func() *http.Request { r := bearerReq("GET", "/api/v1/user/me", "", ""); r.SetBasicAuth("bob", "x"); return r }(),
+		"no header":    bearerReq("GET", "/api/v1/user/me", "", ""),
+		"garbage":      bearerReq("GET", "/api/v1/user/me", "garbage", ""),
+		"two segments": bearerReq("GET", "/api/v1/user/me", parts[0]+"."+parts[1], ""),
+		"stripped sig": bearerReq("GET", "/api/v1/user/me", parts[0]+"."+parts[1]+".", ""),
+		"huge":         bearerReq("GET", "/api/v1/user/me", strings.Repeat("a", 5000), ""),
+		"basic scheme": func() *http.Request {
+			r := bearerReq("GET", "/api/v1/user/me", "", "")
+			r.SetBasicAuth("bob", "x")
+			return r
+		}(),
 		"token in query":   bearerReq("GET", "/api/v1/user/me?access_token="+tok+"&token="+tok, "", ""),
 		"refresh garbage":  bearerReq("POST", "/api/v1/user/refresh", "garbage", ""),
 		"logout no header": bearerReq("POST", "/api/v1/user/logout", "", ""),
@@ -286,8 +290,8 @@ func TestStrictInput(t *testing.T) {
 	big := `{"email":"a@b.c","password":"` + strings.Repeat("x", 70<<10) + `"}`
 	for _, c := range []struct {
 		name, method, path, body, ctype string
-		want                             int
-		reason                           string
+		want                            int
+		reason                          string
 	}{
 		{"unknown field", "POST", "/api/v1/user/login", `{"email":"a@b.c","password":"x","admin":true}`, "application/json", 400, "invalid_request"},
 		{"wrong type", "POST", "/api/v1/user/login", `{"email":1,"password":"x"}`, "application/json", 400, "invalid_request"},
