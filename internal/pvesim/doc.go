@@ -61,6 +61,9 @@
 //     migration prepare takes 1 s (3 s to find the target unreachable), RAM
 //     moves at MigrationBandwidth (300 MiB/s) and disks at DiskBandwidth
 //     (1 GiB/s), both capped by bwlimit.
+//   - Tickets, CSRF tokens and token expiry follow emulated time, so a manual
+//     clock can expire them; at Speed 1000 a ticket lasts 7.2 real seconds
+//     (vmgate uses API tokens, which do not expire unless told to).
 //   - Task log timestamps use Options.Location (UTC unless set; `vmgate pvesim`
 //     uses the local zone, as PVE does).
 //

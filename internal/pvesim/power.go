@@ -132,29 +132,43 @@ func (c *Cluster) abortGuestTasks(who principal, n *node, typ string, vmid int, 
 	return upids
 }
 
+// stopChecks is _do_vm_stop's prologue, run under the config lock: the
+// config must be on this node, a stopped VM needs nothing more, a config lock
+// refuses unless skipped. It returns nil when it has ended the task.
+func (c *Cluster) stopChecks(t *task, n *node, vmid int, skiplock bool, at time.Time) *vm {
+	v := c.vms[vmid]
+	switch {
+	case v == nil || v.node != n.name:
+		c.finish(t, at, notFoundOnNode(vmid, n.name))
+		return nil
+	case !v.running:
+		c.finish(t, at, "")
+		return nil
+	case v.lock != "" && !skiplock:
+		c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+		return nil
+	}
+	if msg, failing := c.takeFailure(t.typ); failing {
+		c.finish(t, at, msg)
+		return nil
+	}
+	return v
+}
+
+// quit ends the QEMU process (QMP quit or SIGTERM) and then the task.
+func (c *Cluster) quit(t *task, v *vm, at time.Time) {
+	c.after(t, at, stopDuration, func(at time.Time) {
+		c.powerOff(v, at)
+		c.finish(t, at, "")
+	})
+}
+
 // stopWorker is QemuServer::vm_stop with force; c.mu must be held.
 func (c *Cluster) stopWorker(t *task, n *node, vmid int, skiplock bool, at time.Time) {
 	c.acquire(t, c.configLock(n.name, vmid), at, func(at time.Time) {
-		v := c.vms[vmid]
-		switch {
-		case v == nil || v.node != n.name:
-			c.finish(t, at, notFoundOnNode(vmid, n.name))
-			return
-		case !v.running:
-			c.finish(t, at, "")
-			return
-		case v.lock != "" && !skiplock:
-			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
-			return
+		if v := c.stopChecks(t, n, vmid, skiplock, at); v != nil {
+			c.quit(t, v, at)
 		}
-		if msg, failing := c.takeFailure(t.typ); failing {
-			c.finish(t, at, msg)
-			return
-		}
-		c.after(t, at, stopDuration, func(at time.Time) {
-			c.powerOff(v, at)
-			c.finish(t, at, "")
-		})
 	}, nil)
 }
 
@@ -196,30 +210,14 @@ func hShutdown(r *request) response {
 // shutdownWorker is QemuServer::vm_stop with shutdown; c.mu must be held.
 func (c *Cluster) shutdownWorker(t *task, n *node, vmid int, skiplock bool, timeout *int64, force, graceful bool, at time.Time) {
 	c.acquire(t, c.configLock(n.name, vmid), at, func(at time.Time) {
-		v := c.vms[vmid]
+		v := c.stopChecks(t, n, vmid, skiplock, at)
 		switch {
-		case v == nil || v.node != n.name:
-			c.finish(t, at, notFoundOnNode(vmid, n.name))
-			return
-		case !v.running:
-			c.finish(t, at, "")
-			return
-		case v.lock != "" && !skiplock:
-			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
-			return
+		case v == nil:
+		case !graceful:
+			c.quit(t, v, at)
+		default:
+			c.powerDown(t, v, at, timeout, force, nil)
 		}
-		if msg, failing := c.takeFailure(t.typ); failing {
-			c.finish(t, at, msg)
-			return
-		}
-		if !graceful {
-			c.after(t, at, stopDuration, func(at time.Time) {
-				c.powerOff(v, at)
-				c.finish(t, at, "")
-			})
-			return
-		}
-		c.powerDown(t, v, at, timeout, force, nil)
 	}, nil)
 }
 
@@ -245,10 +243,7 @@ func (c *Cluster) powerDown(t *task, v *vm, at time.Time, timeout *int64, force 
 		}
 		if force {
 			t.log("VM still running - terminating now with SIGTERM")
-			c.after(t, at, stopDuration, func(at time.Time) {
-				c.powerOff(v, at)
-				c.finish(t, at, "")
-			})
+			c.quit(t, v, at)
 			return
 		}
 		if onTimeout != nil {
@@ -322,20 +317,8 @@ func hReboot(r *request) response {
 	}
 	t := c.newTask(n, "qmreboot", strconv.Itoa(vmid), r.who.user, r.now)
 	c.acquire(t, c.configLock(n.name, vmid), r.now, func(at time.Time) {
-		v := c.vms[vmid]
-		switch {
-		case v == nil || v.node != n.name:
-			c.finish(t, at, notFoundOnNode(vmid, n.name))
-			return
-		case !v.running:
-			c.finish(t, at, "")
-			return
-		case v.lock != "":
-			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
-			return
-		}
-		if msg, failing := c.takeFailure(t.typ); failing {
-			c.finish(t, at, msg)
+		v := c.stopChecks(t, n, vmid, false, at)
+		if v == nil {
 			return
 		}
 		v.rebootRequest = true
