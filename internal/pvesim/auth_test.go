@@ -211,3 +211,15 @@ func TestRawErrorResponse(t *testing.T) {
 		t.Fatalf("401 body %q", rest[:n])
 	}
 }
+
+// TestErrorAfterLargeBody: a 401 for a POST whose body was never read still
+// reaches the client intact.
+func TestErrorAfterLargeBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	big := url.Values{"x": {strings.Repeat("a", 200<<10)}}
+	for i := 0; i < 5; i++ {
+		r := e.do(call{method: "POST", path: "/nodes/pve1/qemu/100/status/start", form: big, noAuth: true})
+		wantLine(t, r, 401, "401 No ticket")
+	}
+}

@@ -442,6 +442,9 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp response) {
 	if reason == "" {
 		reason = http.StatusText(resp.status)
 	}
+	// Read what is left of the body first: closing a connection with unread
+	// data makes the kernel reset it, and the client might lose the answer.
+	io.Copy(io.Discard, io.LimitReader(r.Body, maxPost+1))
 	hj, isHJ := w.(http.Hijacker)
 	if !isHJ {
 		w.WriteHeader(resp.status)
