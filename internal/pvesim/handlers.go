@@ -463,7 +463,7 @@ func hVMList(r *request) response {
 		if !c.hasPriv(r.who, "/vms/"+strconv.Itoa(id), "VM.Audit") {
 			continue
 		}
-		res = append(res, c.vmStatus(n.vms[id], r.now, false))
+		res = append(res, c.vmStatus(n.vms[id], r.now, r.flag("full")))
 	}
 	return success(res)
 }

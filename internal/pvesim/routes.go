@@ -42,7 +42,7 @@ var routeTable = buildRoutes([]route{
 	{method: "GET", path: "/cluster/status", handle: hClusterStatus},
 	{method: "GET", path: "/cluster/resources", uses: []string{"type"}, handle: hClusterResources},
 	{method: "GET", path: "/cluster/tasks", handle: hClusterTasks},
-	{method: "GET", path: "/nodes/{node}/qemu", uses: []string{"node"}, handle: hVMList},
+	{method: "GET", path: "/nodes/{node}/qemu", uses: []string{"node", "full"}, handle: hVMList},
 	{method: "GET", path: "/nodes/{node}/qemu/{vmid}/status/current", uses: []string{"node", "vmid"}, handle: hVMStatus},
 	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/start",
 		uses:   []string{"node", "vmid", "skiplock", "stateuri", "migratedfrom", "migration_type", "migration_network", "targetstorage", "force-cpu", "with-conntrack-state", "nets-host-mtu"},

@@ -295,8 +295,12 @@ func TestStatusViews(t *testing.T) {
 		t.Fatalf("resource kinds %v", kinds)
 	}
 	list := decodeData[[]map[string]any](t, e.do(call{path: "/nodes/pve1/qemu"}))
-	if len(list) != 2 || list[0]["vmid"] != 100.0 || list[1]["status"] != "stopped" {
+	if len(list) != 2 || list[0]["vmid"] != 100.0 || list[1]["status"] != "stopped" || list[0]["qmpstatus"] != nil {
 		t.Fatalf("qemu list %v", list)
+	}
+	list = decodeData[[]map[string]any](t, e.do(call{path: "/nodes/pve1/qemu", query: url.Values{"full": {"1"}}}))
+	if list[0]["qmpstatus"] != "running" || list[1]["qmpstatus"] != "stopped" {
+		t.Fatalf("full qemu list %v", list)
 	}
 }
 
