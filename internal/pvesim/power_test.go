@@ -352,6 +352,19 @@ func TestFailNextTasks(t *testing.T) {
 	if st := e.statusOf(second); st["exitstatus"] != "OK" {
 		t.Fatalf("second start %v", st)
 	}
+
+	// A failing HA stand-in queues nothing: no real task follows.
+	addVM(t, e.c, VMSpec{VMID: 103, Node: "pve2", HA: true})
+	e.c.FailNextTasks("hastart", 1, "command 'ha-manager set vm:103 --state started' failed: exit code 255")
+	ha := e.post("pve2", vmPath("pve2", 103, "/status/start"), nil)
+	e.c.Advance(10 * time.Second)
+	want := []string{"Requesting HA start for VM 103", "TASK ERROR: command 'ha-manager set vm:103 --state started' failed: exit code 255"}
+	if got := e.logOf(ha); !reflect.DeepEqual(got, want) {
+		t.Fatalf("stand-in log %q", got)
+	}
+	if tasks := e.c.TasksFor(103); len(tasks) != 1 {
+		t.Fatalf("tasks %+v", tasks)
+	}
 }
 
 // TestTicketUserTasks: a task started with a ticket carries the user name.
