@@ -37,7 +37,7 @@ type vmEnv struct {
 	srv *httptest.Server
 }
 
-func newVMEnv(t *testing.T, speed float64) *vmEnv {
+func newVMEnv(t testing.TB, speed float64) *vmEnv {
 	t.Helper()
 	e := &vmEnv{testEnv: newTestEnv(t)}
 	e.dev = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev"})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -222,20 +221,15 @@ func jsonText(v any) string {
 // upstream maps a PVE client error for the caller.
 func upstream(err error) error { return fleet.UpstreamError(err) }
 
-// vmNotOn builds the 404 for a VM that PVE says is not on node: it names the node
-// the VM is on when the cluster's resources show it elsewhere.
+// vmNotOn builds the 404 for a VM that PVE says is not on node (fleet's wording,
+// shared by every route): it names the node the VM is on when the cluster's
+// resources show it elsewhere.
 func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm VMRef, cause error) error {
-	if res, err := api.Resources(ctx, "vm"); err == nil {
-		for _, r := range res {
-			if r.Type == "qemu" && int64(r.VMID) == vm.VMID && r.Node != vm.Node {
-				return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
-					Message: fmt.Sprintf("VM %d is not on node %s; it is on node %s", vm.VMID, vm.Node, r.Node),
-					Details: map[string]any{"node": r.Node}}
-			}
-		}
+	res, err := api.Resources(ctx, "vm")
+	if err != nil {
+		res = nil
 	}
-	return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
-		Message: fmt.Sprintf("VM %d not found on node %s", vm.VMID, vm.Node)}
+	return fleet.NotOnNode(vm.VMID, vm.Node, res, cause)
 }
 
 // vmState reads the VM's status on its node, mapping "not there" to the 404 that
