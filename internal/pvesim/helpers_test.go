@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -293,8 +292,6 @@ func wantLine(t *testing.T, r result, status int, line string) {
 		t.Fatalf("got %q (body %q), want %q", r.line, r.body, line)
 	}
 }
-
-var errAny = errors.New("any")
 
 func vmPath(node string, vmid int, rest string) string {
 	return fmt.Sprintf("/nodes/%s/qemu/%d%s", node, vmid, rest)

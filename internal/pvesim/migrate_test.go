@@ -2,7 +2,6 @@ package pvesim
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
 	"reflect"
 	"strings"
@@ -447,5 +446,4 @@ func TestMigrationAtSpeed(t *testing.T) {
 	if _, err := e.c.WaitTask(ctx, "UPID:nope"); err == nil {
 		t.Fatal("waiting for an unknown task")
 	}
-	_ = json.Valid
 }
