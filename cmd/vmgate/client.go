@@ -189,20 +189,31 @@ func (c *vmRebootCmd) Run() error { return power(c.vmRef, "reboot", false, c.Wai
 
 type vmStopCmd struct {
 	vmRef
-	Force bool `help:"Power off at once, even while a graceful shutdown hangs."`
-	Wait  int  `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
+	Force   bool `help:"Power off at once, even while a graceful shutdown hangs."`
+	Timeout *int `help:"Seconds PVE gives the guest to shut down (PVE's default: 60)."`
+	Wait    int  `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
 }
 
-func (c *vmStopCmd) Run() error { return power(c.vmRef, "stop", c.Force, c.Wait) }
+func (c *vmStopCmd) Run() error {
+	q := url.Values{}
+	if c.Timeout != nil {
+		q.Set("timeout", strconv.Itoa(*c.Timeout))
+	}
+	return powerQuery(c.vmRef, "stop", c.Force, c.Wait, q)
+}
 
 func power(v vmRef, op string, force bool, wait int) error {
+	return powerQuery(v, op, force, wait, nil)
+}
+
+func powerQuery(v vmRef, op string, force bool, wait int, extra url.Values) error {
 	cl, err := savedClient()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	upid, running, err := cl.Power(ctx, v.Cluster, v.Node, v.VMID, op, force, wait)
+	upid, running, err := cl.Power(ctx, v.Cluster, v.Node, v.VMID, op, force, wait, extra)
 	if err != nil {
 		return err
 	}

@@ -206,10 +206,14 @@ func (c *Client) Task(ctx context.Context, upid string, clusterID int64, wait in
 	return t, err
 }
 
-// Power runs start, stop or reboot. force applies to stop. It returns the task id
+// Power runs start, stop or reboot. force applies to stop; extra adds query
+// parameters (stop's timeout). It returns the task id
 // (X-Task-Id) and whether the task was still running when the wait ended (202).
-func (c *Client) Power(ctx context.Context, clusterID int64, node string, vmid int64, op string, force bool, wait int) (string, bool, error) {
+func (c *Client) Power(ctx context.Context, clusterID int64, node string, vmid int64, op string, force bool, wait int, extra url.Values) (string, bool, error) {
 	q := url.Values{}
+	for k, vs := range extra {
+		q[k] = vs
+	}
 	if force {
 		q.Set("force", "true")
 	}
