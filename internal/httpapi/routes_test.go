@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// TestEveryRouteIsDocumented keeps the route table and api/openapi.yaml in step:
+// every route is an operation of the document and every operation is a route.
+func TestEveryRouteIsDocumented(t *testing.T) {
+	doc, _, err := apitest.Document()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The route table only needs non-nil use cases to list every route.
+	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil)}
+	var routes []string
+	for _, rt := range s.routes() {
+		routes = append(routes, rt.method+" "+rt.pattern)
+	}
+	var documented []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented = append(documented, method+" "+path)
+		}
+	}
+	for _, r := range routes {
+		if !slices.Contains(documented, r) {
+			t.Errorf("route %s is not in api/openapi.yaml", r)
+		}
+	}
+	for _, d := range documented {
+		if !slices.Contains(routes, d) {
+			t.Errorf("api/openapi.yaml documents %s, which is no route", d)
+		}
+	}
+	if len(routes) < 30 {
+		t.Errorf("only %d routes: %s", len(routes), strings.Join(routes, ", "))
+	}
+}
