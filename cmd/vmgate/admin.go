@@ -27,12 +27,20 @@ type adminUserCmd struct {
 	Disable adminUserDisableCmd `cmd:"" help:"Disable a user and end their sessions at once."`
 }
 
-func (a *adminCmd) open(ctx context.Context) (store.Store, error) {
+// withStore opens the database the server would use, runs fn and closes it.
+func (a *adminCmd) withStore(fn func(ctx context.Context, st store.Store) error) error {
 	s := serverCmd{Database: a.Database, DataDir: a.DataDir}
 	if _, err := s.paths(); err != nil {
-		return nil, err
+		return err
 	}
-	return store.Open(ctx, s.Database)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, s.Database)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(ctx, st)
 }
 
 type adminUserCreateCmd struct {
@@ -61,43 +69,33 @@ func (c *adminUserCreateCmd) Run(a *adminCmd) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	u, err := st.CreateUser(ctx, store.User{Email: email, Nickname: c.Nickname, PasswordHash: hash, Role: c.Role})
-	if err != nil {
-		return err
-	}
-	st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.create", Target: fmt.Sprintf("user:%d", u.ID),
-		Params: fmt.Sprintf(`{"role":%q,"via":"cli"}`, u.Role), Result: "ok"})
-	fmt.Printf("created user %d %s (%s)\n", u.ID, u.Email, u.Role)
-	return nil
+	return a.withStore(func(ctx context.Context, st store.Store) error {
+		u, err := st.CreateUser(ctx, store.User{Email: email, Nickname: c.Nickname, PasswordHash: hash, Role: c.Role})
+		if err != nil {
+			return err
+		}
+		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.create", Target: fmt.Sprintf("user:%d", u.ID),
+			Params: fmt.Sprintf(`{"role":%q,"via":"cli"}`, u.Role), Result: "ok"})
+		fmt.Printf("created user %d %s (%s)\n", u.ID, u.Email, u.Role)
+		return nil
+	})
 }
 
 type adminUserListCmd struct{}
 
 func (adminUserListCmd) Run(a *adminCmd) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	users, err := st.ListUsers(ctx)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tEMAIL\tNICKNAME\tROLE\tDISABLED")
-	for _, u := range users {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\n", u.ID, u.Email, u.Nickname, u.Role, u.Disabled)
-	}
-	return tw.Flush()
+	return a.withStore(func(ctx context.Context, st store.Store) error {
+		users, err := st.ListUsers(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tEMAIL\tNICKNAME\tROLE\tDISABLED")
+		for _, u := range users {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\n", u.ID, u.Email, u.Nickname, u.Role, u.Disabled)
+		}
+		return tw.Flush()
+	})
 }
 
 type adminUserDisableCmd struct {
@@ -107,27 +105,22 @@ type adminUserDisableCmd struct {
 // Run disables the user and revokes their sessions through the store's change feed,
 // so a running server drops them from its cache within its poll interval.
 func (c *adminUserDisableCmd) Run(a *adminCmd) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	u, err := st.UserByEmail(ctx, c.Email)
-	if err != nil {
-		return err
-	}
-	u.Disabled = true
-	if _, err := st.UpdateUser(ctx, u); err != nil {
-		return err
-	}
-	ids, err := st.RevokeUserSessions(ctx, u.ID, "", time.Now(), "disabled")
-	if err != nil {
-		return err
-	}
-	st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.disable", Target: fmt.Sprintf("user:%d", u.ID),
-		Params: `{"via":"cli"}`, Result: "ok"})
-	fmt.Printf("disabled user %d %s; ended %d session(s)\n", u.ID, u.Email, len(ids))
-	return nil
+	return a.withStore(func(ctx context.Context, st store.Store) error {
+		u, err := st.UserByEmail(ctx, c.Email)
+		if err != nil {
+			return err
+		}
+		u.Disabled = true
+		if _, err := st.UpdateUser(ctx, u); err != nil {
+			return err
+		}
+		ids, err := st.RevokeUserSessions(ctx, u.ID, "", time.Now(), "disabled")
+		if err != nil {
+			return err
+		}
+		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.disable", Target: fmt.Sprintf("user:%d", u.ID),
+			Params: `{"via":"cli"}`, Result: "ok"})
+		fmt.Printf("disabled user %d %s; ended %d session(s)\n", u.ID, u.Email, len(ids))
+		return nil
+	})
 }

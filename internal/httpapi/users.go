@@ -164,6 +164,15 @@ func pathUserID(r *http.Request) (int64, error) {
 	return parseIntParam("user id", r.PathValue("id"), 1, 1<<53)
 }
 
+// pathUser reads the {id} path value and loads that user.
+func (s *Server) pathUser(r *http.Request) (store.User, error) {
+	id, err := pathUserID(r)
+	if err != nil {
+		return store.User{}, err
+	}
+	return s.store.UserByID(r.Context(), id)
+}
+
 func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
@@ -180,7 +189,13 @@ func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func validRole(role string) bool { return role == store.RoleAdmin || role == store.RoleUser }
+// checkRole accepts the two global roles.
+func checkRole(role string) error {
+	if role == store.RoleAdmin || role == store.RoleUser {
+		return nil
+	}
+	return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.RoleAdmin, store.RoleUser)
+}
 
 func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
@@ -195,8 +210,8 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 	if in.Role == "" {
 		in.Role = store.RoleUser
 	}
-	if !validRole(in.Role) {
-		return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.RoleAdmin, store.RoleUser)
+	if err := checkRole(in.Role); err != nil {
+		return err
 	}
 	u, err := s.accounts.CreateUser(r.Context(), in.Email, in.Nickname, in.Password, in.Role)
 	result := "ok"
@@ -212,11 +227,7 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getUser(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathUserID(r)
-	if err != nil {
-		return err
-	}
-	u, err := s.store.UserByID(r.Context(), id)
+	u, err := s.pathUser(r)
 	if err != nil {
 		return err
 	}
@@ -256,8 +267,10 @@ func (s *Server) patchUser(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	if in.Role != nil && !validRole(*in.Role) {
-		return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.RoleAdmin, store.RoleUser)
+	if in.Role != nil {
+		if err := checkRole(*in.Role); err != nil {
+			return err
+		}
 	}
 	u, err := s.store.UserByID(r.Context(), id)
 	if err != nil {
@@ -318,14 +331,11 @@ func (s *Server) patchUser(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteUser(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathUserID(r)
+	u, err := s.pathUser(r)
 	if err != nil {
 		return err
 	}
-	u, err := s.store.UserByID(r.Context(), id)
-	if err != nil {
-		return err
-	}
+	id := u.ID
 	if err := s.lastAdminGuard(r, u); err != nil {
 		return err
 	}
