@@ -276,3 +276,50 @@ func TestKill9DuringMigration(t *testing.T) {
 		t.Errorf("VM 100 after the migration: %+v %v, want on pve2", vm, err)
 	}
 }
+
+// TestDisableFromAnotherProcess: `vmgate admin user disable` writes to the database
+// while a server runs on it. The server learns of the revocation through the session
+// change feed and refuses the user's token within its poll interval (DESIGN §3.1:
+// revocation holds on every replica; the admin command is one more writer).
+func TestDisableFromAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	for _, u := range []struct{ email, role string }{{"root@example.com", "admin"}, {"carol@example.com", "user"}} {
+		create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", u.email, "--role", u.role, "--password-stdin")
+		create.Stdin = strings.NewReader("another fine passphrase\n")
+		if out, err := create.CombinedOutput(); err != nil {
+			t.Fatalf("admin user create %s: %v\n%s", u.email, err, out)
+		}
+	}
+	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := cli.NewClient(base, "")
+	if _, err := c.Login(ctx, "carol@example.com", "another fine passphrase"); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+		t.Fatalf("me before disable: %v", err)
+	}
+
+	out, err := exec.Command(binary, "admin", "--data-dir", dir, "user", "disable", "--email", "carol@example.com").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ended 1 session") {
+		t.Fatalf("admin user disable: %v\n%s", err, out)
+	}
+	list, err := exec.Command(binary, "admin", "--data-dir", dir, "user", "list").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`carol@example.com\s+\S*\s*user\s+true`).Match(list) {
+		t.Fatalf("admin user list after disable: %v\n%s", err, list)
+	}
+	disabledAt := time.Now()
+	for {
+		_, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil)
+		if status(err) == http.StatusUnauthorized {
+			t.Logf("the server refused the token %v after the disable", time.Since(disabledAt).Round(time.Millisecond))
+			break
+		}
+		if time.Since(disabledAt) > 5*time.Second {
+			t.Fatalf("the token still works 5 s after the user was disabled from another process (last: %v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
