@@ -179,6 +179,34 @@ type IdempotencyRecord struct {
 	ExpiresAt   time.Time
 }
 
+// Defaults of PruneOptions.
+const (
+	DefaultPruneChanges  = 24 * time.Hour
+	DefaultPruneSessions = 7 * 24 * time.Hour
+	DefaultPruneBatch    = 1000
+)
+
+// PruneOptions says what Prune deletes. Zero or negative fields take their defaults.
+type PruneOptions struct {
+	// ChangesOlderThan: session change feed entries whose session changed longer ago
+	// than this go (default DefaultPruneChanges, a day).
+	ChangesOlderThan time.Duration
+	// SessionsEndedBefore: sessions that expired or were revoked longer ago than this
+	// go (default DefaultPruneSessions, a week).
+	SessionsEndedBefore time.Duration
+	// Batch is how many rows one DELETE removes at most (default DefaultPruneBatch).
+	// Each batch commits on its own, so a large backlog never holds the write lock
+	// (all of SQLite's) for long.
+	Batch int
+}
+
+// PruneResult counts the rows Prune deleted.
+type PruneResult struct {
+	Changes         int64 // session change feed entries
+	Sessions        int64
+	IdempotencyKeys int64
+}
+
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
 type Store interface {
 	// Ping checks that the database answers (used by /readyz).
@@ -249,4 +277,25 @@ type Store interface {
 	// ReleaseIdempotencyKey deletes a claimed, unfinished key (the request failed before
 	// anything started, so a retry may run it).
 	ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error
+
+	// Prune deletes what nobody needs any more, judged at now: session change feed
+	// entries older than p.ChangesOlderThan, sessions that ended (expired or were
+	// revoked) more than p.SessionsEndedBefore ago, and idempotency keys past their
+	// ExpiresAt. It deletes in batches of p.Batch rows, each its own transaction,
+	// until none is left, and may run on every replica at once.
+	//
+	// The feed only ever loses its head: an entry goes only with every entry of a
+	// lower Seq, the first entry newer than ChangesOlderThan stops the pruning (so
+	// replicas with skewed clocks cannot punch holes), and the newest entry always
+	// stays. A poller that is behind by less than ChangesOlderThan therefore still
+	// reads every change after its Seq, in order. A poller that fell behind by more
+	// (stopped, or cut off from the store for that long) may have missed changes and
+	// must reload what it caches instead of trusting the feed; auth's cache rereads
+	// every session after SessionRecheck anyway.
+	//
+	// A pruned session is NotFound from then on, like one that never existed.
+	//
+	// On error the result counts what was deleted before it. Racing prunes share the
+	// rows between them and one may stop early; what is left goes on the next call.
+	Prune(ctx context.Context, now time.Time, p PruneOptions) (PruneResult, error)
 }

@@ -38,6 +38,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyRace", testIdempotencyRace},
+		{"Prune", testPrune},
+		{"PruneKeepsNewestChange", testPruneKeepsNewestChange},
+		{"PruneBatches", testPruneBatches},
+		{"PruneRace", testPruneRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -851,4 +855,233 @@ func testIdempotencyRace(t *testing.T, s store.Store) {
 	for i := range n {
 		same(t, hashes[i], fmt.Sprint("h", winner), fmt.Sprintf("record seen by claim %d", i))
 	}
+}
+
+// pruneNow is when the Prune tests prune: a month after base, so the defaults
+// (a day for the feed, a week for sessions) fall well after everything set at base.
+var pruneNow = at(30 * 24 * time.Hour)
+
+func ago(d time.Duration) time.Time { return pruneNow.Add(-d) }
+
+// wantSessions fails t unless exactly the sessions of ids among all exist.
+func wantSessions(t *testing.T, s store.Store, all, ids []string, what string) {
+	t.Helper()
+	for _, id := range all {
+		_, err := s.SessionByID(t.Context(), id)
+		switch {
+		case slices.Contains(ids, id):
+			ok(t, err, fmt.Sprintf("%s: session %s", what, id))
+		default:
+			wantKind(t, err, errs.NotFound, fmt.Sprintf("%s: pruned session %s", what, id))
+		}
+	}
+}
+
+// feedIDs returns the session IDs of the whole feed, oldest first.
+func feedIDs(t *testing.T, s store.Store) []string {
+	t.Helper()
+	changes, err := s.SessionChanges(t.Context(), 0, 1000)
+	ok(t, err, "read the feed")
+	ids := []string{}
+	for _, c := range changes {
+		ids = append(ids, c.SessionID)
+	}
+	return ids
+}
+
+// mkEndedSessions creates sessions prefix0..prefix(n-1), revoked at revoked, so the
+// feed gains one entry for each changed at revoked.
+func mkEndedSessions(t *testing.T, s store.Store, userID int64, prefix string, n int, revoked time.Time) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprint(prefix, i)
+		mkSession(t, s, id, userID, pruneNow.Add(time.Hour))
+		ok(t, s.RevokeSession(t.Context(), id, revoked, "logout"), "revoke "+id)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// mkIdemKeys claims keys prefix0..prefix(n-1) that expire at expires.
+func mkIdemKeys(t *testing.T, s store.Store, userID int64, prefix string, n int, expires time.Time) {
+	t.Helper()
+	for i := range n {
+		_, claimed, err := s.ClaimIdempotencyKey(t.Context(), store.IdempotencyRecord{UserID: userID,
+			Key: fmt.Sprint(prefix, i), RequestHash: "h", CreatedAt: base, ExpiresAt: expires})
+		ok(t, err, "claim "+fmt.Sprint(prefix, i))
+		if !claimed {
+			t.Fatalf("claim %s%d lost", prefix, i)
+		}
+	}
+}
+
+// wantIdemKeys fails t unless each key of keys is held (held) or gone (!held).
+func wantIdemKeys(t *testing.T, s store.Store, userID int64, held bool, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		// A claim at base cannot replace even an expired key, as base is before
+		// every ExpiresAt here: it wins exactly when the key is gone.
+		_, claimed, err := s.ClaimIdempotencyKey(t.Context(), store.IdempotencyRecord{UserID: userID, Key: key,
+			RequestHash: "probe", CreatedAt: base, ExpiresAt: base.Add(time.Millisecond)})
+		ok(t, err, "probe idempotency key "+key)
+		if claimed == held {
+			t.Fatalf("idempotency key %s: held %v, want %v", key, !claimed, held)
+		}
+		if claimed {
+			ok(t, s.ReleaseIdempotencyKey(t.Context(), userID, key), "release probe "+key)
+		}
+	}
+}
+
+// testPrune prunes with the default options: what ended long enough ago goes, what
+// is recent or live stays, and the feed stays whole after the oldest entry kept.
+func testPrune(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "prune@example.com")
+
+	mkSession(t, s, "expired-long", u.ID, ago(8*24*time.Hour))
+	mkSession(t, s, "expired-recent", u.ID, ago(24*time.Hour))
+	mkSession(t, s, "active", u.ID, pruneNow.Add(time.Hour))
+	for _, id := range []string{"revoked-long", "revoked-recent", "revoked-fresh", "revoked-skewed"} {
+		mkSession(t, s, id, u.ID, pruneNow.Add(time.Hour))
+	}
+	// The feed, oldest first, with when each changed. revoked-skewed comes after a
+	// fresh entry but carries an old time, as a replica with a slow clock writes.
+	ok(t, s.RevokeSession(ctx, "revoked-long", ago(8*24*time.Hour), "logout"), "revoke")   // old
+	ok(t, s.RevokeSession(ctx, "revoked-recent", ago(2*24*time.Hour), "logout"), "revoke") // old
+	_, _, err := s.RotateSession(ctx, "active", 1, ago(25*time.Hour))                      // old
+	ok(t, err, "rotate")
+	ok(t, s.RevokeSession(ctx, "revoked-fresh", ago(time.Hour), "logout"), "revoke")       // fresh
+	ok(t, s.RevokeSession(ctx, "revoked-skewed", ago(3*24*time.Hour), "logout"), "revoke") // old, after a fresh one
+	_, _, err = s.RotateSession(ctx, "active", 2, ago(time.Minute))                        // fresh
+	ok(t, err, "rotate")
+	before, err := s.SessionChanges(ctx, 0, 100)
+	ok(t, err, "feed before pruning")
+	same(t, len(before), 6, "feed entries before pruning")
+
+	mkIdemKeys(t, s, u.ID, "expired", 1, pruneNow.Add(-time.Millisecond))
+	mkIdemKeys(t, s, u.ID, "at-now", 1, pruneNow)
+	mkIdemKeys(t, s, u.ID, "live", 1, pruneNow.Add(time.Millisecond))
+
+	res, err := s.Prune(ctx, pruneNow, store.PruneOptions{})
+	ok(t, err, "prune")
+	same(t, res, store.PruneResult{Changes: 3, Sessions: 2, IdempotencyKeys: 2}, "pruned")
+
+	wantSessions(t, s, []string{"expired-long", "expired-recent", "active", "revoked-long", "revoked-recent",
+		"revoked-fresh", "revoked-skewed"}, []string{"expired-recent", "active", "revoked-recent", "revoked-fresh",
+		"revoked-skewed"}, "after pruning")
+	wantIdemKeys(t, s, u.ID, false, "expired0", "at-now0")
+	wantIdemKeys(t, s, u.ID, true, "live0")
+
+	// Everything from the first fresh entry on stays, with its Seq, in order: a
+	// poller at any Seq from there on reads exactly what it read before.
+	after, err := s.SessionChanges(ctx, 0, 100)
+	ok(t, err, "feed after pruning")
+	same(t, after, before[3:], "feed after pruning")
+	for i := 2; i < len(before); i++ {
+		page, err := s.SessionChanges(ctx, before[i].Seq, 100)
+		ok(t, err, "poll after pruning")
+		same(t, page, before[i+1:], fmt.Sprintf("changes after seq %d", before[i].Seq))
+	}
+	// New changes follow the ones kept.
+	ok(t, s.RevokeSession(ctx, "active", pruneNow, "logout"), "revoke after pruning")
+	page, err := s.SessionChanges(ctx, before[5].Seq, 100)
+	ok(t, err, "poll a change after pruning")
+	if len(page) != 1 || page[0].SessionID != "active" || page[0].Seq <= before[5].Seq {
+		t.Fatalf("change after pruning: %+v after %+v", page, before[5])
+	}
+
+	res, err = s.Prune(ctx, pruneNow, store.PruneOptions{})
+	ok(t, err, "prune again")
+	same(t, res, store.PruneResult{}, "pruned by a second run")
+
+	// Shorter options take effect: half a minute for the feed, two hours for sessions.
+	res, err = s.Prune(ctx, pruneNow, store.PruneOptions{ChangesOlderThan: time.Minute / 2, SessionsEndedBefore: 2 * time.Hour})
+	ok(t, err, "prune with short options")
+	same(t, res, store.PruneResult{Changes: 3, Sessions: 3}, "pruned with short options")
+	wantSessions(t, s, []string{"expired-recent", "active", "revoked-recent", "revoked-fresh", "revoked-skewed"},
+		[]string{"active", "revoked-fresh"}, "after pruning with short options")
+	same(t, feedIDs(t, s), []string{"active"}, "feed after pruning with short options")
+}
+
+// testPruneKeepsNewestChange prunes a feed whose every entry is old: the newest
+// stays, so the feed never empties, and later changes come after it.
+func testPruneKeepsNewestChange(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "newest@example.com")
+	mkEndedSessions(t, s, u.ID, "n", 3, base)
+	before, err := s.SessionChanges(ctx, 0, 100)
+	ok(t, err, "feed")
+
+	for range 2 {
+		res, err := s.Prune(ctx, pruneNow, store.PruneOptions{SessionsEndedBefore: 365 * 24 * time.Hour})
+		ok(t, err, "prune")
+		if res.Changes > 2 || res.Sessions != 0 {
+			t.Fatalf("pruned %+v", res)
+		}
+		after, err := s.SessionChanges(ctx, 0, 100)
+		ok(t, err, "feed after pruning")
+		same(t, after, before[2:], "feed after pruning every old entry")
+	}
+
+	mkEndedSessions(t, s, u.ID, "later", 1, pruneNow)
+	page, err := s.SessionChanges(ctx, before[2].Seq, 100)
+	ok(t, err, "poll")
+	if len(page) != 1 || page[0].SessionID != "later0" || page[0].Seq <= before[2].Seq {
+		t.Fatalf("change after pruning: %+v after %+v", page, before[2])
+	}
+}
+
+// testPruneBatches prunes backlogs of exactly, more and fewer rows than a batch.
+func testPruneBatches(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "batch@example.com")
+	for round, batch := range []int{2, 1, 5, 6, 1000} {
+		prefix := fmt.Sprintf("b%d-", round)
+		ended := mkEndedSessions(t, s, u.ID, prefix, 5, base)
+		mkIdemKeys(t, s, u.ID, prefix, 5, base.Add(time.Hour))
+		// Five old entries, and the newest stays until the next round adds newer.
+		wantChanges := int64(4)
+		if round > 0 {
+			wantChanges = 5
+		}
+		res, err := s.Prune(ctx, pruneNow, store.PruneOptions{Batch: batch})
+		ok(t, err, fmt.Sprintf("prune in batches of %d", batch))
+		same(t, res, store.PruneResult{Changes: wantChanges, Sessions: 5, IdempotencyKeys: 5},
+			fmt.Sprintf("pruned in batches of %d", batch))
+		wantSessions(t, s, ended, nil, fmt.Sprintf("batches of %d", batch))
+		same(t, feedIDs(t, s), ended[4:], fmt.Sprintf("feed after batches of %d", batch))
+	}
+}
+
+// testPruneRace runs prunes on several replicas at once: none fails, no row is
+// counted twice, and what a racing prune left goes with the next.
+func testPruneRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "prunerace@example.com")
+	ended := mkEndedSessions(t, s, u.ID, "r", 20, base)
+	mkIdemKeys(t, s, u.ID, "r", 20, base.Add(time.Hour))
+
+	const n = 4
+	results := make([]store.PruneResult, n+1)
+	race(t, s, n, func(i int) {
+		var err error
+		results[i], err = s.Prune(ctx, pruneNow, store.PruneOptions{Batch: 3})
+		if err != nil {
+			t.Errorf("prune %d: %v", i, err)
+		}
+	})
+	var err error
+	results[n], err = s.Prune(ctx, pruneNow, store.PruneOptions{Batch: 3})
+	ok(t, err, "prune after the race")
+	var total store.PruneResult
+	for _, r := range results {
+		total.Changes += r.Changes
+		total.Sessions += r.Sessions
+		total.IdempotencyKeys += r.IdempotencyKeys
+	}
+	same(t, total, store.PruneResult{Changes: 19, Sessions: 20, IdempotencyKeys: 20}, "pruned by all")
+	wantSessions(t, s, ended, nil, "after racing prunes")
+	same(t, feedIDs(t, s), ended[19:], "feed after racing prunes")
 }
