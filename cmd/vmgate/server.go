@@ -203,7 +203,8 @@ func (c *serverCmd) Run() error {
 
 	bg, cancelBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{a.accounts.Run, a.vms.Run} {
+	prune := func(ctx context.Context) error { return pruneEvery(ctx, a.store, time.Hour, log) }
+	for _, run := range []func(context.Context) error{a.accounts.Run, a.vms.Run, prune} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -310,4 +311,28 @@ func (c *serverCmd) printDevHelp(base string) {
 	}
 	fmt.Printf("try:\n  TOKEN=$(curl -s %s/api/v1/user/login -H 'Content-Type: application/json' -d \"{\\\"email\\\":\\\"%s\\\",\\\"password\\\":\\\"%s\\\"}\" | jq -r .data.token)\n", base, devAdmin, pw)
 	fmt.Printf("  curl -s -H \"Authorization: Bearer $TOKEN\" %s/api/v1/pve/clusters/1/vms | jq\n", base)
+}
+
+// pruneEvery deletes what no one needs any more — the session change feed past a
+// day, sessions ended a week ago, expired idempotency keys — once at start and then
+// every interval, so the database does not grow with every login.
+func pruneEvery(ctx context.Context, st store.Store, every time.Duration, log *slog.Logger) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		res, err := st.Prune(ctx, time.Now(), store.PruneOptions{})
+		switch {
+		case errors.Is(err, context.Canceled):
+			return err
+		case err != nil:
+			log.Error("prune failed", "error", err)
+		case res.Changes+res.Sessions+res.IdempotencyKeys > 0:
+			log.Info("pruned", "session_changes", res.Changes, "sessions", res.Sessions, "idempotency_keys", res.IdempotencyKeys)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
