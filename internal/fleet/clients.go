@@ -115,3 +115,16 @@ func (s *Service) clientConfig(c store.Cluster) (pve.Config, error) {
 		Logger:             s.log.With(slog.Int64("cluster", c.ID)),
 	}, nil
 }
+
+// ClientStats returns the upstream counters of every cluster's cached PVE client,
+// for the metrics endpoint. A client rebuilt after a cluster change starts from zero
+// (a counter reset, which Prometheus handles).
+func (s *Service) ClientStats() map[int64]pve.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int64]pve.Stats, len(s.clients))
+	for id, cc := range s.clients {
+		out[id] = cc.client.Stats()
+	}
+	return out
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -88,6 +89,9 @@ func New(cfg Config) (*Server, error) {
 		defer cancel()
 		return float64(s.accounts.ActiveSessions(ctx))
 	})
+	if st, ok := cfg.Fleet.(interface{ ClientStats() map[int64]pve.Stats }); ok {
+		reg.MustRegister(pveCollector{stats: st.ClientStats})
+	}
 	s.handler = s.outer(newMux(s.routes(), s.wrap))
 	return s, nil
 }
