@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,17 +300,20 @@ type call struct {
 	query  url.Values
 	form   url.Values // the body of a POST
 	limit  int64      // body size limit of a success answer
+	out    any        // where a success answer's data is decoded (nil: not read)
 	// pinned: send to this endpoint only, no failover, no retry.
 	pinned *endpoint
 }
 
 func (cl *call) write() bool { return cl.method != http.MethodGet }
 
-// result is what one successful call yields: the envelope's data and total.
+// result is what one successful call yields: the envelope's total, with its
+// data decoded into call.out, or why the data could not be (dataErr: the
+// envelope was PVE's, so the endpoint answered; the caller words the error).
 type result struct {
-	data  json.RawMessage
-	total int64
-	ep    *endpoint
+	total   int64
+	dataErr error
+	ep      *endpoint
 }
 
 // ambiguity is do's internal report that a write may have reached PVE without
@@ -517,12 +521,11 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 			}
 			return result{}, outFailover, fmt.Errorf("reading the answer: %w", err)
 		}
-		res, err := decodeEnvelope(b)
-		if err != nil {
-			return result{}, outAnswer, fmt.Errorf("pve: %s %s at %s: %w: %v", cl.method, cl.path.escaped, ep.base, ErrBadResponse, err)
+		total, envErr, dataErr := decodeAnswer(b, cl.out)
+		if envErr != nil {
+			return result{}, outAnswer, fmt.Errorf("pve: %s %s at %s: %w: %v", cl.method, cl.path.escaped, ep.base, ErrBadResponse, envErr)
 		}
-		res.ep = ep
-		return res, outOK, nil
+		return result{total: total, dataErr: dataErr, ep: ep}, outOK, nil
 	}
 
 	b, _ := readLimited(resp.Body, limitErrorBody) // an error's body is a courtesy; the status line is the answer
@@ -617,20 +620,185 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// decodeAnswer reads PVE's {"data": ..., "total": N} and decodes data into
+// out (a pointer to a zero value; nil: data is not read). envErr: b is not
+// such an envelope; dataErr: its data is missing, null or not what out holds.
+//
+// The usual answer is decoded in one pass (decodeAnswerFast); any answer
+// that pass does not take as it is — including every one that fails — is
+// decoded again from scratch by decodeEnvelope and decodeData, which define
+// what is accepted and every error.
+func decodeAnswer(b []byte, out any) (total int64, envErr, dataErr error) {
+	if out != nil {
+		if total, ok := decodeAnswerFast(b, out); ok {
+			return total, nil, nil
+		}
+		// The fast pass may have filled part of out.
+		if v := reflect.ValueOf(out); v.Kind() == reflect.Pointer && !v.IsNil() {
+			v.Elem().SetZero()
+		}
+	}
+	data, total, err := decodeEnvelope(b)
+	if err != nil {
+		return 0, err, nil
+	}
+	return total, nil, decodeData(data, out)
+}
+
 // decodeEnvelope reads PVE's {"data": ..., "total": N}.
-func decodeEnvelope(b []byte) (result, error) {
+func decodeEnvelope(b []byte) (json.RawMessage, int64, error) {
 	var env struct {
 		Data  json.RawMessage `json:"data"`
 		Total flexInt         `json:"total"`
 	}
 	trimmed := strings.TrimSpace(string(b))
 	if !strings.HasPrefix(trimmed, "{") {
-		return result{}, fmt.Errorf("answer is not a JSON object: %q", truncate(trimmed, 80))
+		return nil, 0, fmt.Errorf("answer is not a JSON object: %q", truncate(trimmed, 80))
 	}
 	if err := json.Unmarshal(b, &env); err != nil {
-		return result{}, fmt.Errorf("answer is not PVE's JSON envelope: %v", err)
+		return nil, 0, fmt.Errorf("answer is not PVE's JSON envelope: %v", err)
 	}
-	return result{data: env.Data, total: int64(env.Total)}, nil
+	return env.Data, int64(env.Total), nil
+}
+
+// decodeAnswerFast decodes an envelope of the plain shape — JSON whitespace,
+// an object whose keys are printable ASCII without escapes, "data" (not
+// null) once, "total" at most once, other keys ignored — unmarshalling data
+// straight from b into out, without copying it out first. It reports false
+// for anything else and for any error, leaving the answer to decodeEnvelope
+// and decodeData. When it reports true they would have accepted b with the
+// same out and total: every value is checked by encoding/json itself
+// (json.Unmarshal or json.Valid on exactly that value's bytes), the
+// structure around the values is checked here, and keys are matched as
+// encoding/json matches them to the fields (case-insensitively).
+func decodeAnswerFast(b []byte, out any) (int64, bool) {
+	i := skipJSONSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	var total flexInt
+	seenData, seenTotal := false, false
+	for i = skipJSONSpace(b, i+1); ; {
+		if i >= len(b) || b[i] != '"' {
+			return 0, false
+		}
+		k := i + 1
+		for k < len(b) && b[k] != '"' {
+			if c := b[k]; c < 0x20 || c >= 0x7f || c == '\\' {
+				return 0, false
+			}
+			k++
+		}
+		if k >= len(b) {
+			return 0, false
+		}
+		key := b[i+1 : k]
+		i = skipJSONSpace(b, k+1)
+		if i >= len(b) || b[i] != ':' {
+			return 0, false
+		}
+		i = skipJSONSpace(b, i+1)
+		end := jsonValueEnd(b, i)
+		if end <= i {
+			return 0, false
+		}
+		v := b[i:end]
+		switch {
+		case asciiEqualFold(key, "data"):
+			if seenData || string(v) == "null" || json.Unmarshal(v, out) != nil {
+				return 0, false
+			}
+			seenData = true
+		case asciiEqualFold(key, "total"):
+			if seenTotal || json.Unmarshal(v, &total) != nil {
+				return 0, false
+			}
+			seenTotal = true
+		default:
+			if !json.Valid(v) {
+				return 0, false
+			}
+		}
+		i = skipJSONSpace(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipJSONSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == '}' {
+			i = skipJSONSpace(b, i+1)
+			break
+		}
+		return 0, false
+	}
+	if i != len(b) || !seenData {
+		return 0, false
+	}
+	return int64(total), true
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// jsonValueEnd returns where the JSON value starting at b[i] ends, by its
+// delimiters only (strings and their escapes, bracket depth, the end of a
+// literal): a proposal that the caller has encoding/json validate. It
+// returns i when no end is found.
+func jsonValueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	if c := b[i]; c != '"' && c != '{' && c != '[' {
+		// A number, true, false or null: up to a delimiter.
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' &&
+			b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+			j++
+		}
+		return j
+	}
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			for j++; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++ // the escaped byte, a quote included
+				}
+			}
+			if j >= len(b) {
+				return i
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+		if depth == 0 {
+			return j + 1
+		}
+	}
+	return i
+}
+
+// asciiEqualFold is bytes.EqualFold for an ASCII key and a lower-case name.
+func asciiEqualFold(key []byte, name string) bool {
+	if len(key) != len(name) {
+		return false
+	}
+	for i := range key {
+		c := key[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // buildError keeps everything an error answer says. PVE ≥ 8.3 sends
@@ -691,16 +859,17 @@ func cleanText(s string) string {
 
 // get performs a read and decodes data into out.
 func (c *Client) get(ctx context.Context, p apiPath, q url.Values, limit int64, out any) (int64, error) {
-	res, err := c.do(ctx, call{method: http.MethodGet, path: p, query: q, limit: limit})
+	res, err := c.do(ctx, call{method: http.MethodGet, path: p, query: q, limit: limit, out: out})
 	if err != nil {
 		return 0, err
 	}
-	if err := decodeData(res.data, out); err != nil {
+	if err := res.dataErr; err != nil {
 		return 0, fmt.Errorf("pve: GET %s at %s: %w: %v", p.escaped, res.ep.base, ErrBadResponse, err)
 	}
 	return res.total, nil
 }
 
+// decodeData decodes an envelope's data into out.
 func decodeData(data json.RawMessage, out any) error {
 	if out == nil {
 		return nil

@@ -98,7 +98,11 @@
 // lists and logs; 64 KiB for error bodies), texts are bounded and stripped of
 // control characters, and the UPID a write returns must parse and name the
 // node, VM and task type asked for. Booleans are read from 0/1, true/false
-// and "0"/"1" (Bool); numbers also from strings. Values that go into URLs are
+// and "0"/"1" (Bool); numbers also from strings. An answer of the usual shape
+// is decoded in one pass, envelope and data together, and the usual scalars
+// without allocating; anything else falls back to the general decoding, which
+// alone defines what is accepted and every error (FuzzDecodeAnswer and
+// FuzzLenientScalars hold the two to each other). Values that go into URLs are
 // validated first — node names (^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$, at
 // most 63), vmids (100..999999999), UPIDs (PVE's grammar) — escaped with
 // url.PathEscape, and the finished path is checked again; fuzz tests

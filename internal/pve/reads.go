@@ -41,11 +41,11 @@ func (c *Client) version(ctx context.Context, pinned *endpoint) (Version, error)
 		Release flexString `json:"release"`
 		RepoID  flexString `json:"repoid"`
 	}
-	res, err := c.do(ctx, call{method: "GET", path: pathVersion, limit: limitDefault, pinned: pinned})
+	res, err := c.do(ctx, call{method: "GET", path: pathVersion, limit: limitDefault, pinned: pinned, out: &w})
 	if err != nil {
 		return Version{}, err
 	}
-	if err := decodeData(res.data, &w); err != nil || w.Version == "" {
+	if err := res.dataErr; err != nil || w.Version == "" {
 		return Version{}, fmt.Errorf("pve: GET /version at %s: %w: %v", res.ep.base, ErrBadResponse, orMissing(err, "version"))
 	}
 	return Version{Version: string(w.Version), Release: string(w.Release), RepoID: string(w.RepoID)}, nil
@@ -191,30 +191,37 @@ func (c *Client) Resources(ctx context.Context, typ string) ([]Resource, error) 
 	if typ != "" {
 		q = url.Values{"type": {typ}}
 	}
-	var w []struct {
-		ID       flexString `json:"id"`
-		Type     flexString `json:"type"`
-		Node     flexString `json:"node"`
-		VMID     flexInt    `json:"vmid"`
-		Name     flexString `json:"name"`
-		Status   flexString `json:"status"`
-		Lock     flexString `json:"lock"`
-		Tags     flexString `json:"tags"`
-		HAState  flexString `json:"hastate"`
-		Pool     flexString `json:"pool"`
-		Storage  flexString `json:"storage"`
-		MaxMem   flexInt    `json:"maxmem"`
-		Mem      flexInt    `json:"mem"`
-		MaxCPU   flexFloat  `json:"maxcpu"`
-		CPU      flexFloat  `json:"cpu"`
-		MaxDisk  flexInt    `json:"maxdisk"`
-		Disk     flexInt    `json:"disk"`
-		Uptime   flexInt    `json:"uptime"`
-		Template Bool       `json:"template"`
-	}
+	var w []resourceWire
 	if _, err := c.get(ctx, pathClusterResources, q, limitLarge, &w); err != nil {
 		return nil, err
 	}
+	return resourcesFromWire(w), nil
+}
+
+// resourceWire is a /cluster/resources item as PVE sends it.
+type resourceWire struct {
+	ID       flexString `json:"id"`
+	Type     flexString `json:"type"`
+	Node     flexString `json:"node"`
+	VMID     flexInt    `json:"vmid"`
+	Name     flexString `json:"name"`
+	Status   flexString `json:"status"`
+	Lock     flexString `json:"lock"`
+	Tags     flexString `json:"tags"`
+	HAState  flexString `json:"hastate"`
+	Pool     flexString `json:"pool"`
+	Storage  flexString `json:"storage"`
+	MaxMem   flexInt    `json:"maxmem"`
+	Mem      flexInt    `json:"mem"`
+	MaxCPU   flexFloat  `json:"maxcpu"`
+	CPU      flexFloat  `json:"cpu"`
+	MaxDisk  flexInt    `json:"maxdisk"`
+	Disk     flexInt    `json:"disk"`
+	Uptime   flexInt    `json:"uptime"`
+	Template Bool       `json:"template"`
+}
+
+func resourcesFromWire(w []resourceWire) []Resource {
 	out := make([]Resource, 0, len(w))
 	for _, r := range w {
 		out = append(out, Resource{
@@ -225,7 +232,7 @@ func (c *Client) Resources(ctx context.Context, typ string) ([]Resource, error) 
 			MaxDisk: int64(r.MaxDisk), Disk: int64(r.Disk), Uptime: int64(r.Uptime), Template: bool(r.Template),
 		})
 	}
-	return out, nil
+	return out
 }
 
 // VMStatus is GET /nodes/{node}/qemu/{vmid}/status/current. Status is only

@@ -155,7 +155,8 @@ func (c *Client) startTask(ctx context.Context, node string, vmid int, action st
 		return UPID{}, fmt.Errorf("pve: %w", err)
 	}
 	started := c.now()
-	res, err := c.do(ctx, call{method: http.MethodPost, path: p, form: form, limit: limitDefault})
+	var text flexString
+	res, err := c.do(ctx, call{method: http.MethodPost, path: p, form: form, limit: limitDefault, out: &text})
 	var amb *ambiguity
 	if errors.As(err, &amb) {
 		return c.findTask(ctx, amb, p, node, vmid, types, started)
@@ -163,8 +164,7 @@ func (c *Client) startTask(ctx context.Context, node string, vmid int, action st
 	if err != nil {
 		return UPID{}, err
 	}
-	var text flexString
-	if err := decodeData(res.data, &text); err != nil {
+	if err := res.dataErr; err != nil {
 		return UPID{}, fmt.Errorf("pve: POST %s at %s: %w: no UPID: %v", p, res.ep.base, ErrBadResponse, err)
 	}
 	u, err := c.checkTaskUPID(string(text), node, vmid, types)
