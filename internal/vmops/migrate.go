@@ -151,6 +151,11 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 	if st.HA.Managed {
 		params["ha"] = true
 	}
+	if running && st.MaxMem > 0 {
+		// The size of the VM state to move, so the progress has a total before
+		// PVE's first "migration active" line.
+		params["memoryBytes"] = st.MaxMem
+	}
 	opts := pve.MigrateOptions{Target: req.Target, Online: running && online, WithLocalDisks: req.WithLocalDisks,
 		TargetStorage: req.TargetStorage, BWLimit: req.BWLimit}
 	upid, row, err := s.startTask(ctx, a, vm, OpMigrate, req.Target, params, func(ctx context.Context) (pve.UPID, error) {

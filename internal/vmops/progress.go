@@ -35,7 +35,8 @@ type Progress struct {
 // progress and the line that best explains a failure. The zero value is ready to use.
 type progressParser struct {
 	// memoryHint is the VM's memory size, used as the size of the VM state before
-	// PVE logs it, so that a disk phase does not claim the whole migration.
+	// PVE logs it, so that a disk phase does not claim the whole migration and a
+	// live migration has a total from its first answer on.
 	memoryHint int64
 
 	phase          string
@@ -302,7 +303,10 @@ func (p *progressParser) Progress() (Progress, bool) {
 		diskTotal += d.total
 	}
 	memTotal := p.memTotal
-	if memTotal == 0 && len(p.disks) > 0 && phaseRank(p.phase) < phaseRank(PhaseCompleting) {
+	if memTotal == 0 && phaseRank(p.phase) < phaseRank(PhaseCompleting) {
+		// PVE has not said how much VM state there is yet; the VM's memory size
+		// stands in (it weighs the disks against the state, and gives a client a
+		// total from the first answer on).
 		memTotal = p.memoryHint
 	}
 	memDone := min(p.memDone, memTotal)

@@ -285,3 +285,32 @@ func FuzzParseProgress(f *testing.F) {
 
 // bytesOf converts like the parser does: float arithmetic, then truncation.
 func bytesOf(v float64, unit int64) int64 { return int64(v * float64(unit)) }
+
+// TestProgressTotalBeforeFirstMemoryLine: until PVE logs the VM state's size, the
+// VM's memory stands in as the total; PVE's own figure replaces it.
+func TestProgressTotalBeforeFirstMemoryLine(t *testing.T) {
+	const gib = int64(1) << 30
+	early := []string{
+		"2025-01-04 00:34:24 starting migration of VM 105 to node 'pve1' (10.10.1.1)",
+		"2025-01-04 00:34:29 starting online/live migration on unix:/run/qemu-server/105.migrate",
+	}
+	p, ok := ParseProgress(early, 4*gib)
+	if !ok || p.TotalBytes != 4*gib || p.Percent != 0 || p.TransferredBytes != 0 {
+		t.Errorf("before the first memory line: %+v %v, want total 4 GiB at 0%%", p, ok)
+	}
+	if p, _ := ParseProgress(early, 0); p.TotalBytes != 0 {
+		t.Errorf("without a hint (offline migration): total %d, want 0", p.TotalBytes)
+	}
+	later := append(early, "2025-01-04 00:34:30 migration active, transferred 1.0 GiB of 2.0 GiB VM-state, 586.6 MiB/s")
+	if p, _ := ParseProgress(later, 4*gib); p.TotalBytes != 2*gib || p.Percent != 50 {
+		t.Errorf("after PVE's figure: %+v, want total 2 GiB at 50%%", p)
+	}
+	if h := memoryHintOf(`{"target":"pve2","memoryBytes":4294967296}`); h != 4*gib {
+		t.Errorf("memoryHintOf = %d", h)
+	}
+	for _, bad := range []string{"", "{", `{"memoryBytes":-5}`, `{"memoryBytes":"x"}`} {
+		if h := memoryHintOf(bad); h != 0 {
+			t.Errorf("memoryHintOf(%q) = %d, want 0", bad, h)
+		}
+	}
+}

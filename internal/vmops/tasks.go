@@ -189,6 +189,8 @@ func (s *Service) track(upid pve.UPID, clusterID int64, row *store.Task) *tracke
 	if row != nil {
 		r := *row
 		t.row = &r
+		hint := memoryHintOf(r.Params)
+		t.own.parser.memoryHint, t.followLog.parser.memoryHint = hint, hint
 	}
 	s.tracked[key] = t
 	return t
@@ -718,4 +720,16 @@ func (s *Service) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// memoryHintOf reads the VM memory size a migration recorded in its task params
+// (0 when absent: an offline migration moves no VM state).
+func memoryHintOf(params string) int64 {
+	var p struct {
+		MemoryBytes int64 `json:"memoryBytes"`
+	}
+	if json.Unmarshal([]byte(params), &p) != nil || p.MemoryBytes < 0 {
+		return 0
+	}
+	return p.MemoryBytes
 }
