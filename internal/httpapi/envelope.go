@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -96,7 +95,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		logFrom(r).ErrorContext(r.Context(), "internal error", slog.String("error", err.Error()))
 		msg = "internal error"
 		e = &errs.Error{Kind: errs.Internal}
-	} else if e.Err != nil && !errors.Is(e.Err, errSilent) {
+	} else if e.Err != nil {
 		logFrom(r).DebugContext(r.Context(), "request failed", slog.String("error", err.Error()))
 	}
 	if e.RetryAfter > 0 {
@@ -107,6 +106,3 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		details:  e.Details,
 	})
 }
-
-// errSilent marks causes not worth a debug line.
-var errSilent = errors.New("silent")

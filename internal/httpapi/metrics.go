@@ -14,6 +14,7 @@ import (
 // paths, so their number stays bounded whatever clients send.
 type metrics struct {
 	reg      *prometheus.Registry
+	scrape   http.Handler
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	logins   *prometheus.CounterVec
@@ -36,6 +37,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64) *metric
 			Help: "Login attempts by outcome.",
 		}, []string{"outcome"}),
 	}
+	m.scrape = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	reg.MustRegister(m.requests, m.latency, m.logins,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if activeSessions != nil {
@@ -55,6 +57,4 @@ func (m *metrics) observeRequest(method, route string, status int, d time.Durati
 // LoginOutcome counts one login attempt; auth calls it through the server's config.
 func (m *metrics) LoginOutcome(outcome string) { m.logins.WithLabelValues(outcome).Inc() }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
+func (m *metrics) handler() http.Handler { return m.scrape }

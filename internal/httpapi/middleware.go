@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -212,6 +211,3 @@ func (s *Server) outer(next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 	})
 }
-
-// since is a helper for the server's clock in tests.
-func (s *Server) since(t time.Time) time.Duration { return s.now().Sub(t) }
