@@ -248,12 +248,16 @@ func devPassword() (string, bool) {
 // startDev starts the embedded emulator, makes sure the dev admin exists and
 // registers the emulated cluster as cluster 1 "dev" through the same code path as
 // POST /api/v1/clusters (so its fingerprint is pinned).
-func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (*pvesim.Server, error) {
+func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (_ *pvesim.Server, err error) {
 	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed})
 	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
 		return nil, fmt.Errorf("start the emulated cluster: %w", err)
 	}
+	defer func() {
+		if err != nil {
+		}
+	}()
 	eps := srv.Endpoints()
 	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
 	spec := fleet.ClusterSpec{
@@ -262,7 +266,6 @@ func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (*pv
 	}
 	existing, err := a.fleet.List(ctx)
 	if err != nil {
-		srv.Close()
 		return nil, err
 	}
 	var cl store.Cluster
@@ -276,18 +279,15 @@ func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (*pv
 		})
 	}
 	if err != nil {
-		srv.Close()
 		return nil, fmt.Errorf("register the emulated cluster: %w", err)
 	}
 	pw, generated := devPassword()
-	if _, err := a.store.UserByEmail(ctx, devAdmin); errs.Is(err, errs.NotFound) {
-		if _, err := a.accounts.CreateUser(ctx, devAdmin, "Dev Admin", pw, store.RoleAdmin); err != nil {
-			srv.Close()
+	if _, err = a.store.UserByEmail(ctx, devAdmin); errs.Is(err, errs.NotFound) {
+		if _, err = a.accounts.CreateUser(ctx, devAdmin, "Dev Admin", pw, store.RoleAdmin); err != nil {
 			return nil, fmt.Errorf("create the dev admin: %w", err)
 		}
 		c.devPassword, c.devPasswordShown = pw, generated
 	} else if err != nil {
-		srv.Close()
 		return nil, err
 	}
 	log.Info("dev mode", "cluster", cl.ID, "emulator", eps[0].URL, "data_dir", c.DataDir)
