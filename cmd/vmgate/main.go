@@ -3,14 +3,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/alecthomas/kong"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // commandLine is the whole command tree. Every flag of the server has a VMGATE_* variable.
 type commandLine struct {
@@ -21,10 +19,16 @@ type commandLine struct {
 	clientCmds
 }
 
-type versionCmd struct{}
+type versionCmd struct {
+	JSON bool `help:"Print the build information as JSON."`
+}
 
-func (versionCmd) Run() error {
-	fmt.Println("vmgate", version)
+func (c versionCmd) Run() error {
+	b := currentBuild()
+	if c.JSON {
+		return json.NewEncoder(os.Stdout).Encode(b)
+	}
+	fmt.Println(b)
 	return nil
 }
 

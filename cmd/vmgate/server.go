@@ -217,9 +217,13 @@ func (c *serverCmd) Run() error {
 	hs := httpapi.NewHTTPServer(c.Listen, a.handler, log)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn("systemd notification failed", "error", err)
+	}
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+		_ = sdNotify("STOPPING=1")
 		log.Info("shutting down: draining requests")
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = hs.Shutdown(sctx)
