@@ -45,6 +45,7 @@ type serverCmd struct {
 	LogLevel       string        `default:"info" enum:"debug,info,warn,error" env:"VMGATE_LOG_LEVEL" help:"Log level."`
 	Dev            bool          `env:"VMGATE_DEV" help:"Development mode: an embedded emulated PVE cluster and a fresh database."`
 	DevSpeed       float64       `default:"1" env:"VMGATE_DEV_SPEED" help:"Dev mode: the emulator's time multiplier (1: a live migration of VM 100 takes about 20 s)."`
+	StoreTimeout   time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
 
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
@@ -110,7 +111,7 @@ type app struct {
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
-	st, err := store.Open(ctx, c.Database)
+	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}

@@ -26,6 +26,8 @@ type fakeStore struct {
 
 	sessionReads atomic.Int64
 	userReads    atomic.Int64
+	// down makes the user and session methods fail as a store that does not answer.
+	down atomic.Bool
 	// afterSessionRead, when set, runs after SessionByID has read (and before it
 	// returns) the session: tests use it to hold a load in flight.
 	afterSessionRead func()
@@ -36,6 +38,14 @@ func newFakeStore() *fakeStore {
 }
 
 func notFound(what string) error { return errs.E(errs.NotFound, "%s not found", what) }
+
+// unavailable is what the store returns while down, as store.Open's stores do.
+func (f *fakeStore) unavailable() error {
+	if !f.down.Load() {
+		return nil
+	}
+	return &errs.Error{Kind: errs.Unavailable, Reason: errs.ReasonStoreUnavailable, Message: "the store is down", RetryAfter: 2}
+}
 
 func (f *fakeStore) CreateUser(_ context.Context, u store.User) (store.User, error) {
 	f.mu.Lock()
@@ -54,6 +64,9 @@ func (f *fakeStore) CreateUser(_ context.Context, u store.User) (store.User, err
 }
 
 func (f *fakeStore) UserByID(_ context.Context, id int64) (store.User, error) {
+	if err := f.unavailable(); err != nil {
+		return store.User{}, err
+	}
 	f.userReads.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -65,6 +78,9 @@ func (f *fakeStore) UserByID(_ context.Context, id int64) (store.User, error) {
 }
 
 func (f *fakeStore) UserByEmail(_ context.Context, email string) (store.User, error) {
+	if err := f.unavailable(); err != nil {
+		return store.User{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, u := range f.users {
@@ -101,6 +117,9 @@ func (f *fakeStore) user(id int64) store.User {
 }
 
 func (f *fakeStore) CreateSession(_ context.Context, s store.Session) error {
+	if err := f.unavailable(); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.sessions[s.ID]; ok {
@@ -111,6 +130,9 @@ func (f *fakeStore) CreateSession(_ context.Context, s store.Session) error {
 }
 
 func (f *fakeStore) SessionByID(_ context.Context, id string) (store.Session, error) {
+	if err := f.unavailable(); err != nil {
+		return store.Session{}, err
+	}
 	f.sessionReads.Add(1)
 	f.mu.Lock()
 	s, ok := f.sessions[id]
@@ -143,6 +165,9 @@ func (f *fakeStore) changed(id string) {
 }
 
 func (f *fakeStore) RotateSession(_ context.Context, id string, from int64, at time.Time) (store.Session, bool, error) {
+	if err := f.unavailable(); err != nil {
+		return store.Session{}, false, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sessions[id]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
 )
 
 // SECURITY.md 6: login makes a new session; refresh returns generation+1 in the
@@ -596,6 +597,27 @@ func TestSessionCacheBounded(t *testing.T) {
 			if _, ok := c.get("dead"); ok {
 				t.Fatal("the revoked entry outlived a live one's eviction")
 			}
+		}
+	}
+}
+
+// TestStoreDownIsUnavailable: a store that does not answer makes logins, token
+// checks and refreshes fail as the store's Unavailable (503 store_unavailable),
+// never as 401, which would log the caller out, nor as 500.
+func TestStoreDownIsUnavailable(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	tok := e.login("alice@example.com", alicePassword)
+	other := newEnvOn(t, e.st, e.clock, nil) // a replica that has not seen the session yet
+
+	e.st.down.Store(true)
+	ctx := context.Background()
+	_, _, loginErr := e.s.Login(ctx, "alice@example.com", alicePassword, "192.0.2.1")
+	_, authErr := other.s.Authenticate(ctx, tok.Raw)
+	_, refreshErr := e.refresh(tok.Raw)
+	for what, err := range map[string]error{"login": loginErr, "authenticate": authErr, "refresh": refreshErr} {
+		if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable || e.Reason != errs.ReasonStoreUnavailable {
+			t.Errorf("%s with the store down: %v, want Unavailable %s", what, err, errs.ReasonStoreUnavailable)
 		}
 	}
 }

@@ -40,6 +40,15 @@ var kindNames = map[Kind]string{
 	Timeout: "upstream_timeout",
 }
 
+// Reasons shared by several packages. A kind's default reason names the usual cause
+// (Unavailable: a PVE cluster); these name another one, so a client and an operator
+// can tell which dependency failed.
+const (
+	// ReasonStoreUnavailable (kind Unavailable): vmgate's own database did not answer
+	// in time or refused the connection. It says nothing about the clusters.
+	ReasonStoreUnavailable = "store_unavailable"
+)
+
 // String returns the default reason of the kind.
 func (k Kind) String() string {
 	if s, ok := kindNames[k]; ok {

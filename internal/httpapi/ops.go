@@ -26,11 +26,34 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// readyCheck is one dependency /readyz checks.
+type readyCheck struct {
+	name   string // what the answer calls it ("dependency")
+	reason string // the reason when its check fails without saying why
+	check  func(ctx context.Context) error
+}
+
+// readyChecks lists what /readyz checks, in order; per-cluster checks belong here.
+func (s *Server) readyChecks() []readyCheck {
+	return []readyCheck{{name: "store", reason: errs.ReasonStoreUnavailable, check: s.store.Ping}}
+}
+
+// readyz answers 200, or 503 naming the first dependency that is down: its reason
+// (store_unavailable, ...) and "dependency".
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
-		return errs.Wrap(errs.Unavailable, err, "the store is not reachable")
+	for _, c := range s.readyChecks() {
+		err := c.check(ctx)
+		if err == nil {
+			continue
+		}
+		down := &errs.Error{Kind: errs.Unavailable, Reason: c.reason, Err: err, RetryAfter: 2,
+			Message: c.name + " is not available", Details: map[string]any{"dependency": c.name}}
+		if e, ok := errs.As(err); ok && e.Kind == errs.Unavailable {
+			down.Reason, down.Message, down.RetryAfter = e.ReasonOrDefault(), c.name+" is not available: "+e.Message, e.RetryAfter
+		}
+		return down
 	}
 	writeData(w, map[string]string{"status": "ready"})
 	return nil

@@ -12,7 +12,32 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// Open connects to the database named by dsn, brings its schema up to date and
+// Open is OpenWith with the default Options.
+func Open(ctx context.Context, dsn string) (Store, error) {
+	return OpenWith(ctx, dsn, Options{})
+}
+
+// DefaultTimeout is Options.Timeout's default.
+const DefaultTimeout = 5 * time.Second
+
+// Options tune a store. The zero value is ready to use.
+type Options struct {
+	// Timeout bounds every call of the store: connecting, waiting for a pooled
+	// connection or SQLite's write lock, and the statements themselves (default
+	// DefaultTimeout). A call that runs out of it fails as errs.Unavailable with
+	// reason errs.ReasonStoreUnavailable; a deadline of the caller's own that
+	// comes sooner wins.
+	Timeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return o
+}
+
+// OpenWith connects to the database named by dsn, brings its schema up to date and
 // returns the store. The forms are:
 //
 //	sqlite:///abs/path/vmgate.db   SQLite file at an absolute path
@@ -22,21 +47,23 @@ import (
 //	sqlite::memory:                a private in-memory SQLite database (tests; one connection)
 //	postgres://user@host:5432/db?sslmode=disable   (or postgresql://...)
 //
-// SQLite paths take no query parameters: the store sets WAL, foreign keys, a 5 s busy
-// timeout and immediate write transactions itself. A new SQLite file is created with
-// mode 0600 because it holds password hashes and sealed PVE token secrets.
-// PostgreSQL DSNs are passed to pgx unchanged, so every pgx parameter works (for
-// example search_path to keep vmgate in its own schema).
-func Open(ctx context.Context, dsn string) (Store, error) {
+// SQLite paths take no query parameters: the store sets WAL, foreign keys, a busy
+// timeout of o.Timeout and immediate write transactions itself. A new SQLite file is
+// created with mode 0600 because it holds password hashes and sealed PVE token secrets.
+// PostgreSQL DSNs are passed to pgx, so every pgx parameter works (for example
+// search_path to keep vmgate in its own schema); a DSN without connect_timeout gets
+// o.Timeout as its connect timeout.
+func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
+	o = o.withDefaults()
 	var (
 		s   *sqlStore
 		err error
 	)
 	switch scheme, _, _ := strings.Cut(dsn, "://"); {
 	case scheme == "postgres" || scheme == "postgresql":
-		s, err = openPostgres(dsn)
+		s, err = openPostgres(dsn, o)
 	case strings.HasPrefix(dsn, "sqlite:") || !strings.Contains(dsn, "://"):
-		s, err = openSQLite(dsn)
+		s, err = openSQLite(dsn, o)
 	default:
 		// The DSN may hold a password: name only its scheme.
 		return nil, fmt.Errorf("open store: unsupported database scheme %q (want sqlite: or postgres://)", scheme)
@@ -44,7 +71,10 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.wdb.PingContext(ctx); err != nil {
+	pingCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+	err = s.wdb.PingContext(pingCtx)
+	cancel()
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open %s store: %w", s.d.name, err)
 	}
@@ -52,7 +82,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		s.Close()
 		return nil, err
 	}
-	return s, nil
+	return &bounded{s: s, timeout: o.Timeout}, nil
 }
 
 // dialect is what differs between the engines. The SQL in this package is otherwise
@@ -74,6 +104,11 @@ type dialect struct {
 	timeArg func(time.Time) any
 	// constraint classifies a constraint violation; any other error is noViolation.
 	constraint func(err error) constraintKind
+	// unavailable reports whether err is the engine saying it cannot serve now
+	// (too many connections, shutting down, busy, a statement cancelled by the
+	// deadline, ...), as opposed to a bug in a statement. Connection failures that
+	// look the same on both engines are connectionFailed's.
+	unavailable func(err error) bool
 }
 
 // constraintKind is the class of a constraint violation.
@@ -95,6 +130,9 @@ type sqlStore struct {
 	// Never use wdb inside a transaction on it: with one connection that deadlocks.
 	rdb, wdb *sql.DB
 	now      func() time.Time
+	// timeout bounds each statement of the calls that run many (Prune); bounded
+	// bounds every other call as a whole.
+	timeout time.Duration
 }
 
 // Ping implements Store.

@@ -13,7 +13,7 @@ import (
 // database newer than the binary is refused.
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-	s, err := openSQLite("sqlite://" + filepath.Join(t.TempDir(), "m.db"))
+	s, err := openSQLite("sqlite://"+filepath.Join(t.TempDir(), "m.db"), Options{}.withDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,15 @@
 package store
 
 import (
-	"database/sql"
 	"embed"
 	"errors"
+	"net"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver the tests use
 )
 
 //go:embed migrations/postgres/*.sql
@@ -50,18 +52,78 @@ var postgresDialect = dialect{
 		}
 		return noViolation
 	},
+	unavailable: func(err error) bool {
+		var e *pgconn.PgError
+		if errors.As(err, &e) {
+			switch {
+			case strings.HasPrefix(e.Code, "08"), // connection_exception
+				strings.HasPrefix(e.Code, "53"), // insufficient_resources: too_many_connections, disk_full, ...
+				strings.HasPrefix(e.Code, "58"), // system_error: I/O errors
+				e.Code == "57P01",               // admin_shutdown
+				e.Code == "57P02",               // crash_shutdown
+				e.Code == "57P03",               // cannot_connect_now (starting up, recovering)
+				e.Code == "57014",               // query_canceled
+				e.Code == "40001",               // serialization_failure
+				e.Code == "40P01",               // deadlock_detected
+				e.Code == "55P03",               // lock_not_available
+				e.Code == "25006":               // read_only_sql_transaction: a standby after a failover
+				return true
+			}
+			return false
+		}
+		var connectErr *pgconn.ConnectError
+		// SafeToRetry: pgx never sent the statement (the connection was closed or busy).
+		return errors.As(err, &connectErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err)
+	},
 }
 
-// openPostgres opens a pool on dsn, a postgres:// or postgresql:// URL for pgx.
-func openPostgres(dsn string) (*sqlStore, error) {
-	db, err := sql.Open("pgx", dsn)
+// Pool limits on PostgreSQL. A connection lives at most poolMaxLifetime, so the pool
+// renews itself after a failover or a partition even when every connection still
+// looks alive; an idle one goes after poolMaxIdleTime.
+const (
+	poolMaxOpen     = 20
+	poolMaxIdle     = 10
+	poolMaxLifetime = 30 * time.Minute
+	poolMaxIdleTime = 2 * time.Minute
+)
+
+// keepAlive probes an idle connection after 15 s of silence and gives up after three
+// unanswered probes 5 s apart, so a connection into a partition is closed within
+// about 30 s by the kernel even when nobody uses it (Go's default takes 2.5 min).
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// postgresConfig parses dsn for pgx and adds vmgate's connection settings: a connect
+// timeout (unless the DSN has one) and TCP keep-alive.
+func postgresConfig(dsn string, o Options) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts passwords only from DSNs that parse as URLs, and this one
 		// may not: say nothing of it.
 		return nil, errors.New("open postgres store: the DSN does not parse")
 	}
-	db.SetMaxOpenConns(20)
-	db.SetMaxIdleConns(10)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: time.Now}, nil
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = o.Timeout
+	}
+	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAliveConfig: keepAlive}
+	cfg.DialFunc = d.DialContext
+	// pgx's default on a cancelled context is to set a deadline on the socket,
+	// which fails the statement at once, and to close the connection then, so a
+	// connection stuck in a black hole never goes back to the pool. (The
+	// alternative, a cancel request, would need a second connection through the
+	// same black hole.)
+	return cfg, nil
+}
+
+// openPostgres opens a pool on dsn, a postgres:// or postgresql:// URL for pgx.
+func openPostgres(dsn string, o Options) (*sqlStore, error) {
+	cfg, err := postgresConfig(dsn, o)
+	if err != nil {
+		return nil, err
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(poolMaxOpen)
+	db.SetMaxIdleConns(poolMaxIdle)
+	db.SetConnMaxLifetime(poolMaxLifetime)
+	db.SetConnMaxIdleTime(poolMaxIdleTime)
+	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout}, nil
 }

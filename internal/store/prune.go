@@ -60,10 +60,13 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 
 // pruneBatches runs the batch DELETE query (arguments: a cut-off, then the batch
 // size) until a batch deletes less than a full batch, and returns how many rows went.
+// Each batch has the store's timeout of its own.
 func (s *sqlStore) pruneBatches(ctx context.Context, what, query string, cutoff any, batch int) (int64, error) {
 	var total int64
 	for {
-		res, err := s.wdb.ExecContext(ctx, query, cutoff, batch)
+		bctx, cancel := context.WithTimeout(ctx, s.timeout)
+		res, err := s.wdb.ExecContext(bctx, query, cutoff, batch)
+		cancel()
 		if err != nil {
 			return total, fmt.Errorf("prune %s: %w", what, err)
 		}

@@ -49,17 +49,33 @@ var sqliteDialect = dialect{
 		}
 		return noViolation
 	},
+	unavailable: func(err error) bool {
+		var e *sqlite.Error
+		if !errors.As(err, &e) {
+			return false
+		}
+		// The busy timeout ran out, the deadline interrupted the statement, or the
+		// disk failed or is full. Code is the extended code; its low byte the primary.
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT,
+			sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
+			return true
+		}
+		return false
+	},
 }
 
-// sqlitePragmas apply to every pooled connection. busy_timeout makes a writer of
-// another process wait instead of failing; _txlock=immediate takes the write lock at
-// BEGIN, so two transactions never both read and then deadlock upgrading to write.
-// synchronous stays at its default, FULL: a logout or revocation that was answered
-// must survive a power cut, and vmgate writes far too little for the fsync to matter.
-const sqlitePragmas = "_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_txlock=immediate"
+// sqlitePragmas apply to every pooled connection (%d is the busy timeout in
+// milliseconds, the store's Timeout). busy_timeout makes a writer of another process
+// wait instead of failing; _txlock=immediate takes the write lock at BEGIN, so two
+// transactions never both read and then deadlock upgrading to write. synchronous
+// stays at its default, FULL: a logout or revocation that was answered must survive
+// a power cut, and vmgate writes far too little for the fsync to matter.
+const sqlitePragmas = "_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate"
 
 // openSQLite opens the file (or memory database) named by dsn; see Open.
-func openSQLite(dsn string) (*sqlStore, error) {
+func openSQLite(dsn string, o Options) (*sqlStore, error) {
+	pragmas := fmt.Sprintf(sqlitePragmas, o.Timeout.Milliseconds())
 	path := dsn
 	if rest, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
 		path = strings.TrimPrefix(rest, "//")
@@ -72,7 +88,7 @@ func openSQLite(dsn string) (*sqlStore, error) {
 	case path == ":memory:":
 		// Every connection to :memory: is a database of its own, so the store
 		// keeps exactly one, forever, for reads and writes alike.
-		db, err := sql.Open("sqlite", ":memory:?"+sqlitePragmas)
+		db, err := sql.Open("sqlite", ":memory:?"+pragmas)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite store: %w", err)
 		}
@@ -80,12 +96,12 @@ func openSQLite(dsn string) (*sqlStore, error) {
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: time.Now}, nil
+		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout}, nil
 	}
 	if err := createPrivate(path); err != nil {
 		return nil, err
 	}
-	wdb, err := sql.Open("sqlite", path+"?"+sqlitePragmas+"&_pragma=journal_mode(WAL)")
+	wdb, err := sql.Open("sqlite", path+"?"+pragmas+"&_pragma=journal_mode(WAL)")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
@@ -93,7 +109,7 @@ func openSQLite(dsn string) (*sqlStore, error) {
 	wdb.SetMaxIdleConns(1)
 	// query_only guards against a write slipping onto the read pool, where it
 	// would compete for the lock with the writer instead of queueing behind it.
-	rdb, err := sql.Open("sqlite", path+"?"+sqlitePragmas+"&_pragma=query_only(1)")
+	rdb, err := sql.Open("sqlite", path+"?"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
@@ -101,7 +117,7 @@ func openSQLite(dsn string) (*sqlStore, error) {
 	readers := max(4, runtime.GOMAXPROCS(0))
 	rdb.SetMaxOpenConns(readers)
 	rdb.SetMaxIdleConns(readers)
-	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: time.Now}, nil
+	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: time.Now, timeout: o.Timeout}, nil
 }
 
 // createPrivate creates the database file with mode 0600 if it does not exist yet;

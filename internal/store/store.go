@@ -5,6 +5,15 @@
 // Lookups of a missing row return an *errs.Error of kind errs.NotFound, never (zero, nil).
 // Unique-constraint violations return kind errs.Conflict. Times are stored in UTC with
 // at least millisecond precision and come back in UTC.
+//
+// Every call has a deadline (Options.Timeout, 5 s by default, or the caller's own when
+// sooner). A call that runs out of it, or that the database cannot serve (unreachable,
+// connection reset, too many connections, shutting down, SQLite's lock held too long),
+// returns kind errs.Unavailable with reason errs.ReasonStoreUnavailable and a
+// RetryAfter: the HTTP layer answers 503 with Retry-After, never 500. A PostgreSQL
+// connection that ran into the deadline is closed, not returned to the pool, and pool
+// connections have a bounded lifetime and TCP keep-alive, so a healed network heals
+// the pool without a restart.
 package store
 
 import (
