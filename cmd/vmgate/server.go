@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmgate/vmgate/api"
+	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -104,7 +106,9 @@ func openAPIJSON() ([]byte, error) {
 // app is a composed vmgate: everything the server command starts and stops.
 type app struct {
 	store    store.Store
-	accounts *auth.Service
+	trail    *audit.Trail
+	auth     *auth.Service
+	accounts *accounts.Service
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	handler  *httpapi.Server
@@ -121,19 +125,18 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	audit := func(ctx context.Context, rec store.AuditRecord) {
-		if _, err := st.AppendAudit(context.WithoutCancel(ctx), rec); err != nil {
-			log.Error("audit write failed", "action", rec.Action, "error", err)
-		}
-	}
+	// One audit trail for every use case; each record is attributed from the
+	// request facts the adapter put in its context (internal/audit).
+	a.trail = audit.New(st, audit.Options{Logger: log})
 	var srv *httpapi.Server
-	a.accounts, err = auth.New(ctx, st, auth.Config{
+	a.auth, err = auth.New(ctx, st, auth.Config{
 		Issuer:     "vmgate",
 		Audience:   "vmgate",
 		TokenTTL:   c.TokenTTL,
 		SessionMax: c.SessionMax,
 		Logger:     log,
-		Audit:      audit,
+		// auth's security events name their user and address themselves.
+		Audit: a.trail.Append,
 		LoginOutcome: func(outcome string) {
 			if srv != nil {
 				srv.LoginOutcome(outcome)
@@ -144,19 +147,20 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, SealKey: key, Logger: log, Audit: audit})
+	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail})
+	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, SealKey: key, Logger: log, Audit: a.trail.Append})
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: audit})
+	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail.Append})
 	spec, err := openAPIJSON()
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	srv, err = httpapi.New(httpapi.Config{
-		Accounts: a.accounts, Store: st, Fleet: a.fleet, VMs: a.vms,
+		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms,
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
 	})
 	if err != nil {
@@ -205,7 +209,7 @@ func (c *serverCmd) Run() error {
 	bg, cancelBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	prune := func(ctx context.Context) error { return pruneEvery(ctx, a.store, time.Hour, log) }
-	for _, run := range []func(context.Context) error{a.accounts.Run, a.vms.Run, prune} {
+	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, prune} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -288,7 +292,7 @@ func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (_ *
 	}
 	pw, generated := devPassword()
 	if _, err = a.store.UserByEmail(ctx, devAdmin); errs.Is(err, errs.NotFound) {
-		if _, err = a.accounts.CreateUser(ctx, devAdmin, "Dev Admin", pw, store.RoleAdmin); err != nil {
+		if _, err = a.auth.CreateUser(ctx, devAdmin, "Dev Admin", pw, store.RoleAdmin); err != nil {
 			return nil, fmt.Errorf("create the dev admin: %w", err)
 		}
 		c.devPassword, c.devPasswordShown = pw, generated

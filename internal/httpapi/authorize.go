@@ -35,7 +35,7 @@ func (s *Server) authorize(r *http.Request, clusterID int64, need string) error 
 		return nil
 	}
 	if k := errs.KindOf(err); k == errs.NotFound || k == errs.Forbidden {
-		s.audit(r, store.AuditRecord{Action: "access.denied", ClusterID: clusterID,
+		s.trail.Record(r.Context(), store.AuditRecord{Action: "access.denied", ClusterID: clusterID,
 			Target: r.Method + " " + r.URL.Path, Params: jsonString(map[string]string{"need": need}), Result: "denied"})
 	}
 	return err

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/store"
@@ -40,13 +41,7 @@ func toClusterJSON(c store.Cluster) clusterJSON {
 
 func clusterTarget(id int64) string { return "cluster:" + itoa(id) }
 
-// resultOf is an audit record's result for err.
-func resultOf(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return errReason(err)
-}
+func userTarget(id int64) string { return "user:" + itoa(id) }
 
 func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
@@ -92,13 +87,13 @@ func (s *Server) createCluster(w http.ResponseWriter, r *http.Request) error {
 	}
 	c, err := s.fleet.Register(r.Context(), fleet.ClusterSpec{Name: in.Name, Endpoints: in.Endpoints, TokenID: in.TokenID,
 		TokenSecret: in.TokenSecret, TLSFingerprint: in.TLSFingerprint, CACert: in.CACert, InsecureSkipVerify: in.InsecureSkipVerify})
-	rec := store.AuditRecord{Action: "cluster.create", ClusterID: c.ID, Target: "cluster:" + in.Name, Result: resultOf(err),
+	rec := store.AuditRecord{Action: "cluster.create", ClusterID: c.ID, Target: "cluster:" + in.Name, Result: audit.Result(err),
 		Params: jsonString(map[string]any{"name": in.Name, "endpoints": in.Endpoints, "tokenId": in.TokenID,
 			"tlsFingerprint": in.TLSFingerprint, "caCert": in.CACert != "", "insecureSkipVerify": in.InsecureSkipVerify})}
 	if err == nil {
 		rec.Target = clusterTarget(c.ID)
 	}
-	s.audit(r, rec)
+	s.trail.Record(r.Context(), rec)
 	if err != nil {
 		return err
 	}
@@ -141,7 +136,7 @@ func (s *Server) patchCluster(w http.ResponseWriter, r *http.Request) error {
 	}
 	c, err := s.fleet.Update(r.Context(), id, fleet.ClusterPatch{Name: in.Name, Endpoints: in.Endpoints, TokenID: in.TokenID,
 		TokenSecret: in.TokenSecret, TLSFingerprint: in.TLSFingerprint, CACert: in.CACert, InsecureSkipVerify: in.InsecureSkipVerify})
-	s.audit(r, store.AuditRecord{Action: "cluster.update", ClusterID: id, Target: clusterTarget(id), Params: jsonString(changed), Result: resultOf(err)})
+	s.trail.Record(r.Context(), store.AuditRecord{Action: "cluster.update", ClusterID: id, Target: clusterTarget(id), Params: jsonString(changed), Result: audit.Result(err)})
 	if err != nil {
 		return err
 	}
@@ -158,7 +153,7 @@ func (s *Server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	err = s.fleet.Delete(r.Context(), id)
-	s.audit(r, store.AuditRecord{Action: "cluster.delete", ClusterID: id, Target: clusterTarget(id), Result: resultOf(err)})
+	s.trail.Record(r.Context(), store.AuditRecord{Action: "cluster.delete", ClusterID: id, Target: clusterTarget(id), Result: audit.Result(err)})
 	if err != nil {
 		return err
 	}
@@ -197,8 +192,8 @@ func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) error {
 		return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.GrantOperator, store.GrantViewer)
 	}
 	g, err := s.fleet.PutGrant(r.Context(), userID, clusterID, in.Role)
-	s.audit(r, store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
-		Params: jsonString(map[string]string{"role": in.Role}), Result: resultOf(err)})
+	s.trail.Record(r.Context(), store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
+		Params: jsonString(map[string]string{"role": in.Role}), Result: audit.Result(err)})
 	if err != nil {
 		return err
 	}
@@ -215,7 +210,7 @@ func (s *Server) deleteGrant(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	err = s.fleet.DeleteGrant(r.Context(), userID, clusterID)
-	s.audit(r, store.AuditRecord{Action: "grant.delete", ClusterID: clusterID, Target: userTarget(userID), Result: resultOf(err)})
+	s.trail.Record(r.Context(), store.AuditRecord{Action: "grant.delete", ClusterID: clusterID, Target: userTarget(userID), Result: audit.Result(err)})
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,9 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pvesim"
@@ -31,15 +33,17 @@ const envPassword = "correct-Horse-battery-staple-42"
 
 // testEnv is a vmgate HTTP stack with emulated clusters behind it.
 type testEnv struct {
-	t      testing.TB
-	api    *Server
-	h      http.Handler // api, its answers checked against api/openapi.yaml
-	store  store.Store
-	auth   *auth.Service
-	fleet  *fleet.Service
-	sims   map[string]*envSim
-	users  map[string]store.User
-	tokens map[string]string // user name → bearer token
+	t        testing.TB
+	api      *Server
+	h        http.Handler // api, its answers checked against api/openapi.yaml
+	store    store.Store
+	auth     *auth.Service
+	accounts *accounts.Service
+	trail    *audit.Trail
+	fleet    *fleet.Service
+	sims     map[string]*envSim
+	users    map[string]store.User
+	tokens   map[string]string // user name → bearer token
 }
 
 // envSim is DESIGN §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS
@@ -72,24 +76,33 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	trail := audit.New(st, audit.Options{})
 	if cfg.Audit == nil {
-		cfg.Audit = func(ctx context.Context, rec store.AuditRecord) { st.AppendAudit(ctx, rec) }
+		cfg.Audit = trail.Append
 	}
 	au, err := auth.New(ctx, st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	acc := accounts.New(accounts.Config{Store: st, Auth: au, Audit: trail})
 	fl, err := fleet.New(ctx, fleet.Config{Store: st, SealKey: bytes.Repeat([]byte{5}, fleet.KeySize)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fl.Close)
-	api, err := New(Config{Accounts: au, Store: st, Fleet: fl})
+	e := &testEnv{t: t, store: st, auth: au, accounts: acc, trail: trail, fleet: fl,
+		sims: map[string]*envSim{}, users: map[string]store.User{}, tokens: map[string]string{}}
+	api, err := New(e.apiConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testEnv{t: t, api: api, h: apitest.Wrap(t, api), store: st, auth: au, fleet: fl,
-		sims: map[string]*envSim{}, users: map[string]store.User{}, tokens: map[string]string{}}
+	e.api, e.h = api, apitest.Wrap(t, api)
+	return e
+}
+
+// apiConfig is the server's configuration on the env's services (no VM routes).
+func (e *testEnv) apiConfig() Config {
+	return Config{Sessions: e.auth, Accounts: e.accounts, Audit: e.trail, Store: e.store, Fleet: e.fleet}
 }
 
 // addSim starts the dev cluster and registers it as name through the fleet.

@@ -15,29 +15,46 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// Accounts is what the HTTP layer needs of internal/auth.
-type Accounts interface {
-	Login(ctx context.Context, email, password, addr string) (auth.Token, store.User, error)
+// Sessions is what the HTTP layer needs of internal/auth: tokens and sessions.
+// *auth.Service implements it.
+type Sessions interface {
 	Authenticate(ctx context.Context, raw string) (auth.Principal, error)
 	Refresh(ctx context.Context, raw, addr string) (auth.Token, error)
 	Logout(ctx context.Context, p auth.Principal) error
-	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
-	RevokeUser(ctx context.Context, userID int64, why string) error
-	CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error)
-	SetPassword(ctx context.Context, userID int64, password string) error
 	ActiveSessions(ctx context.Context) int
+}
+
+// Accounts is what the HTTP layer needs of internal/accounts: logging in, the
+// caller's own account, and the administration of users. *accounts.Service
+// implements it.
+type Accounts interface {
+	Login(ctx context.Context, email, password, addr string) (auth.Token, accounts.User, error)
+	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
+	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
+	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
+
+	Users(ctx context.Context) ([]accounts.User, error)
+	User(ctx context.Context, id int64) (accounts.User, error)
+	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
+	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
+	DeleteUser(ctx context.Context, id int64) error
 }
 
 // Config is what New needs.
 type Config struct {
+	Sessions Sessions
 	Accounts Accounts
-	Store    store.Store
+	// Audit records what the handlers themselves audit and lists the trail.
+	Audit *audit.Trail
+	Store store.Store
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
 	Fleet Fleet
 	VMs   VMs
@@ -52,7 +69,9 @@ type Config struct {
 
 // Server is vmgate's HTTP handler.
 type Server struct {
+	sessions Sessions
 	accounts Accounts
+	trail    *audit.Trail
 	store    store.Store
 	fleet    Fleet
 	vms      VMs
@@ -71,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		accounts: cfg.Accounts, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON,
 	}
 	if s.log == nil {
@@ -87,7 +106,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(reg, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return float64(s.accounts.ActiveSessions(ctx))
+		return float64(s.sessions.ActiveSessions(ctx))
 	})
 	if st, ok := cfg.Fleet.(interface{ ClientStats() map[int64]pve.Stats }); ok {
 		reg.MustRegister(pveCollector{stats: st.ClientStats})
@@ -102,11 +121,13 @@ func (s *Server) LoginOutcome(outcome string) { s.metrics.LoginOutcome(outcome) 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// wrap turns a route into a handler: it records the pattern, authenticates and
-// checks the global role, runs the handler and renders its error.
+// wrap turns a route into a handler: it records the pattern, attaches the request's
+// facts for the audit trail (internal/audit), authenticates and checks the global
+// role, runs the handler and renders its error.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setRoutePattern(r, rt.method+" "+rt.pattern)
+		r = r.WithContext(audit.WithRequest(r.Context(), clientAddr(r), requestID(r), r.UserAgent()))
 		if rt.access != public {
 			p, err := s.authenticate(r)
 			if err != nil {
@@ -115,11 +136,13 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 			ri := infoFrom(r)
 			ri.userID, ri.session = p.UserID, p.SessionID
-			r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
-			if rt.access == admin && p.Role != store.RoleAdmin {
-				s.audit(r, store.AuditRecord{Action: "access.denied", Target: rt.method + " " + rt.pattern, Result: "denied"})
-				writeError(w, r, errs.R(errs.Forbidden, "forbidden", "this action needs the admin role"))
-				return
+			ctx := audit.WithActor(r.Context(), p.UserID, p.Email, p.SessionID)
+			r = r.WithContext(context.WithValue(ctx, principalKey, p))
+			if rt.access == admin {
+				if err := s.accounts.RequireAdmin(r.Context(), p, rt.method+" "+rt.pattern); err != nil {
+					writeError(w, r, err)
+					return
+				}
 			}
 		}
 		if err := rt.handle(w, r); err != nil {
@@ -148,7 +171,7 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 	if !ok {
 		return auth.Principal{}, errUnauthenticated
 	}
-	p, err := s.accounts.Authenticate(r.Context(), tok)
+	p, err := s.sessions.Authenticate(r.Context(), tok)
 	if err != nil {
 		if errs.KindOf(err) == errs.Unauthenticated {
 			return auth.Principal{}, errUnauthenticated
@@ -162,23 +185,6 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 func principal(r *http.Request) auth.Principal {
 	p, _ := r.Context().Value(principalKey).(auth.Principal)
 	return p
-}
-
-// audit appends a record filled in with the request's caller, address and id. A
-// failing audit write is logged; it does not fail the request that is being audited.
-func (s *Server) audit(r *http.Request, rec store.AuditRecord) {
-	if rec.At.IsZero() {
-		rec.At = s.now()
-	}
-	if p, ok := r.Context().Value(principalKey).(auth.Principal); ok {
-		if rec.UserID == 0 {
-			rec.UserID, rec.UserEmail, rec.SessionID = p.UserID, p.Email, p.SessionID
-		}
-	}
-	rec.Address, rec.RequestID = clientAddr(r), requestID(r)
-	if _, err := s.store.AppendAudit(context.WithoutCancel(r.Context()), rec); err != nil {
-		logFrom(r).Error("audit write failed", slog.String("action", rec.Action), slog.String("error", err.Error()))
-	}
 }
 
 // NewHTTPServer wraps h in an http.Server with vmgate's timeouts (SECURITY.md 22).

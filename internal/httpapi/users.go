@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // userJSON is a user as clients see it: never the password hash.
@@ -19,7 +19,7 @@ type userJSON struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-func toUserJSON(u store.User) userJSON {
+func toUserJSON(u accounts.User) userJSON {
 	return userJSON{ID: u.ID, Email: u.Email, Nickname: u.Nickname, Role: u.Role, Disabled: u.Disabled, CreatedAt: u.CreatedAt}
 }
 
@@ -75,7 +75,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errUnauthenticated
 	}
-	tok, err := s.accounts.Refresh(r.Context(), raw, clientAddr(r))
+	tok, err := s.sessions.Refresh(r.Context(), raw, clientAddr(r))
 	if err != nil {
 		if errs.KindOf(err) == errs.Unauthenticated {
 			return errUnauthenticated
@@ -90,7 +90,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	if err := s.accounts.Logout(r.Context(), principal(r)); err != nil {
+	if err := s.sessions.Logout(r.Context(), principal(r)); err != nil {
 		return err
 	}
 	writeOK(w)
@@ -103,12 +103,7 @@ type grantJSON struct {
 }
 
 func (s *Server) me(w http.ResponseWriter, r *http.Request) error {
-	p := principal(r)
-	u, err := s.store.UserByID(r.Context(), p.UserID)
-	if err != nil {
-		return err
-	}
-	grants, err := s.store.UserGrants(r.Context(), p.UserID)
+	me, err := s.accounts.Me(r.Context(), principal(r))
 	if err != nil {
 		return err
 	}
@@ -118,8 +113,8 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) error {
 		Nickname string      `json:"nickname"`
 		Role     string      `json:"role"`
 		Grants   []grantJSON `json:"grants"`
-	}{ID: u.ID, Email: u.Email, Nickname: u.Nickname, Role: u.Role, Grants: []grantJSON{}}
-	for _, g := range grants {
+	}{ID: me.ID, Email: me.Email, Nickname: me.Nickname, Role: me.Role, Grants: make([]grantJSON, 0, len(me.Grants))}
+	for _, g := range me.Grants {
 		out.Grants = append(out.Grants, grantJSON{ClusterID: g.ClusterID, Role: g.Role})
 	}
 	writeData(w, out)
@@ -134,50 +129,23 @@ func (s *Server) changePassword(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	if in.CurrentPassword == "" || in.NewPassword == "" {
-		return errs.R(errs.Invalid, "invalid_request", "currentPassword and newPassword are required")
-	}
-	err := s.accounts.ChangePassword(r.Context(), principal(r), in.CurrentPassword, in.NewPassword)
-	result := "ok"
-	if err != nil {
-		result = errReason(err)
-	}
-	s.audit(r, store.AuditRecord{Action: "user.password_change", Target: userTarget(principal(r).UserID), Result: result})
-	if err != nil {
+	if err := s.accounts.ChangePassword(r.Context(), principal(r), in.CurrentPassword, in.NewPassword); err != nil {
 		return err
 	}
 	writeOK(w)
 	return nil
 }
 
-func errReason(err error) string {
-	if e, ok := errs.As(err); ok {
-		return e.ReasonOrDefault()
-	}
-	return "internal"
-}
-
-func userTarget(id int64) string { return "user:" + itoa(id) }
-
 // pathUserID reads the {id} path value.
 func pathUserID(r *http.Request) (int64, error) {
 	return parseIntParam("user id", r.PathValue("id"), 1, 1<<53)
-}
-
-// pathUser reads the {id} path value and loads that user.
-func (s *Server) pathUser(r *http.Request) (store.User, error) {
-	id, err := pathUserID(r)
-	if err != nil {
-		return store.User{}, err
-	}
-	return s.store.UserByID(r.Context(), id)
 }
 
 func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	users, err := s.store.ListUsers(r.Context())
+	users, err := s.accounts.Users(r.Context())
 	if err != nil {
 		return err
 	}
@@ -187,14 +155,6 @@ func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeData(w, out)
 	return nil
-}
-
-// checkRole accepts the two global roles.
-func checkRole(role string) error {
-	if role == store.RoleAdmin || role == store.RoleUser {
-		return nil
-	}
-	return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.RoleAdmin, store.RoleUser)
 }
 
 func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
@@ -207,18 +167,7 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	if in.Role == "" {
-		in.Role = store.RoleUser
-	}
-	if err := checkRole(in.Role); err != nil {
-		return err
-	}
-	u, err := s.accounts.CreateUser(r.Context(), in.Email, in.Nickname, in.Password, in.Role)
-	result := "ok"
-	if err != nil {
-		result = errReason(err)
-	}
-	s.audit(r, store.AuditRecord{Action: "user.create", Target: "user:" + strings.ToLower(in.Email), Params: jsonString(map[string]any{"role": in.Role, "nickname": in.Nickname}), Result: result})
+	u, err := s.accounts.CreateUser(r.Context(), accounts.NewUser{Email: in.Email, Nickname: in.Nickname, Password: in.Password, Role: in.Role})
 	if err != nil {
 		return err
 	}
@@ -227,30 +176,16 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getUser(w http.ResponseWriter, r *http.Request) error {
-	u, err := s.pathUser(r)
+	id, err := pathUserID(r)
+	if err != nil {
+		return err
+	}
+	u, err := s.accounts.User(r.Context(), id)
 	if err != nil {
 		return err
 	}
 	writeData(w, toUserJSON(u))
 	return nil
-}
-
-// lastAdminGuard refuses a change that would leave no enabled admin: nobody could
-// manage vmgate through its API afterwards.
-func (s *Server) lastAdminGuard(r *http.Request, u store.User) error {
-	if u.Role != store.RoleAdmin || u.Disabled {
-		return nil
-	}
-	users, err := s.store.ListUsers(r.Context())
-	if err != nil {
-		return err
-	}
-	for _, o := range users {
-		if o.ID != u.ID && o.Role == store.RoleAdmin && !o.Disabled {
-			return nil
-		}
-	}
-	return errs.R(errs.Conflict, "last_admin", "user %d is the last enabled admin", u.ID)
 }
 
 func (s *Server) patchUser(w http.ResponseWriter, r *http.Request) error {
@@ -267,85 +202,23 @@ func (s *Server) patchUser(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	if in.Role != nil {
-		if err := checkRole(*in.Role); err != nil {
-			return err
-		}
-	}
-	u, err := s.store.UserByID(r.Context(), id)
+	u, err := s.accounts.UpdateUser(r.Context(), id, accounts.UserChange{Nickname: in.Nickname, Role: in.Role,
+		Disabled: in.Disabled, Password: in.Password})
 	if err != nil {
 		return err
 	}
-	losesAdmin := (in.Role != nil && *in.Role != store.RoleAdmin) || (in.Disabled != nil && *in.Disabled)
-	if losesAdmin {
-		if err := s.lastAdminGuard(r, u); err != nil {
-			return err
-		}
-	}
-	if in.Password != nil {
-		if err := s.accounts.SetPassword(r.Context(), id, *in.Password); err != nil {
-			return err
-		}
-		u, err = s.store.UserByID(r.Context(), id)
-		if err != nil {
-			return err
-		}
-	}
-	wasDisabled := u.Disabled
-	if in.Nickname != nil {
-		u.Nickname = *in.Nickname
-	}
-	if in.Role != nil {
-		u.Role = *in.Role
-	}
-	if in.Disabled != nil {
-		u.Disabled = *in.Disabled
-	}
-	u, err = s.store.UpdateUser(r.Context(), u)
-	if err != nil {
-		return err
-	}
-	// A disabled user, a demoted admin and a reset password all end the user's
-	// sessions at once (SECURITY.md 11).
-	if (u.Disabled && !wasDisabled) || in.Password != nil || in.Role != nil {
-		if err := s.accounts.RevokeUser(r.Context(), id, "admin"); err != nil {
-			return err
-		}
-	}
-	changed := map[string]any{}
-	if in.Nickname != nil {
-		changed["nickname"] = *in.Nickname
-	}
-	if in.Role != nil {
-		changed["role"] = *in.Role
-	}
-	if in.Disabled != nil {
-		changed["disabled"] = *in.Disabled
-	}
-	if in.Password != nil {
-		changed["password"] = "(changed)"
-	}
-	s.audit(r, store.AuditRecord{Action: "user.update", Target: userTarget(id), Params: jsonString(changed), Result: "ok"})
 	writeData(w, toUserJSON(u))
 	return nil
 }
 
 func (s *Server) deleteUser(w http.ResponseWriter, r *http.Request) error {
-	u, err := s.pathUser(r)
+	id, err := pathUserID(r)
 	if err != nil {
 		return err
 	}
-	id := u.ID
-	if err := s.lastAdminGuard(r, u); err != nil {
+	if err := s.accounts.DeleteUser(r.Context(), id); err != nil {
 		return err
 	}
-	if err := s.accounts.RevokeUser(r.Context(), id, "deleted"); err != nil {
-		return err
-	}
-	if err := s.store.DeleteUser(r.Context(), id); err != nil {
-		return err
-	}
-	s.audit(r, store.AuditRecord{Action: "user.delete", Target: userTarget(id), Params: jsonString(map[string]any{"email": u.Email}), Result: "ok"})
 	writeOK(w)
 	return nil
 }

@@ -80,7 +80,9 @@ func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	}
 	e.svc = vmops.New(cfg)
 	e.t.Cleanup(e.svc.Close)
-	api, err := New(Config{Accounts: e.auth, Store: e.store, Fleet: e.fleet, VMs: e.svc})
+	apiCfg := e.apiConfig()
+	apiCfg.VMs = e.svc
+	api, err := New(apiCfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

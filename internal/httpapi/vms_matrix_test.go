@@ -40,7 +40,9 @@ func TestVMMatrix(t *testing.T) {
 	e, clusters := newMatrixEnv(t)
 	svc := vmops.New(vmops.Config{Store: e.store, Clients: e.fleet, PollInterval: vmPoll, Sweep: time.Hour})
 	t.Cleanup(svc.Close)
-	api, err := New(Config{Accounts: e.auth, Store: e.store, Fleet: e.fleet, VMs: svc})
+	cfg := e.apiConfig()
+	cfg.VMs = svc
+	api, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,314 @@
+// Package accounts is the administration of vmgate's users and what a user may do
+// with their own account: the use cases every front end (internal/httpapi, later
+// internal/webui) calls, so that each rule lives here once.
+//
+// The rules: only admins manage users (RequireAdmin, a refusal audited); the last
+// enabled admin can be neither disabled, demoted nor deleted (409 last_admin), so
+// that somebody can still manage vmgate; disabling, a role change, a password reset
+// and deletion end the user's sessions at once (SECURITY.md 11); every change is
+// audited, attributed through internal/audit to whoever asked.
+//
+// Credentials and sessions themselves — password hashing and policy, login
+// throttling, tokens, revocation — are internal/auth's: accounts calls it and adds
+// what a change of an account means. Values leave this package as its own view
+// types (User, Profile), never as store rows, so no password hash reaches a front end.
+package accounts
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Global roles of a user.
+const (
+	RoleAdmin = store.RoleAdmin // may do everything, including managing users and clusters
+	RoleUser  = store.RoleUser  // may act only where a grant allows
+)
+
+// Credentials is what accounts uses of internal/auth; *auth.Service is one.
+type Credentials interface {
+	Login(ctx context.Context, email, password, addr string) (auth.Token, store.User, error)
+	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
+	CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error)
+	SetPassword(ctx context.Context, userID int64, password string) error
+	RevokeUser(ctx context.Context, userID int64, why string) error
+}
+
+// Store is what accounts reads and writes itself; every store.Store is one.
+type Store interface {
+	UserByID(ctx context.Context, id int64) (store.User, error)
+	ListUsers(ctx context.Context) ([]store.User, error)
+	UpdateUser(ctx context.Context, u store.User) (store.User, error)
+	DeleteUser(ctx context.Context, id int64) error
+	UserGrants(ctx context.Context, userID int64) ([]store.Grant, error)
+}
+
+// Config is what New needs. Store and Auth are required; a nil Audit records nothing.
+type Config struct {
+	Store Store
+	Auth  Credentials
+	Audit *audit.Trail
+}
+
+// Service runs the account use cases. It is safe for concurrent use.
+type Service struct {
+	st    Store
+	auth  Credentials
+	audit *audit.Trail
+}
+
+// New builds the service.
+func New(cfg Config) *Service {
+	return &Service{st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit}
+}
+
+// User is a user as front ends see it: never the password hash.
+type User struct {
+	ID        int64
+	Email     string
+	Nickname  string
+	Role      string // RoleAdmin or RoleUser
+	Disabled  bool
+	CreatedAt time.Time
+}
+
+func view(u store.User) User {
+	return User{ID: u.ID, Email: u.Email, Nickname: u.Nickname, Role: u.Role, Disabled: u.Disabled, CreatedAt: u.CreatedAt}
+}
+
+// Grant is a user's role on one cluster, as the user sees it.
+type Grant struct {
+	ClusterID int64
+	Role      string // "operator" or "viewer"
+}
+
+// Profile is the caller's own account: the user and their grants by cluster id.
+type Profile struct {
+	User
+	Grants []Grant // never nil
+}
+
+func userTarget(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
+
+// checkRole accepts the two global roles.
+func checkRole(role string) error {
+	if role == RoleAdmin || role == RoleUser {
+		return nil
+	}
+	return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", RoleAdmin, RoleUser)
+}
+
+// Login checks an e-mail and password and starts a session (auth.Service.Login,
+// which audits it and applies the throttling); it returns the token and the user.
+func (s *Service) Login(ctx context.Context, email, password, addr string) (auth.Token, User, error) {
+	tok, u, err := s.auth.Login(ctx, email, password, addr)
+	if err != nil {
+		return auth.Token{}, User{}, err
+	}
+	return tok, view(u), nil
+}
+
+// Me returns the caller's own account with their grants.
+func (s *Service) Me(ctx context.Context, p auth.Principal) (Profile, error) {
+	u, err := s.st.UserByID(ctx, p.UserID)
+	if err != nil {
+		return Profile{}, err
+	}
+	grants, err := s.st.UserGrants(ctx, p.UserID)
+	if err != nil {
+		return Profile{}, err
+	}
+	out := Profile{User: view(u), Grants: make([]Grant, 0, len(grants))}
+	for _, g := range grants {
+		out.Grants = append(out.Grants, Grant{ClusterID: g.ClusterID, Role: g.Role})
+	}
+	return out, nil
+}
+
+// ChangePassword sets the caller's new password after checking the current one; the
+// caller's other sessions end (auth.Service.ChangePassword). The attempt is audited
+// as user.password_change whatever its outcome.
+func (s *Service) ChangePassword(ctx context.Context, p auth.Principal, current, next string) error {
+	if current == "" || next == "" {
+		return errs.R(errs.Invalid, "invalid_request", "currentPassword and newPassword are required")
+	}
+	err := s.auth.ChangePassword(ctx, p, current, next)
+	s.audit.Record(ctx, store.AuditRecord{Action: "user.password_change", Target: userTarget(p.UserID), Result: audit.Result(err)})
+	return err
+}
+
+// RequireAdmin lets an admin through and refuses anyone else (403), auditing the
+// refusal as access.denied with attempt (what the front end was asked to do) as its
+// target.
+func (s *Service) RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error {
+	if p.Role == RoleAdmin {
+		return nil
+	}
+	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", Target: attempt, Result: "denied"})
+	return errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
+}
+
+// Users lists every user by id.
+func (s *Service) Users(ctx context.Context) ([]User, error) {
+	users, err := s.st.ListUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]User, 0, len(users))
+	for _, u := range users {
+		out = append(out, view(u))
+	}
+	return out, nil
+}
+
+// User returns one user; a missing one is NotFound.
+func (s *Service) User(ctx context.Context, id int64) (User, error) {
+	u, err := s.st.UserByID(ctx, id)
+	if err != nil {
+		return User{}, err
+	}
+	return view(u), nil
+}
+
+// NewUser is what CreateUser needs.
+type NewUser struct {
+	Email    string
+	Nickname string
+	Password string
+	Role     string // RoleAdmin or RoleUser; empty is RoleUser
+}
+
+// CreateUser adds a user (auth checks the e-mail, the nickname and the password
+// policy). A bad role is refused before anything else and not audited; every other
+// attempt is audited as user.create.
+func (s *Service) CreateUser(ctx context.Context, in NewUser) (User, error) {
+	if in.Role == "" {
+		in.Role = RoleUser
+	}
+	if err := checkRole(in.Role); err != nil {
+		return User{}, err
+	}
+	u, err := s.auth.CreateUser(ctx, in.Email, in.Nickname, in.Password, in.Role)
+	// The target is the e-mail as asked for: a failed attempt has no user id.
+	s.audit.Record(ctx, store.AuditRecord{Action: "user.create", Target: "user:" + strings.ToLower(in.Email),
+		Params: audit.Params(map[string]any{"role": in.Role, "nickname": in.Nickname}), Result: audit.Result(err)})
+	if err != nil {
+		return User{}, err
+	}
+	return view(u), nil
+}
+
+// UserChange is what UpdateUser changes; nil fields stay as they are.
+type UserChange struct {
+	Nickname *string
+	Role     *string
+	Disabled *bool
+	Password *string // an admin's reset: the policy holds
+}
+
+// UpdateUser changes a user. Disabling or demoting the last enabled admin is 409
+// last_admin. A new password, a role given (even the same one) and disabling end
+// every session of the user. A successful change is audited as user.update, naming
+// the fields changed (a password only as "(changed)").
+func (s *Service) UpdateUser(ctx context.Context, id int64, ch UserChange) (User, error) {
+	if ch.Role != nil {
+		if err := checkRole(*ch.Role); err != nil {
+			return User{}, err
+		}
+	}
+	u, err := s.st.UserByID(ctx, id)
+	if err != nil {
+		return User{}, err
+	}
+	losesAdmin := (ch.Role != nil && *ch.Role != RoleAdmin) || (ch.Disabled != nil && *ch.Disabled)
+	if losesAdmin {
+		if err := s.lastAdminGuard(ctx, u); err != nil {
+			return User{}, err
+		}
+	}
+	if ch.Password != nil {
+		// SetPassword ends the user's sessions itself (auth.sessions_revoked, why
+		// "password"); read the user again for the hash it wrote.
+		if err := s.auth.SetPassword(ctx, id, *ch.Password); err != nil {
+			return User{}, err
+		}
+		if u, err = s.st.UserByID(ctx, id); err != nil {
+			return User{}, err
+		}
+	}
+	wasDisabled := u.Disabled
+	changed := map[string]any{}
+	if ch.Nickname != nil {
+		u.Nickname, changed["nickname"] = *ch.Nickname, *ch.Nickname
+	}
+	if ch.Role != nil {
+		u.Role, changed["role"] = *ch.Role, *ch.Role
+	}
+	if ch.Disabled != nil {
+		u.Disabled, changed["disabled"] = *ch.Disabled, *ch.Disabled
+	}
+	if ch.Password != nil {
+		changed["password"] = "(changed)"
+	}
+	if u, err = s.st.UpdateUser(ctx, u); err != nil {
+		return User{}, err
+	}
+	// A disabled user, a changed role and a reset password all end the user's
+	// sessions at once (SECURITY.md 11).
+	if (u.Disabled && !wasDisabled) || ch.Password != nil || ch.Role != nil {
+		if err := s.auth.RevokeUser(ctx, id, auth.WhyAdmin); err != nil {
+			return User{}, err
+		}
+	}
+	s.audit.Record(ctx, store.AuditRecord{Action: "user.update", Target: userTarget(id), Params: audit.Params(changed), Result: "ok"})
+	return view(u), nil
+}
+
+// DeleteUser ends a user's sessions and removes the user with their grants; their
+// tasks and audit records stay. The last enabled admin cannot be deleted (409
+// last_admin). A deletion is audited as user.delete with the e-mail it had.
+func (s *Service) DeleteUser(ctx context.Context, id int64) error {
+	u, err := s.st.UserByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.lastAdminGuard(ctx, u); err != nil {
+		return err
+	}
+	if err := s.auth.RevokeUser(ctx, id, auth.WhyDeleted); err != nil {
+		return err
+	}
+	if err := s.st.DeleteUser(ctx, id); err != nil {
+		return err
+	}
+	s.audit.Record(ctx, store.AuditRecord{Action: "user.delete", Target: userTarget(id),
+		Params: audit.Params(map[string]any{"email": u.Email}), Result: "ok"})
+	return nil
+}
+
+// lastAdminGuard refuses a change that would leave no enabled admin: nobody could
+// manage vmgate through its API afterwards. Two admins removing each other at the
+// same instant can both pass it: the store has no compare-and-swap for users, and
+// `vmgate admin user create` is the way back.
+func (s *Service) lastAdminGuard(ctx context.Context, u store.User) error {
+	if u.Role != RoleAdmin || u.Disabled {
+		return nil
+	}
+	users, err := s.st.ListUsers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range users {
+		if o.ID != u.ID && o.Role == RoleAdmin && !o.Disabled {
+			return nil
+		}
+	}
+	return errs.R(errs.Conflict, "last_admin", "user %d is the last enabled admin", u.ID)
+}

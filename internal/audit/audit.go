@@ -1,0 +1,196 @@
+// Package audit is vmgate's audit trail as the use cases see it: one Trail that
+// writes records to the store and lists them for admins, and the request facts that
+// travel in a context from an adapter to the use cases.
+//
+// An adapter (internal/httpapi, later internal/webui) knows who is asking and from
+// where; a use case knows what was done and how it ended. The adapter attaches the
+// request's facts to the context once (WithRequest, then WithActor after it
+// authenticated the caller); the use case builds the record of what it did and
+// hands it to Trail.Record, which fills in the actor, session, client address and
+// request id from the context. No adapter fills an audit record, and no use case
+// needs to be told the client address.
+//
+// Some records carry their own attribution and are written as given with
+// Trail.Append: auth's security events name the user and address they are about (a
+// failed login has no authenticated actor), a task's end names who started it
+// although nobody may be asking any more, and a certificate mismatch is noticed by
+// vmgate itself.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Facts are what an adapter knows of the request a use case runs for.
+type Facts struct {
+	UserID    int64  // the authenticated caller; 0 before authentication
+	UserEmail string // the caller's e-mail as the session knows it
+	SessionID string // the caller's session
+	Address   string // the client address, after trusted-proxy resolution
+	RequestID string // the request id the adapter answers with
+	// UserAgent is the client's User-Agent header. It travels with the other facts
+	// but is not written yet: store.AuditRecord has no field for it.
+	UserAgent string
+}
+
+type factsKey struct{}
+
+// WithFacts returns ctx carrying f, replacing any facts it carried.
+func WithFacts(ctx context.Context, f Facts) context.Context {
+	return context.WithValue(ctx, factsKey{}, f)
+}
+
+// WithRequest returns ctx carrying the facts of an unauthenticated request: the
+// client address, the request id and the User-Agent.
+func WithRequest(ctx context.Context, address, requestID, userAgent string) context.Context {
+	f := FactsFrom(ctx)
+	f.Address, f.RequestID, f.UserAgent = address, requestID, userAgent
+	return WithFacts(ctx, f)
+}
+
+// WithActor returns ctx with the authenticated caller added to the facts it carries.
+func WithActor(ctx context.Context, userID int64, email, sessionID string) context.Context {
+	f := FactsFrom(ctx)
+	f.UserID, f.UserEmail, f.SessionID = userID, email, sessionID
+	return WithFacts(ctx, f)
+}
+
+// FactsFrom returns the facts ctx carries; none gives the zero Facts.
+func FactsFrom(ctx context.Context) Facts {
+	f, _ := ctx.Value(factsKey{}).(Facts)
+	return f
+}
+
+// Store is what a Trail needs of the store; every store.Store is one.
+type Store interface {
+	AppendAudit(ctx context.Context, a store.AuditRecord) (store.AuditRecord, error)
+	ListAudit(ctx context.Context, limit int, before int64) ([]store.AuditRecord, error)
+}
+
+// Options tune a Trail; the zero Options are fine.
+type Options struct {
+	Logger *slog.Logger     // where a failed write is reported; default: discard
+	Now    func() time.Time // the time of a record that has none; default time.Now
+}
+
+// Trail writes and lists audit records. It is safe for concurrent use. A nil *Trail
+// drops every record, so a use case built without one still runs.
+type Trail struct {
+	st  Store
+	log *slog.Logger
+	now func() time.Time
+}
+
+// New returns the trail kept in st.
+func New(st Store, o Options) *Trail {
+	t := &Trail{st: st, log: o.Logger, now: o.Now}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	return t
+}
+
+// Record writes rec attributed to the request ctx carries: when rec names no user,
+// the caller's user id, e-mail and session are filled in (all three or none, so a
+// record never mixes two people); an empty address and request id are filled in
+// too. A zero At is now.
+//
+// A failed write is logged, never returned: the action being audited has happened
+// (or failed) already, and the caller's answer must not depend on the audit store.
+// The write outlives ctx's cancellation for the same reason.
+func (t *Trail) Record(ctx context.Context, rec store.AuditRecord) {
+	if t == nil {
+		return
+	}
+	f := FactsFrom(ctx)
+	if rec.UserID == 0 && f.UserID != 0 {
+		rec.UserID, rec.UserEmail, rec.SessionID = f.UserID, f.UserEmail, f.SessionID
+	}
+	if rec.Address == "" {
+		rec.Address = f.Address
+	}
+	if rec.RequestID == "" {
+		rec.RequestID = f.RequestID
+	}
+	t.Append(ctx, rec)
+}
+
+// Append writes rec as given (a zero At is now), for records that carry their own
+// attribution or none; see the package doc. Failures are logged as with Record.
+func (t *Trail) Append(ctx context.Context, rec store.AuditRecord) {
+	if t == nil {
+		return
+	}
+	if rec.At.IsZero() {
+		rec.At = t.now()
+	}
+	if _, err := t.st.AppendAudit(context.WithoutCancel(ctx), rec); err != nil {
+		t.log.LogAttrs(ctx, slog.LevelError, "audit write failed", slog.String("action", rec.Action),
+			slog.String("request_id", rec.RequestID), slog.String("error", err.Error()))
+	}
+}
+
+// Entry is one audit record as an admin reads it.
+type Entry struct {
+	ID        int64
+	At        time.Time
+	UserID    int64
+	UserEmail string
+	SessionID string
+	Action    string
+	ClusterID int64
+	Node      string
+	VMID      int64
+	Target    string
+	Params    string // JSON
+	Result    string
+	UPID      string
+	Address   string
+	RequestID string
+}
+
+// List returns up to limit records, newest first, with ids below before (0: from the
+// newest). The store caps limit (at 500 today).
+func (t *Trail) List(ctx context.Context, limit int, before int64) ([]Entry, error) {
+	recs, err := t.st.ListAudit(ctx, limit, before)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(recs))
+	for _, a := range recs {
+		out = append(out, Entry{ID: a.ID, At: a.At, UserID: a.UserID, UserEmail: a.UserEmail, SessionID: a.SessionID,
+			Action: a.Action, ClusterID: a.ClusterID, Node: a.Node, VMID: a.VMID, Target: a.Target, Params: a.Params,
+			Result: a.Result, UPID: a.UPID, Address: a.Address, RequestID: a.RequestID})
+	}
+	return out, nil
+}
+
+// Result is a record's result for the error an action ended with: "ok" for nil, the
+// error's reason for an *errs.Error, "internal" for anything else.
+func Result(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	if e, ok := errs.As(err); ok {
+		return e.ReasonOrDefault()
+	}
+	return "internal"
+}
+
+// Params renders v as a record's params (JSON); "" if it cannot be rendered.
+func Params(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
