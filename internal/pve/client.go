@@ -62,6 +62,10 @@ type Config struct {
 	// Backoff is the pause before read round n (n ≥ 1) [200ms·2^(n-1), at most
 	// 2s, with equal jitter].
 	Backoff func(n int) time.Duration
+	// MaxConnsPerEndpoint bounds the connections open to one endpoint [64];
+	// more concurrent requests wait for one. The keep-alive pool keeps as many
+	// idle, so a connection is never closed only to be dialled again.
+	MaxConnsPerEndpoint int
 }
 
 // Defaults.
@@ -72,6 +76,8 @@ const (
 	defaultMaxAttempts    = 3
 	defaultBreakerThresh  = 3
 	defaultBreakerCool    = 30 * time.Second
+	// DefaultMaxConnsPerEndpoint is Config.MaxConnsPerEndpoint's default.
+	DefaultMaxConnsPerEndpoint = 64
 
 	// PVE's pveproxy closes idle keep-alive connections after 5 s; closing
 	// ours a little earlier avoids sending a request on a connection the
@@ -139,7 +145,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("pve: %w", err)
 	}
 	if cfg.Timeout < 0 || cfg.AttemptTimeout < 0 || cfg.DialTimeout < 0 || cfg.BreakerCooldown < 0 ||
-		cfg.MaxAttempts < 0 || cfg.BreakerThreshold < 0 {
+		cfg.MaxAttempts < 0 || cfg.BreakerThreshold < 0 || cfg.MaxConnsPerEndpoint < 0 {
 		return bad("negative timeout, attempt count or breaker setting")
 	}
 	var roots *x509.CertPool
@@ -201,15 +207,21 @@ func New(cfg Config) (*Client, error) {
 		}
 	}
 
+	conns := orDefault(cfg.MaxConnsPerEndpoint, DefaultMaxConnsPerEndpoint)
 	c.tr = &http.Transport{
 		// No Proxy: a proxied HTTPS request would be TLS-wrapped by the
 		// transport itself, bypassing dialTLS and with it the pin.
-		Proxy:                  nil,
-		DialTLSContext:         c.dialTLS,
-		ForceAttemptHTTP2:      false,
-		MaxIdleConns:           64 * len(c.eps),
-		MaxIdleConnsPerHost:    32,
-		MaxConnsPerHost:        64,
+		Proxy:             nil,
+		DialTLSContext:    c.dialTLS,
+		ForceAttemptHTTP2: false,
+		// The idle pool holds every connection the cap allows: with fewer
+		// idle slots than connections, a burst's connections beyond the idle
+		// cap are closed as they come back and dialled again by the next
+		// burst (116 new TLS connections per 1000 requests at 64 clients
+		// with 32 idle slots for 64 connections).
+		MaxConnsPerHost:        conns,
+		MaxIdleConnsPerHost:    conns,
+		MaxIdleConns:           conns * len(c.eps),
 		IdleConnTimeout:        idleConnTimeout,
 		MaxResponseHeaderBytes: 64 << 10,
 	}

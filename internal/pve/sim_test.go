@@ -31,6 +31,12 @@ type simEnv struct {
 // node on its own loopback address with its own certificate.
 func startSim(t *testing.T, opts pvesim.Options) *simEnv {
 	t.Helper()
+	return startSimServe(t, opts, pvesim.ServeOptions{TLS: true})
+}
+
+// startSimServe is startSim with the emulator's serving options.
+func startSimServe(t *testing.T, opts pvesim.Options, serve pvesim.ServeOptions) *simEnv {
+	t.Helper()
 	if opts.Speed == 0 {
 		opts.Speed = 1000
 	}
@@ -39,7 +45,7 @@ func startSim(t *testing.T, opts pvesim.Options) *simEnv {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := c.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	srv, err := c.Serve(ctx, serve)
 	if err != nil {
 		cancel()
 		t.Skipf("pvesim cannot serve here: %v", err)

@@ -40,7 +40,8 @@
 // Faults for tests: SetNodeOnline, SetLatency, FailNextTasks, SetSpeed,
 // DropNextResponses (the POST acts, the answer is lost), Requests (counts per
 // method and route pattern, to prove a POST was not repeated), SetPaused and
-// SetLock. Inspection: VM, Task, TasksFor, WaitTask. Routes lists every method
+// SetLock. Inspection: VM, Task, TasksFor, WaitTask, Server.Connections
+// (connections accepted). Routes lists every method
 // served and the parameters acted on, for conformance tests.
 //
 // # Choices where PVE leaves room
@@ -87,6 +88,12 @@
 //     passes the root-only checks); tokens have TokenOptions' simple model
 //     (VM set, VM privileges, Sys.Audit/Sys.Modify) instead of ACLs and
 //     privilege separation. The 403 texts and the places they occur are PVE's.
+//   - pveproxy's connection limits are optional: ServeOptions.KeepAliveRequests
+//     (PVE: 100 requests per connection) is off unless set, so a client's
+//     own connection reuse can be measured; idle connections are kept for
+//     2 minutes (PVE: 5 s); a pveproxy worker's restart after 1000 requests
+//     and the soft connection limit that turns keep-alive off are not
+//     emulated.
 //   - The node proxy: only an offline node's "595 No route to host". 596,
 //     597, 599, "595 Connection refused" (pveproxy down on a live node), the
 //     30 s proxy timeout and "proxy loop detected" have no fault to trigger them.

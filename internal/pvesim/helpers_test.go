@@ -101,6 +101,7 @@ type result struct {
 	status  int
 	line    string // resp.Status: "401 No ticket"
 	header  http.Header
+	close   bool // the answer closes the connection (net/http drops "Connection: close" from header)
 	body    []byte
 	data    json.RawMessage
 	message string
@@ -170,7 +171,7 @@ func (e *env) try(c call) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res := result{status: resp.StatusCode, line: resp.Status, header: resp.Header, body: b}
+	res := result{status: resp.StatusCode, line: resp.Status, header: resp.Header, close: resp.Close, body: b}
 	if len(b) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		var env struct {
 			Data    json.RawMessage   `json:"data"`

@@ -418,7 +418,9 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp response) {
 	if resp.status == http.StatusOK {
 		h := w.Header()
 		h["Cache-Control"] = []string{"max-age=0"}
-		h["Connection"] = []string{"Keep-Alive"}
+		if h.Get("Connection") == "" { // "close" from the keep-alive limit stays
+			h["Connection"] = []string{"Keep-Alive"}
+		}
 		h["Date"] = []string{date}
 		h["Pragma"] = []string{"no-cache"}
 		h["Server"] = []string{"pve-api-daemon/3.0"}

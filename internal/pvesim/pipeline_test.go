@@ -1,7 +1,9 @@
 package pvesim
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -294,5 +296,36 @@ func TestHeadersAndCompression(t *testing.T) {
 	}
 	if !strings.Contains(string(e.do(call{path: "/version"}).body), `"version":"9.1.5"`) {
 		t.Fatal("version")
+	}
+}
+
+// TestKeepAliveRequests: with pveproxy's limit, the 100th answer on a
+// connection says "Connection: close" and the next request needs a new
+// connection; without it one connection serves everything. Connections
+// counts what the endpoints accepted.
+func TestKeepAliveRequests(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{0, PVEKeepAliveRequests} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			e := newEnv(t, envOptions{serve: ServeOptions{KeepAliveRequests: limit}})
+			closes := 0
+			for i := 1; i <= 250; i++ {
+				r := e.do(call{path: "/version"})
+				want := false
+				if limit > 0 && i%limit == 0 {
+					want = true
+					closes++
+				}
+				if r.close != want || !want && r.header.Get("Connection") != "Keep-Alive" {
+					t.Fatalf("answer %d: closes %v (Connection %q), want %v", i, r.close, r.header.Get("Connection"), want)
+				}
+			}
+			if got, want := e.srv.Connections(), int64(closes+1); got != want {
+				t.Errorf("%d connections accepted for 250 requests, want %d", got, want)
+			}
+		})
+	}
+	if _, err := New(Options{}).Serve(context.Background(), ServeOptions{KeepAliveRequests: -1}); err == nil {
+		t.Error("negative KeepAliveRequests accepted")
 	}
 }

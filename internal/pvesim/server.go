@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,7 +26,19 @@ type ServeOptions struct {
 	// or on a free port when that is taken (see Server.Warnings). Empty puts
 	// node i on 127.0.0.(10+i) with one free port shared by all.
 	Listen string
+	// KeepAliveRequests is how many requests a connection serves before the
+	// answer to the last one says "Connection: close" (pveproxy:
+	// PVEKeepAliveRequests). 0 keeps connections open for any number of
+	// requests, which is the default so that a client's own connection
+	// reuse can be measured without the server's limit in the way.
+	KeepAliveRequests int
 }
+
+// PVEKeepAliveRequests is pveproxy's limit of requests per connection
+// (pve-manager PVE/Service/pveproxy.pm keep_alive => 100, counted down per
+// request in pve-http-server's AnyEvent.pm; the 100th answer carries
+// "Connection: close").
+const PVEKeepAliveRequests = 100
 
 // Endpoint is one node's API address, as a client would configure it.
 type Endpoint struct {
@@ -37,14 +50,16 @@ type Endpoint struct {
 
 // Server serves a cluster: one pveproxy endpoint per node, sharing one state.
 type Server struct {
-	c        *Cluster
-	tls      bool
-	mu       sync.Mutex
-	eps      map[string]*endpoint
-	order    []string
-	warnings []string
-	closed   bool
-	stop     chan struct{}
+	c         *Cluster
+	tls       bool
+	keepAlive int
+	accepted  atomic.Int64
+	mu        sync.Mutex
+	eps       map[string]*endpoint
+	order     []string
+	warnings  []string
+	closed    bool
+	stop      chan struct{}
 }
 
 type endpoint struct {
@@ -73,7 +88,10 @@ func (c *Cluster) Serve(ctx context.Context, opts ServeOptions) (*Server, error)
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].id < nodes[j].id })
 
-	s := &Server{c: c, tls: opts.TLS, eps: map[string]*endpoint{}, stop: make(chan struct{})}
+	if opts.KeepAliveRequests < 0 {
+		return nil, errors.New("serve: negative KeepAliveRequests")
+	}
+	s := &Server{c: c, tls: opts.TLS, keepAlive: opts.KeepAliveRequests, eps: map[string]*endpoint{}, stop: make(chan struct{})}
 	lns, warnings, err := bindAll(opts.Listen, len(nodes), func(i int) int { return nodes[i].id })
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -162,9 +180,30 @@ func bindAll(listen string, count int, id func(int) int) ([]net.Listener, []stri
 	return nil, nil, errors.New("could not bind one port on every node address")
 }
 
+// connRequests counts the requests of one connection (ConnContext).
+type connRequests struct{}
+
 func (s *Server) start(ep *endpoint, ln net.Listener) {
+	h := s.c.handler(ep.node)
+	if s.keepAlive > 0 {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n, ok := r.Context().Value(connRequests{}).(*atomic.Int64); ok && n.Add(1) >= int64(s.keepAlive) {
+				w.Header().Set("Connection", "close")
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
 	srv := &http.Server{
-		Handler:           s.c.handler(ep.node),
+		Handler: h,
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, connRequests{}, new(atomic.Int64))
+		},
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.accepted.Add(1)
+			}
+		},
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -235,6 +274,10 @@ func (s *Server) Endpoints() []Endpoint {
 	}
 	return res
 }
+
+// Connections counts the connections the endpoints have accepted since
+// Serve (TLS handshakes included, whether they succeeded or not).
+func (s *Server) Connections() int64 { return s.accepted.Load() }
 
 // Warnings says where the addresses differ from the requested ones.
 func (s *Server) Warnings() []string {
