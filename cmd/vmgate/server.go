@@ -49,6 +49,10 @@ type serverCmd struct {
 	DevSpeed       float64       `default:"1" env:"VMGATE_DEV_SPEED" help:"Dev mode: the emulator's time multiplier (1: a live migration of VM 100 takes about 20 s)."`
 	StoreTimeout   time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
 
+	// Login throttling (internal/auth).
+	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
+	LoginQueue          int `env:"VMGATE_LOGIN_QUEUE" help:"Logins that may wait for a hashing slot (default: about 1 s of expected wait)."`
+
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
 }
@@ -137,6 +141,9 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		Logger:     log,
 		// auth's security events name their user and address themselves.
 		Audit: a.trail.Append,
+
+		MaxConcurrentHashes: c.MaxConcurrentHashes,
+		HashQueue:           c.LoginQueue,
 		LoginOutcome: func(outcome string) {
 			if srv != nil {
 				srv.LoginOutcome(outcome)

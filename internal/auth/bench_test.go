@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
@@ -41,12 +40,12 @@ func BenchmarkAuthenticate(b *testing.B) {
 }
 
 // BenchmarkLogin is a successful login with the production argon2 parameters:
-// throughput is bounded by MaxConcurrentHashes (GOMAXPROCS) / time of one hash.
+// throughput is bounded by MaxConcurrentHashes (GOMAXPROCS-1) / time of one hash.
 func BenchmarkLogin(b *testing.B) {
 	e := newEnv(b, func(c *Config) {
 		c.Argon2 = DefaultParams()
-		c.HashWait = time.Minute // queue for a slot rather than answer 429
-		c.Now = time.Now         // sessions pile up in the fake store; keep them realistic
+		c.HashQueue = 1000 // every goroutine queues for a slot rather than being answered 429
+		c.Now = time.Now   // sessions pile up in the fake store; keep them realistic
 	})
 	e.createUser("alice@example.com", alicePassword, store.RoleUser)
 	ctx := context.Background()
@@ -74,8 +73,30 @@ func BenchmarkLogin(b *testing.B) {
 			}
 		})
 		report(b)
-		b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "slots")
+		b.ReportMetric(float64(defaultHashSlots()), "slots")
 	})
+}
+
+// BenchmarkLoginFailure times a failed login for a known e-mail (wrong password)
+// and for an unknown one (the dummy hash) with the production parameters
+// (SECURITY.md 14): the two should cost the same. The test that cannot flap,
+// TestLoginUnknownEmailHashesLikeWrongPassword, counts the hashes instead.
+func BenchmarkLoginFailure(b *testing.B) {
+	e := newEnv(b, func(c *Config) {
+		c.Argon2 = DefaultParams()
+		c.FailuresBeforeBackoff = 1 << 30
+	})
+	e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	for _, email := range []string{"alice@example.com", "nobody@example.com"} {
+		name := map[bool]string{true: "wrong-password", false: "unknown-email"}[email == "alice@example.com"]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := e.s.Login(context.Background(), email, "wrong password here", "192.0.2.1"); err == nil {
+					b.Fatal("a wrong password was accepted")
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkHashPassword is one argon2id hash with the production parameters: the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -31,12 +30,21 @@ type Config struct {
 	Now    func() time.Time // default time.Now
 
 	// MaxConcurrentHashes bounds argon2 computations running at once: each takes
-	// Argon2.Memory of RAM and a core. Default GOMAXPROCS.
+	// Argon2.Memory of RAM and a core. Default max(1, GOMAXPROCS-1), so that one
+	// core always serves authenticated traffic during a login flood.
 	MaxConcurrentHashes int
-	// HashWait is how long a login waits for a free hashing slot before it is
-	// answered 429. Default 100 ms; negative means do not wait at all.
+	// HashWait bounds how long a login expects to wait for a hashing slot: logins
+	// queue in FIFO order for a free slot, and one that would wait longer than this
+	// (judged from the queue's length, the slots and the measured time of a hash) is
+	// answered 429 with Retry-After. Default 1 s; negative means no queue at all.
 	HashWait time.Duration
-	Argon2   Params // default DefaultParams()
+	// HashQueue fixes the queue's length instead of deriving it from HashWait.
+	// Default 0: derived.
+	HashQueue int
+	// Hasher derives a password's key; default Argon2ID. Tests wrap it to count or
+	// hold the hashes in flight; nothing else should set it.
+	Hasher func(password, salt []byte, p Params) []byte
+	Argon2 Params // default DefaultParams()
 
 	// PerAddressRate and PerAddressBurst are a token bucket of login attempts per
 	// client address. Default 10 a minute with a burst of 10; rate.Inf disables it.
@@ -101,8 +109,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	c.MaxConcurrentHashes = orDefault(c.MaxConcurrentHashes, runtime.GOMAXPROCS(0))
-	c.HashWait = orDefault(c.HashWait, 100*time.Millisecond)
+	c.MaxConcurrentHashes = orDefault(c.MaxConcurrentHashes, defaultHashSlots())
+	c.HashWait = orDefault(c.HashWait, time.Second)
+	if c.Hasher == nil {
+		c.Hasher = Argon2ID
+	}
 	c.Argon2 = orDefault(c.Argon2, DefaultParams())
 	c.PerAddressRate = orDefault(c.PerAddressRate, rate.Every(6*time.Second))
 	c.PerAddressBurst = orDefault(c.PerAddressBurst, 10)
@@ -132,7 +143,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, errors.New("auth config: durations must not be negative")
 		}
 	}
-	if c.MaxConcurrentHashes < 0 || c.PerAddressBurst < 0 || c.FailuresBeforeBackoff < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
+	if c.MaxConcurrentHashes < 0 || c.HashQueue < 0 || c.PerAddressBurst < 0 || c.FailuresBeforeBackoff < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
 		return c, errors.New("auth config: counts must not be negative")
 	}
 	return c, nil

@@ -47,9 +47,12 @@
 // bucket per client address and the account's backoff (after 5 consecutive
 // failures, 1 s doubling to 15 min, counted per e-mail whether the account exists
 // or not, so lockouts tell nothing either); both answer 429 with RetryAfter, the
-// right password included. At most MaxConcurrentHashes hashes run at once; a login
-// that finds no slot within HashWait gets 429 with RetryAfter 1. Throttling state
-// and the session cache are bounded in size.
+// right password included. At most MaxConcurrentHashes hashes run at once (by
+// default one core less than GOMAXPROCS, so authenticated requests keep a core
+// during a login flood); further logins wait their turn in a FIFO queue bounded to
+// about HashWait (1 s) of expected wait, and only a login that finds the queue full
+// gets 429, with RetryAfter the time the queue needs. Throttling state and the
+// session cache are bounded in size.
 //
 // The password policy (CheckPasswordPolicy) follows NIST SP 800-63B: length
 // (12 characters to 1024 bytes), no composition rules, and a blocklist of common

@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -92,7 +93,7 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	var hashes atomic.Int64
-	e.s.kdf = func(pw, salt []byte, p Params) []byte { hashes.Add(1); return argon2id(pw, salt, p) }
+	e.s.kdf = func(pw, salt []byte, p Params) []byte { hashes.Add(1); return Argon2ID(pw, salt, p) }
 	cases := []struct{ name, email, password string }{
 		{"unknown e-mail", "nobody@example.com", alicePassword},
 		{"wrong password", "alice@example.com", bobPassword},
@@ -118,74 +119,48 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 	}
 }
 
-// SECURITY.md 14: the timing of an unknown e-mail matches a wrong password's,
-// through the dummy hash. Medians of 100 interleaved samples each, with argon2 at
-// a quarter of the default memory to keep the race-enabled run short; the same
-// comparison without the dummy hash shows the test can see a leak.
-func TestLoginTimingDoesNotRevealAccounts(t *testing.T) {
-	params := Params{Memory: 4 * 1024, Time: 2, Threads: 1, KeyLen: 32, SaltLen: 16}
-	samples := 100
-	if testing.Short() {
-		samples = 30
-	}
-	known, unknown := loginTimings(t, params, samples, false)
-	if r := float64(known) / float64(unknown); r < 0.75 || r > 1.25 {
-		t.Fatalf("median wrong password %v, unknown e-mail %v: ratio %.2f", known, unknown, r)
-	}
-	t.Logf("medians: wrong password %v, unknown e-mail %v", known, unknown)
-
-	known, unknown = loginTimings(t, params, 20, true)
-	if r := float64(unknown) / float64(known); r > 0.5 {
-		t.Fatalf("without the dummy hash the medians should differ: %v vs %v", known, unknown)
-	}
-}
-
-// With the production parameters, fewer samples (each hash is ~25 ms, ~130 ms
-// under the race detector).
-func TestLoginTimingRealParams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow")
-	}
-	known, unknown := loginTimings(t, DefaultParams(), 15, false)
-	if r := float64(known) / float64(unknown); r < 0.75 || r > 1.25 {
-		t.Fatalf("median wrong password %v, unknown e-mail %v: ratio %.2f", known, unknown, r)
-	}
-	t.Logf("medians: wrong password %v, unknown e-mail %v", known, unknown)
-}
-
-// loginTimings returns the median durations of failed logins for a known e-mail
-// with a wrong password and for an unknown e-mail, interleaved.
-func loginTimings(t *testing.T, p Params, n int, noDummy bool) (known, unknown time.Duration) {
-	t.Helper()
-	e := newEnv(t, func(c *Config) { c.Argon2 = p; c.FailuresBeforeBackoff = 1 << 30 })
+// SECURITY.md 14: an unknown e-mail costs what a wrong password costs, proven by
+// counting rather than timing: each runs exactly one key derivation, with the same
+// argon2 parameters, salt length and password. (BenchmarkLoginFailure times both.)
+func TestLoginUnknownEmailHashesLikeWrongPassword(t *testing.T) {
+	t.Parallel()
+	params := Params{Memory: 256, Time: 3, Threads: 2, KeyLen: 32, SaltLen: 16}
+	e := newEnv(t, func(c *Config) { c.Argon2 = params })
 	e.createUser("alice@example.com", alicePassword, store.RoleUser)
-	if noDummy {
-		e.s.dummyHash = "" // unreadable: no hash at all
+	type call struct {
+		pw      string
+		saltLen int
+		p       Params
 	}
-	measure := func(email string) time.Duration {
-		start := time.Now()
+	var mu sync.Mutex
+	var calls []call
+	e.s.kdf = func(pw, salt []byte, p Params) []byte {
+		mu.Lock()
+		calls = append(calls, call{string(pw), len(salt), p})
+		mu.Unlock()
+		return Argon2ID(pw, salt, p)
+	}
+	derivations := func(email string) []call {
+		mu.Lock()
+		calls = nil
+		mu.Unlock()
 		_, _, err := e.s.Login(context.Background(), email, "wrong password here", "192.0.2.1")
-		d := time.Since(start)
 		wantCredentialsError(t, err)
-		return d
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls)
 	}
-	measure("alice@example.com") // warm up
-	var ks, us []time.Duration
-	for i := range n { // alternate which goes first, so drift favours neither
-		if i%2 == 0 {
-			ks = append(ks, measure("alice@example.com"))
-			us = append(us, measure("nobody@example.com"))
-		} else {
-			us = append(us, measure("nobody@example.com"))
-			ks = append(ks, measure("alice@example.com"))
-		}
+	known, unknown := derivations("alice@example.com"), derivations("nobody@example.com")
+	if len(known) != 1 || len(unknown) != 1 {
+		t.Fatalf("derivations: wrong password %d, unknown e-mail %d; want 1 each", len(known), len(unknown))
 	}
-	return median(ks), median(us)
-}
-
-func median(d []time.Duration) time.Duration {
-	slices.Sort(d)
-	return d[len(d)/2]
+	if known[0] != unknown[0] {
+		t.Fatalf("wrong password derives %+v, unknown e-mail %+v", known[0], unknown[0])
+	}
+	if known[0].p.Memory != params.Memory || known[0].p.Time != params.Time || known[0].p.Threads != params.Threads ||
+		known[0].saltLen != int(params.SaltLen) {
+		t.Fatalf("derivation %+v, want the configured parameters %+v", known[0], params)
+	}
 }
 
 // SECURITY.md 15: after 5 consecutive failures an account is locked for 1 s,
@@ -314,80 +289,170 @@ func TestAccountBackoffBounded(t *testing.T) {
 	}
 }
 
-// SECURITY.md 16: at most MaxConcurrentHashes hashes run at once; beyond that a
-// login gets 429 with Retry-After 1 at once, and token checks go on meanwhile.
+// heldHasher is a Config.Hasher whose derivations wait for a gate: tests count
+// the hashes in flight (each one holds Argon2.Memory, so the peak of hashes in
+// flight bounds the memory a flood can take) and see the order they started in.
+type heldHasher struct {
+	gate     chan struct{} // each derivation takes one value to finish
+	started  chan string   // the password of each derivation, as it starts
+	running  atomic.Int64
+	peak     atomic.Int64
+	finished atomic.Int64
+}
+
+func newHeldHasher() *heldHasher {
+	return &heldHasher{gate: make(chan struct{}), started: make(chan string, 1000)}
+}
+
+func (h *heldHasher) derive(pw, salt []byte, p Params) []byte {
+	n := h.running.Add(1)
+	for old := h.peak.Load(); n > old && !h.peak.CompareAndSwap(old, n); old = h.peak.Load() {
+	}
+	h.started <- string(pw)
+	<-h.gate
+	h.running.Add(-1)
+	h.finished.Add(1)
+	return Argon2ID(pw, salt, p)
+}
+
+// waitFor polls cond until it holds, failing the test after a generous deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// SECURITY.md 16: at most MaxConcurrentHashes hashes run at once; further logins
+// wait in the queue (never refused while it has room), a login that finds it full
+// gets 429 with Retry-After, and token checks go on meanwhile.
 func TestLoginHashConcurrencyBounded(t *testing.T) {
 	t.Parallel()
 	var out outcomes
-	const slots, logins = 3, 8
-	e := newEnv(t, func(c *Config) { c.MaxConcurrentHashes, c.HashWait, c.LoginOutcome = slots, -1, out.add })
+	const slots, queue, logins = 3, 4, 10
+	e := newEnv(t, func(c *Config) { c.MaxConcurrentHashes, c.HashQueue, c.LoginOutcome = slots, queue, out.add })
 	e.createUser("alice@example.com", alicePassword, store.RoleUser)
 	tok := e.login("alice@example.com", alicePassword)
 
-	var running, peak atomic.Int64
-	gate, entered := make(chan struct{}), make(chan struct{}, logins)
-	e.s.kdf = func(pw, salt []byte, p Params) []byte {
-		n := running.Add(1)
-		for {
-			old := peak.Load()
-			if n <= old || peak.CompareAndSwap(old, n) {
-				break
-			}
-		}
-		entered <- struct{}{}
-		<-gate
-		running.Add(-1)
-		return argon2id(pw, salt, p)
-	}
+	h := newHeldHasher()
+	e.s.kdf = h.derive
 	results := make(chan error, logins)
-	for range logins {
+	for range slots + queue {
 		go func() {
 			_, _, err := e.s.Login(context.Background(), "alice@example.com", alicePassword, "192.0.2.1")
 			results <- err
 		}()
 	}
-	opened := false
-	defer func() {
-		if !opened {
-			close(gate)
-		}
-	}()
-	for range slots {
-		<-entered
-	}
-	// The rest are turned away while the slots are held; were there no bound they
-	// would be waiting on the gate, so the wait has a deadline.
-	deadline := time.After(10 * time.Second)
-	for range logins - slots {
-		select {
-		case err := <-results:
-			wantClientError(t, err, errBusy())
-		case <-deadline:
-			t.Fatalf("logins beyond the %d slots were not turned away; %d hashes running", slots, running.Load())
+	waitFor(t, "the slots are taken and the queue is full", func() bool {
+		busy, waiting := e.s.hashes.stats()
+		return busy == slots && waiting == queue
+	})
+	for range logins - slots - queue {
+		_, _, err := e.s.Login(context.Background(), "alice@example.com", alicePassword, "192.0.2.1")
+		wantKind(t, err, errs.RateLimited)
+		if e, _ := errs.As(err); e.RetryAfter < 1 {
+			t.Fatalf("429 without Retry-After: %+v", e)
 		}
 	}
 	e.authOK(tok.Raw) // token checks need no slot
-	close(gate)
-	opened = true
-	for range slots {
+	if n := h.running.Load(); n != slots {
+		t.Fatalf("%d hashes running, want %d", n, slots)
+	}
+	for range slots + queue {
+		h.gate <- struct{}{}
+	}
+	for range slots + queue {
 		if err := <-results; err != nil {
-			t.Fatal(err)
+			t.Fatalf("a queued login: %v", err)
 		}
 	}
-	if p := peak.Load(); p != slots {
+	if p := h.peak.Load(); p != slots {
 		t.Fatalf("%d hashes ran at once, want %d", p, slots)
 	}
-	if n := out.count(OutcomeBusy); n != logins-slots {
+	if n := out.count(OutcomeBusy); n != logins-slots-queue {
 		t.Fatalf("outcomes %v", out.seen)
+	}
+	if busy, waiting := e.s.hashes.stats(); busy != 0 || waiting != 0 {
+		t.Fatalf("after the flood: %d slots busy, %d waiting", busy, waiting)
 	}
 }
 
-// A login waits up to HashWait for a slot, and no longer than its context.
+// Logins get their slots in the order they came: strict FIFO, with no newcomer
+// overtaking a waiter when a slot frees.
+func TestLoginHashQueueIsFIFO(t *testing.T) {
+	t.Parallel()
+	const waiters = 8
+	e := newEnv(t, func(c *Config) { c.MaxConcurrentHashes, c.HashQueue = 1, waiters })
+	h := newHeldHasher()
+	e.s.kdf = h.derive
+	login := func(i int, done chan<- error) {
+		_, _, err := e.s.Login(context.Background(), fmt.Sprintf("u%d@example.com", i),
+			fmt.Sprintf("password number %d", i), "192.0.2.1")
+		done <- err
+	}
+	done := make(chan error, waiters+1)
+	go login(0, done)
+	if got := <-h.started; got != "password number 0" {
+		t.Fatalf("first hash: %q", got)
+	}
+	for i := 1; i <= waiters; i++ { // queue them one at a time, so the order is known
+		go login(i, done)
+		waitFor(t, fmt.Sprintf("login %d is queued", i), func() bool { _, n := e.s.hashes.stats(); return n == i })
+	}
+	for i := 1; i <= waiters; i++ {
+		h.gate <- struct{}{} // finish the running hash: the head of the queue starts
+		if got, want := <-h.started, fmt.Sprintf("password number %d", i); got != want {
+			t.Fatalf("hash %d was %q, want %q", i, got, want)
+		}
+	}
+	h.gate <- struct{}{}
+	for range waiters + 1 {
+		wantCredentialsError(t, <-done)
+	}
+}
+
+// The queue's length follows HashWait, the slots and the measured hold of a slot:
+// a newcomer is admitted while the logins ahead of it take at most HashWait, one
+// round of waiters always is, and a negative HashWait means no queue.
+func TestHashQueueDerivedLength(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		slots       int
+		wait, hold  time.Duration
+		admitted    int
+		retrySecond int
+	}{
+		{"1 s of 100 ms hashes, 2 slots", 2, time.Second, 100 * time.Millisecond, 20, 1},
+		{"1 s of 25 ms hashes, 1 slot", 1, time.Second, 25 * time.Millisecond, 40, 1},
+		{"hashes longer than the wait", 2, time.Second, 3 * time.Second, 2, 3},
+		{"no queue", 2, -1, 25 * time.Millisecond, 0, 1},
+	} {
+		q := newHashQueue(c.slots, 0, c.wait, c.hold)
+		q.busy = c.slots
+		for !q.full() {
+			q.waiting.PushBack(make(chan struct{}))
+		}
+		if n := q.waiting.Len(); n != c.admitted {
+			t.Errorf("%s: %d admitted, want %d", c.name, n, c.admitted)
+		}
+		if got := retrySeconds(q.backIn()); got != c.retrySecond {
+			t.Errorf("%s: Retry-After %d, want %d", c.name, got, c.retrySecond)
+		}
+	}
+}
+
+// A login waiting in the queue leaves it when its context ends, and the slot goes
+// on to the next one.
 func TestLoginHashWaitEndsWithContext(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.MaxConcurrentHashes, c.HashWait = 1, time.Hour })
+	e := newEnv(t, func(c *Config) { c.MaxConcurrentHashes = 1 })
 	e.createUser("alice@example.com", alicePassword, store.RoleUser)
-	release, ok := e.s.slots.acquire(context.Background())
+	release, _, ok := e.s.hashes.acquire(context.Background())
 	if !ok {
 		t.Fatal("no slot")
 	}
@@ -397,10 +462,17 @@ func TestLoginHashWaitEndsWithContext(t *testing.T) {
 		_, _, err := e.s.Login(ctx, "alice@example.com", alicePassword, "192.0.2.1")
 		done <- err
 	}()
+	waitFor(t, "the login is queued", func() bool { _, n := e.s.hashes.stats(); return n == 1 })
 	cancel()
-	wantClientError(t, <-done, errBusy())
+	wantKind(t, <-done, errs.RateLimited)
+	if _, n := e.s.hashes.stats(); n != 0 {
+		t.Fatalf("%d still queued", n)
+	}
 	release()
 	e.login("alice@example.com", alicePassword)
+	if busy, _ := e.s.hashes.stats(); busy != 0 {
+		t.Fatalf("%d slots busy after all logins ended", busy)
+	}
 }
 
 // SECURITY.md 12: a hash made with other parameters is replaced at login, with a

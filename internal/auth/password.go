@@ -56,10 +56,13 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// kdf derives a key; the Service holds one so tests can count concurrent hashes.
+// kdf derives a key; the Service holds one (Config.Hasher) so tests can count
+// concurrent hashes.
 type kdf func(password, salt []byte, p Params) []byte
 
-func argon2id(password, salt []byte, p Params) []byte {
+// Argon2ID derives p.KeyLen bytes from password and salt with argon2id and p: the
+// one key derivation of vmgate's password hashes.
+func Argon2ID(password, salt []byte, p Params) []byte {
 	return argon2.IDKey(password, salt, p.Time, p.Memory, p.Threads, p.KeyLen)
 }
 
@@ -69,7 +72,7 @@ var b64 = base64.RawStdEncoding.Strict()
 // HashPassword hashes password with argon2id, a fresh random salt and p, and returns
 // it in PHC string format: $argon2id$v=19$m=19456,t=2,p=1$<salt>$<hash>.
 func HashPassword(password string, p Params) (string, error) {
-	return hashWith(argon2id, password, p)
+	return hashWith(Argon2ID, password, p)
 }
 
 func hashWith(derive kdf, password string, p Params) (string, error) {
@@ -91,7 +94,7 @@ func hashWith(derive kdf, password string, p Params) (string, error) {
 // length), so the caller should store a new hash while it holds the clear password.
 // A malformed hash is an error, never a match.
 func VerifyPassword(encoded, password string, current Params) (ok, needsRehash bool, err error) {
-	return verifyWith(argon2id, encoded, password, current)
+	return verifyWith(Argon2ID, encoded, password, current)
 }
 
 func verifyWith(derive kdf, encoded, password string, current Params) (ok, needsRehash bool, err error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/mail"
 	"strconv"
 	"strings"
@@ -69,7 +68,7 @@ type Service struct {
 	dummyHash string
 	kdf       kdf
 
-	slots   hashSlots
+	hashes  *hashQueue
 	addrs   *addressLimiter
 	backoff *accountBackoff
 	cache   *sessionCache
@@ -90,8 +89,7 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: argon2id,
-		slots:   hashSlots{slots: make(chan struct{}, cfg.MaxConcurrentHashes), wait: cfg.HashWait},
+		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: cfg.Hasher,
 		addrs:   newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
 		backoff: newAccountBackoff(cfg),
 		cache:   newSessionCache(cfg.SessionCacheSize),
@@ -99,9 +97,11 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 	if err := s.loadKeys(ctx); err != nil {
 		return nil, err
 	}
+	start := time.Now() // the real clock: how long a hash takes on this machine
 	if s.dummyHash, err = hashWith(s.kdf, randomID(24), cfg.Argon2); err != nil {
 		return nil, fmt.Errorf("dummy hash: %w", err)
 	}
+	s.hashes = newHashQueue(cfg.MaxConcurrentHashes, cfg.HashQueue, cfg.HashWait, time.Since(start))
 	if err := s.pollChanges(ctx); err != nil {
 		return nil, err
 	}
@@ -154,25 +154,21 @@ func errToken(cause error) *errs.Error {
 
 func errThrottled(wait time.Duration) *errs.Error {
 	return &errs.Error{Kind: errs.RateLimited, Reason: "rate_limited", Message: "too many login attempts; try again later",
-		RetryAfter: retryAfter(wait)}
+		RetryAfter: retrySeconds(wait)}
 }
 
-func errBusy() *errs.Error {
-	return &errs.Error{Kind: errs.RateLimited, Reason: "rate_limited", Message: "too many logins at once; try again in a second",
-		RetryAfter: 1}
-}
-
-// retryAfter rounds up to whole seconds, at least 1.
-func retryAfter(d time.Duration) int {
-	return max(1, int(math.Ceil(d.Seconds())))
+func errBusy(wait time.Duration) *errs.Error {
+	return &errs.Error{Kind: errs.RateLimited, Reason: "rate_limited", Message: "too many logins at once; try again later",
+		RetryAfter: retrySeconds(wait)}
 }
 
 // Login checks an e-mail and password and starts a session. In order: the client
 // address's token bucket, the account's backoff (both 429, the right password too),
-// a free hashing slot (429, Retry-After 1), then one argon2id verification, against
-// the dummy hash for an unknown e-mail. Every failure — unknown e-mail, wrong
-// password, disabled user — is the same 401 "invalid credentials". A hash made with
-// other parameters than Config.Argon2 is replaced.
+// a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
+// queue is full), then one argon2id verification, against the dummy hash for an
+// unknown e-mail. Every failure — unknown e-mail, wrong password, disabled user — is
+// the same 401 "invalid credentials". A hash made with other parameters than
+// Config.Argon2 is replaced.
 func (s *Service) Login(ctx context.Context, email, password, addr string) (Token, store.User, error) {
 	now := s.cfg.Now()
 	email = normalizeEmail(email)
@@ -188,15 +184,23 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 			slog.Duration("remaining", wait))
 		return Token{}, store.User{}, errThrottled(wait)
 	}
+	// A place in line before the user is read: a login the queue turns away costs
+	// no store read, and the read overlaps the wait.
+	place, retry, ok := s.hashes.enter()
+	if !ok {
+		s.cfg.LoginOutcome(OutcomeBusy)
+		return Token{}, store.User{}, errBusy(retry)
+	}
 	u, err := s.st.UserByEmail(ctx, email)
 	known := err == nil
 	if err != nil && !errs.Is(err, errs.NotFound) {
+		place.leave()
 		return Token{}, store.User{}, fmt.Errorf("login: %w", err)
 	}
-	release, ok := s.slots.acquire(ctx)
+	release, ok := place.wait(ctx)
 	if !ok {
 		s.cfg.LoginOutcome(OutcomeBusy)
-		return Token{}, store.User{}, errBusy()
+		return Token{}, store.User{}, errBusy(0)
 	}
 	hash := s.dummyHash
 	if known {
@@ -462,9 +466,9 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	if wait := s.backoff.lockedFor(key, now); wait > 0 {
 		return errThrottled(wait)
 	}
-	release, ok := s.slots.acquire(ctx)
+	release, retry, ok := s.hashes.acquire(ctx)
 	if !ok {
-		return errBusy()
+		return errBusy(retry)
 	}
 	match, _, err := verifyWith(s.kdf, u.PasswordHash, current, s.cfg.Argon2)
 	var hash string
@@ -556,9 +560,9 @@ func (s *Service) CreateUser(ctx context.Context, email, nickname, password, rol
 
 // hash makes a new password hash in a hashing slot.
 func (s *Service) hash(ctx context.Context, password string) (string, error) {
-	release, ok := s.slots.acquire(ctx)
+	release, retry, ok := s.hashes.acquire(ctx)
 	if !ok {
-		return "", errBusy()
+		return "", errBusy(retry)
 	}
 	defer release()
 	h, err := hashWith(s.kdf, password, s.cfg.Argon2)
@@ -567,6 +571,10 @@ func (s *Service) hash(ctx context.Context, password string) (string, error) {
 	}
 	return h, nil
 }
+
+// HashLoad returns the password hashes running now and the logins queued for a
+// slot, for tests and gauges.
+func (s *Service) HashLoad() (running, queued int) { return s.hashes.stats() }
 
 // ActiveSessions counts live sessions in the store, for a gauge; 0 when the store
 // does not answer (logged).

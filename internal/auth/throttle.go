@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"context"
 	"math"
 	"sync"
 	"time"
@@ -171,34 +170,4 @@ func (b *accountBackoff) sweep(now time.Time) {
 			delete(b.count, k)
 		}
 	}
-}
-
-// hashSlots bounds concurrent argon2 computations (SECURITY.md 16): each one holds
-// Argon2.Memory of RAM and a core, so an unbounded login flood would starve every
-// other request and could exhaust memory.
-type hashSlots struct {
-	slots chan struct{}
-	wait  time.Duration
-}
-
-// acquire takes a slot, waiting at most s.wait; ok is false when none freed in time.
-func (s *hashSlots) acquire(ctx context.Context) (release func(), ok bool) {
-	release = func() { <-s.slots }
-	select {
-	case s.slots <- struct{}{}:
-		return release, true
-	default:
-	}
-	if s.wait <= 0 {
-		return nil, false
-	}
-	t := time.NewTimer(s.wait)
-	defer t.Stop()
-	select {
-	case s.slots <- struct{}{}:
-		return release, true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return nil, false
 }
