@@ -155,7 +155,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		return nil, err
 	}
 	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail})
-	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, SealKey: key, Logger: log, Audit: a.trail.Append})
+	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, SealKey: key, Logger: log, Audit: a.trail})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -284,7 +284,7 @@ func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
-	var cl store.Cluster
+	var cl fleet.Cluster
 	if len(existing) == 0 {
 		cl, err = a.fleet.Register(ctx, spec)
 	} else {

@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"strconv"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -14,7 +16,27 @@ import (
 // does not answer (cluster_unreachable, naming it), a certificate that is not the
 // pinned one (tls_mismatch, naming both fingerprints), a rejected token
 // (token_rejected) or a missing permission (permission_missing, with PVE's text).
-func (s *Service) Register(ctx context.Context, spec ClusterSpec) (store.Cluster, error) {
+//
+// Every attempt is audited as cluster.create, with the spec's fields but the secret
+// (and the CA bundle only as given or not).
+func (s *Service) Register(ctx context.Context, spec ClusterSpec) (Cluster, error) {
+	c, err := s.register(ctx, spec)
+	rec := store.AuditRecord{Action: "cluster.create", ClusterID: c.ID, Target: "cluster:" + spec.Name, Result: audit.Result(err),
+		Params: audit.Params(map[string]any{"name": spec.Name, "endpoints": spec.Endpoints, "tokenId": spec.TokenID,
+			"tlsFingerprint": spec.TLSFingerprint, "caCert": spec.CACert != "", "insecureSkipVerify": spec.InsecureSkipVerify})}
+	if err == nil {
+		rec.Target = clusterTarget(c.ID)
+	}
+	s.audit.Record(ctx, rec)
+	if err != nil {
+		return Cluster{}, err
+	}
+	return clusterOf(c), nil
+}
+
+func clusterTarget(id int64) string { return "cluster:" + strconv.FormatInt(id, 10) }
+
+func (s *Service) register(ctx context.Context, spec ClusterSpec) (store.Cluster, error) {
 	v, err := spec.validate()
 	if err != nil {
 		return store.Cluster{}, err
@@ -72,8 +94,44 @@ func nameTaken(err error, name string) error {
 // reconnects and learns the nodes again, exactly like Register; giving endpoints,
 // even unchanged, is the way to make vmgate learn a cluster's nodes anew (after a node
 // joined, or a certificate was renewed). A rename alone does not touch PVE.
-func (s *Service) Update(ctx context.Context, id int64, p ClusterPatch) (store.Cluster, error) {
-	c, err := s.Cluster(ctx, id)
+//
+// A patch that changes nothing is refused (invalid_request) and not audited; every
+// other attempt is audited as cluster.update, naming the fields given (secrets and
+// the CA bundle only as "(changed)").
+func (s *Service) Update(ctx context.Context, id int64, p ClusterPatch) (Cluster, error) {
+	changed := p.audited()
+	if len(changed) == 0 {
+		return Cluster{}, invalid("nothing to change: give at least one of name, endpoints, tokenId, tokenSecret, tlsFingerprint, caCert, insecureSkipVerify")
+	}
+	c, err := s.update(ctx, id, p)
+	s.audit.Record(ctx, store.AuditRecord{Action: "cluster.update", ClusterID: id, Target: clusterTarget(id),
+		Params: audit.Params(changed), Result: audit.Result(err)})
+	if err != nil {
+		return Cluster{}, err
+	}
+	return clusterOf(c), nil
+}
+
+// audited names the fields a patch gives, for the audit record.
+func (p ClusterPatch) audited() map[string]any {
+	changed := map[string]any{}
+	set := func(name string, present bool, v any) {
+		if present {
+			changed[name] = v
+		}
+	}
+	set("name", p.Name != nil, p.Name)
+	set("endpoints", p.Endpoints != nil, p.Endpoints)
+	set("tokenId", p.TokenID != nil, p.TokenID)
+	set("tokenSecret", p.TokenSecret != nil, "(changed)")
+	set("tlsFingerprint", p.TLSFingerprint != nil, p.TLSFingerprint)
+	set("caCert", p.CACert != nil, "(changed)")
+	set("insecureSkipVerify", p.InsecureSkipVerify != nil, p.InsecureSkipVerify)
+	return changed
+}
+
+func (s *Service) update(ctx context.Context, id int64, p ClusterPatch) (store.Cluster, error) {
+	c, err := s.cluster(ctx, id)
 	if err != nil {
 		return store.Cluster{}, err
 	}
@@ -164,9 +222,15 @@ func deref(p *string) string {
 }
 
 // Delete removes a cluster and its grants, and closes its PVE client. Its tasks and
-// audit records stay.
+// audit records stay. Every attempt is audited as cluster.delete.
 func (s *Service) Delete(ctx context.Context, id int64) error {
-	if _, err := s.Cluster(ctx, id); err != nil {
+	err := s.delete(ctx, id)
+	s.audit.Record(ctx, store.AuditRecord{Action: "cluster.delete", ClusterID: id, Target: clusterTarget(id), Result: audit.Result(err)})
+	return err
+}
+
+func (s *Service) delete(ctx context.Context, id int64) error {
+	if _, err := s.cluster(ctx, id); err != nil {
 		return err
 	}
 	if err := s.store.DeleteCluster(ctx, id); err != nil {

@@ -4,6 +4,13 @@
 // (one transport, kept alive) per cluster, decides who may act on which cluster
 // (grants), and reads the inventory (nodes, VMs, a VM's status).
 //
+// The rules of cluster and grant administration live here for every front end: each
+// change is audited by the fleet itself (cluster.create, cluster.update,
+// cluster.delete, grant.put, grant.delete), and so is each refusal of Require
+// (access.denied), attributed through internal/audit to the request in the context.
+// Values leave as the fleet's own view types (Cluster, Grant, ClusterView, ...),
+// never as store rows: no sealed secret reaches a front end.
+//
 // It knows nothing of HTTP; its errors are *errs.Error with kinds and reasons the HTTP
 // layer maps to statuses. UpstreamError maps the PVE client's errors the same way for
 // every package that talks to PVE.
@@ -17,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -29,10 +37,10 @@ type Config struct {
 	Now     func() time.Time
 	// PVETimeout bounds each PVE call (zero: the PVE client's default).
 	PVETimeout time.Duration
-	// Audit receives the security events the fleet notices by itself (a node that
-	// presents an unexpected certificate). Admin changes are audited by the HTTP
-	// layer, which knows who asked and from where. Nil drops them.
-	Audit func(ctx context.Context, rec store.AuditRecord)
+	// Audit records the admin changes (clusters, grants), the refusals of Require,
+	// and the security events the fleet notices by itself (a node that presents an
+	// unexpected certificate). Nil: a trail on Store.
+	Audit *audit.Trail
 }
 
 // Service is the fleet. It is safe for concurrent use.
@@ -42,7 +50,7 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	timeout time.Duration
-	auditFn func(ctx context.Context, rec store.AuditRecord)
+	audit   *audit.Trail
 
 	mu      sync.Mutex
 	clients map[int64]*cachedClient
@@ -65,13 +73,16 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		store: cfg.Store, sealer: sl, log: cfg.Logger, now: cfg.Now, timeout: cfg.PVETimeout,
-		auditFn: cfg.Audit, clients: map[int64]*cachedClient{}, health: map[int64]healthEntry{}, tlsSeen: map[string]bool{},
+		audit: cfg.Audit, clients: map[int64]*cachedClient{}, health: map[int64]healthEntry{}, tlsSeen: map[string]bool{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.audit == nil {
+		s.audit = audit.New(cfg.Store, audit.Options{Logger: s.log, Now: s.now})
 	}
 	if err := s.checkKey(ctx); err != nil {
 		return nil, err
@@ -108,24 +119,14 @@ func (s *Service) Close() {
 	}
 }
 
-func (s *Service) audit(ctx context.Context, rec store.AuditRecord) {
-	if s.auditFn == nil {
-		return
-	}
-	if rec.At.IsZero() {
-		rec.At = s.now()
-	}
-	s.auditFn(context.WithoutCancel(ctx), rec)
-}
-
 // clusterNotFound is the one answer for a cluster that does not exist and for one the
 // caller has no grant on (SECURITY.md 18): the two must not be told apart.
 func clusterNotFound() *errs.Error {
 	return errs.R(errs.NotFound, "not_found", "cluster not found")
 }
 
-// Cluster returns one registered cluster.
-func (s *Service) Cluster(ctx context.Context, id int64) (store.Cluster, error) {
+// cluster reads one registered cluster's row.
+func (s *Service) cluster(ctx context.Context, id int64) (store.Cluster, error) {
 	c, err := s.store.ClusterByID(ctx, id)
 	if errs.KindOf(err) == errs.NotFound {
 		return store.Cluster{}, clusterNotFound()
@@ -133,9 +134,56 @@ func (s *Service) Cluster(ctx context.Context, id int64) (store.Cluster, error) 
 	return c, err
 }
 
-// List returns every registered cluster.
-func (s *Service) List(ctx context.Context) ([]store.Cluster, error) {
-	return s.store.ListClusters(ctx)
+// Cluster returns one registered cluster.
+func (s *Service) Cluster(ctx context.Context, id int64) (Cluster, error) {
+	c, err := s.cluster(ctx, id)
+	if err != nil {
+		return Cluster{}, err
+	}
+	return clusterOf(c), nil
+}
+
+// List returns every registered cluster, by id.
+func (s *Service) List(ctx context.Context) ([]Cluster, error) {
+	cs, err := s.store.ListClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Cluster, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, clusterOf(c))
+	}
+	return out, nil
+}
+
+// Cluster is a registered cluster as an admin sees it: never the token secret, the
+// CA bundle only as present or not.
+type Cluster struct {
+	ID                 int64
+	Name               string
+	Endpoints          []Endpoint // in the order they are tried
+	TokenID            string
+	Trust              string // TrustFingerprint, TrustCA or TrustInsecure
+	HasCACert          bool
+	InsecureSkipVerify bool
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// Endpoint is one PVE API endpoint of a cluster, given or learned.
+type Endpoint struct {
+	URL         string
+	Node        string // the PVE node behind it, when known
+	Fingerprint string // SHA-256 of its certificate; may be empty with a CA bundle
+}
+
+func clusterOf(c store.Cluster) Cluster {
+	eps := make([]Endpoint, 0, len(c.Endpoints))
+	for _, e := range c.Endpoints {
+		eps = append(eps, Endpoint{URL: e.URL, Node: e.Node, Fingerprint: e.Fingerprint})
+	}
+	return Cluster{ID: c.ID, Name: c.Name, Endpoints: eps, TokenID: c.TokenID, Trust: TrustOf(c),
+		HasCACert: c.CACert != "", InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 }
 
 // TrustOf says how vmgate verifies a cluster's certificates: TrustFingerprint,

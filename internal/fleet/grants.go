@@ -3,7 +3,10 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -51,16 +54,57 @@ func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need 
 	}
 }
 
-// ValidGrantRole reports whether role is a grant role.
-func ValidGrantRole(role string) bool {
-	return role == store.GrantOperator || role == store.GrantViewer
+// Require is Authorize for a front end about to act: nil when the actor's grant
+// allows need on the cluster, else Authorize's NotFound or Forbidden, audited as
+// access.denied with attempt (what the front end was asked to do) as its target.
+// Front ends call it after validating the request and before anything touches PVE.
+func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, attempt string) error {
+	_, err := s.Authorize(ctx, a, clusterID, need)
+	if k := errs.KindOf(err); err != nil && (k == errs.NotFound || k == errs.Forbidden) {
+		s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", ClusterID: clusterID, Target: attempt,
+			Params: audit.Params(map[string]string{"need": need}), Result: "denied"})
+	}
+	return err
 }
 
-// PutGrant gives a user a role on a cluster, or changes it.
-func (s *Service) PutGrant(ctx context.Context, userID, clusterID int64, role string) (store.Grant, error) {
+// Grant roles on one cluster.
+const (
+	GrantOperator = store.GrantOperator // power, migrate, read
+	GrantViewer   = store.GrantViewer   // read
+)
+
+// ValidGrantRole reports whether role is a grant role.
+func ValidGrantRole(role string) bool {
+	return role == GrantOperator || role == GrantViewer
+}
+
+// Grant is a user's role on one cluster, as an admin sees it.
+type Grant struct {
+	UserID    int64
+	ClusterID int64
+	Role      string // GrantOperator or GrantViewer
+	CreatedAt time.Time
+}
+
+func userTarget(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
+
+// PutGrant gives a user a role on a cluster, or changes it. A role that is not a
+// grant role is refused first and not audited; every other attempt is audited as
+// grant.put.
+func (s *Service) PutGrant(ctx context.Context, userID, clusterID int64, role string) (Grant, error) {
 	if !ValidGrantRole(role) {
-		return store.Grant{}, invalid("role must be %q or %q", store.GrantOperator, store.GrantViewer)
+		return Grant{}, invalid("role must be %q or %q", GrantOperator, GrantViewer)
 	}
+	g, err := s.putGrant(ctx, userID, clusterID, role)
+	s.audit.Record(ctx, store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
+		Params: audit.Params(map[string]string{"role": role}), Result: audit.Result(err)})
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{UserID: g.UserID, ClusterID: g.ClusterID, Role: g.Role, CreatedAt: g.CreatedAt}, nil
+}
+
+func (s *Service) putGrant(ctx context.Context, userID, clusterID int64, role string) (store.Grant, error) {
 	if err := s.grantTargets(ctx, userID, clusterID); err != nil {
 		return store.Grant{}, err
 	}
@@ -68,8 +112,15 @@ func (s *Service) PutGrant(ctx context.Context, userID, clusterID int64, role st
 }
 
 // DeleteGrant removes a user's grant on a cluster. Removing a grant that does not
-// exist is NotFound, so a typo in the user id does not pass for success.
+// exist is NotFound, so a typo in the user id does not pass for success. Every
+// attempt is audited as grant.delete.
 func (s *Service) DeleteGrant(ctx context.Context, userID, clusterID int64) error {
+	err := s.deleteGrant(ctx, userID, clusterID)
+	s.audit.Record(ctx, store.AuditRecord{Action: "grant.delete", ClusterID: clusterID, Target: userTarget(userID), Result: audit.Result(err)})
+	return err
+}
+
+func (s *Service) deleteGrant(ctx context.Context, userID, clusterID int64) error {
 	if err := s.grantTargets(ctx, userID, clusterID); err != nil {
 		return err
 	}
@@ -85,7 +136,7 @@ func (s *Service) DeleteGrant(ctx context.Context, userID, clusterID int64) erro
 // grantTargets checks that both ends of a grant exist, naming the missing one (the
 // caller is an admin: there is nothing to hide).
 func (s *Service) grantTargets(ctx context.Context, userID, clusterID int64) error {
-	if _, err := s.Cluster(ctx, clusterID); err != nil {
+	if _, err := s.cluster(ctx, clusterID); err != nil {
 		return err
 	}
 	if _, err := s.store.UserByID(ctx, userID); err != nil {

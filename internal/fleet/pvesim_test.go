@@ -45,7 +45,7 @@ func newSim(t testing.TB, extra int) *sim {
 }
 
 // registeredSim is a fleet with the dev cluster registered as "sim".
-func registeredSim(t testing.TB, extra int, opts ...func(*Config)) (*sim, *Service, store.Cluster) {
+func registeredSim(t testing.TB, extra int, opts ...func(*Config)) (*sim, *Service, Cluster) {
 	t.Helper()
 	s := newSim(t, extra)
 	svc, _ := newTestService(t, opts...)
@@ -69,7 +69,7 @@ func (s *sim) spec(name string) ClusterSpec {
 		TLSFingerprint: s.eps[0].Fingerprint}
 }
 
-func register(t testing.TB, svc *Service, spec ClusterSpec) store.Cluster {
+func register(t testing.TB, svc *Service, spec ClusterSpec) Cluster {
 	t.Helper()
 	c, err := svc.Register(context.Background(), spec)
 	if err != nil {
@@ -332,7 +332,7 @@ func TestUpdateChecksWhatChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if TrustOf(u) != TrustCA || u.Endpoints[0].Fingerprint != "" {
+	if u.Trust != TrustCA || u.Endpoints[0].Fingerprint != "" {
 		t.Fatalf("after switching to a CA: %+v", u)
 	}
 	good := s.secret

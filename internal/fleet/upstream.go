@@ -104,7 +104,8 @@ func (s *Service) upstream(ctx context.Context, clusterID int64, err error) erro
 		s.mu.Unlock()
 		if first {
 			params, _ := json.Marshal(map[string]string{"expected": tlsErr.Expected, "presented": tlsErr.Presented})
-			s.audit(ctx, store.AuditRecord{Action: "cluster.tls_mismatch", ClusterID: clusterID, Target: tlsErr.Endpoint,
+			// vmgate noticed this itself; whoever's request met it is not its author.
+			s.audit.Append(ctx, store.AuditRecord{At: s.now(), Action: "cluster.tls_mismatch", ClusterID: clusterID, Target: tlsErr.Endpoint,
 				Params: string(params), Result: "failed"})
 		}
 	}

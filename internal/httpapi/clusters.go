@@ -4,10 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/audit"
-	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // clusterJSON is a cluster as admins see it: never the token secret; the CA bundle
@@ -30,18 +27,14 @@ type endpointJSON struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
-func toClusterJSON(c store.Cluster) clusterJSON {
+func toClusterJSON(c fleet.Cluster) clusterJSON {
 	eps := make([]endpointJSON, 0, len(c.Endpoints))
 	for _, e := range c.Endpoints {
 		eps = append(eps, endpointJSON{URL: e.URL, Node: e.Node, Fingerprint: e.Fingerprint})
 	}
-	return clusterJSON{ID: c.ID, Name: c.Name, Endpoints: eps, TokenID: c.TokenID, Trust: fleet.TrustOf(c),
-		HasCACert: c.CACert != "", InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()}
+	return clusterJSON{ID: c.ID, Name: c.Name, Endpoints: eps, TokenID: c.TokenID, Trust: c.Trust,
+		HasCACert: c.HasCACert, InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()}
 }
-
-func clusterTarget(id int64) string { return "cluster:" + itoa(id) }
-
-func userTarget(id int64) string { return "user:" + itoa(id) }
 
 func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
@@ -87,13 +80,6 @@ func (s *Server) createCluster(w http.ResponseWriter, r *http.Request) error {
 	}
 	c, err := s.fleet.Register(r.Context(), fleet.ClusterSpec{Name: in.Name, Endpoints: in.Endpoints, TokenID: in.TokenID,
 		TokenSecret: in.TokenSecret, TLSFingerprint: in.TLSFingerprint, CACert: in.CACert, InsecureSkipVerify: in.InsecureSkipVerify})
-	rec := store.AuditRecord{Action: "cluster.create", ClusterID: c.ID, Target: "cluster:" + in.Name, Result: audit.Result(err),
-		Params: jsonString(map[string]any{"name": in.Name, "endpoints": in.Endpoints, "tokenId": in.TokenID,
-			"tlsFingerprint": in.TLSFingerprint, "caCert": in.CACert != "", "insecureSkipVerify": in.InsecureSkipVerify})}
-	if err == nil {
-		rec.Target = clusterTarget(c.ID)
-	}
-	s.trail.Record(r.Context(), rec)
 	if err != nil {
 		return err
 	}
@@ -118,25 +104,8 @@ func (s *Server) patchCluster(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	changed := map[string]any{}
-	set := func(name string, present bool, v any) {
-		if present {
-			changed[name] = v
-		}
-	}
-	set("name", in.Name != nil, in.Name)
-	set("endpoints", in.Endpoints != nil, in.Endpoints)
-	set("tokenId", in.TokenID != nil, in.TokenID)
-	set("tokenSecret", in.TokenSecret != nil, "(changed)")
-	set("tlsFingerprint", in.TLSFingerprint != nil, in.TLSFingerprint)
-	set("caCert", in.CACert != nil, "(changed)")
-	set("insecureSkipVerify", in.InsecureSkipVerify != nil, in.InsecureSkipVerify)
-	if len(changed) == 0 {
-		return errs.R(errs.Invalid, "invalid_request", "nothing to change: give at least one of name, endpoints, tokenId, tokenSecret, tlsFingerprint, caCert, insecureSkipVerify")
-	}
 	c, err := s.fleet.Update(r.Context(), id, fleet.ClusterPatch{Name: in.Name, Endpoints: in.Endpoints, TokenID: in.TokenID,
 		TokenSecret: in.TokenSecret, TLSFingerprint: in.TLSFingerprint, CACert: in.CACert, InsecureSkipVerify: in.InsecureSkipVerify})
-	s.trail.Record(r.Context(), store.AuditRecord{Action: "cluster.update", ClusterID: id, Target: clusterTarget(id), Params: jsonString(changed), Result: audit.Result(err)})
 	if err != nil {
 		return err
 	}
@@ -152,9 +121,7 @@ func (s *Server) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	err = s.fleet.Delete(r.Context(), id)
-	s.trail.Record(r.Context(), store.AuditRecord{Action: "cluster.delete", ClusterID: id, Target: clusterTarget(id), Result: audit.Result(err)})
-	if err != nil {
+	if err := s.fleet.Delete(r.Context(), id); err != nil {
 		return err
 	}
 	writeOK(w)
@@ -188,12 +155,7 @@ func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	if !fleet.ValidGrantRole(in.Role) {
-		return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", store.GrantOperator, store.GrantViewer)
-	}
 	g, err := s.fleet.PutGrant(r.Context(), userID, clusterID, in.Role)
-	s.trail.Record(r.Context(), store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
-		Params: jsonString(map[string]string{"role": in.Role}), Result: audit.Result(err)})
 	if err != nil {
 		return err
 	}
@@ -209,9 +171,7 @@ func (s *Server) deleteGrant(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	err = s.fleet.DeleteGrant(r.Context(), userID, clusterID)
-	s.trail.Record(r.Context(), store.AuditRecord{Action: "grant.delete", ClusterID: clusterID, Target: userTarget(userID), Result: audit.Result(err)})
-	if err != nil {
+	if err := s.fleet.DeleteGrant(r.Context(), userID, clusterID); err != nil {
 		return err
 	}
 	writeOK(w)
@@ -253,7 +213,7 @@ func (s *Server) readCluster(r *http.Request) (int64, error) {
 	if err := checkQuery(r); err != nil {
 		return 0, err
 	}
-	if err := s.authorize(r, id, store.GrantViewer); err != nil {
+	if err := s.authorize(r, id, fleet.GrantViewer); err != nil {
 		return 0, err
 	}
 	return id, nil
@@ -346,7 +306,7 @@ func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	if err := s.authorize(r, vm.ClusterID, store.GrantViewer); err != nil {
+	if err := s.authorize(r, vm.ClusterID, fleet.GrantViewer); err != nil {
 		return err
 	}
 	st, err := s.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID)

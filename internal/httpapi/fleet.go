@@ -4,21 +4,22 @@ import (
 	"context"
 
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // Fleet is what the HTTP layer needs of internal/fleet (clusters, grants,
 // authorization, inventory). *fleet.Service implements it.
 type Fleet interface {
-	clusterAuthorizer
+	// Require checks the actor's grant on a cluster and audits a refusal
+	// (fleet.Service.Require).
+	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
 
-	Register(ctx context.Context, spec fleet.ClusterSpec) (store.Cluster, error)
-	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (store.Cluster, error)
+	Register(ctx context.Context, spec fleet.ClusterSpec) (fleet.Cluster, error)
+	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (fleet.Cluster, error)
 	Delete(ctx context.Context, id int64) error
-	Cluster(ctx context.Context, id int64) (store.Cluster, error)
-	List(ctx context.Context) ([]store.Cluster, error)
+	Cluster(ctx context.Context, id int64) (fleet.Cluster, error)
+	List(ctx context.Context) ([]fleet.Cluster, error)
 
-	PutGrant(ctx context.Context, userID, clusterID int64, role string) (store.Grant, error)
+	PutGrant(ctx context.Context, userID, clusterID int64, role string) (fleet.Grant, error)
 	DeleteGrant(ctx context.Context, userID, clusterID int64) error
 
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)

@@ -85,7 +85,7 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 		t.Fatal(err)
 	}
 	acc := accounts.New(accounts.Config{Store: st, Auth: au, Audit: trail})
-	fl, err := fleet.New(ctx, fleet.Config{Store: st, SealKey: bytes.Repeat([]byte{5}, fleet.KeySize)})
+	fl, err := fleet.New(ctx, fleet.Config{Store: st, SealKey: bytes.Repeat([]byte{5}, fleet.KeySize), Audit: trail})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,218 @@
+package fleet
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// adminCtx is a request of user 1 (an admin) from 198.51.100.7, for the audit trail.
+func adminCtx(requestID string) context.Context {
+	ctx := audit.WithRequest(context.Background(), "198.51.100.7", requestID, "test-agent/1")
+	return audit.WithActor(ctx, 1, "root@example.org", "sess-root")
+}
+
+// auditRecords returns the store's audit records, oldest first.
+func auditRecords(t *testing.T, st store.Store) []store.AuditRecord {
+	t.Helper()
+	recs, err := st.ListAudit(context.Background(), 500, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
+		recs[i], recs[j] = recs[j], recs[i]
+	}
+	return recs
+}
+
+// lastRecord returns the newest audit record, failing when there is none.
+func lastRecord(t *testing.T, st store.Store) store.AuditRecord {
+	t.Helper()
+	recs := auditRecords(t, st)
+	if len(recs) == 0 {
+		t.Fatal("no audit record")
+	}
+	return recs[len(recs)-1]
+}
+
+func attributedTo(t *testing.T, rec store.AuditRecord, requestID string) {
+	t.Helper()
+	if rec.UserID != 1 || rec.UserEmail != "root@example.org" || rec.SessionID != "sess-root" ||
+		rec.Address != "198.51.100.7" || rec.RequestID != requestID || rec.At.IsZero() {
+		t.Errorf("%s is not attributed to the request: %+v", rec.Action, rec)
+	}
+}
+
+// TestClusterAuditRecords: registration, updates and deletion are audited by the
+// fleet with the action, target, params and result the API has always recorded,
+// never a secret, attributed to the request in the context.
+func TestClusterAuditRecords(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, 0)
+	svc, st := newTestService(t)
+
+	// A failed registration names the cluster by name and its reason.
+	bad := s.spec("bad")
+	bad.TLSFingerprint = s.eps[1].Fingerprint
+	if _, err := svc.Register(adminCtx("r1"), bad); errs.KindOf(err) != errs.Invalid {
+		t.Fatalf("wrong fingerprint: %v", err)
+	}
+	rec := lastRecord(t, st)
+	if rec.Action != "cluster.create" || rec.Result != ReasonTLSMismatch || rec.Target != "cluster:bad" || rec.ClusterID != 0 {
+		t.Errorf("failed create record %+v", rec)
+	}
+	attributedTo(t, rec, "r1")
+
+	c, err := svc.Register(adminCtx("r2"), s.spec("prod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(c.ID, 10)
+	rec = lastRecord(t, st)
+	want := `{"caCert":false,"endpoints":["` + s.eps[0].URL + `"],"insecureSkipVerify":false,"name":"prod","tlsFingerprint":"` +
+		s.eps[0].Fingerprint + `","tokenId":"` + s.tokenID + `"}`
+	if rec.Action != "cluster.create" || rec.Result != "ok" || rec.Target != "cluster:"+id || rec.ClusterID != c.ID || rec.Params != want {
+		t.Errorf("create record %+v\nwant params %s", rec, want)
+	}
+	attributedTo(t, rec, "r2")
+
+	name := "renamed"
+	if _, err := svc.Update(adminCtx("r3"), c.ID, ClusterPatch{Name: &name}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := lastRecord(t, st); rec.Action != "cluster.update" || rec.Params != `{"name":"renamed"}` || rec.Result != "ok" ||
+		rec.Target != "cluster:"+id || rec.ClusterID != c.ID {
+		t.Errorf("update record %+v", rec)
+	}
+	secret := s.secret
+	if _, err := svc.Update(adminCtx("r4"), c.ID, ClusterPatch{TokenSecret: &secret}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := lastRecord(t, st); rec.Params != `{"tokenSecret":"(changed)"}` {
+		t.Errorf("secret update record %+v", rec)
+	}
+	// A patch that changes nothing is refused and not audited.
+	n := len(auditRecords(t, st))
+	if _, err := svc.Update(adminCtx("r5"), c.ID, ClusterPatch{}); errs.KindOf(err) != errs.Invalid {
+		t.Errorf("empty patch: %v", err)
+	}
+	if len(auditRecords(t, st)) != n {
+		t.Error("an empty patch was audited")
+	}
+
+	if err := svc.Delete(adminCtx("r6"), c.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec = lastRecord(t, st)
+	if rec.Action != "cluster.delete" || rec.Result != "ok" || rec.Target != "cluster:"+id || rec.ClusterID != c.ID {
+		t.Errorf("delete record %+v", rec)
+	}
+	attributedTo(t, rec, "r6")
+	if err := svc.Delete(adminCtx("r7"), c.ID); errs.KindOf(err) != errs.NotFound {
+		t.Errorf("second delete: %v", err)
+	}
+	if rec := lastRecord(t, st); rec.Action != "cluster.delete" || rec.Result != "not_found" {
+		t.Errorf("failed delete record %+v", rec)
+	}
+	for _, r := range auditRecords(t, st) {
+		if strings.Contains(r.Params, s.secret) {
+			t.Errorf("%s holds the token secret: %s", r.Action, r.Params)
+		}
+	}
+}
+
+// TestGrantAuditRecords: putting and removing grants is audited, failures with their
+// reason; a role that is no grant role is refused before and not audited.
+func TestGrantAuditRecords(t *testing.T) {
+	t.Parallel()
+	svc, st := newTestService(t)
+	c := storeCluster(t, svc, "c1")
+	u := storeUser(t, st, "bob@x", store.RoleUser)
+	uid := "user:" + strconv.FormatInt(u.ID, 10)
+
+	g, err := svc.PutGrant(adminCtx("g1"), u.ID, c.ID, GrantViewer)
+	if err != nil || g.Role != GrantViewer || g.UserID != u.ID || g.ClusterID != c.ID || g.CreatedAt.IsZero() {
+		t.Fatalf("put: %+v (%v)", g, err)
+	}
+	rec := lastRecord(t, st)
+	if rec.Action != "grant.put" || rec.ClusterID != c.ID || rec.Target != uid || rec.Params != `{"role":"viewer"}` || rec.Result != "ok" {
+		t.Errorf("put record %+v", rec)
+	}
+	attributedTo(t, rec, "g1")
+
+	n := len(auditRecords(t, st))
+	if _, err := svc.PutGrant(adminCtx("g2"), u.ID, c.ID, "owner"); errs.KindOf(err) != errs.Invalid {
+		t.Errorf("bad role: %v", err)
+	}
+	if len(auditRecords(t, st)) != n {
+		t.Error("a bad role was audited")
+	}
+	if _, err := svc.PutGrant(adminCtx("g3"), 999, c.ID, GrantOperator); errs.KindOf(err) != errs.NotFound {
+		t.Errorf("missing user: %v", err)
+	}
+	if rec := lastRecord(t, st); rec.Action != "grant.put" || rec.Target != "user:999" || rec.Result != "not_found" {
+		t.Errorf("failed put record %+v", rec)
+	}
+
+	if err := svc.DeleteGrant(adminCtx("g4"), u.ID, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec = lastRecord(t, st)
+	if rec.Action != "grant.delete" || rec.ClusterID != c.ID || rec.Target != uid || rec.Result != "ok" || rec.Params != "" {
+		t.Errorf("delete record %+v", rec)
+	}
+	attributedTo(t, rec, "g4")
+	if err := svc.DeleteGrant(adminCtx("g5"), u.ID, c.ID); errs.KindOf(err) != errs.NotFound {
+		t.Errorf("second delete: %v", err)
+	}
+	if rec := lastRecord(t, st); rec.Action != "grant.delete" || rec.Result != "not_found" {
+		t.Errorf("failed delete record %+v", rec)
+	}
+}
+
+// TestRequireAuditsRefusals: Require answers like Authorize and records each refusal
+// (no grant, no such cluster, a viewer's write) as access.denied with the attempt
+// and the need; an allowed action leaves no record.
+func TestRequireAuditsRefusals(t *testing.T) {
+	t.Parallel()
+	svc, st := newTestService(t)
+	c := storeCluster(t, svc, "c1")
+	viewer := storeUser(t, st, "viewer@x", store.RoleUser)
+	if _, err := svc.PutGrant(context.Background(), viewer.ID, c.ID, GrantViewer); err != nil {
+		t.Fatal(err)
+	}
+	a := Actor{UserID: viewer.ID, Email: viewer.Email, Role: store.RoleUser}
+	ctx := audit.WithActor(audit.WithRequest(context.Background(), "192.0.2.4", "q1", ""), viewer.ID, viewer.Email, "s1")
+
+	n := len(auditRecords(t, st))
+	if err := svc.Require(ctx, a, c.ID, GrantViewer, "GET /x"); err != nil {
+		t.Fatalf("viewer read: %v", err)
+	}
+	if len(auditRecords(t, st)) != n {
+		t.Error("an allowed action was audited")
+	}
+	for _, tc := range []struct {
+		cluster int64
+		need    string
+		kind    errs.Kind
+	}{
+		{c.ID, GrantOperator, errs.Forbidden},
+		{c.ID + 100, GrantViewer, errs.NotFound},
+	} {
+		err := svc.Require(ctx, a, tc.cluster, tc.need, "POST /y")
+		if errs.KindOf(err) != tc.kind {
+			t.Fatalf("cluster %d need %s: %v, want %s", tc.cluster, tc.need, err, tc.kind)
+		}
+		rec := lastRecord(t, st)
+		if rec.Action != "access.denied" || rec.Result != "denied" || rec.ClusterID != tc.cluster || rec.Target != "POST /y" ||
+			rec.Params != `{"need":"`+tc.need+`"}` || rec.UserID != viewer.ID || rec.SessionID != "s1" ||
+			rec.Address != "192.0.2.4" || rec.RequestID != "q1" {
+			t.Errorf("denial record %+v", rec)
+		}
+	}
+}
