@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmgate/vmgate/api"
@@ -98,15 +96,6 @@ func (c *serverCmd) paths() (cleanup func(), err error) {
 	return cleanup, nil
 }
 
-// openAPIJSON converts the embedded OpenAPI YAML to JSON once at start.
-func openAPIJSON() ([]byte, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPIYAML)
-	if err != nil {
-		return nil, fmt.Errorf("load api/openapi.yaml: %w", err)
-	}
-	return json.Marshal(doc)
-}
-
 // app is a composed vmgate: everything the server command starts and stops.
 type app struct {
 	store    store.Store
@@ -161,10 +150,11 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		return nil, err
 	}
 	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail.Append})
-	spec, err := openAPIJSON()
+	// The embedded OpenAPI YAML becomes the served JSON once, at start.
+	spec, err := api.OpenAPIJSON()
 	if err != nil {
 		st.Close()
-		return nil, err
+		return nil, fmt.Errorf("api/openapi.yaml: %w", err)
 	}
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms,

@@ -29,12 +29,9 @@ func TestVMPowerHTTP(t *testing.T) {
 	// Validation before authorization before state before PVE.
 	e.call("op", "POST", "/api/v1/pve/vm/0/pve1/100/start", "").expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.vmPath("pve1", 100)[:len(e.vmPath("pve1", 100))-3]+"abc/start", "").expect(t, 400, "invalid_request")
-	// The OpenAPI checker routes by the decoded path, where %2F is a new segment:
-	// this one goes to the server directly.
-	if w := e.doWith(e.api, "op", "POST", "/api/v1/pve/vm/"+itoa(e.cid)+"/pve1%2F../100/start", ""); w.Code != 400 ||
-		envelopeOf(t, w).Reason != "invalid_request" {
-		t.Errorf("node pve1%%2F..: %d %s", w.Code, w.Body)
-	}
+	// %2F stays inside the node's segment (ServeMux and the OpenAPI checker alike).
+	e.call("op", "POST", "/api/v1/pve/vm/"+itoa(e.cid)+"/pve1%2F../100/start", "").expect(t, 400, "invalid_request")
+
 	e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?force=maybe", "").expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?wait=301", "").expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.vmPath("pve1", 100)+"/start?force=true", "").expect(t, 400, "invalid_request")
