@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/vmgate/vmgate/api"
+	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -264,6 +267,15 @@ func TestUserAdminRoutes(t *testing.T) {
 	if w := e.send(bearerReq("GET", fmt.Sprintf("/api/v1/users/%d", u.ID), tok, "")); w.Code != 200 {
 		t.Errorf("get: %d", w.Code)
 	}
+	w = e.send(bearerReq("GET", "/api/v1/users", tok, ""))
+	var all []userJSON
+	if err := json.Unmarshal(envelopeOf(t, w).Data, &all); err != nil || w.Code != 200 || len(all) != 2 ||
+		all[0].Email != "root@example.org" || all[1].Email != "new@example.org" {
+		t.Errorf("list: %d %s", w.Code, w.Body)
+	}
+	if w := e.send(bearerReq("GET", "/api/v1/users?role=admin", tok, "")); w.Code != 400 {
+		t.Errorf("list with an unknown query parameter: %d, want 400", w.Code)
+	}
 	for _, bad := range []string{"0", "abc", "-1", "99999999999999999999"} {
 		if w := e.send(bearerReq("GET", "/api/v1/users/"+bad, tok, "")); w.Code != 400 {
 			t.Errorf("GET /users/%s: %d, want 400", bad, w.Code)
@@ -341,6 +353,25 @@ func TestRequestIDAndPanic(t *testing.T) {
 // TestOperationsEndpoints: health, readiness, metrics and the served OpenAPI document.
 func TestOperationsEndpoints(t *testing.T) {
 	e := newTestEnv(t)
+	// Without a document the route says so; with one it serves it as it was given.
+	if w := e.send(httptest.NewRequest("GET", "/api/v1/openapi.json", nil)); w.Code != 404 {
+		t.Errorf("openapi.json without a document: %d %s", w.Code, w.Body)
+	}
+	spec, err := api.OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.apiConfig()
+	cfg.OpenAPIJSON = spec
+	withDoc, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	apitest.Wrap(t, withDoc).ServeHTTP(w, httptest.NewRequest("GET", "/api/v1/openapi.json", nil))
+	if w.Code != 200 || !bytes.Equal(w.Body.Bytes(), spec) || w.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("openapi.json: %d %s %.80s", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
 	e.addUser("ops", store.RoleUser)
 	e.loginHTTP("ops@example.org", "wrong password here")
 	for _, p := range []string{"/healthz", "/readyz"} {
@@ -348,7 +379,7 @@ func TestOperationsEndpoints(t *testing.T) {
 			t.Errorf("%s: %d", p, w.Code)
 		}
 	}
-	w := e.send(httptest.NewRequest("GET", "/metrics", nil))
+	w = e.send(httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{
 		`vmgate_http_requests_total{method="GET",route="GET /healthz",status="200"}`,
 		`vmgate_http_request_duration_seconds_bucket`,
