@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/api"
+	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/cli"
 )
 
@@ -134,6 +138,15 @@ var listening = regexp.MustCompile(`^vmgate listening on (http://\S+)$`)
 // jwtPattern finds anything shaped like a JWT in a log.
 var jwtPattern = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
 
+// checkedClient is a client of the server at base whose every answer is validated
+// against api/openapi.yaml (internal/apitest): a test fails on an answer of the real
+// binary that the document does not describe.
+func checkedClient(t *testing.T, base, token string) *cli.Client {
+	c := cli.NewClient(base, token)
+	c.HTTP.Transport = apitest.Transport(t, nil)
+	return c
+}
+
 func status(err error) int {
 	var ae *cli.APIError
 	if errors.As(err, &ae) {
@@ -152,7 +165,7 @@ func TestTokenLifecycleOnRealBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	c := cli.NewClient(base, "")
+	c := checkedClient(t, base, "")
 	t0, err := c.Login(ctx, "admin@vmgate.local", pw)
 	if err != nil {
 		t.Fatalf("login: %v", err)
@@ -164,17 +177,36 @@ func TestTokenLifecycleOnRealBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("refresh: %v", err)
 	}
-	old := cli.NewClient(base, t0.Token)
+	old := checkedClient(t, base, t0.Token)
 	if _, err := old.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
 		t.Fatalf("old token after refresh: got %v, want 401", err)
 	}
 	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/pve/clusters/1/vms", nil, nil, nil); err != nil {
 		t.Fatalf("VM list with the new token: %v", err)
 	}
+	// The binary serves the embedded document, converted to JSON as it is.
+	want, err := api.OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/api/v1/openapi.json", "/healthz", "/readyz", "/metrics"} {
+		resp, err := c.HTTP.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+		}
+		if path == "/api/v1/openapi.json" && !bytes.Equal(body, want) {
+			t.Errorf("the served OpenAPI document is not api/openapi.yaml as JSON: %.100s", body)
+		}
+	}
 	if err := c.Logout(ctx); err != nil {
 		t.Fatalf("logout: %v", err)
 	}
-	now := cli.NewClient(base, t1.Token)
+	now := checkedClient(t, base, t1.Token)
 	if _, err := now.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
 		t.Fatalf("new token after logout: got %v, want 401", err)
 	}
@@ -226,7 +258,7 @@ func TestKill9DuringMigration(t *testing.T) {
 	base := srv.line(t, listening)[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	c := cli.NewClient(base, "")
+	c := checkedClient(t, base, "")
 	if _, err := c.Login(ctx, "ops@example.com", pw); err != nil {
 		t.Fatalf("login: %v", err)
 	}
@@ -294,7 +326,7 @@ func TestDisableFromAnotherProcess(t *testing.T) {
 	base := srv.line(t, listening)[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := cli.NewClient(base, "")
+	c := checkedClient(t, base, "")
 	if _, err := c.Login(ctx, "carol@example.com", "another fine passphrase"); err != nil {
 		t.Fatalf("login: %v", err)
 	}
