@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,9 @@ type serverCmd struct {
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
 	LoginQueue          int `env:"VMGATE_LOGIN_QUEUE" help:"Logins that may wait for a hashing slot (default: about 1 s of expected wait)."`
+
+	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
+	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
 
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
@@ -170,6 +174,13 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 
 func (c *serverCmd) Run() error {
 	log := c.logger(os.Stderr)
+	if c.CPUProfile != "" {
+		stopProfile, err := startCPUProfile(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	cleanup, err := c.paths()
 	if err != nil {
 		return err
@@ -317,6 +328,19 @@ func (c *serverCmd) printDevHelp(base string) {
 	}
 	fmt.Printf("try:\n  TOKEN=$(curl -s %s/api/v1/user/login -H 'Content-Type: application/json' -d \"{\\\"email\\\":\\\"%s\\\",\\\"password\\\":\\\"%s\\\"}\" | jq -r .data.token)\n", base, devAdmin, pw)
 	fmt.Printf("  curl -s -H \"Authorization: Bearer $TOKEN\" %s/api/v1/pve/clusters/1/vms | jq\n", base)
+}
+
+// startCPUProfile profiles the process until the returned function is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // pruneEvery deletes what no one needs any more — the session change feed past a
