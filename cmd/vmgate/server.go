@@ -51,8 +51,6 @@ type serverCmd struct {
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
 	LoginQueue          int `env:"VMGATE_LOGIN_QUEUE" help:"Logins that may wait for a hashing slot (default: about 1 s of expected wait)."`
-	ClientIPv4Prefix    int `default:"32" env:"VMGATE_CLIENT_IPV4_PREFIX" help:"IPv4 prefix length of a client network, the unit of login throttling."`
-	ClientIPv6Prefix    int `default:"64" env:"VMGATE_CLIENT_IPV6_PREFIX" help:"IPv6 prefix length of a client network, the unit of login throttling."`
 
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
@@ -114,7 +112,7 @@ type app struct {
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
-	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout})
+	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -139,8 +137,6 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 
 		MaxConcurrentHashes: c.MaxConcurrentHashes,
 		HashQueue:           c.LoginQueue,
-		IPv4Prefix:          c.ClientIPv4Prefix,
-		IPv6Prefix:          c.ClientIPv6Prefix,
 		LoginOutcome: func(outcome string) {
 			if srv != nil {
 				srv.LoginOutcome(outcome)
@@ -347,7 +343,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// pruneEvery deletes what no one needs any more — the session change feed past a
+// pruneEvery deletes what no one needs any more — the change feed past a
 // day, sessions ended a week ago, expired idempotency keys — once at start and then
 // every interval, so the database does not grow with every login.
 func pruneEvery(ctx context.Context, st store.Store, every time.Duration, log *slog.Logger) error {
@@ -361,7 +357,7 @@ func pruneEvery(ctx context.Context, st store.Store, every time.Duration, log *s
 		case err != nil:
 			log.Error("prune failed", "error", err)
 		case res.Changes+res.Sessions+res.IdempotencyKeys > 0:
-			log.Info("pruned", "session_changes", res.Changes, "sessions", res.Sessions, "idempotency_keys", res.IdempotencyKeys)
+			log.Info("pruned", "changes", res.Changes, "sessions", res.Sessions, "idempotency_keys", res.IdempotencyKeys)
 		}
 		select {
 		case <-ctx.Done():

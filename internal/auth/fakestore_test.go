@@ -21,7 +21,7 @@ type fakeStore struct {
 	users    map[int64]store.User
 	nextUser int64
 	sessions map[string]store.Session
-	feed     []store.SessionChange
+	feed     []store.Change
 	keys     []store.SigningKey
 
 	sessionReads atomic.Int64
@@ -161,7 +161,7 @@ func (f *fakeStore) setSession(s store.Session) {
 
 // changed appends to the feed; the caller holds f.mu.
 func (f *fakeStore) changed(id string) {
-	f.feed = append(f.feed, store.SessionChange{Seq: int64(len(f.feed)) + 1, SessionID: id})
+	f.feed = append(f.feed, store.Change{Seq: int64(len(f.feed)) + 1, Kind: store.ChangeSession, SessionID: id})
 }
 
 func (f *fakeStore) RotateSession(_ context.Context, id string, from int64, at time.Time) (store.Session, bool, error) {
@@ -226,10 +226,10 @@ func (f *fakeStore) CountActiveSessions(_ context.Context, now time.Time) (int, 
 	return n, nil
 }
 
-func (f *fakeStore) SessionChanges(_ context.Context, after int64, limit int) ([]store.SessionChange, error) {
+func (f *fakeStore) Changes(_ context.Context, after int64, limit int) ([]store.Change, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []store.SessionChange
+	var out []store.Change
 	for _, c := range f.feed {
 		if c.Seq > after && len(out) < limit {
 			out = append(out, c)

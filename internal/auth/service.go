@@ -19,7 +19,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -37,7 +36,7 @@ type Store interface {
 	RevokeSession(ctx context.Context, id string, at time.Time, why string) error
 	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
 	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
-	SessionChanges(ctx context.Context, after int64, limit int) ([]store.SessionChange, error)
+	Changes(ctx context.Context, after int64, limit int) ([]store.Change, error)
 
 	SigningKeys(ctx context.Context) ([]store.SigningKey, error)
 	CreateSigningKey(ctx context.Context, k store.SigningKey) ([]store.SigningKey, error)
@@ -53,7 +52,7 @@ const (
 	WhyAdmin    = "admin"
 )
 
-// changeBatch is how many feed entries one SessionChanges call reads.
+// changeBatch is how many feed entries one Changes call reads.
 const changeBatch = 1000
 
 // Service is accounts, sessions and tokens. It is safe for concurrent use; one per
@@ -69,11 +68,11 @@ type Service struct {
 	dummyHash string
 	kdf       kdf
 
-	hashes   *hashQueue
-	addrs    *addressLimiter
-	throttle *loginThrottle
-	cache    *sessionCache
-	loads    singleflight.Group
+	hashes  *hashQueue
+	addrs   *addressLimiter
+	backoff *accountBackoff
+	cache   *sessionCache
+	loads   singleflight.Group
 
 	pollMu    sync.Mutex // one feed reader at a time; guards after and lastSweep
 	after     int64      // the newest feed entry seen
@@ -82,7 +81,7 @@ type Service struct {
 
 // New loads the signing keys (creating the first one when the store has none, and
 // settling on whichever key the store kept if replicas race), computes the dummy
-// hash, and positions the session change feed at its end (reading it through once,
+// hash, and positions the change feed at its end (reading it through once,
 // a thousand entries a query).
 func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 	cfg, err := cfg.withDefaults()
@@ -91,9 +90,9 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: cfg.Hasher,
-		addrs:    newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
-		throttle: newLoginThrottle(cfg),
-		cache:    newSessionCache(cfg.SessionCacheSize),
+		addrs:   newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
+		backoff: newAccountBackoff(cfg),
+		cache:   newSessionCache(cfg.SessionCacheSize),
 	}
 	if err := s.loadKeys(ctx); err != nil {
 		return nil, err
@@ -163,12 +162,9 @@ func errBusy(wait time.Duration) *errs.Error {
 		RetryAfter: retrySeconds(wait)}
 }
 
-// Login checks an e-mail and password and starts a session. addr is the client's
-// address (or an RFC 7239 obfuscated identifier); throttling counts its network
-// (Config.IPv4Prefix, IPv6Prefix). In order: the network's token bucket, the
-// delay of the (account, network) pair and the account's block on networks it has
-// not logged in from (all 429, the right password too: a delayed login is not
-// verified, so the delay is no oracle), a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
+// Login checks an e-mail and password and starts a session. In order: the client
+// address's token bucket, the account's backoff (both 429, the right password too),
+// a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
 // queue is full), then one argon2id verification, against the dummy hash for an
 // unknown e-mail. Every failure — unknown e-mail, wrong password, disabled user — is
 // the same 401 "invalid credentials". A hash made with other parameters than
@@ -176,18 +172,16 @@ func errBusy(wait time.Duration) *errs.Error {
 func (s *Service) Login(ctx context.Context, email, password, addr string) (Token, store.User, error) {
 	now := s.cfg.Now()
 	email = normalizeEmail(email)
-	network := s.network(addr)
-	if ok, wait := s.addrs.allow(network, now); !ok {
+	if ok, wait := s.addrs.allow(addr, now); !ok {
 		s.cfg.LoginOutcome(OutcomeRateLimited)
 		// Debug: under attack this is every request; LoginOutcome counts them.
-		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr),
-			slog.String("network", network))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr))
 		return Token{}, store.User{}, errThrottled(wait)
 	}
-	if wait, scope := s.throttle.wait(email, network, now); wait > 0 {
+	if wait := s.backoff.lockedFor(email, now); wait > 0 {
 		s.cfg.LoginOutcome(OutcomeLocked)
-		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: delayed after wrong passwords", slog.String("address", addr),
-			slog.String("network", network), slog.String("scope", scope), slog.Duration("remaining", wait))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: account locked", slog.String("address", addr),
+			slog.Duration("remaining", wait))
 		return Token{}, store.User{}, errThrottled(wait)
 	}
 	// A place in line before the user is read: a login the queue turns away costs
@@ -231,7 +225,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		s.passwordFailed(ctx, "auth.login_failed", email, u.ID, addr, now)
 		return Token{}, store.User{}, errCredentials()
 	}
-	s.throttle.succeeded(email, network, now)
+	s.backoff.reset(email)
 
 	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
 		RotatedAt: now, Address: addr}
@@ -249,37 +243,21 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	return tok, u, nil
 }
 
-// network is the client network addr belongs to, the unit of throttling.
-func (s *Service) network(addr string) string {
-	return clientNetwork(addr, s.cfg.IPv4Prefix, s.cfg.IPv6Prefix)
-}
-
-// passwordFailed counts a wrong password against the e-mail, known or not, from
-// addr's network, and audits it as action (none when empty) and the delays it may
-// start: auth.lockout, with the network and the scope ("network": this account
-// from this network; "account": this account from every network it has not
-// logged in from).
+// passwordFailed counts a wrong password against the e-mail, known or not, and
+// audits it as action (none when empty) and the lockout it may start.
 func (s *Service) passwordFailed(ctx context.Context, action, email string, userID int64, addr string, now time.Time) {
-	network := s.network(addr)
-	n, delay, block := s.throttle.fail(email, network, now)
-	s.log.LogAttrs(ctx, slog.LevelInfo, "wrong password", slog.String("address", addr), slog.String("network", network),
-		slog.Int64("user", userID), slog.Int("failures", n))
+	n, locked := s.backoff.fail(email, now)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "wrong password", slog.String("address", addr), slog.Int64("user", userID),
+		slog.Int("failures", n))
 	if action != "" {
 		s.audit(ctx, store.AuditRecord{Action: action, UserID: userID, UserEmail: auditEmail(email),
-			Address: addr, Result: OutcomeBadCredentials, Params: jsonParams(map[string]any{"network": network})})
+			Address: addr, Result: OutcomeBadCredentials})
 	}
-	lockout := func(scope string, d time.Duration) {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "login lockout", slog.String("scope", scope), slog.String("address", addr),
-			slog.String("network", network), slog.Int64("user", userID), slog.Int("failures", n), slog.Duration("for", d))
+	if locked > 0 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "account locked", slog.String("address", addr), slog.Int64("user", userID),
+			slog.Int("failures", n), slog.Duration("for", locked))
 		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", UserID: userID, UserEmail: auditEmail(email),
-			Address: addr, Result: "locked", Params: jsonParams(map[string]any{"scope": scope, "network": network,
-				"failures": n, "seconds": d.Seconds()})})
-	}
-	if delay > 0 {
-		lockout(scopeNetwork, delay)
-	}
-	if block > 0 {
-		lockout(scopeAccount, block)
+			Address: addr, Result: "locked", Params: jsonParams(map[string]any{"failures": n, "seconds": locked.Seconds()})})
 	}
 }
 
@@ -470,9 +448,8 @@ func (s *Service) Logout(ctx context.Context, p Principal) error {
 
 // ChangePassword sets a new password for p's user after checking the current one,
 // and ends the user's other sessions (p's own goes on). Wrong current passwords
-// count towards the throttling like failed logins, from the client network of the
-// request (the address ctx carries, internal/audit), so a stolen token is no way
-// around it; the answer to one is 403, not 401, because the token is fine.
+// count towards the account's backoff like failed logins, so a stolen token is no
+// way around it; the answer to one is 403, not 401, because the token is fine.
 func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next string) error {
 	u, err := s.st.UserByID(ctx, p.UserID)
 	if errs.Is(err, errs.NotFound) {
@@ -486,8 +463,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	}
 	now := s.cfg.Now()
 	key := normalizeEmail(u.Email)
-	addr := audit.FactsFrom(ctx).Address
-	if wait, _ := s.throttle.wait(key, s.network(addr), now); wait > 0 {
+	if wait := s.backoff.lockedFor(key, now); wait > 0 {
 		return errThrottled(wait)
 	}
 	release, retry, ok := s.hashes.acquire(ctx)
@@ -501,13 +477,13 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	}
 	release()
 	if !match {
-		s.passwordFailed(ctx, "", key, u.ID, addr, now) // the accounts use case audits the change itself
+		s.passwordFailed(ctx, "", key, u.ID, "", now) // the HTTP layer audits the change itself
 		return errs.R(errs.Forbidden, "forbidden", "the current password is not correct")
 	}
 	if err != nil {
 		return fmt.Errorf("change password: %w", err)
 	}
-	s.throttle.reset(key)
+	s.backoff.reset(key)
 	if _, err := s.setHash(ctx, u.ID, u.PasswordHash, hash); err != nil {
 		return fmt.Errorf("change password: %w", err)
 	}
@@ -515,7 +491,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 }
 
 // SetPassword is an admin's reset of a user's password: the policy holds, the
-// account's failures are forgotten, and every session of the user ends.
+// account's backoff is cleared, and every session of the user ends.
 func (s *Service) SetPassword(ctx context.Context, userID int64, password string) error {
 	u, err := s.st.UserByID(ctx, userID)
 	if err != nil {
@@ -531,7 +507,7 @@ func (s *Service) SetPassword(ctx context.Context, userID int64, password string
 	if _, err := s.setHash(ctx, userID, "", hash); err != nil {
 		return fmt.Errorf("set password: %w", err)
 	}
-	s.throttle.reset(normalizeEmail(u.Email))
+	s.backoff.reset(normalizeEmail(u.Email))
 	return s.revokeUserSessions(ctx, userID, "", WhyPassword)
 }
 
@@ -611,7 +587,7 @@ func (s *Service) ActiveSessions(ctx context.Context) int {
 	return n
 }
 
-// Run follows the store's session change feed every PollInterval until ctx ends,
+// Run follows the store's change feed every PollInterval until ctx ends,
 // dropping changed sessions from the cache so that a logout, refresh or revocation
 // on another replica holds here too. Disabling a user propagates the same way:
 // RevokeUser revokes the user's sessions, which feeds their IDs. Run also forgets
@@ -631,21 +607,25 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// pollChanges reads the feed to its end and drops what changed.
+// pollChanges reads the feed to its end and drops the sessions that changed.
 func (s *Service) pollChanges(ctx context.Context) error {
 	s.pollMu.Lock()
 	defer s.pollMu.Unlock()
 	for {
-		changes, err := s.st.SessionChanges(ctx, s.after, changeBatch)
+		changes, err := s.st.Changes(ctx, s.after, changeBatch)
 		if err != nil {
-			return fmt.Errorf("session changes after %d: %w", s.after, err)
+			return fmt.Errorf("changes after %d: %w", s.after, err)
 		}
 		if len(changes) > 0 {
-			ids := make([]string, len(changes))
-			for i, c := range changes {
-				ids[i] = c.SessionID
+			ids := make([]string, 0, len(changes))
+			for _, c := range changes {
+				if c.Kind == store.ChangeSession {
+					ids = append(ids, c.SessionID)
+				}
 			}
-			s.cache.drop(ids...)
+			if len(ids) > 0 {
+				s.cache.drop(ids...)
+			}
 			s.after = changes[len(changes)-1].Seq
 		}
 		if len(changes) < changeBatch {
@@ -656,7 +636,7 @@ func (s *Service) pollChanges(ctx context.Context) error {
 		s.lastSweep = now
 		s.cache.sweep(now)
 		s.addrs.sweep(now)
-		s.throttle.sweep(now)
+		s.backoff.sweep(now)
 	}
 	return nil
 }

@@ -151,10 +151,13 @@ func (b *bounded) CountActiveSessions(ctx context.Context, now time.Time) (int, 
 	return call(b, ctx, func(ctx context.Context) (int, error) { return b.s.CountActiveSessions(ctx, now) })
 }
 
-// SessionChanges implements Store.
-func (b *bounded) SessionChanges(ctx context.Context, after int64, limit int) ([]SessionChange, error) {
-	return call(b, ctx, func(ctx context.Context) ([]SessionChange, error) { return b.s.SessionChanges(ctx, after, limit) })
+// Changes implements Store.
+func (b *bounded) Changes(ctx context.Context, after int64, limit int) ([]Change, error) {
+	return call(b, ctx, func(ctx context.Context) ([]Change, error) { return b.s.Changes(ctx, after, limit) })
 }
+
+// Subscribe implements Store. The feed bounds its own reads.
+func (b *bounded) Subscribe(fn func(Change)) func() { return b.s.Subscribe(fn) }
 
 // SigningKeys implements Store.
 func (b *bounded) SigningKeys(ctx context.Context) ([]SigningKey, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -51,7 +52,7 @@ func (s *sqlStore) readClusters(ctx context.Context, where string, args ...any) 
 // CreateCluster implements Store. CreatedAt and UpdatedAt are now.
 func (s *sqlStore) CreateCluster(ctx context.Context, c Cluster) (Cluster, error) {
 	var id int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		now := s.t(s.nowMS())
 		err := tx.QueryRowContext(ctx, `
 			INSERT INTO clusters (name, token_id, token_secret_sealed, ca_cert, insecure_skip_verify, created_at, updated_at)
@@ -59,9 +60,12 @@ func (s *sqlStore) CreateCluster(ctx context.Context, c Cluster) (Cluster, error
 			RETURNING id`,
 			c.Name, c.TokenID, c.TokenSecretSealed, c.CACert, c.InsecureSkipVerify, now).Scan(&id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return putEndpoints(ctx, tx, id, c.Endpoints)
+		if err := putEndpoints(ctx, tx, id, c.Endpoints); err != nil {
+			return nil, err
+		}
+		return s.appendChanges(ctx, tx, time.Time{}, clusterChanged(id))
 	})
 	if err != nil {
 		return Cluster{}, s.fail(err, "create cluster", fmt.Sprintf("a cluster named %q already exists", c.Name))
@@ -104,21 +108,24 @@ func (s *sqlStore) ListClusters(ctx context.Context) ([]Cluster, error) {
 // UpdateCluster implements Store: it writes every field but ID and CreatedAt, and
 // replaces the endpoints. UpdatedAt becomes now.
 func (s *sqlStore) UpdateCluster(ctx context.Context, c Cluster) (Cluster, error) {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		res, err := tx.ExecContext(ctx, `
 			UPDATE clusters SET name = $2, token_id = $3, token_secret_sealed = $4, ca_cert = $5,
 				insecure_skip_verify = $6, updated_at = $7
 			WHERE id = $1`,
 			c.ID, c.Name, c.TokenID, c.TokenSecretSealed, c.CACert, c.InsecureSkipVerify, s.t(s.nowMS()))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return err
+			return nil, err
 		} else if n == 0 {
-			return errs.E(errs.NotFound, "cluster %d not found", c.ID)
+			return nil, errs.E(errs.NotFound, "cluster %d not found", c.ID)
 		}
-		return putEndpoints(ctx, tx, c.ID, c.Endpoints)
+		if err := putEndpoints(ctx, tx, c.ID, c.Endpoints); err != nil {
+			return nil, err
+		}
+		return s.appendChanges(ctx, tx, time.Time{}, clusterChanged(c.ID))
 	})
 	if err != nil {
 		return Cluster{}, s.fail(err, "update cluster", fmt.Sprintf("a cluster named %q already exists", c.Name))
@@ -127,8 +134,12 @@ func (s *sqlStore) UpdateCluster(ctx context.Context, c Cluster) (Cluster, error
 }
 
 // DeleteCluster implements Store. Its endpoints and grants go with it (ON DELETE
-// CASCADE); tasks and audit records keep its ID.
+// CASCADE); tasks and audit records keep its ID. The one feed entry, ChangeCluster,
+// stands for the grants too.
 func (s *sqlStore) DeleteCluster(ctx context.Context, id int64) error {
-	return s.deleteOne(ctx, "delete cluster", errs.E(errs.NotFound, "cluster %d not found", id),
+	return s.deleteOne(ctx, "delete cluster", errs.E(errs.NotFound, "cluster %d not found", id), clusterChanged(id),
 		`DELETE FROM clusters WHERE id = $1`, id)
 }
+
+// clusterChanged is the feed entry of a created, updated or deleted cluster.
+func clusterChanged(id int64) Change { return Change{Kind: ChangeCluster, ClusterID: id} }

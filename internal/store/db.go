@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -28,11 +31,24 @@ type Options struct {
 	// reason errs.ReasonStoreUnavailable; a deadline of the caller's own that
 	// comes sooner wins.
 	Timeout time.Duration
+	// PollInterval is how often the change feed is read when nothing pushes it
+	// (default DefaultPollInterval): on PostgreSQL the fallback while the listener
+	// is lost, on SQLite what carries the writes of other processes.
+	PollInterval time.Duration
+	// Logger receives the change feed's warnings (listener lost, feed unreadable);
+	// nil discards them.
+	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o
 }
@@ -81,6 +97,13 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 	if err := migrate(ctx, s.wdb, s.d); err != nil {
 		s.Close()
 		return nil, err
+	}
+	s.feed = newChangeFeed(s, o)
+	if s.pgConfig != nil {
+		if err := s.listenPostgres(ctx, o); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return &bounded{s: s, timeout: o.Timeout}, nil
 }
@@ -133,6 +156,14 @@ type sqlStore struct {
 	// timeout bounds each statement of the calls that run many (Prune); bounded
 	// bounds every other call as a whole.
 	timeout time.Duration
+	// feed hands the change feed to subscribers; nil only in this package's tests.
+	feed *changeFeed
+	// channel is the PostgreSQL NOTIFY channel of the change feed: one per schema,
+	// so that stores in different schemas of one database never hear each other.
+	// Empty on SQLite.
+	channel string
+	// pgConfig is what the change feed's listener connects with (PostgreSQL only).
+	pgConfig *pgx.ConnConfig
 }
 
 // Ping implements Store.
@@ -143,8 +174,9 @@ func (s *sqlStore) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements Store.
+// Close implements Store. It stops the change feed first.
 func (s *sqlStore) Close() error {
+	s.feed.close()
 	err := s.wdb.Close()
 	if s.rdb != s.wdb {
 		err = errors.Join(err, s.rdb.Close())

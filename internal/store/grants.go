@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -17,11 +19,19 @@ func scanGrant(sc scanner) (Grant, error) {
 // PutGrant implements Store. A new grant's zero CreatedAt is now; changing the role
 // of an existing grant keeps its CreatedAt. A missing user or cluster is NotFound.
 func (s *sqlStore) PutGrant(ctx context.Context, g Grant) (Grant, error) {
-	put, err := scanGrant(s.wdb.QueryRowContext(ctx, `
-		INSERT INTO grants (user_id, cluster_id, role, created_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role
-		RETURNING `+grantColumns,
-		g.UserID, g.ClusterID, g.Role, s.t(s.stamp(g.CreatedAt))))
+	var put Grant
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var err error
+		put, err = scanGrant(tx.QueryRowContext(ctx, `
+			INSERT INTO grants (user_id, cluster_id, role, created_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role
+			RETURNING `+grantColumns,
+			g.UserID, g.ClusterID, g.Role, s.t(s.stamp(g.CreatedAt))))
+		if err != nil {
+			return nil, err
+		}
+		return s.appendChanges(ctx, tx, time.Time{}, grantChanged(g.UserID, g.ClusterID))
+	})
 	if err != nil {
 		return Grant{}, s.fail(err, "put grant", "put grant")
 	}
@@ -30,7 +40,7 @@ func (s *sqlStore) PutGrant(ctx context.Context, g Grant) (Grant, error) {
 
 // DeleteGrant implements Store. A missing grant is NotFound.
 func (s *sqlStore) DeleteGrant(ctx context.Context, userID, clusterID int64) error {
-	return s.deleteOne(ctx, "delete grant", grantMissing(userID, clusterID),
+	return s.deleteOne(ctx, "delete grant", grantMissing(userID, clusterID), grantChanged(userID, clusterID),
 		`DELETE FROM grants WHERE user_id = $1 AND cluster_id = $2`, userID, clusterID)
 }
 
@@ -48,6 +58,11 @@ func (s *sqlStore) GrantFor(ctx context.Context, userID, clusterID int64) (Grant
 func (s *sqlStore) UserGrants(ctx context.Context, userID int64) ([]Grant, error) {
 	return queryAll(ctx, s.rdb, "read grants", scanGrant,
 		`SELECT `+grantColumns+` FROM grants WHERE user_id = $1 ORDER BY cluster_id`, userID)
+}
+
+// grantChanged is the feed entry of a put or deleted grant.
+func grantChanged(userID, clusterID int64) Change {
+	return Change{Kind: ChangeGrant, UserID: userID, ClusterID: clusterID}
 }
 
 func grantMissing(userID, clusterID int64) error {

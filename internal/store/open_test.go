@@ -3,6 +3,8 @@ package store_test
 import (
 	"database/sql"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +13,7 @@ import (
 )
 
 // openDSN opens a store on dsn and closes it when t ends.
-func openDSN(t *testing.T, dsn string) store.Store {
+func openDSN(t testing.TB, dsn string) store.Store {
 	t.Helper()
 	s, err := store.Open(t.Context(), dsn)
 	if err != nil {
@@ -40,6 +42,24 @@ func openTogether(t *testing.T, dsn string, n int) {
 	if t.Failed() {
 		t.FailNow()
 	}
+}
+
+// shippedVersions lists the versions of the engine's migration files, "1,2,...".
+func shippedVersions(t *testing.T, engine string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("migrations", engine, "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations of %s: %v", engine, err)
+	}
+	var vs []string
+	for _, f := range files { // Glob sorts; NNNN_ has a fixed width
+		n, err := strconv.Atoi(strings.SplitN(filepath.Base(f), "_", 2)[0])
+		if err != nil {
+			t.Fatalf("migration %s: %v", f, err)
+		}
+		vs = append(vs, fmt.Sprint(n))
+	}
+	return strings.Join(vs, ",")
 }
 
 // appliedVersions lists schema_migrations, "1,2,..." when each applied once.

@@ -186,7 +186,7 @@ func postgresAddr(t *testing.T, dsn string) string {
 }
 
 // within runs fn and returns its error, failing t if fn has not returned after guard.
-func within(t *testing.T, what string, fn func() error) error {
+func within(t testing.TB, what string, fn func() error) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
@@ -210,7 +210,7 @@ func wantUnavailable(t *testing.T, err error, what string) {
 }
 
 // eventually calls fn until it succeeds, failing t after guard.
-func eventually(t *testing.T, what string, fn func() error) {
+func eventually(t testing.TB, what string, fn func() error) {
 	t.Helper()
 	end := time.Now().Add(guard)
 	for {

@@ -30,12 +30,12 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 	// The feed is walked by seq, its primary key, and loses only its head: every
 	// entry before the first one still fresh, and never the newest. changed_at comes
 	// from the clocks of several replicas and so need not grow with seq.
-	res.Changes, err = s.pruneBatches(ctx, "session changes", `
-		DELETE FROM session_changes WHERE seq IN (
-			SELECT seq FROM session_changes
+	res.Changes, err = s.pruneBatches(ctx, "change feed", `
+		DELETE FROM changes WHERE seq IN (
+			SELECT seq FROM changes
 			WHERE seq < COALESCE(
-				(SELECT seq FROM session_changes WHERE changed_at >= $1 ORDER BY seq LIMIT 1),
-				(SELECT max(seq) FROM session_changes))
+				(SELECT seq FROM changes WHERE changed_at >= $1 ORDER BY seq LIMIT 1),
+				(SELECT max(seq) FROM changes))
 			ORDER BY seq LIMIT $2)`,
 		s.t(now.Add(-p.ChangesOlderThan)), p.Batch)
 	if err != nil {

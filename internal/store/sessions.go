@@ -60,7 +60,7 @@ func (s *sqlStore) RotateSession(ctx context.Context, id string, from int64, at 
 		sess    Session
 		rotated bool
 	)
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
 		sess, err = scanSession(tx.QueryRowContext(ctx, `
 			UPDATE sessions SET generation = generation + 1, rotated_at = $3
@@ -70,12 +70,12 @@ func (s *sqlStore) RotateSession(ctx context.Context, id string, from int64, at 
 		switch {
 		case err == nil:
 			rotated = true
-			return s.feed(ctx, tx, at, id)
+			return s.appendChanges(ctx, tx, at, sessionChanged(id))
 		case errors.Is(err, sql.ErrNoRows):
 			sess, err = scanSession(tx.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id))
-			return s.failRow(err, "read session", sessionMissing())
+			return nil, s.failRow(err, "read session", sessionMissing())
 		}
-		return err
+		return nil, err
 	})
 	if err != nil {
 		return Session{}, false, s.fail(err, "rotate session", "rotate session")
@@ -85,23 +85,23 @@ func (s *sqlStore) RotateSession(ctx context.Context, id string, from int64, at 
 
 // RevokeSession implements Store. A missing session is NotFound.
 func (s *sqlStore) RevokeSession(ctx context.Context, id string, at time.Time, why string) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		res, err := tx.ExecContext(ctx, `
 			UPDATE sessions SET revoked_at = $2, revoked_why = $3 WHERE id = $1 AND revoked_at IS NULL`,
 			id, s.t(s.stamp(at)), why)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if n == 1 {
-			return s.feed(ctx, tx, at, id)
+			return s.appendChanges(ctx, tx, at, sessionChanged(id))
 		}
 		var one int
 		err = tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = $1`, id).Scan(&one)
-		return s.failRow(err, "read session", sessionMissing())
+		return nil, s.failRow(err, "read session", sessionMissing())
 	})
 	if err != nil {
 		return s.fail(err, "revoke session", "revoke session")
@@ -112,28 +112,32 @@ func (s *sqlStore) RevokeSession(ctx context.Context, id string, at time.Time, w
 // RevokeUserSessions implements Store. The IDs come back sorted.
 func (s *sqlStore) RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error) {
 	var ids []string
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		rows, err := tx.QueryContext(ctx, `
 			UPDATE sessions SET revoked_at = $3, revoked_why = $4
 			WHERE user_id = $1 AND id <> $2 AND revoked_at IS NULL AND expires_at > $3
 			RETURNING id`,
 			userID, keep, s.t(s.stamp(at)), why)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {
-				return err
+				return nil, err
 			}
 			ids = append(ids, id)
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
+			return nil, err
 		}
 		slices.Sort(ids)
-		return s.feed(ctx, tx, at, ids...)
+		cs := make([]Change, len(ids))
+		for i, id := range ids {
+			cs[i] = sessionChanged(id)
+		}
+		return s.appendChanges(ctx, tx, at, cs...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revoke sessions of user %d: %w", userID, err)
@@ -144,24 +148,8 @@ func (s *sqlStore) RevokeUserSessions(ctx context.Context, userID int64, keep st
 	return ids, nil
 }
 
-// feed appends session changes inside tx. On PostgreSQL the table lock makes
-// sequence values commit in the order they were taken: without it a poller that has
-// read seq 11 could miss a seq 10 committed a moment later.
-func (s *sqlStore) feed(ctx context.Context, tx *sql.Tx, at time.Time, ids ...string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	if err := s.lock(ctx, tx, "session_changes"); err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO session_changes (session_id, changed_at) VALUES ($1, $2)`,
-			id, s.t(s.stamp(at))); err != nil {
-			return fmt.Errorf("feed session change: %w", err)
-		}
-	}
-	return nil
-}
+// sessionChanged is the feed entry of a revoked or rotated session.
+func sessionChanged(id string) Change { return Change{Kind: ChangeSession, SessionID: id} }
 
 // CountActiveSessions implements Store.
 func (s *sqlStore) CountActiveSessions(ctx context.Context, now time.Time) (int, error) {
@@ -172,14 +160,4 @@ func (s *sqlStore) CountActiveSessions(ctx context.Context, now time.Time) (int,
 		return 0, fmt.Errorf("count active sessions: %w", err)
 	}
 	return n, nil
-}
-
-// SessionChanges implements Store. A limit of 0 or less means 1000.
-func (s *sqlStore) SessionChanges(ctx context.Context, after int64, limit int) ([]SessionChange, error) {
-	return queryAll(ctx, s.rdb, "read session changes", func(sc scanner) (SessionChange, error) {
-		var c SessionChange
-		err := sc.Scan(&c.Seq, &c.SessionID)
-		return c, err
-	}, `SELECT seq, session_id FROM session_changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
-		after, clampLimit(limit, 1000, 10000))
 }

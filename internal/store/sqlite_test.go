@@ -53,8 +53,8 @@ func TestSQLiteMigrations(t *testing.T) {
 		t.Fatalf("user after reopening: %v", err)
 	}
 
-	if v := appliedVersions(t, "sqlite", path); v != "1" {
-		t.Errorf("applied migrations %q, want each once: 1", v)
+	if v, want := appliedVersions(t, "sqlite", path), shippedVersions(t, "sqlite"); v != want {
+		t.Errorf("applied migrations %q, want each once: %s", v, want)
 	}
 	db, err := sql.Open("sqlite", path)
 	if err != nil {

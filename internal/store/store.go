@@ -14,6 +14,45 @@
 // connection that ran into the deadline is closed, not returned to the pool, and pool
 // connections have a bounded lifetime and TCP keep-alive, so a healed network heals
 // the pool without a restart.
+//
+// # The change feed
+//
+// Every write that changes a session (revoke, rotate), a user (create, update,
+// delete), a grant (put, delete) or a cluster (create, update, delete) appends a
+// Change to one feed in the same transaction, so replicas can cache those records
+// and still never serve a stale one for long. Consumers either poll Changes from
+// the Seq they have reached, or Subscribe:
+//
+//	cancel := st.Subscribe(func(c store.Change) {
+//		switch c.Kind {
+//		case store.ChangeGrant:
+//			grants.drop(c.UserID, c.ClusterID)
+//		case store.ChangeResync:
+//			grants.dropAll() // changes may have been missed
+//		}
+//	})
+//	defer cancel()
+//
+// A subscriber is given:
+//
+//   - changes written through this store: synchronously, right after the commit
+//     and before the writing call returns, on both engines;
+//   - on PostgreSQL, changes written by other replicas: each writing transaction
+//     sends NOTIFY on a channel named after the schema (vmgate_changes_<schema>),
+//     and a listener connection of its own (not from the pool) wakes the feed
+//     reader, which reads the feed from its position on. Measured between two
+//     stores on one server, that is a few milliseconds; the bound vmgate states is
+//     100 ms (docs/decisions/0005-change-feed.md);
+//   - by the poll, every Options.PollInterval (1 s): on PostgreSQL the fallback
+//     while the listener is lost, on SQLite what carries other processes' writes;
+//   - ChangeResync when it may have missed changes: after the listener reconnects
+//     (notifications sent while nobody listened are gone), when the feed could not
+//     be positioned at the first Subscribe, or when it could not be read for more
+//     than a minute. Drop everything cached, once.
+//
+// A change may come more than once (from the writer and from the reader); dropping
+// is idempotent. Prune keeps the feed's order and never removes an entry a reader
+// that is less than a day behind still needs.
 package store
 
 import (
@@ -64,11 +103,40 @@ func (s Session) Active(now time.Time) bool {
 	return s.RevokedAt.IsZero() && now.Before(s.ExpiresAt)
 }
 
-// SessionChange is one entry of the session change feed: replicas poll it to drop
-// sessions from their in-process caches (DESIGN §3.1: logout holds on every replica).
-type SessionChange struct {
-	Seq       int64 // increasing
-	SessionID string
+// ChangeKind says what a change feed entry is about.
+type ChangeKind string
+
+// The kinds of change. Each names what a cache keyed by it must drop.
+const (
+	// ChangeSession: session SessionID was revoked or rotated.
+	ChangeSession ChangeKind = "session"
+	// ChangeUser: user UserID was created, updated (disabled, password, role,
+	// nickname) or deleted. A deletion also removes the user's grants and sessions
+	// without entries of their own: drop everything held about the user.
+	ChangeUser ChangeKind = "user"
+	// ChangeGrant: the grant of user UserID on cluster ClusterID was put (created
+	// or its role changed) or deleted.
+	ChangeGrant ChangeKind = "grant"
+	// ChangeCluster: cluster ClusterID was created, updated (endpoints, token,
+	// trust) or deleted. A deletion also removes its grants without entries of
+	// their own: drop everything held about the cluster.
+	ChangeCluster ChangeKind = "cluster"
+	// ChangeResync is never stored: Subscribe delivers it when the subscriber may
+	// have missed changes (the PostgreSQL listener reconnected, or the feed could
+	// not be read for a long time). Reload everything cached, once.
+	ChangeResync ChangeKind = "resync"
+)
+
+// Change is one entry of the change feed: every write to sessions, users, grants
+// and clusters appends one in its own transaction, so replicas can drop what they
+// cache (DESIGN §3.1: a logout holds on every replica). Fields that do not apply to
+// the kind are zero.
+type Change struct {
+	Seq       int64 // position in the feed, increasing; 0 for ChangeResync
+	Kind      ChangeKind
+	SessionID string // ChangeSession
+	UserID    int64  // ChangeUser, ChangeGrant
+	ClusterID int64  // ChangeGrant, ChangeCluster
 }
 
 // SigningKey is an HS256 key for vmgate's JWTs; replicas share them through the store.
@@ -197,7 +265,7 @@ const (
 
 // PruneOptions says what Prune deletes. Zero or negative fields take their defaults.
 type PruneOptions struct {
-	// ChangesOlderThan: session change feed entries whose session changed longer ago
+	// ChangesOlderThan: change feed entries whose subject changed longer ago
 	// than this go (default DefaultPruneChanges, a day).
 	ChangesOlderThan time.Duration
 	// SessionsEndedBefore: sessions that expired or were revoked longer ago than this
@@ -211,7 +279,7 @@ type PruneOptions struct {
 
 // PruneResult counts the rows Prune deleted.
 type PruneResult struct {
-	Changes         int64 // session change feed entries
+	Changes         int64 // change feed entries
 	Sessions        int64
 	IdempotencyKeys int64
 }
@@ -244,8 +312,6 @@ type Store interface {
 	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
 	// CountActiveSessions counts sessions active at now.
 	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
-	// SessionChanges returns feed entries with Seq > after, oldest first, at most limit.
-	SessionChanges(ctx context.Context, after int64, limit int) ([]SessionChange, error)
 
 	SigningKeys(ctx context.Context) ([]SigningKey, error) // oldest first
 	// CreateSigningKey stores k unless a key already exists; it returns the keys after
@@ -287,7 +353,19 @@ type Store interface {
 	// anything started, so a retry may run it).
 	ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error
 
-	// Prune deletes what nobody needs any more, judged at now: session change feed
+	// Changes returns change feed entries with Seq > after, oldest first, at most
+	// limit (1000 when 0 or less). Entries commit in Seq order, so a poller that
+	// moves past a Seq never sees an entry below it commit later.
+	Changes(ctx context.Context, after int64, limit int) ([]Change, error)
+	// Subscribe calls fn with every change committed after Subscribe returns, until
+	// the returned func is called; see the package doc for how soon. fn may be
+	// called from several goroutines at once (the writer's own, right after its
+	// commit, and the feed reader's), and a change may come more than once: fn
+	// must be safe for concurrent use, idempotent, quick, and must not call the
+	// store. A ChangeResync asks fn's owner to reload everything it caches.
+	Subscribe(fn func(Change)) (cancel func())
+
+	// Prune deletes what nobody needs any more, judged at now: change feed
 	// entries older than p.ChangesOlderThan, sessions that ended (expired or were
 	// revoked) more than p.SessionsEndedBefore ago, and idempotency keys past their
 	// ExpiresAt. It deletes in batches of p.Batch rows, each its own transaction,

@@ -29,6 +29,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RevokeUserSessions", testRevokeUserSessions},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
+		{"ChangeFeed", testChangeFeed},
+		{"SubscribeCancel", testSubscribeCancel},
 		{"SigningKeys", testSigningKeys},
 		{"Clusters", testClusters},
 		{"Grants", testGrants},
@@ -293,9 +295,7 @@ func testRotateSessionRace(t *testing.T, s store.Store) {
 		same(t, gens[i], int64(2), fmt.Sprintf("generation seen by rotation %d", i))
 	}
 	same(t, wins, 1, "winning rotations")
-	changes, err := s.SessionChanges(ctx, 0, 100)
-	ok(t, err, "changes")
-	same(t, len(changes), 1, "feed entries of one rotation")
+	same(t, len(sessionFeed(t, s, 0)), 1, "feed entries of one rotation")
 }
 
 func testRevokeUserSessions(t *testing.T, s store.Store) {
@@ -332,7 +332,8 @@ func testSessionChanges(t *testing.T, s store.Store) {
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
 		mkSession(t, s, id, u.ID, at(24*time.Hour))
 	}
-	changes, err := s.SessionChanges(ctx, 0, 10)
+	head := feedHead(t, s)
+	changes, err := s.Changes(ctx, head, 10)
 	ok(t, err, "changes of a quiet store")
 	same(t, len(changes), 0, "changes before any")
 
@@ -343,10 +344,13 @@ func testSessionChanges(t *testing.T, s store.Store) {
 	_, err = s.RevokeUserSessions(ctx, u.ID, "s1", at(4*time.Minute), "password")     // s2, s4
 	ok(t, err, "revoke the rest")
 
-	changes, err = s.SessionChanges(ctx, 0, 10)
+	changes, err = s.Changes(ctx, head, 10)
 	ok(t, err, "changes")
 	var ids []string
 	for i, c := range changes {
+		if c.Kind != store.ChangeSession {
+			t.Fatalf("change of kind %s among session changes: %+v", c.Kind, c)
+		}
 		ids = append(ids, c.SessionID)
 		if i > 0 && c.Seq <= changes[i-1].Seq {
 			t.Fatalf("changes out of order: %+v", changes)
@@ -354,10 +358,10 @@ func testSessionChanges(t *testing.T, s store.Store) {
 	}
 	same(t, ids, []string{"s3", "s1", "s2", "s4"}, "changed sessions in order")
 
-	page, err := s.SessionChanges(ctx, changes[0].Seq, 2)
+	page, err := s.Changes(ctx, changes[0].Seq, 2)
 	ok(t, err, "page")
 	same(t, page, changes[1:3], "changes after the first, two at most")
-	page, err = s.SessionChanges(ctx, changes[3].Seq, 10)
+	page, err = s.Changes(ctx, changes[3].Seq, 10)
 	ok(t, err, "page past the end")
 	same(t, len(page), 0, "changes after the last")
 }
@@ -382,10 +386,12 @@ func testSessionChangesNoGaps(t *testing.T, s store.Store) {
 	seen := map[string]bool{}
 	var after int64
 	poll := func() {
-		changes, err := s.SessionChanges(ctx, after, 7)
+		changes, err := s.Changes(ctx, after, 7)
 		ok(t, err, "poll")
 		for _, c := range changes {
-			seen[c.SessionID] = true
+			if c.Kind == store.ChangeSession {
+				seen[c.SessionID] = true
+			}
 			after = c.Seq
 		}
 	}
@@ -403,6 +409,151 @@ func testSessionChangesNoGaps(t *testing.T, s store.Store) {
 		poll()
 	}
 	same(t, len(seen), n, "sessions seen by an incremental poller")
+}
+
+// received collects what a subscriber is given.
+type received struct {
+	mu  sync.Mutex
+	got []store.Change
+}
+
+func (r *received) add(c store.Change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, c)
+}
+
+// has reports whether c was received (at least once).
+func (r *received) has(c store.Change) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.got, c)
+}
+
+// testChangeFeed makes every kind of write and checks the entry each feeds: in the
+// feed, in order, and to a subscriber of this process before the write returns (a
+// replica never serves from its cache what it has itself just changed). Writes that
+// change nothing feed nothing.
+func testChangeFeed(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var sub received
+	defer s.Subscribe(sub.add)()
+	head := feedHead(t, s)
+
+	var want []store.Change
+	fed := func(what string, c store.Change) {
+		t.Helper()
+		cs, err := s.Changes(ctx, head, 10)
+		ok(t, err, "read the feed after "+what)
+		if len(cs) != 1 {
+			t.Fatalf("%s: fed %+v, want one %s change", what, cs, c.Kind)
+		}
+		c.Seq = cs[0].Seq
+		same(t, cs[0], c, "change fed by "+what)
+		if !sub.has(c) {
+			t.Fatalf("%s: the subscriber had not received %+v when the write returned", what, c)
+		}
+		head = c.Seq
+		want = append(want, c)
+	}
+	nothing := func(what string) {
+		t.Helper()
+		cs, err := s.Changes(ctx, head, 10)
+		ok(t, err, "read the feed after "+what)
+		same(t, len(cs), 0, "changes fed by "+what)
+	}
+	user := func(id int64) store.Change { return store.Change{Kind: store.ChangeUser, UserID: id} }
+	cluster := func(id int64) store.Change { return store.Change{Kind: store.ChangeCluster, ClusterID: id} }
+	grant := func(u, c int64) store.Change { return store.Change{Kind: store.ChangeGrant, UserID: u, ClusterID: c} }
+	session := func(id string) store.Change { return store.Change{Kind: store.ChangeSession, SessionID: id} }
+
+	u := mkUser(t, s, "fed@example.com")
+	fed("create user", user(u.ID))
+	c := mkCluster(t, s, "fed")
+	fed("create cluster", cluster(c.ID))
+	u.Disabled = true
+	_, err := s.UpdateUser(ctx, u)
+	ok(t, err, "disable user")
+	fed("disable user", user(u.ID))
+	u.PasswordHash, u.Disabled = "$argon2id$other", false
+	_, err = s.UpdateUser(ctx, u)
+	ok(t, err, "change password")
+	fed("change password", user(u.ID))
+	_, err = s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantViewer})
+	ok(t, err, "grant")
+	fed("grant", grant(u.ID, c.ID))
+	_, err = s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantOperator})
+	ok(t, err, "change the grant's role")
+	fed("change the grant's role", grant(u.ID, c.ID))
+	ok(t, s.DeleteGrant(ctx, u.ID, c.ID), "remove grant")
+	fed("remove grant", grant(u.ID, c.ID))
+	c.Endpoints = append(c.Endpoints, store.Endpoint{URL: "https://fed2:8006"})
+	_, err = s.UpdateCluster(ctx, c)
+	ok(t, err, "update cluster")
+	fed("update cluster", cluster(c.ID))
+
+	mkSession(t, s, "fed-1", u.ID, at(time.Hour))
+	mkSession(t, s, "fed-2", u.ID, at(time.Hour))
+	nothing("create sessions") // nobody can hold a stale copy of a new session
+	_, _, err = s.RotateSession(ctx, "fed-1", 1, at(time.Minute))
+	ok(t, err, "rotate")
+	fed("rotate session", session("fed-1"))
+	ok(t, s.RevokeSession(ctx, "fed-1", at(2*time.Minute), "logout"), "logout")
+	fed("logout", session("fed-1"))
+	ok(t, s.RevokeSession(ctx, "fed-1", at(3*time.Minute), "logout"), "logout again")
+	nothing("revoke a revoked session")
+	_, err = s.RevokeUserSessions(ctx, u.ID, "", at(4*time.Minute), "disabled")
+	ok(t, err, "revoke the user's sessions")
+	fed("revoke the user's sessions", session("fed-2"))
+
+	_, err = s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantViewer})
+	ok(t, err, "grant again")
+	fed("grant again", grant(u.ID, c.ID))
+	ok(t, s.DeleteCluster(ctx, c.ID), "delete cluster")
+	fed("delete cluster (and its grants)", cluster(c.ID))
+	ok(t, s.DeleteUser(ctx, u.ID), "delete user")
+	fed("delete user", user(u.ID))
+
+	_, err = s.UpdateUser(ctx, u)
+	wantKind(t, err, errs.NotFound, "update a deleted user")
+	wantKind(t, s.DeleteUser(ctx, u.ID), errs.NotFound, "delete a deleted user")
+	wantKind(t, s.DeleteGrant(ctx, u.ID, c.ID), errs.NotFound, "remove a missing grant")
+	_, err = s.UpdateCluster(ctx, c)
+	wantKind(t, err, errs.NotFound, "update a deleted cluster")
+	wantKind(t, s.DeleteCluster(ctx, c.ID), errs.NotFound, "delete a deleted cluster")
+	_, err = s.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantViewer})
+	wantKind(t, err, errs.NotFound, "grant to a deleted user")
+	_, err = s.CreateUser(ctx, store.User{Email: "other@example.com", Role: "no-such-role"})
+	wantKind(t, err, errs.Invalid, "create an invalid user")
+	nothing("failed writes")
+	for i := 1; i < len(want); i++ {
+		if want[i].Seq <= want[i-1].Seq {
+			t.Fatalf("feed out of order: %+v", want)
+		}
+	}
+}
+
+// testSubscribeCancel: a cancelled subscription is given nothing committed after the
+// cancel, and other subscribers still are.
+func testSubscribeCancel(t *testing.T, s store.Store) {
+	var gone, stays received
+	cancel := s.Subscribe(gone.add)
+	defer s.Subscribe(stays.add)()
+	u := mkUser(t, s, "before@example.com")
+	before := store.Change{Kind: store.ChangeUser, UserID: u.ID, Seq: feedHead(t, s)}
+	if !gone.has(before) || !stays.has(before) {
+		t.Fatalf("change before the cancel: %+v not received by both", before)
+	}
+	cancel()
+	cancel() // twice is harmless
+	u = mkUser(t, s, "after@example.com")
+	after := store.Change{Kind: store.ChangeUser, UserID: u.ID, Seq: feedHead(t, s)}
+	if !stays.has(after) {
+		t.Fatalf("change after the cancel: %+v not received by the remaining subscriber", after)
+	}
+	if gone.has(after) {
+		t.Fatalf("change after the cancel: %+v received by the cancelled subscriber", after)
+	}
 }
 
 func testSigningKeys(t *testing.T, s store.Store) {
@@ -877,13 +1028,39 @@ func wantSessions(t *testing.T, s store.Store, all, ids []string, what string) {
 	}
 }
 
+// feedHead returns the Seq of the newest feed entry, 0 when there is none.
+func feedHead(t *testing.T, s store.Store) int64 {
+	t.Helper()
+	var head int64
+	for {
+		cs, err := s.Changes(t.Context(), head, 1000)
+		ok(t, err, "read the feed")
+		if len(cs) == 0 {
+			return head
+		}
+		head = cs[len(cs)-1].Seq
+	}
+}
+
+// sessionFeed returns the session entries of the feed after after, oldest first.
+func sessionFeed(t *testing.T, s store.Store, after int64) []store.Change {
+	t.Helper()
+	cs, err := s.Changes(t.Context(), after, 1000)
+	ok(t, err, "read the feed")
+	out := []store.Change{}
+	for _, c := range cs {
+		if c.Kind == store.ChangeSession {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // feedIDs returns the session IDs of the whole feed, oldest first.
 func feedIDs(t *testing.T, s store.Store) []string {
 	t.Helper()
-	changes, err := s.SessionChanges(t.Context(), 0, 1000)
-	ok(t, err, "read the feed")
 	ids := []string{}
-	for _, c := range changes {
+	for _, c := range sessionFeed(t, s, 0) {
 		ids = append(ids, c.SessionID)
 	}
 	return ids
@@ -956,8 +1133,7 @@ func testPrune(t *testing.T, s store.Store) {
 	ok(t, s.RevokeSession(ctx, "revoked-skewed", ago(3*24*time.Hour), "logout"), "revoke") // old, after a fresh one
 	_, _, err = s.RotateSession(ctx, "active", 2, ago(time.Minute))                        // fresh
 	ok(t, err, "rotate")
-	before, err := s.SessionChanges(ctx, 0, 100)
-	ok(t, err, "feed before pruning")
+	before := sessionFeed(t, s, 0)
 	same(t, len(before), 6, "feed entries before pruning")
 
 	mkIdemKeys(t, s, u.ID, "expired", 1, pruneNow.Add(-time.Millisecond))
@@ -966,7 +1142,9 @@ func testPrune(t *testing.T, s store.Store) {
 
 	res, err := s.Prune(ctx, pruneNow, store.PruneOptions{})
 	ok(t, err, "prune")
-	same(t, res, store.PruneResult{Changes: 3, Sessions: 2, IdempotencyKeys: 2}, "pruned")
+	// The feed's oldest entries: the user's creation (at the real now, long
+	// before base) and the three old session changes.
+	same(t, res, store.PruneResult{Changes: 4, Sessions: 2, IdempotencyKeys: 2}, "pruned")
 
 	wantSessions(t, s, []string{"expired-long", "expired-recent", "active", "revoked-long", "revoked-recent",
 		"revoked-fresh", "revoked-skewed"}, []string{"expired-recent", "active", "revoked-recent", "revoked-fresh",
@@ -976,17 +1154,17 @@ func testPrune(t *testing.T, s store.Store) {
 
 	// Everything from the first fresh entry on stays, with its Seq, in order: a
 	// poller at any Seq from there on reads exactly what it read before.
-	after, err := s.SessionChanges(ctx, 0, 100)
+	all, err := s.Changes(ctx, 0, 100)
 	ok(t, err, "feed after pruning")
-	same(t, after, before[3:], "feed after pruning")
+	same(t, all, before[3:], "feed after pruning")
 	for i := 2; i < len(before); i++ {
-		page, err := s.SessionChanges(ctx, before[i].Seq, 100)
+		page, err := s.Changes(ctx, before[i].Seq, 100)
 		ok(t, err, "poll after pruning")
 		same(t, page, before[i+1:], fmt.Sprintf("changes after seq %d", before[i].Seq))
 	}
 	// New changes follow the ones kept.
 	ok(t, s.RevokeSession(ctx, "active", pruneNow, "logout"), "revoke after pruning")
-	page, err := s.SessionChanges(ctx, before[5].Seq, 100)
+	page, err := s.Changes(ctx, before[5].Seq, 100)
 	ok(t, err, "poll a change after pruning")
 	if len(page) != 1 || page[0].SessionID != "active" || page[0].Seq <= before[5].Seq {
 		t.Fatalf("change after pruning: %+v after %+v", page, before[5])
@@ -1011,22 +1189,21 @@ func testPruneKeepsNewestChange(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	u := mkUser(t, s, "newest@example.com")
 	mkEndedSessions(t, s, u.ID, "n", 3, base)
-	before, err := s.SessionChanges(ctx, 0, 100)
-	ok(t, err, "feed")
+	before := sessionFeed(t, s, 0)
 
 	for range 2 {
 		res, err := s.Prune(ctx, pruneNow, store.PruneOptions{SessionsEndedBefore: 365 * 24 * time.Hour})
 		ok(t, err, "prune")
-		if res.Changes > 2 || res.Sessions != 0 {
+		if res.Changes > 3 || res.Sessions != 0 { // the user's creation and two sessions
 			t.Fatalf("pruned %+v", res)
 		}
-		after, err := s.SessionChanges(ctx, 0, 100)
+		after, err := s.Changes(ctx, 0, 100)
 		ok(t, err, "feed after pruning")
 		same(t, after, before[2:], "feed after pruning every old entry")
 	}
 
 	mkEndedSessions(t, s, u.ID, "later", 1, pruneNow)
-	page, err := s.SessionChanges(ctx, before[2].Seq, 100)
+	page, err := s.Changes(ctx, before[2].Seq, 100)
 	ok(t, err, "poll")
 	if len(page) != 1 || page[0].SessionID != "later0" || page[0].Seq <= before[2].Seq {
 		t.Fatalf("change after pruning: %+v after %+v", page, before[2])
@@ -1041,11 +1218,9 @@ func testPruneBatches(t *testing.T, s store.Store) {
 		prefix := fmt.Sprintf("b%d-", round)
 		ended := mkEndedSessions(t, s, u.ID, prefix, 5, base)
 		mkIdemKeys(t, s, u.ID, prefix, 5, base.Add(time.Hour))
-		// Five old entries, and the newest stays until the next round adds newer.
-		wantChanges := int64(4)
-		if round > 0 {
-			wantChanges = 5
-		}
+		// Five old entries, and the newest stays until the next round adds newer;
+		// the first round also prunes the user's creation.
+		wantChanges := int64(5)
 		res, err := s.Prune(ctx, pruneNow, store.PruneOptions{Batch: batch})
 		ok(t, err, fmt.Sprintf("prune in batches of %d", batch))
 		same(t, res, store.PruneResult{Changes: wantChanges, Sessions: 5, IdempotencyKeys: 5},
@@ -1081,7 +1256,8 @@ func testPruneRace(t *testing.T, s store.Store) {
 		total.Sessions += r.Sessions
 		total.IdempotencyKeys += r.IdempotencyKeys
 	}
-	same(t, total, store.PruneResult{Changes: 19, Sessions: 20, IdempotencyKeys: 20}, "pruned by all")
+	// The user's creation and all session changes but the newest.
+	same(t, total, store.PruneResult{Changes: 20, Sessions: 20, IdempotencyKeys: 20}, "pruned by all")
 	wantSessions(t, s, ended, nil, "after racing prunes")
 	same(t, feedIDs(t, s), ended[19:], "feed after racing prunes")
 }
