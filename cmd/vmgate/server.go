@@ -153,7 +153,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail.Append})
+	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail})
 	// The embedded OpenAPI YAML becomes the served JSON once, at start.
 	spec, err := api.OpenAPIJSON()
 	if err != nil {

@@ -99,10 +99,11 @@ func New(st Store, o Options) *Trail {
 	return t
 }
 
-// Record writes rec attributed to the request ctx carries: when rec names no user,
-// the caller's user id, e-mail and session are filled in (all three or none, so a
-// record never mixes two people); an empty address and request id are filled in
-// too. A zero At is now.
+// Record writes rec attributed to the request ctx carries. A record that names
+// nobody (no user id, e-mail or session) gets the caller's three; a record that names
+// the caller by user id gets the caller's e-mail and session where it has none; a
+// record about somebody else keeps its user as it is, so that a record never mixes
+// two people. An empty address and request id are the request's. A zero At is now.
 //
 // A failed write is logged, never returned: the action being audited has happened
 // (or failed) already, and the caller's answer must not depend on the audit store.
@@ -112,8 +113,16 @@ func (t *Trail) Record(ctx context.Context, rec store.AuditRecord) {
 		return
 	}
 	f := FactsFrom(ctx)
-	if rec.UserID == 0 && f.UserID != 0 {
+	switch {
+	case rec.UserID == 0 && rec.UserEmail == "" && rec.SessionID == "":
 		rec.UserID, rec.UserEmail, rec.SessionID = f.UserID, f.UserEmail, f.SessionID
+	case rec.UserID != 0 && rec.UserID == f.UserID:
+		if rec.UserEmail == "" {
+			rec.UserEmail = f.UserEmail
+		}
+		if rec.SessionID == "" {
+			rec.SessionID = f.SessionID
+		}
 	}
 	if rec.Address == "" {
 		rec.Address = f.Address

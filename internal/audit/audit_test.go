@@ -37,18 +37,22 @@ func TestRecordAttribution(t *testing.T) {
 	// A record about someone else keeps its user; the address and request id are
 	// still the request's.
 	tr.Record(ctx, store.AuditRecord{Action: "x.other", UserID: 9, UserEmail: "bob@example.org", Result: "ok"})
+	// A record that names the caller is completed with the caller's session.
+	tr.Record(ctx, store.AuditRecord{Action: "x.self", UserID: 7, Result: "ok"})
 	// Append writes as given.
 	tr.Append(ctx, store.AuditRecord{Action: "x.given", UserID: 9, Address: "192.0.2.1", Result: "ok"})
 	// No facts, nothing filled.
 	tr.Record(context.Background(), store.AuditRecord{Action: "x.bare", Result: "ok"})
 
 	recs, err := tr.List(context.Background(), 10, 0)
-	if err != nil || len(recs) != 4 {
+	if err != nil || len(recs) != 5 {
 		t.Fatalf("list: %d records (%v)", len(recs), err)
 	}
 	want := []Entry{
 		{Action: "x.bare", Result: "ok"},
 		{Action: "x.given", UserID: 9, Address: "192.0.2.1", Result: "ok"},
+		{Action: "x.self", UserID: 7, UserEmail: "ann@example.org", SessionID: "sess-1", Address: "198.51.100.7",
+			RequestID: "req-9", Result: "ok"},
 		{Action: "x.other", UserID: 9, UserEmail: "bob@example.org", Address: "198.51.100.7", RequestID: "req-9", Result: "ok"},
 		{Action: "x.attributed", UserID: 7, UserEmail: "ann@example.org", SessionID: "sess-1", Address: "198.51.100.7",
 			RequestID: "req-9", Result: "ok"},

@@ -216,3 +216,31 @@ func TestRequireAuditsRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestReadable: an admin reads every cluster's tasks; anyone else those of the
+// clusters they hold a grant on, whatever its role, and none without a grant.
+func TestReadable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, st := newTestService(t)
+	c1, c2 := storeCluster(t, svc, "c1"), storeCluster(t, svc, "c2")
+	storeCluster(t, svc, "c3")
+	admin := storeUser(t, st, "admin@x", store.RoleAdmin)
+	bob := storeUser(t, st, "bob@x", store.RoleUser)
+	none := storeUser(t, st, "none@x", store.RoleUser)
+	for c, role := range map[int64]string{c1.ID: GrantViewer, c2.ID: GrantOperator} {
+		if _, err := svc.PutGrant(ctx, bob.ID, c, role); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, all, err := svc.Readable(ctx, Actor{UserID: admin.ID, Role: store.RoleAdmin}); err != nil || !all || ids != nil {
+		t.Errorf("admin: %v %v %v", ids, all, err)
+	}
+	if ids, all, err := svc.Readable(ctx, Actor{UserID: bob.ID, Role: store.RoleUser}); err != nil || all ||
+		len(ids) != 2 || ids[0] != c1.ID || ids[1] != c2.ID {
+		t.Errorf("bob: %v %v %v", ids, all, err)
+	}
+	if ids, all, err := svc.Readable(ctx, Actor{UserID: none.ID, Role: store.RoleUser}); err != nil || all || ids == nil || len(ids) != 0 {
+		t.Errorf("no grant: %v %v %v", ids, all, err)
+	}
+}

@@ -116,15 +116,27 @@ func (s *Service) clientConfig(c store.Cluster) (pve.Config, error) {
 	}, nil
 }
 
+// UpstreamStats are the counters of one cluster's PVE client.
+type UpstreamStats struct {
+	Requests     int64 // HTTP requests sent (attempts, including retries)
+	NewConns     int64 // TLS connections established
+	ServerCloses int64 // answers that closed the connection
+	Failovers    int64 // attempts abandoned for the next endpoint
+	Retries      int64 // extra read rounds
+	TLSFailures  int64 // handshakes refused by the pin or the CA
+}
+
 // ClientStats returns the upstream counters of every cluster's cached PVE client,
 // for the metrics endpoint. A client rebuilt after a cluster change starts from zero
 // (a counter reset, which Prometheus handles).
-func (s *Service) ClientStats() map[int64]pve.Stats {
+func (s *Service) ClientStats() map[int64]UpstreamStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[int64]pve.Stats, len(s.clients))
+	out := make(map[int64]UpstreamStats, len(s.clients))
 	for id, cc := range s.clients {
-		out[id] = cc.client.Stats()
+		st := cc.client.Stats()
+		out[id] = UpstreamStats{Requests: st.Requests, NewConns: st.NewConns, ServerCloses: st.ServerCloses,
+			Failovers: st.Failovers, Retries: st.Retries, TLSFailures: st.TLSFailures}
 	}
 	return out
 }

@@ -73,6 +73,24 @@ const (
 	GrantViewer   = store.GrantViewer   // read
 )
 
+// Readable says which clusters' tasks the actor may list: all of them for an admin
+// (all is true; tasks of deleted clusters too), otherwise the clusters the actor
+// holds a grant on, whatever its role (any grant allows reading), possibly none.
+func (s *Service) Readable(ctx context.Context, a Actor) (ids []int64, all bool, err error) {
+	if a.Role == store.RoleAdmin {
+		return nil, true, nil
+	}
+	grants, err := s.store.UserGrants(ctx, a.UserID)
+	if err != nil {
+		return nil, false, err
+	}
+	ids = make([]int64, 0, len(grants))
+	for _, g := range grants {
+		ids = append(ids, g.ClusterID)
+	}
+	return ids, false, nil
+}
+
 // ValidGrantRole reports whether role is a grant role.
 func ValidGrantRole(role string) bool {
 	return role == GrantOperator || role == GrantViewer

@@ -35,7 +35,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	recs, err := s.store.ListAudit(r.Context(), int(limit), before)
+	recs, err := s.trail.List(r.Context(), int(limit), before)
 	if err != nil {
 		return err
 	}

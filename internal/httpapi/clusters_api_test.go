@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/fleet"
 )
 
 // clusterBody is the create body for an emulated cluster, with changes.
@@ -39,7 +40,7 @@ type clusterOut struct {
 func TestClusterAdminRoutes(t *testing.T) {
 	e := newTestEnv(t)
 	a := e.addSim("A") // registered through the fleet; the route registers a second name
-	e.addUser("admin", store.RoleAdmin)
+	e.addUser("admin", accounts.RoleAdmin)
 
 	w := e.do("admin", "POST", "/api/v1/clusters", clusterBody(a, "second", nil))
 	if w.Code != 200 {
@@ -133,7 +134,7 @@ func TestClusterAdminRoutes(t *testing.T) {
 	}
 
 	// Grants, then DELETE takes them along.
-	u := e.addUser("user", store.RoleUser)
+	u := e.addUser("user", accounts.RoleUser)
 	uid := strconv.FormatInt(u.ID, 10)
 	w = e.do("admin", "PUT", "/api/v1/clusters/"+id+"/grants/"+uid, `{"role":"operator"}`)
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"role":"operator"`) {
@@ -176,7 +177,7 @@ func TestClusterAdminRoutes(t *testing.T) {
 func TestClusterChecksOrder(t *testing.T) {
 	e := newTestEnv(t)
 	a := e.addSim("A")
-	e.addUser("carol", store.RoleUser)
+	e.addUser("carol", accounts.RoleUser)
 	id := strconv.FormatInt(a.id, 10)
 	cases := []struct {
 		user, path string
@@ -214,8 +215,8 @@ func TestClusterChecksOrder(t *testing.T) {
 func TestClusterInventoryRoutes(t *testing.T) {
 	e := newTestEnv(t)
 	a := e.addSim("A")
-	e.addUser("bob", store.RoleUser)
-	e.grant("bob", "A", store.GrantViewer)
+	e.addUser("bob", accounts.RoleUser)
+	e.grant("bob", "A", fleet.GrantViewer)
 	id := strconv.FormatInt(a.id, 10)
 
 	w := e.do("bob", "GET", "/api/v1/pve/clusters/"+id+"/vms", "")
@@ -271,8 +272,8 @@ func BenchmarkVMList10kHTTP(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	e.addUser("bob", store.RoleUser)
-	e.grant("bob", "A", store.GrantViewer)
+	e.addUser("bob", accounts.RoleUser)
+	e.grant("bob", "A", fleet.GrantViewer)
 	path := "/api/v1/pve/clusters/" + strconv.FormatInt(a.id, 10) + "/vms"
 	if w := e.doWith(e.api, "bob", "GET", path, ""); w.Code != 200 || strings.Count(w.Body.String(), `"vmid"`) != 10000 {
 		b.Fatalf("%d, %d VMs", w.Code, strings.Count(w.Body.String(), `"vmid"`))

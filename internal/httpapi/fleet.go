@@ -12,6 +12,8 @@ type Fleet interface {
 	// Require checks the actor's grant on a cluster and audits a refusal
 	// (fleet.Service.Require).
 	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+	// Readable says which clusters' tasks the actor may list.
+	Readable(ctx context.Context, a fleet.Actor) (ids []int64, all bool, err error)
 
 	Register(ctx context.Context, spec fleet.ClusterSpec) (fleet.Cluster, error)
 	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (fleet.Cluster, error)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -64,11 +63,11 @@ func requestHash(r *http.Request, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// idempotent runs act once per (caller, Idempotency-Key) within store.IdempotencyTTL. With
-// no key it just runs act. With a key it claims the key first: a repeat of the same
-// request replays the first answer (status, body, X-Task-Id, Location) and starts
-// nothing; a different request under the key is 422; a repeat while the first still
-// runs is 409 in_progress. The key never reaches PVE.
+// idempotent runs act once per (caller, Idempotency-Key) within vmops.IdempotencyTTL.
+// With no key it just runs act. With a key it claims the key first: a repeat of the
+// same request replays the first answer (status, body, X-Task-Id, Location) and
+// starts nothing; a different request under the key is 422; a repeat while the first
+// still runs is 409 in_progress. The key never reaches PVE.
 //
 // It runs after validation and authorization: a request that would be refused anyway
 // claims nothing. An answer that started nothing (a 4xx before PVE was asked, a 503
@@ -83,23 +82,21 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 		return act(w)
 	}
 	p := principal(r)
-	now := s.now()
-	rec := store.IdempotencyRecord{UserID: p.UserID, Key: key, RequestHash: requestHash(r, body),
-		State: store.IdemInProgress, CreatedAt: now, ExpiresAt: now.Add(store.IdempotencyTTL)}
-	got, claimed, err := s.store.ClaimIdempotencyKey(r.Context(), rec)
+	hash := requestHash(r, body)
+	got, err := s.vms.ClaimKey(r.Context(), p.UserID, key, hash)
 	if err != nil {
 		return err
 	}
-	if !claimed {
+	if !got.Claimed {
 		switch {
-		case got.RequestHash != rec.RequestHash:
+		case got.RequestHash != hash:
 			return errs.R(errs.Unprocessable, "idempotency_key_reused",
 				"Idempotency-Key %q was used for a different request in the last 24 hours", safeText(key))
-		case got.State != store.IdemDone:
+		case !got.Done:
 			return errs.R(errs.Conflict, "in_progress",
-				"the first request with Idempotency-Key %q is still running (since %s)", safeText(key), got.CreatedAt.UTC().Format(time.RFC3339))
+				"the first request with Idempotency-Key %q is still running (since %s)", safeText(key), got.Since.UTC().Format(time.RFC3339))
 		}
-		replay(w, got)
+		replay(w, got.Answer)
 		return nil
 	}
 
@@ -110,7 +107,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 	ctx := context.WithoutCancel(r.Context())
 	if cw.header.Get("X-Task-Id") == "" && cw.status >= 400 && !errors.Is(actErr, vmops.ErrMaybeStarted) {
-		if err := s.store.ReleaseIdempotencyKey(ctx, p.UserID, key); err != nil {
+		if err := s.vms.ReleaseKey(ctx, p.UserID, key); err != nil {
 			logFrom(r).Error("idempotency key release failed", slog.String("error", err.Error()))
 		}
 	} else {
@@ -120,8 +117,7 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 				hdr[h] = v
 			}
 		}
-		rec.State, rec.StatusCode, rec.Headers, rec.Body = store.IdemDone, cw.status, jsonString(hdr), cw.body.Bytes()
-		if err := s.store.CompleteIdempotencyKey(ctx, rec); err != nil {
+		if err := s.vms.KeepAnswer(ctx, p.UserID, key, vmops.Answer{Status: cw.status, Headers: hdr, Body: cw.body.Bytes()}); err != nil {
 			logFrom(r).Error("idempotency key completion failed", slog.String("error", err.Error()))
 		}
 	}
@@ -130,17 +126,15 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 }
 
 // replay writes a stored first answer again.
-func replay(w http.ResponseWriter, rec store.IdempotencyRecord) {
-	var hdr map[string]string
-	_ = json.Unmarshal([]byte(rec.Headers), &hdr)
-	for k, v := range hdr {
+func replay(w http.ResponseWriter, a vmops.Answer) {
+	for k, v := range a.Headers {
 		w.Header().Set(k, v)
 	}
 	w.Header().Set("Idempotent-Replayed", "true")
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(rec.Body)))
-	w.WriteHeader(rec.StatusCode)
-	w.Write(rec.Body)
+	w.Header().Set("Content-Length", strconv.Itoa(len(a.Body)))
+	w.WriteHeader(a.Status)
+	w.Write(a.Body)
 }
 
 // captureWriter buffers an answer so it can be stored before it is sent.

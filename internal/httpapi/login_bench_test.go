@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/auth"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // BenchmarkLoginFlood measures issue 8's login goals over real HTTP with the
@@ -37,7 +37,7 @@ import (
 //	go test -run '^$' -bench LoginFlood -benchtime 300x -count 3 ./internal/httpapi/
 func BenchmarkLoginFlood(b *testing.B) {
 	e := newTestEnvWith(b, auth.Config{Argon2: auth.DefaultParams(), PerAddressRate: rate.Inf, PerAddressBurst: 1})
-	e.addUser("reader", store.RoleUser)
+	e.addUser("reader", accounts.RoleUser)
 	cfg := e.apiConfig()
 	cfg.TrustedProxies = []string{"127.0.0.1"}
 	api, err := New(cfg)

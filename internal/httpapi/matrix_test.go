@@ -42,7 +42,7 @@ type testEnv struct {
 	trail    *audit.Trail
 	fleet    *fleet.Service
 	sims     map[string]*envSim
-	users    map[string]store.User
+	users    map[string]accounts.User
 	tokens   map[string]string // user name → bearer token
 }
 
@@ -91,7 +91,7 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 	}
 	t.Cleanup(fl.Close)
 	e := &testEnv{t: t, store: st, auth: au, accounts: acc, trail: trail, fleet: fl,
-		sims: map[string]*envSim{}, users: map[string]store.User{}, tokens: map[string]string{}}
+		sims: map[string]*envSim{}, users: map[string]accounts.User{}, tokens: map[string]string{}}
 	api, err := New(e.apiConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -151,15 +151,15 @@ func (e *testEnv) simRequests() int {
 }
 
 // addUser creates a user and logs in.
-func (e *testEnv) addUser(name, role string) store.User {
+func (e *testEnv) addUser(name, role string) accounts.User {
 	e.t.Helper()
 	ctx := context.Background()
 	email := name + "@example.org"
-	u, err := e.auth.CreateUser(ctx, email, name, envPassword, role)
+	u, err := e.accounts.CreateUser(ctx, accounts.NewUser{Email: email, Nickname: name, Password: envPassword, Role: role})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	tok, _, err := e.auth.Login(ctx, email, envPassword, "192.0.2.1")
+	tok, _, err := e.accounts.Login(ctx, email, envPassword, "192.0.2.1")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -212,9 +212,9 @@ func envelopeOf(t testing.TB, w *httptest.ResponseRecorder) (env struct {
 }
 
 // lastAudit returns the newest audit record.
-func (e *testEnv) lastAudit() store.AuditRecord {
+func (e *testEnv) lastAudit() audit.Entry {
 	e.t.Helper()
-	recs, err := e.store.ListAudit(context.Background(), 1, 0)
+	recs, err := e.trail.List(context.Background(), 1, 0)
 	if err != nil || len(recs) == 0 {
 		e.t.Fatalf("no audit record (%v)", err)
 	}
@@ -231,16 +231,16 @@ type matrixAction struct {
 	method string
 	path   string
 	body   string
-	need   string // needAdmin, store.GrantViewer or store.GrantOperator
+	need   string // needAdmin, fleet.GrantViewer or fleet.GrantOperator
 	ok     []int  // statuses that mean "allowed" (default 200)
 }
 
 // matrixActions are the actions the matrix tries. Order matters where an action
 // changes state: the grant PUT comes before its DELETE.
 var matrixActions = []matrixAction{
-	{name: "nodes", method: "GET", path: "/api/v1/pve/clusters/{c}/nodes", need: store.GrantViewer},
-	{name: "vms", method: "GET", path: "/api/v1/pve/clusters/{c}/vms", need: store.GrantViewer},
-	{name: "vm status", method: "GET", path: "/api/v1/pve/vm/{c}/pve1/100", need: store.GrantViewer},
+	{name: "nodes", method: "GET", path: "/api/v1/pve/clusters/{c}/nodes", need: fleet.GrantViewer},
+	{name: "vms", method: "GET", path: "/api/v1/pve/clusters/{c}/vms", need: fleet.GrantViewer},
+	{name: "vm status", method: "GET", path: "/api/v1/pve/vm/{c}/pve1/100", need: fleet.GrantViewer},
 	{name: "get cluster", method: "GET", path: "/api/v1/clusters/{c}", need: needAdmin},
 	{name: "rename cluster", method: "PATCH", path: "/api/v1/clusters/{c}", body: `{"name":"c{c}"}`, need: needAdmin},
 	{name: "put grant", method: "PUT", path: "/api/v1/clusters/{c}/grants/{dave}", body: `{"role":"viewer"}`, need: needAdmin},
@@ -256,8 +256,8 @@ type matrixUser struct {
 
 var matrixUsers = []matrixUser{
 	{name: "admin", admin: true},
-	{name: "alice", grants: map[string]string{"A": store.GrantOperator, "B": store.GrantViewer}},
-	{name: "bob", grants: map[string]string{"A": store.GrantViewer}},
+	{name: "alice", grants: map[string]string{"A": fleet.GrantOperator, "B": fleet.GrantViewer}},
+	{name: "bob", grants: map[string]string{"A": fleet.GrantViewer}},
 	{name: "carol"}, // no grant at all
 }
 
@@ -277,7 +277,7 @@ func expectStatus(a matrixAction, u matrixUser, cluster string) int {
 	switch {
 	case role == "":
 		return http.StatusNotFound
-	case a.need == store.GrantOperator && role != store.GrantOperator:
+	case a.need == fleet.GrantOperator && role != fleet.GrantOperator:
 		return http.StatusForbidden
 	}
 	return 0
@@ -290,9 +290,9 @@ func newMatrixEnv(t *testing.T) (*testEnv, map[string]int64) {
 	e.addSim("A")
 	e.addSim("B")
 	for _, u := range matrixUsers {
-		role := store.RoleUser
+		role := accounts.RoleUser
 		if u.admin {
-			role = store.RoleAdmin
+			role = accounts.RoleAdmin
 		}
 		e.addUser(u.name, role)
 	}
@@ -301,7 +301,7 @@ func newMatrixEnv(t *testing.T) (*testEnv, map[string]int64) {
 			e.grant(u.name, cluster, role)
 		}
 	}
-	e.addUser("dave", store.RoleUser)
+	e.addUser("dave", accounts.RoleUser)
 	return e, map[string]int64{"A": e.sims["A"].id, "B": e.sims["B"].id, "missing": 4242}
 }
 

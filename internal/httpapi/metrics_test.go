@@ -7,14 +7,14 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/accounts"
 )
 
 // TestPVEMetrics: /metrics counts what vmgate asks of each cluster.
 func TestPVEMetrics(t *testing.T) {
 	e := newTestEnv(t)
 	sim := e.addSim("lab")
-	e.addUser("root", store.RoleAdmin)
+	e.addUser("root", accounts.RoleAdmin)
 	for i := 0; i < 5; i++ {
 		if w := e.do("root", "GET", fmt.Sprintf("/api/v1/pve/clusters/%d/vms", sim.id), ""); w.Code != 200 {
 			t.Fatalf("VM list: %d %s", w.Code, w.Body)

@@ -3,7 +3,12 @@
 // (request id, client address, panic recovery, one log line, metrics, authentication).
 //
 // Handlers read as decode → validate → act → respond. They return errors; the one
-// table in envelope.go turns an error's kind into a status and reason.
+// table in envelope.go turns an error's kind into a status and reason. The rules —
+// who may do what, what ends a session, what is audited — are the use cases'
+// (accounts, auth, fleet, vmops), which a web UI calls the same way; wrap attaches
+// the request's facts (caller, session, address, request id) to the context for
+// their audit records (internal/audit). This package imports neither internal/store
+// nor internal/pve (layers_test.go).
 package httpapi
 
 import (
@@ -19,8 +24,6 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/pve"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // Sessions is what the HTTP layer needs of internal/auth: tokens and sessions.
@@ -48,13 +51,24 @@ type Accounts interface {
 	DeleteUser(ctx context.Context, id int64) error
 }
 
+// AuditTrail is what the HTTP layer needs of the audit trail; *audit.Trail is one.
+type AuditTrail interface {
+	List(ctx context.Context, limit int, before int64) ([]audit.Entry, error)
+}
+
+// Pinger is a dependency /readyz checks.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Config is what New needs.
 type Config struct {
 	Sessions Sessions
 	Accounts Accounts
-	// Audit records what the handlers themselves audit and lists the trail.
-	Audit *audit.Trail
-	Store store.Store
+	// Audit lists the audit trail for admins; the use cases write it.
+	Audit AuditTrail
+	// Store is checked by /readyz; every store.Store is one.
+	Store Pinger
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
 	Fleet Fleet
 	VMs   VMs
@@ -71,8 +85,8 @@ type Config struct {
 type Server struct {
 	sessions Sessions
 	accounts Accounts
-	trail    *audit.Trail
-	store    store.Store
+	trail    AuditTrail
+	store    Pinger
 	fleet    Fleet
 	vms      VMs
 	log      *slog.Logger
@@ -108,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 		defer cancel()
 		return float64(s.sessions.ActiveSessions(ctx))
 	})
-	if st, ok := cfg.Fleet.(interface{ ClientStats() map[int64]pve.Stats }); ok {
+	if st, ok := cfg.Fleet.(upstreamStats); ok {
 		reg.MustRegister(pveCollector{stats: st.ClientStats})
 	}
 	s.handler = s.outer(newMux(s.routes(), s.wrap))

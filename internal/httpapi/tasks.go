@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/pve"
-	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -73,7 +72,7 @@ func toTaskJSON(v vmops.TaskView) taskJSON {
 // pathTask reads and validates {taskId}: a UPID exactly as PVE writes it.
 func pathTask(r *http.Request) (string, error) {
 	id := r.PathValue("taskId")
-	if _, err := pve.ParseUPID(id); err != nil {
+	if !vmops.ValidTaskID(id) {
 		return "", errs.R(errs.Invalid, "invalid_request",
 			"the task id is not a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:)")
 	}
@@ -92,7 +91,7 @@ func (s *Server) authorizeTask(r *http.Request, upid string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return hint, s.authorize(r, clusterID, store.GrantViewer)
+	return hint, s.authorize(r, clusterID, fleet.GrantViewer)
 }
 
 func (s *Server) task(w http.ResponseWriter, r *http.Request) error {
@@ -250,7 +249,7 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	vmid, err := queryInt(r, "vmid", 0, pve.MinVMID, pve.MaxVMID)
+	vmid, err := queryInt(r, "vmid", 0, vmops.MinVMID, vmops.MaxVMID)
 	if err != nil {
 		return err
 	}
@@ -260,18 +259,16 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request) error {
 	}
 	f := vmops.TaskFilter{ClusterID: clusterID, VMID: vmid, Limit: int(limit)}
 	if clusterID != 0 {
-		if err := s.authorize(r, clusterID, store.GrantViewer); err != nil {
+		if err := s.authorize(r, clusterID, fleet.GrantViewer); err != nil {
 			return err
 		}
-	} else if p := principal(r); p.Role != store.RoleAdmin {
-		// Only the clusters the caller holds a grant on (any grant allows viewing).
-		grants, err := s.store.UserGrants(r.Context(), p.UserID)
+	} else {
+		ids, all, err := s.fleet.Readable(r.Context(), actor(r))
 		if err != nil {
 			return err
 		}
-		f.ClusterIDs = make([]int64, 0, len(grants))
-		for _, g := range grants {
-			f.ClusterIDs = append(f.ClusterIDs, g.ClusterID)
+		if !all {
+			f.ClusterIDs = ids
 		}
 	}
 	list, err := s.vms.Tasks(r.Context(), f)

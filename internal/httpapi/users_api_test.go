@@ -17,9 +17,10 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/vmgate/vmgate/api"
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // send serves r through the checked handler.
@@ -73,7 +74,7 @@ func (e *testEnv) meStatus(token string) int {
 // TestTokenChainOverHTTP covers SECURITY.md 6, 7, 10 and 17 at the HTTP layer.
 func TestTokenChainOverHTTP(t *testing.T) {
 	e := newTestEnv(t)
-	e.addUser("ann", store.RoleUser)
+	e.addUser("ann", accounts.RoleUser)
 	t0, w := e.loginHTTP("ann@example.org", envPassword)
 	if t0 == "" {
 		t.Fatalf("login: %d %s", w.Code, w.Body)
@@ -103,8 +104,8 @@ func TestTokenChainOverHTTP(t *testing.T) {
 	if c := e.meStatus(t2); c != 401 {
 		t.Errorf("T2 after the replay of T0: %d, want 401 (session revoked)", c)
 	}
-	recs, _ := e.store.ListAudit(context.Background(), 20, 0)
-	if !slices.ContainsFunc(recs, func(a store.AuditRecord) bool { return a.Action == "auth.token_reuse" }) {
+	recs, _ := e.trail.List(context.Background(), 20, 0)
+	if !slices.ContainsFunc(recs, func(a audit.Entry) bool { return a.Action == "auth.token_reuse" }) {
 		t.Error("no auth.token_reuse audit record")
 	}
 
@@ -138,7 +139,7 @@ func comparable(w *httptest.ResponseRecorder) string {
 // (SECURITY.md 1, 4, 14).
 func TestOneAnswerForEveryAuthFailure(t *testing.T) {
 	e := newTestEnv(t)
-	e.addUser("bob", store.RoleUser)
+	e.addUser("bob", accounts.RoleUser)
 	tok, _ := e.loginHTTP("bob@example.org", envPassword)
 	parts := strings.Split(tok, ".")
 
@@ -180,8 +181,8 @@ func TestOneAnswerForEveryAuthFailure(t *testing.T) {
 // TestAccountChangesEndSessions covers SECURITY.md 11 over HTTP.
 func TestAccountChangesEndSessions(t *testing.T) {
 	e := newTestEnv(t)
-	e.addUser("root", store.RoleAdmin)
-	carl := e.addUser("carl", store.RoleUser)
+	e.addUser("root", accounts.RoleAdmin)
+	carl := e.addUser("carl", accounts.RoleUser)
 	other, _ := e.loginHTTP("carl@example.org", envPassword)
 
 	// A password change ends the user's other sessions, not the current one.
@@ -216,7 +217,7 @@ func TestAccountChangesEndSessions(t *testing.T) {
 	}
 
 	// Deleting revokes too; the last admin cannot be removed.
-	dan := e.addUser("dan", store.RoleUser)
+	dan := e.addUser("dan", accounts.RoleUser)
 	if w := e.send(bearerReq("DELETE", fmt.Sprintf("/api/v1/users/%d", dan.ID), e.tokens["root"], "")); w.Code != 200 {
 		t.Fatalf("delete: %d %s", w.Code, w.Body)
 	}
@@ -229,7 +230,7 @@ func TestAccountChangesEndSessions(t *testing.T) {
 		t.Errorf("deleting the last admin: %d %s", w.Code, w.Body)
 	}
 	// Non-admins cannot manage users (BFLA).
-	e.addUser("eve", store.RoleUser)
+	e.addUser("eve", accounts.RoleUser)
 	for _, r := range []*http.Request{
 		bearerReq("GET", "/api/v1/users", e.tokens["eve"], ""),
 		bearerReq("POST", "/api/v1/users", e.tokens["eve"], `{"email":"x@example.org","password":"long enough password"}`),
@@ -244,7 +245,7 @@ func TestAccountChangesEndSessions(t *testing.T) {
 // TestUserAdminRoutes walks the admin's /users routes.
 func TestUserAdminRoutes(t *testing.T) {
 	e := newTestEnv(t)
-	e.addUser("root", store.RoleAdmin)
+	e.addUser("root", accounts.RoleAdmin)
 	tok := e.tokens["root"]
 	w := e.send(bearerReq("POST", "/api/v1/users", tok, `{"email":"New@Example.org","nickname":"N","password":"a good long passphrase","role":"user"}`))
 	if w.Code != 200 {
@@ -372,7 +373,7 @@ func TestOperationsEndpoints(t *testing.T) {
 	if w.Code != 200 || !bytes.Equal(w.Body.Bytes(), spec) || w.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("openapi.json: %d %s %.80s", w.Code, w.Header().Get("Content-Type"), w.Body)
 	}
-	e.addUser("ops", store.RoleUser)
+	e.addUser("ops", accounts.RoleUser)
 	e.loginHTTP("ops@example.org", "wrong password here")
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if w := e.send(httptest.NewRequest("GET", p, nil)); w.Code != 200 {
@@ -430,7 +431,7 @@ func TestLoginFloodIsBoundedAndQueued(t *testing.T) {
 	params := auth.Params{Memory: 64, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}
 	e := newTestEnvWith(t, auth.Config{Argon2: params, PerAddressRate: rate.Inf, PerAddressBurst: 1,
 		MaxConcurrentHashes: slots, HashQueue: queue, Hasher: h.derive})
-	e.addUser("reader", store.RoleUser)
+	e.addUser("reader", accounts.RoleUser)
 	h.hold.Store(true)
 
 	attempt := func(i int) *httptest.ResponseRecorder {

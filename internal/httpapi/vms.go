@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/pve"
-	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -23,13 +22,17 @@ type VMs interface {
 	Stop(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.StopOptions) (vmops.Outcome, error)
 	Reboot(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
 	Migrate(ctx context.Context, a vmops.Actor, vm vmops.VMRef, req vmops.MigrateRequest) (string, error)
-	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (pve.MigratePrecheck, error)
+	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (vmops.Precheck, error)
 
 	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
 	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
 	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
 	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
 	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
+
+	ClaimKey(ctx context.Context, userID int64, key, requestHash string) (vmops.KeyClaim, error)
+	KeepAnswer(ctx context.Context, userID int64, key string, a vmops.Answer) error
+	ReleaseKey(ctx context.Context, userID int64, key string) error
 }
 
 // vmRoutes are the VM operations and the task queries. Every one needs a token;
@@ -51,10 +54,11 @@ func (s *Server) vmRoutes() []route {
 	}
 }
 
-// vmActor is the caller as vmops records it.
+// vmActor is the caller as vmops records it (the audit trail takes the rest of the
+// request from the context).
 func vmActor(r *http.Request) vmops.Actor {
 	p := principal(r)
-	return vmops.Actor{UserID: p.UserID, Email: p.Email, SessionID: p.SessionID, Address: clientAddr(r), RequestID: requestID(r)}
+	return vmops.Actor{UserID: p.UserID, Email: p.Email}
 }
 
 // pathVM reads and validates {clusterId}/{node}/{vmid}.
@@ -64,10 +68,10 @@ func pathVM(r *http.Request) (vmops.VMRef, error) {
 		return vmops.VMRef{}, err
 	}
 	node := r.PathValue("node")
-	if !pve.ValidNode(node) {
+	if !vmops.ValidNode(node) {
 		return vmops.VMRef{}, errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
 	}
-	vmid, err := parseIntParam("vmid", r.PathValue("vmid"), pve.MinVMID, pve.MaxVMID)
+	vmid, err := parseIntParam("vmid", r.PathValue("vmid"), vmops.MinVMID, vmops.MaxVMID)
 	if err != nil {
 		return vmops.VMRef{}, err
 	}
@@ -168,7 +172,7 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, withForce bool,
 	if _, _, err := idempotencyKey(r); err != nil {
 		return err
 	}
-	if err := s.authorize(r, vm.ClusterID, store.GrantOperator); err != nil {
+	if err := s.authorize(r, vm.ClusterID, fleet.GrantOperator); err != nil {
 		return err
 	}
 	return s.idempotent(w, r, nil, func(w http.ResponseWriter) error {
@@ -224,7 +228,7 @@ func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case in.Target == nil || *in.Target == "":
 		return errs.R(errs.Invalid, "invalid_request", "target is required")
-	case !pve.ValidNode(*in.Target):
+	case !vmops.ValidNode(*in.Target):
 		return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(*in.Target))
 	case *in.Target == vm.Node:
 		return errs.R(errs.Invalid, "invalid_request", "target must not be the VM's node (%s)", vm.Node)
@@ -247,7 +251,7 @@ func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	if _, _, err := idempotencyKey(r); err != nil {
 		return err
 	}
-	if err := s.authorize(r, vm.ClusterID, store.GrantOperator); err != nil {
+	if err := s.authorize(r, vm.ClusterID, fleet.GrantOperator); err != nil {
 		return err
 	}
 	return s.idempotent(w, r, body, func(w http.ResponseWriter) error {
@@ -291,7 +295,7 @@ func strs(s []string) []string {
 	return s
 }
 
-func toPrecheckJSON(pc pve.MigratePrecheck) precheckJSON {
+func toPrecheckJSON(pc vmops.Precheck) precheckJSON {
 	out := precheckJSON{Running: pc.Running, AllowedNodes: strs(pc.AllowedNodes), NotAllowedNodes: map[string]notAllowedJSON{},
 		LocalDisks: []localDiskJSON{}, LocalResources: strs(pc.LocalResources)}
 	for node, na := range pc.NotAllowedNodes {
@@ -304,7 +308,7 @@ func toPrecheckJSON(pc pve.MigratePrecheck) precheckJSON {
 	}
 	for _, d := range pc.LocalDisks {
 		out.LocalDisks = append(out.LocalDisks, localDiskJSON{Volid: d.Volid, DriveName: d.DriveName, Size: d.Size,
-			CDROM: d.CDROM, Unused: d.IsUnused})
+			CDROM: d.CDROM, Unused: d.Unused})
 	}
 	return out
 }
@@ -321,10 +325,10 @@ func (s *Server) vmMigrateCheck(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if target != "" && !pve.ValidNode(target) {
+	if target != "" && !vmops.ValidNode(target) {
 		return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(target))
 	}
-	if err := s.authorize(r, vm.ClusterID, store.GrantViewer); err != nil {
+	if err := s.authorize(r, vm.ClusterID, fleet.GrantViewer); err != nil {
 		return err
 	}
 	pc, err := s.vms.MigrateCheck(r.Context(), vm, target)

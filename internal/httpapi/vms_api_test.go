@@ -84,7 +84,7 @@ func TestVMPowerHTTP(t *testing.T) {
 	}
 
 	// Audited: who, where, what, UPID, result.
-	recs, err := e.store.ListAudit(context.Background(), 100, 0)
+	recs, err := e.trail.List(context.Background(), 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pvesim"
-	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -56,9 +56,9 @@ func newVMEnv(t testing.TB, speed float64) *vmEnv {
 		t.Fatal(err)
 	}
 	e.cid = cl.ID
-	e.addUser("root", store.RoleAdmin)
-	for _, u := range []struct{ name, role string }{{"op", store.GrantOperator}, {"view", store.GrantViewer}, {"nobody", ""}} {
-		e.addUser(u.name, store.RoleUser)
+	e.addUser("root", accounts.RoleAdmin)
+	for _, u := range []struct{ name, role string }{{"op", fleet.GrantOperator}, {"view", fleet.GrantViewer}, {"nobody", ""}} {
+		e.addUser(u.name, accounts.RoleUser)
 		if u.role != "" {
 			if _, err := e.fleet.PutGrant(ctx, e.users[u.name].ID, e.cid, u.role); err != nil {
 				t.Fatal(err)
@@ -73,7 +73,7 @@ func newVMEnv(t testing.TB, speed float64) *vmEnv {
 // (re)started vmgate process would. The previous service is not closed.
 func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	e.t.Helper()
-	cfg := vmops.Config{Store: e.store, Clients: e.fleet, PollInterval: vmPoll, HAGrace: 10 * time.Second,
+	cfg := vmops.Config{Store: e.store, Clients: e.fleet, Audit: e.trail, PollInterval: vmPoll, HAGrace: 10 * time.Second,
 		Sweep: 20 * time.Millisecond}
 	if tweak != nil {
 		tweak(&cfg)

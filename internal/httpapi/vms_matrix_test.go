@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -18,16 +18,16 @@ import (
 // chosen to leave the VMs as they are when allowed (a refusal by the VM's state, a
 // read), so the order of users and clusters does not matter.
 var vmMatrixActions = []matrixAction{
-	{name: "start", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/100/start", need: store.GrantOperator, ok: []int{409}},
-	{name: "stop", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/101/stop?force=true", need: store.GrantOperator, ok: []int{409}},
-	{name: "reboot", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/101/reboot", need: store.GrantOperator, ok: []int{409}},
+	{name: "start", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/100/start", need: fleet.GrantOperator, ok: []int{409}},
+	{name: "stop", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/101/stop?force=true", need: fleet.GrantOperator, ok: []int{409}},
+	{name: "reboot", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/101/reboot", need: fleet.GrantOperator, ok: []int{409}},
 	{name: "migrate", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/100/migrate", body: `{"target":"pve2","online":false}`,
-		need: store.GrantOperator, ok: []int{409}},
-	{name: "migrate check", method: "GET", path: "/api/v1/pve/vm/{c}/pve1/100/migrate?target=pve2", need: store.GrantViewer},
-	{name: "task", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "?clusterId={c}", need: store.GrantViewer, ok: []int{404}},
-	{name: "task log", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "/log?clusterId={c}", need: store.GrantViewer, ok: []int{404}},
-	{name: "task events", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "/events?clusterId={c}", need: store.GrantViewer, ok: []int{404}},
-	{name: "tasks", method: "GET", path: "/api/v1/pve/tasks?clusterId={c}", need: store.GrantViewer},
+		need: fleet.GrantOperator, ok: []int{409}},
+	{name: "migrate check", method: "GET", path: "/api/v1/pve/vm/{c}/pve1/100/migrate?target=pve2", need: fleet.GrantViewer},
+	{name: "task", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "?clusterId={c}", need: fleet.GrantViewer, ok: []int{404}},
+	{name: "task log", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "/log?clusterId={c}", need: fleet.GrantViewer, ok: []int{404}},
+	{name: "task events", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "/events?clusterId={c}", need: fleet.GrantViewer, ok: []int{404}},
+	{name: "tasks", method: "GET", path: "/api/v1/pve/tasks?clusterId={c}", need: fleet.GrantViewer},
 }
 
 // matrixUPID is a task no cluster knows.
@@ -38,7 +38,7 @@ const matrixUPID = "UPID:pve1:0000AAAA:00000BBB:6500000A:qmstart:100:root@pam:"
 // same as for one that does not exist.
 func TestVMMatrix(t *testing.T) {
 	e, clusters := newMatrixEnv(t)
-	svc := vmops.New(vmops.Config{Store: e.store, Clients: e.fleet, PollInterval: vmPoll, Sweep: time.Hour})
+	svc := vmops.New(vmops.Config{Store: e.store, Clients: e.fleet, Audit: e.trail, PollInterval: vmPoll, Sweep: time.Hour})
 	t.Cleanup(svc.Close)
 	cfg := e.apiConfig()
 	cfg.VMs = svc

@@ -11,6 +11,13 @@
 // tasks (hastart, hastop, hamigrate) that finish at once; vmops follows them to the
 // task the HA stack really runs, or to the VM reaching the requested state.
 //
+// Each operation is audited here, once, whoever the front end: the record names the
+// Actor and takes the session, client address and request id from the request facts
+// in the context (internal/audit); a task's end is recorded as the task row has it.
+// Front ends get the package's own view types (TaskView, Precheck, ...) and
+// validators (ValidNode, ValidTaskID), never PVE's types. The Idempotency-Keys of VM
+// writes are kept here too (ClaimKey, KeepAnswer, ReleaseKey).
+//
 // The package knows no HTTP: errors are *errs.Error values whose kind and reason the
 // HTTP layer maps to a status.
 package vmops

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
@@ -42,16 +43,21 @@ type clientsFunc func(ctx context.Context, id int64) (*pve.Client, error)
 
 func (f clientsFunc) Client(ctx context.Context, id int64) (*pve.Client, error) { return f(ctx, id) }
 
-// auditLog records what Config.Audit receives.
+// auditLog keeps what the service's audit trail writes (an audit.Store).
 type auditLog struct {
 	mu   sync.Mutex
 	recs []store.AuditRecord
 }
 
-func (a *auditLog) add(_ context.Context, r store.AuditRecord) {
+func (a *auditLog) AppendAudit(_ context.Context, r store.AuditRecord) (store.AuditRecord, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.recs = append(a.recs, r)
+	return r, nil
+}
+
+func (a *auditLog) ListAudit(context.Context, int, int64) ([]store.AuditRecord, error) {
+	return nil, errors.New("auditLog: not listed in tests")
 }
 
 func (a *auditLog) find(action, upid string) (store.AuditRecord, bool) {
@@ -98,7 +104,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	t.Cleanup(cl.Close)
 	e := &env{t: t, sim: sim, client: cl, audit: &auditLog{},
-		actor: Actor{UserID: 7, Email: "ops@example.com", Address: "127.0.0.1", RequestID: "req-1"}}
+		actor: Actor{UserID: 7, Email: "ops@example.com"}}
 	e.dbPath = filepath.Join(t.TempDir(), "vmgate.db")
 	e.store = e.openStore()
 	e.svc = e.newService(o.cfg)
@@ -115,6 +121,12 @@ func (e *env) openStore() store.Store {
 	return st
 }
 
+// request is a context carrying the facts of the actor's request (internal/audit).
+func (e *env) request() context.Context {
+	ctx := audit.WithRequest(context.Background(), "127.0.0.1", "req-1", "test-agent/1")
+	return audit.WithActor(ctx, e.actor.UserID, e.actor.Email, "sess-1")
+}
+
 // newService builds a service on the env's store; it is closed at the end of the test.
 func (e *env) newService(tweak func(*Config)) *Service {
 	cfg := Config{
@@ -126,7 +138,7 @@ func (e *env) newService(tweak func(*Config)) *Service {
 			return e.client, nil
 		}),
 		PollInterval: testPoll,
-		Audit:        e.audit.add,
+		Audit:        audit.New(e.audit, audit.Options{}),
 		HAGrace:      5 * time.Second,
 		LostGrace:    time.Minute,
 		Sweep:        50 * time.Millisecond,

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
@@ -24,20 +25,72 @@ type MigrateRequest struct {
 	BWLimit        *int   // KiB/s; nil = PVE's configured limit
 }
 
+// Precheck is PVE's migration pre-check of a VM, as vmgate shows it.
+type Precheck struct {
+	Running         bool
+	AllowedNodes    []string
+	NotAllowedNodes map[string]NotAllowed // by node; never nil
+	LocalDisks      []LocalDisk
+	LocalResources  []string // devices that block migration (hostpci0, usb0, ...)
+}
+
+// NotAllowed says why a node is not a possible target.
+type NotAllowed struct {
+	UnavailableStorages  []string
+	UnavailableResources []string
+	BlockingHAResources  []BlockingHA
+}
+
+// BlockingHA is an HA resource whose rules keep the VM off a node.
+type BlockingHA struct {
+	SID   string // e.g. vm:101
+	Cause string // e.g. resource-affinity
+}
+
+// LocalDisk is a disk on storage the target cannot see.
+type LocalDisk struct {
+	Volid     string
+	DriveName string // scsi0, ...; empty for unused or unreferenced volumes
+	Size      int64
+	CDROM     bool
+	Unused    bool
+}
+
+func precheckOf(pc pve.MigratePrecheck) Precheck {
+	out := Precheck{Running: pc.Running, AllowedNodes: pc.AllowedNodes, NotAllowedNodes: make(map[string]NotAllowed, len(pc.NotAllowedNodes)),
+		LocalResources: pc.LocalResources}
+	for node, na := range pc.NotAllowedNodes {
+		v := NotAllowed{UnavailableStorages: na.UnavailableStorages, UnavailableResources: na.UnavailableResources}
+		for _, h := range na.BlockingHAResources {
+			v.BlockingHAResources = append(v.BlockingHAResources, BlockingHA{SID: h.SID, Cause: h.Cause})
+		}
+		out.NotAllowedNodes[node] = v
+	}
+	for _, d := range pc.LocalDisks {
+		out.LocalDisks = append(out.LocalDisks, LocalDisk{Volid: d.Volid, DriveName: d.DriveName, Size: d.Size,
+			CDROM: d.CDROM, Unused: d.IsUnused})
+	}
+	return out
+}
+
 // MigrateCheck runs PVE's migration pre-check for the VM (GET migrate) and returns
-// it as PVE says it. target may be empty.
-func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (pve.MigratePrecheck, error) {
+// what PVE says. target may be empty.
+func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (Precheck, error) {
 	if err := validRef(vm); err != nil {
-		return pve.MigratePrecheck{}, err
+		return Precheck{}, err
 	}
 	if target != "" && !pve.ValidNode(target) {
-		return pve.MigratePrecheck{}, errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", target)
+		return Precheck{}, errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", target)
 	}
 	api, err := s.connect(ctx, vm.ClusterID)
 	if err != nil {
-		return pve.MigratePrecheck{}, err
+		return Precheck{}, err
 	}
-	return s.precheck(ctx, api, vm, target)
+	pc, err := s.precheck(ctx, api, vm, target)
+	if err != nil {
+		return Precheck{}, err
+	}
+	return precheckOf(pc), nil
 }
 
 func (s *Service) precheck(ctx context.Context, api pveAPI, vm VMRef, target string) (pve.MigratePrecheck, error) {
@@ -82,7 +135,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 		params["bwlimit"] = *req.BWLimit
 	}
 	defer func() {
-		result := resultOf(err)
+		result := audit.Result(err)
 		if err == nil {
 			result = "started"
 		}

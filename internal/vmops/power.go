@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
@@ -118,7 +119,7 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 	}
 	defer func() {
 		rec := store.AuditRecord{Action: "vm." + op, ClusterID: vm.ClusterID, Node: vm.Node, VMID: vm.VMID,
-			Params: jsonText(params), Result: resultOf(err), UPID: out.TaskID}
+			Params: jsonText(params), Result: audit.Result(err), UPID: out.TaskID}
 		if err == nil && out.Running {
 			rec.Result = "accepted"
 		}

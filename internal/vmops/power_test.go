@@ -15,7 +15,7 @@ const routeStart = "/nodes/{node}/qemu/{vmid}/status/start"
 func TestPowerRefusedByState(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	ctx := context.Background()
+	ctx := e.request()
 	if err := e.sim.SetLock(105, "backup"); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,8 @@ func TestPowerRefusedByState(t *testing.T) {
 		t.Errorf("refused operations wrote task rows: %v %v", rows, err)
 	}
 	rec, ok := e.audit.find("vm.start", "")
-	if !ok || rec.Result != "vm_running" || rec.VMID != 102 || rec.UserEmail != "ops@example.com" || rec.Address != "127.0.0.1" {
+	if !ok || rec.Result != "vm_running" || rec.VMID != 102 || rec.UserEmail != "ops@example.com" || rec.Address != "127.0.0.1" ||
+		rec.SessionID != "sess-1" || rec.RequestID != "req-1" {
 		t.Errorf("refusal not audited as it should be: %+v", rec)
 	}
 }

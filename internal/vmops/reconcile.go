@@ -122,7 +122,7 @@ func (s *Service) resolvePending(ctx context.Context, r store.Task) {
 			return
 		}
 		log.Info("reconcile: found the task of a pending row", slog.String("upid", updated.UPID))
-		s.auditFn(ctx, store.AuditRecord{At: s.now(), UserID: r.UserID, UserEmail: r.UserEmail,
+		s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: r.UserID, UserEmail: r.UserEmail,
 			Action: "task.reconciled", ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID, Target: r.Target,
 			Params: r.Params, Result: "found", UPID: updated.UPID})
 		s.startFollower(s.track(best, r.ClusterID, &updated))
@@ -140,7 +140,7 @@ func (s *Service) resolvePending(ctx context.Context, r store.Task) {
 		return
 	}
 	log.Warn("reconcile: no PVE task for a pending row; marked lost")
-	s.auditFn(ctx, store.AuditRecord{At: s.now(), UserID: r.UserID, UserEmail: r.UserEmail,
+	s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: r.UserID, UserEmail: r.UserEmail,
 		Action: "task.reconciled", ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID, Target: r.Target,
 		Params: r.Params, Result: "lost"})
 }

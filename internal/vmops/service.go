@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
@@ -43,9 +44,9 @@ type Config struct {
 	// PollInterval is how often a running task is read from PVE, however many
 	// clients watch it [DefaultPollInterval].
 	PollInterval time.Duration
-	// Audit receives one record per operation and one when a task ends. Nil writes
-	// them to Store.
-	Audit func(ctx context.Context, rec store.AuditRecord)
+	// Audit records one record per operation, attributed to the request in the
+	// context (internal/audit), and one when a task ends. Nil: a trail on Store.
+	Audit *audit.Trail
 	// HAGrace is how long after an HA stand-in task ended vmgate looks for the task
 	// the HA stack runs before it calls the request failed [DefaultHAGrace].
 	HAGrace time.Duration
@@ -59,14 +60,12 @@ type Config struct {
 	MaxFollowers int
 }
 
-// Actor is the vmgate user an operation is done for, with what the audit trail
-// records of the request.
+// Actor is the vmgate user an operation is done for; the task row keeps it. The
+// audit trail takes the rest of the request (session, client address, request id)
+// from the facts the context carries (internal/audit).
 type Actor struct {
-	UserID    int64
-	Email     string
-	SessionID string // for the audit trail
-	Address   string // client address, for the audit trail
-	RequestID string // for the audit trail
+	UserID int64
+	Email  string
 }
 
 // VMRef names a VM on a node of a cluster, as the request did.
@@ -74,6 +73,23 @@ type VMRef struct {
 	ClusterID int64
 	Node      string
 	VMID      int64
+}
+
+// The range of VM ids PVE accepts.
+const (
+	MinVMID = pve.MinVMID
+	MaxVMID = pve.MaxVMID
+)
+
+// ValidNode reports whether name is a PVE node name; front ends check path values
+// with it before anything else (SECURITY.md 20).
+func ValidNode(name string) bool { return pve.ValidNode(name) }
+
+// ValidTaskID reports whether id is a task id as PVE writes it (a UPID,
+// UPID:node:pid:pstart:starttime:type:id:user:).
+func ValidTaskID(id string) bool {
+	_, err := pve.ParseUPID(id)
+	return err == nil
 }
 
 // pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests
@@ -108,7 +124,7 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	poll    time.Duration
-	auditFn func(ctx context.Context, rec store.AuditRecord)
+	trail   *audit.Trail
 	haGrace time.Duration
 	lost    time.Duration
 	sweep   time.Duration
@@ -135,7 +151,7 @@ type vmKey struct {
 // New builds the service. Call Run to reconcile unfinished tasks, and Close at the end.
 func New(cfg Config) *Service {
 	s := &Service{
-		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, auditFn: cfg.Audit,
+		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, trail: cfg.Audit,
 		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
 		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{},
 		following: map[string]bool{},
@@ -169,13 +185,8 @@ func New(cfg Config) *Service {
 	if s.maxFol <= 0 {
 		s.maxFol = DefaultMaxFollowers
 	}
-	if s.auditFn == nil {
-		st := cfg.Store
-		s.auditFn = func(ctx context.Context, rec store.AuditRecord) {
-			if _, err := st.AppendAudit(ctx, rec); err != nil {
-				s.log.Error("audit write failed", slog.String("action", rec.Action), slog.String("error", err.Error()))
-			}
-		}
+	if s.trail == nil {
+		s.trail = audit.New(cfg.Store, audit.Options{Logger: s.log, Now: s.now})
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	return s
@@ -191,22 +202,12 @@ func (s *Service) Close() {
 	s.bg.Wait()
 }
 
-// audit records one operation.
+// audit records one operation of a, completed with the request's session, address
+// and id from ctx.
 func (s *Service) audit(ctx context.Context, a Actor, rec store.AuditRecord) {
 	rec.At = s.now()
-	rec.UserID, rec.UserEmail, rec.SessionID, rec.Address, rec.RequestID = a.UserID, a.Email, a.SessionID, a.Address, a.RequestID
-	s.auditFn(context.WithoutCancel(ctx), rec)
-}
-
-// resultOf is the audit result of an error: its reason, "ok" for nil.
-func resultOf(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	if e, ok := errs.As(err); ok {
-		return e.ReasonOrDefault()
-	}
-	return "internal"
+	rec.UserID, rec.UserEmail = a.UserID, a.Email
+	s.trail.Record(ctx, rec)
 }
 
 // jsonText renders v for a task's or audit record's params.

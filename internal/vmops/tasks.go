@@ -489,7 +489,7 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) {
 		if v.FollowTaskID != "" {
 			params["followTaskId"] = v.FollowTaskID
 		}
-		s.auditFn(context.WithoutCancel(ctx), store.AuditRecord{At: now, UserID: row.UserID, UserEmail: row.UserEmail,
+		s.trail.Append(ctx, store.AuditRecord{At: now, UserID: row.UserID, UserEmail: row.UserEmail,
 			Action: "task.finished", ClusterID: row.ClusterID, Node: row.Node, VMID: row.VMID, Target: row.Target,
 			Params: jsonText(params), Result: result, UPID: row.UPID})
 	}

@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"errors"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// adapterDirs are the front ends, relative to this package: each decodes, calls one
+// use case and renders (DESIGN §2, docs/decisions/0005). A directory that does not
+// exist yet (the web UI) is checked once it does.
+var adapterDirs = []string{".", "../webui"}
+
+// adapterMayNotImport are the packages below the use cases. A front end that
+// imports them can read the store or call PVE around the rules.
+var adapterMayNotImport = []string{
+	"github.com/vmgate/vmgate/internal/store",
+	"github.com/vmgate/vmgate/internal/pve",
+}
+
+// TestAdaptersImportNeitherStoreNorPVE: no non-test file of a front end imports
+// internal/store or internal/pve (or a package below them), so every rule stays in
+// the use-case packages.
+func TestAdaptersImportNeitherStoreNorPVE(t *testing.T) {
+	checked := 0
+	for _, dir := range adapterDirs {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				// testdata and hidden directories hold no package code.
+				if path != dir && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			checked++
+			for _, imp := range f.Imports {
+				p, err := strconv.Unquote(imp.Path.Value)
+				if err != nil {
+					return err
+				}
+				for _, banned := range adapterMayNotImport {
+					if p == banned || strings.HasPrefix(p, banned+"/") {
+						t.Errorf("%s imports %s: a front end calls the use cases (accounts, auth, fleet, vmops, audit), never the store or PVE", path, p)
+					}
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, fs.ErrNotExist) && dir != "." {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no file checked: the test looks in the wrong place")
+	}
+	if _, err := os.Stat("server.go"); err != nil {
+		t.Fatalf("the test does not run in internal/httpapi: %v", err)
+	}
+}
