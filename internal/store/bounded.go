@@ -265,8 +265,29 @@ func (b *bounded) CompleteIdempotencyKey(ctx context.Context, r IdempotencyRecor
 }
 
 // ReleaseIdempotencyKey implements Store.
-func (b *bounded) ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error {
-	return call0(b, ctx, func(ctx context.Context) error { return b.s.ReleaseIdempotencyKey(ctx, userID, key) })
+func (b *bounded) ReleaseIdempotencyKey(ctx context.Context, userID int64, key, owner string) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.ReleaseIdempotencyKey(ctx, userID, key, owner) })
+}
+
+// HeartbeatIdempotencyKey implements Store.
+func (b *bounded) HeartbeatIdempotencyKey(ctx context.Context, userID int64, key, owner string, until time.Time) error {
+	return call0(b, ctx, func(ctx context.Context) error {
+		return b.s.HeartbeatIdempotencyKey(ctx, userID, key, owner, until)
+	})
+}
+
+// TakeOverIdempotencyKey implements Store.
+func (b *bounded) TakeOverIdempotencyKey(ctx context.Context, userID int64, key, owner string, now, until time.Time) (IdempotencyRecord, bool, error) {
+	return call2(b, ctx, func(ctx context.Context) (IdempotencyRecord, bool, error) {
+		return b.s.TakeOverIdempotencyKey(ctx, userID, key, owner, now, until)
+	})
+}
+
+// ExpiredIdempotencyLeases implements Store.
+func (b *bounded) ExpiredIdempotencyLeases(ctx context.Context, now time.Time, limit int) ([]IdempotencyRecord, error) {
+	return call(b, ctx, func(ctx context.Context) ([]IdempotencyRecord, error) {
+		return b.s.ExpiredIdempotencyLeases(ctx, now, limit)
+	})
 }
 
 // Prune implements Store. It runs many statements, each bounded by the store's

@@ -13,12 +13,19 @@ import (
 // IdempotencyTTL is how long a claimed key lives when the caller sets no ExpiresAt.
 const IdempotencyTTL = 24 * time.Hour
 
-const idemColumns = `user_id, idem_key, request_hash, state, status_code, headers, body, created_at, expires_at`
+// IdempotencyLease is how long a claim holds an in-progress key when the caller sets
+// no LeaseExpiresAt: a holder extends it every third of that (a third of the time
+// for two heartbeats to fail before the lease is lost), and a key whose holder died
+// can be taken over this long after its last heartbeat.
+const IdempotencyLease = 30 * time.Second
+
+const idemColumns = `user_id, idem_key, request_hash, state, status_code, headers, body, created_at, expires_at,
+	owner, lease_expires_at`
 
 func scanIdem(sc scanner) (IdempotencyRecord, error) {
 	var r IdempotencyRecord
 	err := sc.Scan(&r.UserID, &r.Key, &r.RequestHash, &r.State, &r.StatusCode, &r.Headers, &r.Body,
-		timeCol{&r.CreatedAt}, timeCol{&r.ExpiresAt})
+		timeCol{&r.CreatedAt}, timeCol{&r.ExpiresAt}, &r.Owner, timeCol{&r.LeaseExpiresAt})
 	return r, err
 }
 
@@ -26,11 +33,15 @@ func scanIdem(sc scanner) (IdempotencyRecord, error) {
 // row, replaces an expired one (the DO UPDATE's WHERE), or does nothing and returns
 // no row, in which case the unexpired holder is read. A zero CreatedAt is now and
 // is also the instant expiry is judged at; a zero ExpiresAt is CreatedAt plus
-// IdempotencyTTL; an empty State is IdemInProgress.
+// IdempotencyTTL; a zero LeaseExpiresAt is CreatedAt plus IdempotencyLease; an
+// empty State is IdemInProgress.
 func (s *sqlStore) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) (IdempotencyRecord, bool, error) {
 	r.CreatedAt = s.stamp(r.CreatedAt)
 	if r.ExpiresAt.IsZero() {
 		r.ExpiresAt = r.CreatedAt.Add(IdempotencyTTL)
+	}
+	if r.LeaseExpiresAt.IsZero() {
+		r.LeaseExpiresAt = r.CreatedAt.Add(IdempotencyLease)
 	}
 	if r.State == "" {
 		r.State = IdemInProgress
@@ -41,14 +52,15 @@ func (s *sqlStore) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord)
 	for range 3 {
 		claimed, err := scanIdem(s.wdb.QueryRowContext(ctx, `
 			INSERT INTO idempotency_keys (`+idemColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 			ON CONFLICT (user_id, idem_key) DO UPDATE SET
 				request_hash = excluded.request_hash, state = excluded.state, status_code = excluded.status_code,
 				headers = excluded.headers, body = excluded.body, created_at = excluded.created_at,
-				expires_at = excluded.expires_at
+				expires_at = excluded.expires_at, owner = excluded.owner, lease_expires_at = excluded.lease_expires_at
 			WHERE idempotency_keys.expires_at <= excluded.created_at
 			RETURNING `+idemColumns,
-			r.UserID, r.Key, r.RequestHash, r.State, r.StatusCode, r.Headers, r.Body, s.t(r.CreatedAt), s.t(r.ExpiresAt)))
+			r.UserID, r.Key, r.RequestHash, r.State, r.StatusCode, r.Headers, r.Body, s.t(r.CreatedAt), s.t(r.ExpiresAt),
+			r.Owner, s.t(r.LeaseExpiresAt)))
 		if err == nil {
 			return claimed, true, nil
 		}
@@ -68,21 +80,66 @@ func (s *sqlStore) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord)
 }
 
 // CompleteIdempotencyKey implements Store. A missing key is NotFound; a key already
-// done is Conflict.
+// done, or held by another owner, is Conflict.
 func (s *sqlStore) CompleteIdempotencyKey(ctx context.Context, r IdempotencyRecord) error {
 	res, err := s.wdb.ExecContext(ctx, `
-		UPDATE idempotency_keys SET state = 'done', status_code = $3, headers = $4, body = $5
-		WHERE user_id = $1 AND idem_key = $2 AND state = 'in_progress'`,
-		r.UserID, r.Key, r.StatusCode, r.Headers, r.Body)
+		UPDATE idempotency_keys SET state = 'done', status_code = $4, headers = $5, body = $6
+		WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'in_progress'`,
+		r.UserID, r.Key, r.Owner, r.StatusCode, r.Headers, r.Body)
 	return s.idemChanged(ctx, res, err, "complete", r.UserID, r.Key)
 }
 
 // ReleaseIdempotencyKey implements Store. A missing key is NotFound; a key already
-// done is Conflict (its answer stands).
-func (s *sqlStore) ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error {
+// done (its answer stands), or held by another owner, is Conflict.
+func (s *sqlStore) ReleaseIdempotencyKey(ctx context.Context, userID int64, key, owner string) error {
 	res, err := s.wdb.ExecContext(ctx,
-		`DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND state = 'in_progress'`, userID, key)
+		`DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'in_progress'`,
+		userID, key, owner)
 	return s.idemChanged(ctx, res, err, "release", userID, key)
+}
+
+// HeartbeatIdempotencyKey implements Store. The lease only ever grows, so a late
+// heartbeat cannot shorten one a newer heartbeat set.
+func (s *sqlStore) HeartbeatIdempotencyKey(ctx context.Context, userID int64, key, owner string, until time.Time) error {
+	until = ms(until)
+	res, err := s.wdb.ExecContext(ctx, `
+		UPDATE idempotency_keys SET lease_expires_at = CASE WHEN lease_expires_at < $4 THEN $4 ELSE lease_expires_at END
+		WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'in_progress'`,
+		userID, key, owner, s.t(until))
+	return s.idemChanged(ctx, res, err, "extend the lease of", userID, key)
+}
+
+// TakeOverIdempotencyKey implements Store in one conditional UPDATE: on PostgreSQL a
+// second taker waits for the first's row lock and then finds the lease live again,
+// on SQLite writers are serial, so exactly one wins.
+func (s *sqlStore) TakeOverIdempotencyKey(ctx context.Context, userID int64, key, owner string, now, until time.Time) (IdempotencyRecord, bool, error) {
+	now, until = s.stamp(now), ms(until)
+	taken, err := scanIdem(s.wdb.QueryRowContext(ctx, `
+		UPDATE idempotency_keys SET owner = $3, lease_expires_at = $5
+		WHERE user_id = $1 AND idem_key = $2 AND state = 'in_progress' AND lease_expires_at <= $4
+		RETURNING `+idemColumns,
+		userID, key, owner, s.t(now), s.t(until)))
+	if err == nil {
+		return taken, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return IdempotencyRecord{}, false, fmt.Errorf("take over idempotency key: %w", err)
+	}
+	held, err := scanIdem(s.rdb.QueryRowContext(ctx,
+		`SELECT `+idemColumns+` FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2`, userID, key))
+	if err != nil {
+		return IdempotencyRecord{}, false, s.failRow(err, "take over idempotency key", errs.E(errs.NotFound, "idempotency key not found"))
+	}
+	return held, false, nil
+}
+
+// ExpiredIdempotencyLeases implements Store.
+func (s *sqlStore) ExpiredIdempotencyLeases(ctx context.Context, now time.Time, limit int) ([]IdempotencyRecord, error) {
+	return queryAll(ctx, s.rdb, "list expired idempotency leases", scanIdem, `
+		SELECT `+idemColumns+` FROM idempotency_keys
+		WHERE state = 'in_progress' AND lease_expires_at <= $1
+		ORDER BY lease_expires_at, user_id, idem_key LIMIT $2`,
+		s.t(s.stamp(now)), clampLimit(limit, 100, 1000))
 }
 
 // idemChanged checks that a statement on an in-progress key changed it, and says
@@ -103,6 +160,9 @@ func (s *sqlStore) idemChanged(ctx context.Context, res sql.Result, err error, v
 		userID, key).Scan(&state)
 	if err != nil {
 		return s.failRow(err, verb+" idempotency key", errs.E(errs.NotFound, "idempotency key not found"))
+	}
+	if state == IdemInProgress {
+		return errs.E(errs.Conflict, "idempotency key is held by another owner: its lease was taken over")
 	}
 	return errs.E(errs.Conflict, "idempotency key is %s already", state)
 }

@@ -244,16 +244,26 @@ const (
 )
 
 // IdempotencyRecord remembers the first answer to a POST with an Idempotency-Key.
+//
+// While the first request runs, the key is IdemInProgress and held by a lease: Owner
+// names the process (replica) running it, which extends LeaseExpiresAt with
+// HeartbeatIdempotencyKey while it works. A holder that died stops extending it;
+// once the lease has run out, another process may take the key over
+// (TakeOverIdempotencyKey), find out what the first request did (PVE's task list)
+// and complete the key with the real answer, so a retry gets it instead of 409 for
+// the rest of the day.
 type IdempotencyRecord struct {
-	UserID      int64
-	Key         string
-	RequestHash string // SHA-256 over method, path and body
-	State       string // IdemInProgress or IdemDone
-	StatusCode  int
-	Headers     string // JSON object of the replayed headers (X-Task-Id, Location)
-	Body        []byte
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
+	UserID         int64
+	Key            string
+	RequestHash    string // SHA-256 over method, path and body
+	State          string // IdemInProgress or IdemDone
+	StatusCode     int
+	Headers        string // JSON object of the replayed headers (X-Task-Id, Location)
+	Body           []byte
+	CreatedAt      time.Time
+	ExpiresAt      time.Time // the whole record's end (IdempotencyTTL after the claim)
+	Owner          string    // the process holding the key while in progress; "" is a valid owner too
+	LeaseExpiresAt time.Time // while in progress: when another may take the key over
 }
 
 // Defaults of PruneOptions.
@@ -345,13 +355,34 @@ type Store interface {
 
 	// ClaimIdempotencyKey inserts r if no unexpired record for (UserID, Key) exists and
 	// returns (r, true). Otherwise it returns the existing record and false. Expired
-	// records are replaced.
+	// records are replaced. r.Owner holds the key, for IdempotencyLease from
+	// r.CreatedAt unless r.LeaseExpiresAt says otherwise. A lost claim's record
+	// tells whether its lease ran out; ClaimIdempotencyKey itself never takes a
+	// key over.
 	ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) (IdempotencyRecord, bool, error)
 	// CompleteIdempotencyKey stores the answer of a claimed key and marks it done.
+	// It and ReleaseIdempotencyKey act only for the key's current owner (r.Owner,
+	// owner): a holder whose lease was taken over gets Conflict and leaves the
+	// answer to the new holder.
 	CompleteIdempotencyKey(ctx context.Context, r IdempotencyRecord) error
 	// ReleaseIdempotencyKey deletes a claimed, unfinished key (the request failed before
 	// anything started, so a retry may run it).
-	ReleaseIdempotencyKey(ctx context.Context, userID int64, key string) error
+	ReleaseIdempotencyKey(ctx context.Context, userID int64, key, owner string) error
+	// HeartbeatIdempotencyKey extends the lease of an in-progress key held by owner
+	// to until (never shortening it). NotFound when the key is gone; Conflict when
+	// it is done or another owner took it over: the caller has lost the key.
+	HeartbeatIdempotencyKey(ctx context.Context, userID int64, key, owner string, until time.Time) error
+	// TakeOverIdempotencyKey gives an in-progress key whose lease ran out at now to
+	// owner, with a lease until until, and returns it and true. Of concurrent
+	// callers exactly one wins; the others, and every caller while the lease is
+	// live or once the key is done, get the current record and false. NotFound
+	// when the key does not exist. The winner resolves what the first request did
+	// and completes (or releases) the key as its owner.
+	TakeOverIdempotencyKey(ctx context.Context, userID int64, key, owner string, now, until time.Time) (IdempotencyRecord, bool, error)
+	// ExpiredIdempotencyLeases lists in-progress keys whose lease ran out at now,
+	// the oldest lease first, at most limit (100 when 0 or less): what a replica
+	// may take over without waiting for a retry.
+	ExpiredIdempotencyLeases(ctx context.Context, now time.Time, limit int) ([]IdempotencyRecord, error)
 
 	// Changes returns change feed entries with Seq > after, oldest first, at most
 	// limit (1000 when 0 or less). Entries commit in Seq order, so a poller that

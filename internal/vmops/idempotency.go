@@ -68,5 +68,5 @@ func (s *Service) KeepAnswer(ctx context.Context, userID int64, key string, a An
 // ReleaseKey forgets the claim of a request that started nothing, so that a retry
 // runs again.
 func (s *Service) ReleaseKey(ctx context.Context, userID int64, key string) error {
-	return s.store.ReleaseIdempotencyKey(ctx, userID, key)
+	return s.store.ReleaseIdempotencyKey(ctx, userID, key, "") // claims name no owner (yet): see store.IdempotencyRecord
 }

@@ -40,6 +40,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyRace", testIdempotencyRace},
+		{"IdempotencyLease", testIdempotencyLease},
+		{"IdempotencyTakeOverRace", testIdempotencyTakeOverRace},
 		{"Prune", testPrune},
 		{"PruneKeepsNewestChange", testPruneKeepsNewestChange},
 		{"PruneBatches", testPruneBatches},
@@ -904,7 +906,7 @@ func testIdempotency(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	u, v := mkUser(t, s, "i@example.com"), mkUser(t, s, "j@example.com")
 	claim := store.IdempotencyRecord{UserID: u.ID, Key: "k1", RequestHash: "h1", State: store.IdemInProgress,
-		CreatedAt: at(0), ExpiresAt: at(time.Hour)}
+		CreatedAt: at(0), ExpiresAt: at(time.Hour), LeaseExpiresAt: at(store.IdempotencyLease)}
 
 	got, claimed, err := s.ClaimIdempotencyKey(ctx, claim)
 	ok(t, err, "claim")
@@ -937,16 +939,16 @@ func testIdempotency(t *testing.T, s store.Store) {
 	}
 	same(t, replay, done, "replayed record")
 	wantKind(t, s.CompleteIdempotencyKey(ctx, done), errs.Conflict, "complete twice")
-	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "k1"), errs.Conflict, "release a done key")
-	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "nope"), errs.NotFound, "release a missing key")
+	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "k1", ""), errs.Conflict, "release a done key")
+	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "nope", ""), errs.NotFound, "release a missing key")
 	missing := done
 	missing.Key = "nope"
 	wantKind(t, s.CompleteIdempotencyKey(ctx, missing), errs.NotFound, "complete a missing key")
 
 	// A released key may be claimed again at once.
-	ok(t, s.ReleaseIdempotencyKey(ctx, v.ID, "k1"), "release")
+	ok(t, s.ReleaseIdempotencyKey(ctx, v.ID, "k1", ""), "release")
 	again := store.IdempotencyRecord{UserID: v.ID, Key: "k1", RequestHash: "h3", State: store.IdemInProgress,
-		CreatedAt: at(time.Minute), ExpiresAt: at(time.Hour)}
+		CreatedAt: at(time.Minute), ExpiresAt: at(time.Hour), Owner: "replica-b", LeaseExpiresAt: at(2 * time.Minute)}
 	got, claimed, err = s.ClaimIdempotencyKey(ctx, again)
 	ok(t, err, "claim after release")
 	if !claimed {
@@ -956,7 +958,7 @@ func testIdempotency(t *testing.T, s store.Store) {
 
 	// An expired record, done or not, is replaced by the next claim.
 	renewed := store.IdempotencyRecord{UserID: u.ID, Key: "k1", RequestHash: "h4", State: store.IdemInProgress,
-		CreatedAt: at(time.Hour), ExpiresAt: at(2 * time.Hour)}
+		CreatedAt: at(time.Hour), ExpiresAt: at(2 * time.Hour), LeaseExpiresAt: at(time.Hour + store.IdempotencyLease)}
 	got, claimed, err = s.ClaimIdempotencyKey(ctx, renewed)
 	ok(t, err, "claim an expired key")
 	if !claimed {
@@ -964,11 +966,135 @@ func testIdempotency(t *testing.T, s store.Store) {
 	}
 	same(t, got, renewed, "record replacing an expired one")
 
-	// Defaults: State in progress, ExpiresAt a day after CreatedAt.
+	// Defaults: State in progress, ExpiresAt a day after CreatedAt, the lease
+	// IdempotencyLease.
 	got, claimed, err = s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "k2", RequestHash: "h", CreatedAt: at(0)})
 	ok(t, err, "claim with defaults")
-	if !claimed || got.State != store.IdemInProgress || !got.ExpiresAt.After(at(time.Hour)) {
+	if !claimed || got.State != store.IdemInProgress || !got.ExpiresAt.After(at(time.Hour)) ||
+		!got.LeaseExpiresAt.Equal(at(store.IdempotencyLease)) || got.Owner != "" {
 		t.Fatalf("claim with defaults: %v %+v", claimed, got)
+	}
+}
+
+// testIdempotencyLease follows a key's lease: its owner extends it, nobody takes it
+// over while it is live, anybody may once it ran out, and then the old owner can
+// neither extend, complete nor release it, while the new one can.
+func testIdempotencyLease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "lease@example.com")
+	claim := store.IdempotencyRecord{UserID: u.ID, Key: "k", RequestHash: "h", CreatedAt: at(0), ExpiresAt: at(time.Hour),
+		Owner: "a", LeaseExpiresAt: at(30 * time.Second)}
+	_, claimed, err := s.ClaimIdempotencyKey(ctx, claim)
+	ok(t, err, "claim")
+	if !claimed {
+		t.Fatal("claim lost")
+	}
+	held, claimed, err := s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "k", RequestHash: "h",
+		CreatedAt: at(10 * time.Second), Owner: "b"})
+	ok(t, err, "second claim")
+	if claimed || held.Owner != "a" || !held.LeaseExpiresAt.Equal(at(30*time.Second)) {
+		t.Fatalf("a second claim: won %v, record %+v; want the holder a and its lease", claimed, held)
+	}
+
+	ok(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "k", "a", at(40*time.Second)), "heartbeat")
+	ok(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "k", "a", at(35*time.Second)), "a late heartbeat")
+	wantKind(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "k", "b", at(time.Hour)), errs.Conflict, "heartbeat by another owner")
+	wantKind(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "nope", "a", at(time.Hour)), errs.NotFound, "heartbeat of a missing key")
+
+	// The lease (40 s, the late heartbeat did not shorten it) is live at 39 s.
+	rec, taken, err := s.TakeOverIdempotencyKey(ctx, u.ID, "k", "b", at(39*time.Second), at(69*time.Second))
+	ok(t, err, "take over a live lease")
+	if taken || rec.Owner != "a" || !rec.LeaseExpiresAt.Equal(at(40*time.Second)) {
+		t.Fatalf("take over a live lease: taken %v, record %+v", taken, rec)
+	}
+	expired, err := s.ExpiredIdempotencyLeases(ctx, at(39*time.Second), 10)
+	ok(t, err, "expired leases at 39 s")
+	same(t, len(expired), 0, "expired leases while live")
+	expired, err = s.ExpiredIdempotencyLeases(ctx, at(40*time.Second), 10)
+	ok(t, err, "expired leases at 40 s")
+	if len(expired) != 1 || expired[0].Key != "k" || expired[0].Owner != "a" {
+		t.Fatalf("expired leases at 40 s: %+v", expired)
+	}
+
+	// At 40 s it ran out: b takes it over.
+	rec, taken, err = s.TakeOverIdempotencyKey(ctx, u.ID, "k", "b", at(40*time.Second), at(70*time.Second))
+	ok(t, err, "take over an expired lease")
+	want := claim
+	want.Owner, want.LeaseExpiresAt, want.State = "b", at(70*time.Second), store.IdemInProgress
+	if !taken {
+		t.Fatalf("take over an expired lease lost: %+v", rec)
+	}
+	same(t, rec, want, "record taken over")
+	_, taken, err = s.TakeOverIdempotencyKey(ctx, u.ID, "k", "c", at(41*time.Second), at(71*time.Second))
+	ok(t, err, "take over again")
+	if taken {
+		t.Fatal("a lease just taken over was taken over again")
+	}
+
+	// a lost it.
+	wantKind(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "k", "a", at(time.Hour)), errs.Conflict, "heartbeat by the old owner")
+	done := want
+	done.Owner, done.State, done.StatusCode, done.Body = "a", store.IdemDone, 202, []byte("{}")
+	wantKind(t, s.CompleteIdempotencyKey(ctx, done), errs.Conflict, "complete by the old owner")
+	wantKind(t, s.ReleaseIdempotencyKey(ctx, u.ID, "k", "a"), errs.Conflict, "release by the old owner")
+
+	// b resolves it.
+	ok(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "k", "b", at(80*time.Second)), "heartbeat by the new owner")
+	done.Owner = "b"
+	ok(t, s.CompleteIdempotencyKey(ctx, done), "complete by the new owner")
+	rec, taken, err = s.TakeOverIdempotencyKey(ctx, u.ID, "k", "c", at(time.Hour), at(2*time.Hour))
+	ok(t, err, "take over a done key")
+	if taken || rec.State != store.IdemDone || rec.StatusCode != 202 {
+		t.Fatalf("take over a done key: taken %v, record %+v", taken, rec)
+	}
+	wantKind(t, s.HeartbeatIdempotencyKey(ctx, u.ID, "k", "b", at(time.Hour)), errs.Conflict, "heartbeat of a done key")
+	_, _, err = s.TakeOverIdempotencyKey(ctx, u.ID, "nope", "c", at(time.Hour), at(2*time.Hour))
+	wantKind(t, err, errs.NotFound, "take over a missing key")
+	expired, err = s.ExpiredIdempotencyLeases(ctx, at(time.Hour), 10)
+	ok(t, err, "expired leases at the end")
+	same(t, len(expired), 0, "expired leases of done keys")
+}
+
+// testIdempotencyTakeOverRace: of several replicas taking over one expired lease at
+// once, exactly one wins, and every loser sees the winner as the owner.
+func testIdempotencyTakeOverRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	u := mkUser(t, s, "takeover@example.com")
+	_, claimed, err := s.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: u.ID, Key: "k", RequestHash: "h",
+		CreatedAt: at(0), Owner: "dead"})
+	ok(t, err, "claim")
+	if !claimed {
+		t.Fatal("claim lost")
+	}
+	const n = 20
+	var (
+		taken  = make([]bool, n)
+		owners = make([]string, n)
+	)
+	race(t, s, n, func(i int) {
+		rec, won, err := s.TakeOverIdempotencyKey(ctx, u.ID, "k", fmt.Sprint("r", i), at(time.Minute), at(2*time.Minute))
+		if err != nil {
+			t.Errorf("take over %d: %v", i, err)
+		}
+		taken[i], owners[i] = won, rec.Owner
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	winner := -1
+	for i, won := range taken {
+		if won {
+			if winner >= 0 {
+				t.Fatalf("take-overs %d and %d both won", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no take-over won")
+	}
+	for i := range n {
+		same(t, owners[i], fmt.Sprint("r", winner), fmt.Sprintf("owner seen by take-over %d", i))
 	}
 }
 
@@ -1106,7 +1232,7 @@ func wantIdemKeys(t *testing.T, s store.Store, userID int64, held bool, keys ...
 			t.Fatalf("idempotency key %s: held %v, want %v", key, !claimed, held)
 		}
 		if claimed {
-			ok(t, s.ReleaseIdempotencyKey(t.Context(), userID, key), "release probe "+key)
+			ok(t, s.ReleaseIdempotencyKey(t.Context(), userID, key, ""), "release probe "+key)
 		}
 	}
 }

@@ -1,0 +1,47 @@
+package store
+
+import (
+	"context"
+	"io/fs"
+	"strconv"
+	"strings"
+	"testing/fstest"
+)
+
+// MigrateUpTo brings the database of dsn to schema version (and no further), as an
+// older vmgate left it: upgrade tests put old rows in, then Open migrates the rest.
+func MigrateUpTo(ctx context.Context, dsn string, version int64) error {
+	var (
+		s   *sqlStore
+		err error
+	)
+	o := Options{}.withDefaults()
+	if strings.HasPrefix(dsn, "postgres") {
+		s, err = openPostgres(dsn, o)
+	} else {
+		s, err = openSQLite(dsn, o)
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	d := s.d
+	old := fstest.MapFS{}
+	names, err := fs.Glob(d.migrations, "*.sql")
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		n, err := strconv.ParseInt(strings.SplitN(name, "_", 2)[0], 10, 64)
+		if err != nil || n > version {
+			continue
+		}
+		body, err := fs.ReadFile(d.migrations, name)
+		if err != nil {
+			return err
+		}
+		old[name] = &fstest.MapFile{Data: body}
+	}
+	d.migrations = old
+	return migrate(ctx, s.wdb, d)
+}

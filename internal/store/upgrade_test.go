@@ -1,0 +1,82 @@
+package store_test
+
+import (
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// testUpgrade: rows an older vmgate (schema 1) left behind survive the migrations:
+// session feed entries become session changes, in order, and a key in progress gets
+// a lease of IdempotencyLease from its creation, so it can be taken over.
+// raw is dsn as driver takes it.
+func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
+	ctx := t.Context()
+	if err := store.MigrateUpTo(ctx, dsn, 1); err != nil {
+		t.Fatalf("migrate to schema 1: %v", err)
+	}
+	db, err := sql.Open(driver, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`INSERT INTO users (email, role, created_at, updated_at) VALUES ('old@example.com', 'user', $1, $1)`,
+		`INSERT INTO session_changes (session_id, changed_at) VALUES ('old-1', $1)`,
+		`INSERT INTO session_changes (session_id, changed_at) VALUES ('old-2', $1)`,
+		`INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at, expires_at)
+			SELECT id, 'old-key', 'h', 'in_progress', $1, $1 FROM users`,
+	} {
+		if _, err := db.ExecContext(ctx, q, created); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s := openDSN(t, dsn)
+	cs, err := s.Changes(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 || cs[0].Kind != store.ChangeSession || cs[0].SessionID != "old-1" || cs[1].SessionID != "old-2" ||
+		cs[1].Seq <= cs[0].Seq {
+		t.Fatalf("feed after the upgrade: %+v", cs)
+	}
+	u, err := s.UserByEmail(ctx, "old@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := u.CreatedAt
+	expired, err := s.ExpiredIdempotencyLeases(ctx, base.Add(store.IdempotencyLease), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(expired) != 1 || !expired[0].LeaseExpiresAt.Equal(base.Add(store.IdempotencyLease)) || expired[0].Owner != "" {
+		t.Fatalf("old key in progress after the upgrade: %+v", expired)
+	}
+	if _, taken, err := s.TakeOverIdempotencyKey(ctx, u.ID, "old-key", "new", base.Add(time.Minute), base.Add(2*time.Minute)); err != nil || !taken {
+		t.Fatalf("take over the old key: %v %v", taken, err)
+	}
+	// New changes follow the old ones.
+	if err := s.DeleteUser(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err = s.Changes(ctx, cs[1].Seq, 10); err != nil || len(cs) != 1 || cs[0].Kind != store.ChangeUser {
+		t.Fatalf("a change after the upgrade: %+v %v", cs, err)
+	}
+}
+
+func TestSQLiteUpgrade(t *testing.T) {
+	t.Parallel()
+	when := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	path := filepath.Join(t.TempDir(), "old.db")
+	testUpgrade(t, "sqlite", path, "sqlite://"+path, when.UnixMilli())
+}
+
+func TestPostgresUpgrade(t *testing.T) {
+	postgresDSN(t)
+	t.Parallel()
+	dsn := freshSchema(t)
+	testUpgrade(t, "pgx", dsn, dsn, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+}
