@@ -2,24 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// jsonString renders v for an audit record's params.
-func jsonString(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return ""
-	}
-	return string(b)
-}
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeData(w, map[string]string{"status": "ok"})

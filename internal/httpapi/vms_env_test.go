@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,3 +200,5 @@ func readEvents(t *testing.T, body io.Reader) (names []string, tasks []taskJSON)
 	}
 	return names, tasks
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
