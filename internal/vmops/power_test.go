@@ -117,6 +117,12 @@ func TestStartStopReboot(t *testing.T) {
 		t.Fatalf("reboot: %+v %v", out, err)
 	}
 
+	// PVE's qmreboot ends at power-off; qmeventd starts the VM again a
+	// moment later in a qmstart of its own. Stop once it runs again.
+	eventually(t, "VM 101 to run again after the reboot", func() bool {
+		st, _ := e.sim.VM(101)
+		return st.Status == "running" && st.Lock == ""
+	})
 	out, err = e.svc.Stop(ctx, e.actor, vm("pve1", 101), StopOptions{Wait: 30 * time.Second})
 	if err != nil {
 		// The reboot's own qmstart (root@pam) may still hold the VM's lock.
