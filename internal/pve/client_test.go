@@ -268,13 +268,9 @@ func TestTimeout(t *testing.T) {
 		}
 	})
 	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Timeout: 150 * time.Millisecond})
-	start := time.Now()
 	_, err := c.Nodes(context.Background())
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("took %v", d)
 	}
 	if srv.total() != 1 {
 		t.Errorf("a read that timed out was retried: %d requests", srv.total())

@@ -424,7 +424,10 @@ func TestSimConnectionReuse(t *testing.T) {
 	wg.Wait()
 	s = c.Stats()
 	t.Logf("1000 reads from 8 goroutines: %d requests, %d new connections", s.Requests, s.NewConns)
-	if s.NewConns > 16 {
+	// From a cold pool the first burst may dial more than 8 (a request that
+	// finds the pool empty dials even if a connection comes back first), never
+	// more than the cap; TestConnectionPoolReuse measures the warm pool.
+	if s.NewConns > pve.DefaultMaxConnsPerEndpoint {
 		t.Errorf("%d new connections for 8 concurrent readers", s.NewConns)
 	}
 }

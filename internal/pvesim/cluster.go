@@ -145,6 +145,7 @@ type Cluster struct {
 	vms       map[int]*vm
 	vmOrder   []string // vmids as PVE sorts them: as strings (sorted lazily)
 	vmSorted  bool
+	vmSorts   int // how often vmOrder was sorted (TestScale counts it)
 	tasks     map[string]*task
 	locks     map[string]*fileLock
 	tokens    map[string]*token
@@ -383,6 +384,7 @@ func (c *Cluster) sortVMs() {
 	if !c.vmSorted {
 		sort.Strings(c.vmOrder)
 		c.vmSorted = true
+		c.vmSorts++
 	}
 	c.mu.Unlock()
 }

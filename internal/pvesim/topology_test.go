@@ -304,36 +304,33 @@ func TestStatusViews(t *testing.T) {
 	}
 }
 
-// TestScale: 10 000 VMs stay fast to add, list and address.
+// TestScale: 10 000 VMs can be added, listed and addressed, and adding them
+// does not sort the vmid index each time (the quadratic slip this guards
+// against is counted, not timed; BenchmarkClusterResources10k measures the
+// speed).
 func TestScale(t *testing.T) {
 	t.Parallel()
-	began := time.Now()
 	e := newEnv(t, envOptions{build: func(c *Cluster) {
 		for i := 0; i < 10000; i++ {
 			addVM(t, c, VMSpec{VMID: 100 + i, Node: "pve" + strconv.Itoa(1+i%3), Running: i%2 == 0, Disks: sharedDisk(100 + i)})
 		}
 	}})
-	if took := time.Since(began); took > 5*time.Second {
-		t.Fatalf("adding 10 000 VMs took %v", took)
+	for range 3 {
+		r := e.do(call{path: "/cluster/resources", query: url.Values{"type": {"vm"}}})
+		if n := bytes.Count(r.data, []byte(`{"id":"qemu/`)); n != 10000 {
+			t.Fatalf("%d VMs listed", n)
+		}
 	}
-	began = time.Now()
-	r := e.do(call{path: "/cluster/resources", query: url.Values{"type": {"vm"}}})
-	if n := bytes.Count(r.data, []byte(`{"id":"qemu/`)); n != 10000 {
-		t.Fatalf("%d VMs listed", n)
+	e.c.mu.RLock()
+	sorts := e.c.vmSorts
+	e.c.mu.RUnlock()
+	if sorts != 1 {
+		t.Errorf("the vmid index was sorted %d times for 10 000 additions and 3 lists, want once", sorts)
 	}
-	// Generous bounds: they catch a quadratic slip, not a slow machine
-	// (BenchmarkClusterResources10k measures the speed).
-	if took := time.Since(began); took > 5*time.Second {
-		t.Fatalf("/cluster/resources with 10 000 VMs took %v", took)
-	}
-	began = time.Now()
 	for i := 0; i < 100; i++ {
 		vmid := 100 + i*97
 		node := "pve" + strconv.Itoa(1+(vmid-100)%3)
 		wantLine(t, e.do(call{node: node, path: vmPath(node, vmid, "/status/current")}), 200, "200 OK")
-	}
-	if took := time.Since(began); took > 3*time.Second {
-		t.Fatalf("100 status reads took %v", took)
 	}
 }
 
