@@ -51,6 +51,8 @@ type serverCmd struct {
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
 	LoginQueue          int `env:"VMGATE_LOGIN_QUEUE" help:"Logins that may wait for a hashing slot (default: about 1 s of expected wait)."`
+	ClientIPv4Prefix    int `default:"32" env:"VMGATE_CLIENT_IPV4_PREFIX" help:"IPv4 prefix length of a client network, the unit of login throttling."`
+	ClientIPv6Prefix    int `default:"64" env:"VMGATE_CLIENT_IPV6_PREFIX" help:"IPv6 prefix length of a client network, the unit of login throttling."`
 
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
@@ -137,6 +139,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 
 		MaxConcurrentHashes: c.MaxConcurrentHashes,
 		HashQueue:           c.LoginQueue,
+		IPv4Prefix:          c.ClientIPv4Prefix,
+		IPv6Prefix:          c.ClientIPv6Prefix,
 		LoginOutcome: func(outcome string) {
 			if srv != nil {
 				srv.LoginOutcome(outcome)

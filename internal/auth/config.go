@@ -46,20 +46,35 @@ type Config struct {
 	Hasher func(password, salt []byte, p Params) []byte
 	Argon2 Params // default DefaultParams()
 
+	// IPv4Prefix and IPv6Prefix are the prefix lengths that make a client network,
+	// the unit of the per-address bucket and of the backoff: default 32 (the address
+	// itself) and 64 (a subnet, which one customer usually holds whole).
+	IPv4Prefix int
+	IPv6Prefix int
 	// PerAddressRate and PerAddressBurst are a token bucket of login attempts per
-	// client address. Default 10 a minute with a burst of 10; rate.Inf disables it.
+	// client network. Default 10 a minute with a burst of 10; rate.Inf disables it.
 	PerAddressRate  rate.Limit
 	PerAddressBurst int
-	// FailuresBeforeBackoff consecutive failed logins lock an account (e-mail) for
-	// BackoffBase, doubling with each further failure up to MaxBackoff. Defaults 5,
-	// 1 s and 15 min. FailureMemory is how long a quiet account keeps its count
-	// (default 24 h).
+	// FailuresBeforeBackoff consecutive wrong passwords for one account from one
+	// client network delay that account's logins from that network by BackoffBase,
+	// doubling with each further failure up to MaxBackoff; other networks are not
+	// affected. Defaults 5, 1 s and 15 min. FailureMemory is how long a quiet
+	// (account, network) keeps its count (default 24 h).
 	FailuresBeforeBackoff int
 	BackoffBase           time.Duration
 	MaxBackoff            time.Duration
 	FailureMemory         time.Duration
-	// MaxTracked bounds the per-address and per-account throttling tables
-	// (default 100 000 entries each); beyond it the oldest-looking entries go.
+	// AccountFailureLimit wrong passwords for one account per AccountFailureWindow,
+	// from all networks together, block the account for AccountBlock on every
+	// network it has not logged in from within KnownNetworkMemory. Defaults 100, 1 h,
+	// 15 min (and at most 15 min) and 30 days.
+	AccountFailureLimit  int
+	AccountFailureWindow time.Duration
+	AccountBlock         time.Duration
+	KnownNetworkMemory   time.Duration
+	// MaxTracked bounds each throttling table — buckets, (account, network)
+	// failures, accounts, known networks — to this many entries (default 100 000);
+	// beyond it the entries that matter least go first.
 	MaxTracked int
 
 	// SessionCacheSize bounds the in-process session cache (default 100 000).
@@ -80,6 +95,11 @@ type Config struct {
 	// "rate_limited" or "busy". Default: none.
 	LoginOutcome func(outcome string)
 }
+
+// MaxAccountBlock is the longest an account is ever blocked on the networks it has
+// not logged in from (SECURITY.md 28): whoever guesses from many networks can make
+// the owner wait, never keep them out.
+const MaxAccountBlock = 15 * time.Minute
 
 // Login outcomes passed to Config.LoginOutcome.
 const (
@@ -121,6 +141,12 @@ func (c Config) withDefaults() (Config, error) {
 	c.BackoffBase = orDefault(c.BackoffBase, time.Second)
 	c.MaxBackoff = orDefault(c.MaxBackoff, 15*time.Minute)
 	c.FailureMemory = orDefault(c.FailureMemory, 24*time.Hour)
+	c.IPv4Prefix = orDefault(c.IPv4Prefix, 32)
+	c.IPv6Prefix = orDefault(c.IPv6Prefix, 64)
+	c.AccountFailureLimit = orDefault(c.AccountFailureLimit, 100)
+	c.AccountFailureWindow = orDefault(c.AccountFailureWindow, time.Hour)
+	c.AccountBlock = orDefault(c.AccountBlock, MaxAccountBlock)
+	c.KnownNetworkMemory = orDefault(c.KnownNetworkMemory, 30*24*time.Hour)
 	c.MaxTracked = orDefault(c.MaxTracked, 100_000)
 	c.SessionCacheSize = orDefault(c.SessionCacheSize, 100_000)
 	c.SessionRecheck = orDefault(c.SessionRecheck, time.Minute)
@@ -138,12 +164,18 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("auth config: %w", err)
 	}
 	for _, d := range []time.Duration{c.TokenTTL, c.SessionMax, c.Leeway, c.BackoffBase, c.MaxBackoff,
-		c.FailureMemory, c.SessionRecheck, c.PollInterval} {
+		c.FailureMemory, c.AccountFailureWindow, c.AccountBlock, c.KnownNetworkMemory, c.SessionRecheck, c.PollInterval} {
 		if d < 0 {
 			return c, errors.New("auth config: durations must not be negative")
 		}
 	}
-	if c.MaxConcurrentHashes < 0 || c.HashQueue < 0 || c.PerAddressBurst < 0 || c.FailuresBeforeBackoff < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
+	if c.IPv4Prefix < 0 || c.IPv4Prefix > 32 || c.IPv6Prefix < 0 || c.IPv6Prefix > 128 {
+		return c, errors.New("auth config: client network prefixes must be 1..32 (IPv4) and 1..128 (IPv6)")
+	}
+	if c.AccountBlock > MaxAccountBlock {
+		return c, fmt.Errorf("auth config: an account block may last at most %v", MaxAccountBlock)
+	}
+	if c.MaxConcurrentHashes < 0 || c.HashQueue < 0 || c.PerAddressBurst < 0 || c.FailuresBeforeBackoff < 0 || c.AccountFailureLimit < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
 		return c, errors.New("auth config: counts must not be negative")
 	}
 	return c, nil

@@ -43,11 +43,17 @@
 // rehashed at login when the parameters changed. An unknown e-mail is verified
 // against a dummy hash made at New with the same parameters, so it costs what a
 // known one does, and unknown e-mails, wrong passwords and disabled users all get
-// the same 401 "invalid credentials". Before any hash, a login must pass a token
-// bucket per client address and the account's backoff (after 5 consecutive
-// failures, 1 s doubling to 15 min, counted per e-mail whether the account exists
-// or not, so lockouts tell nothing either); both answer 429 with RetryAfter, the
-// right password included. At most MaxConcurrentHashes hashes run at once (by
+// the same 401 "invalid credentials". Before any hash, a login must pass the
+// throttling (SECURITY.md 15, 28), which counts client networks — the address for
+// IPv4, the /64 for IPv6 (IPv4Prefix, IPv6Prefix) — so that one customer's subnet
+// is one client: a token bucket per network; a delay for the pair (account,
+// network) after 5 consecutive wrong passwords from it, 1 s doubling to 15 min,
+// that leaves every other network alone; and a ceiling over all networks, 100
+// failures an hour, which blocks the account for 15 min (never longer) on the
+// networks it has not logged in from successfully in the last 30 days. Accounts
+// are counted by e-mail whether they exist or not, so delays tell nothing either.
+// A delayed login is answered 429 with RetryAfter without being verified, the
+// right password too, so that the delay is no oracle. At most MaxConcurrentHashes hashes run at once (by
 // default one core less than GOMAXPROCS, so authenticated requests keep a core
 // during a login flood); further logins wait their turn in a FIFO queue bounded to
 // about HashWait (1 s) of expected wait, and only a login that finds the queue full

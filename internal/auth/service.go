@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -68,11 +69,11 @@ type Service struct {
 	dummyHash string
 	kdf       kdf
 
-	hashes  *hashQueue
-	addrs   *addressLimiter
-	backoff *accountBackoff
-	cache   *sessionCache
-	loads   singleflight.Group
+	hashes   *hashQueue
+	addrs    *addressLimiter
+	throttle *loginThrottle
+	cache    *sessionCache
+	loads    singleflight.Group
 
 	pollMu    sync.Mutex // one feed reader at a time; guards after and lastSweep
 	after     int64      // the newest feed entry seen
@@ -90,9 +91,9 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: cfg.Hasher,
-		addrs:   newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
-		backoff: newAccountBackoff(cfg),
-		cache:   newSessionCache(cfg.SessionCacheSize),
+		addrs:    newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
+		throttle: newLoginThrottle(cfg),
+		cache:    newSessionCache(cfg.SessionCacheSize),
 	}
 	if err := s.loadKeys(ctx); err != nil {
 		return nil, err
@@ -162,9 +163,12 @@ func errBusy(wait time.Duration) *errs.Error {
 		RetryAfter: retrySeconds(wait)}
 }
 
-// Login checks an e-mail and password and starts a session. In order: the client
-// address's token bucket, the account's backoff (both 429, the right password too),
-// a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
+// Login checks an e-mail and password and starts a session. addr is the client's
+// address (or an RFC 7239 obfuscated identifier); throttling counts its network
+// (Config.IPv4Prefix, IPv6Prefix). In order: the network's token bucket, the
+// delay of the (account, network) pair and the account's block on networks it has
+// not logged in from (all 429, the right password too: a delayed login is not
+// verified, so the delay is no oracle), a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
 // queue is full), then one argon2id verification, against the dummy hash for an
 // unknown e-mail. Every failure — unknown e-mail, wrong password, disabled user — is
 // the same 401 "invalid credentials". A hash made with other parameters than
@@ -172,16 +176,18 @@ func errBusy(wait time.Duration) *errs.Error {
 func (s *Service) Login(ctx context.Context, email, password, addr string) (Token, store.User, error) {
 	now := s.cfg.Now()
 	email = normalizeEmail(email)
-	if ok, wait := s.addrs.allow(addr, now); !ok {
+	network := s.network(addr)
+	if ok, wait := s.addrs.allow(network, now); !ok {
 		s.cfg.LoginOutcome(OutcomeRateLimited)
 		// Debug: under attack this is every request; LoginOutcome counts them.
-		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr),
+			slog.String("network", network))
 		return Token{}, store.User{}, errThrottled(wait)
 	}
-	if wait := s.backoff.lockedFor(email, now); wait > 0 {
+	if wait, scope := s.throttle.wait(email, network, now); wait > 0 {
 		s.cfg.LoginOutcome(OutcomeLocked)
-		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: account locked", slog.String("address", addr),
-			slog.Duration("remaining", wait))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: delayed after wrong passwords", slog.String("address", addr),
+			slog.String("network", network), slog.String("scope", scope), slog.Duration("remaining", wait))
 		return Token{}, store.User{}, errThrottled(wait)
 	}
 	// A place in line before the user is read: a login the queue turns away costs
@@ -225,7 +231,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		s.passwordFailed(ctx, "auth.login_failed", email, u.ID, addr, now)
 		return Token{}, store.User{}, errCredentials()
 	}
-	s.backoff.reset(email)
+	s.throttle.succeeded(email, network, now)
 
 	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
 		RotatedAt: now, Address: addr}
@@ -243,21 +249,37 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	return tok, u, nil
 }
 
-// passwordFailed counts a wrong password against the e-mail, known or not, and
-// audits it as action (none when empty) and the lockout it may start.
+// network is the client network addr belongs to, the unit of throttling.
+func (s *Service) network(addr string) string {
+	return clientNetwork(addr, s.cfg.IPv4Prefix, s.cfg.IPv6Prefix)
+}
+
+// passwordFailed counts a wrong password against the e-mail, known or not, from
+// addr's network, and audits it as action (none when empty) and the delays it may
+// start: auth.lockout, with the network and the scope ("network": this account
+// from this network; "account": this account from every network it has not
+// logged in from).
 func (s *Service) passwordFailed(ctx context.Context, action, email string, userID int64, addr string, now time.Time) {
-	n, locked := s.backoff.fail(email, now)
-	s.log.LogAttrs(ctx, slog.LevelInfo, "wrong password", slog.String("address", addr), slog.Int64("user", userID),
-		slog.Int("failures", n))
+	network := s.network(addr)
+	n, delay, block := s.throttle.fail(email, network, now)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "wrong password", slog.String("address", addr), slog.String("network", network),
+		slog.Int64("user", userID), slog.Int("failures", n))
 	if action != "" {
 		s.audit(ctx, store.AuditRecord{Action: action, UserID: userID, UserEmail: auditEmail(email),
-			Address: addr, Result: OutcomeBadCredentials})
+			Address: addr, Result: OutcomeBadCredentials, Params: jsonParams(map[string]any{"network": network})})
 	}
-	if locked > 0 {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "account locked", slog.String("address", addr), slog.Int64("user", userID),
-			slog.Int("failures", n), slog.Duration("for", locked))
+	lockout := func(scope string, d time.Duration) {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "login lockout", slog.String("scope", scope), slog.String("address", addr),
+			slog.String("network", network), slog.Int64("user", userID), slog.Int("failures", n), slog.Duration("for", d))
 		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", UserID: userID, UserEmail: auditEmail(email),
-			Address: addr, Result: "locked", Params: jsonParams(map[string]any{"failures": n, "seconds": locked.Seconds()})})
+			Address: addr, Result: "locked", Params: jsonParams(map[string]any{"scope": scope, "network": network,
+				"failures": n, "seconds": d.Seconds()})})
+	}
+	if delay > 0 {
+		lockout(scopeNetwork, delay)
+	}
+	if block > 0 {
+		lockout(scopeAccount, block)
 	}
 }
 
@@ -448,8 +470,9 @@ func (s *Service) Logout(ctx context.Context, p Principal) error {
 
 // ChangePassword sets a new password for p's user after checking the current one,
 // and ends the user's other sessions (p's own goes on). Wrong current passwords
-// count towards the account's backoff like failed logins, so a stolen token is no
-// way around it; the answer to one is 403, not 401, because the token is fine.
+// count towards the throttling like failed logins, from the client network of the
+// request (the address ctx carries, internal/audit), so a stolen token is no way
+// around it; the answer to one is 403, not 401, because the token is fine.
 func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next string) error {
 	u, err := s.st.UserByID(ctx, p.UserID)
 	if errs.Is(err, errs.NotFound) {
@@ -463,7 +486,8 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	}
 	now := s.cfg.Now()
 	key := normalizeEmail(u.Email)
-	if wait := s.backoff.lockedFor(key, now); wait > 0 {
+	addr := audit.FactsFrom(ctx).Address
+	if wait, _ := s.throttle.wait(key, s.network(addr), now); wait > 0 {
 		return errThrottled(wait)
 	}
 	release, retry, ok := s.hashes.acquire(ctx)
@@ -477,13 +501,13 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	}
 	release()
 	if !match {
-		s.passwordFailed(ctx, "", key, u.ID, "", now) // the HTTP layer audits the change itself
+		s.passwordFailed(ctx, "", key, u.ID, addr, now) // the accounts use case audits the change itself
 		return errs.R(errs.Forbidden, "forbidden", "the current password is not correct")
 	}
 	if err != nil {
 		return fmt.Errorf("change password: %w", err)
 	}
-	s.backoff.reset(key)
+	s.throttle.reset(key)
 	if _, err := s.setHash(ctx, u.ID, u.PasswordHash, hash); err != nil {
 		return fmt.Errorf("change password: %w", err)
 	}
@@ -491,7 +515,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 }
 
 // SetPassword is an admin's reset of a user's password: the policy holds, the
-// account's backoff is cleared, and every session of the user ends.
+// account's failures are forgotten, and every session of the user ends.
 func (s *Service) SetPassword(ctx context.Context, userID int64, password string) error {
 	u, err := s.st.UserByID(ctx, userID)
 	if err != nil {
@@ -507,7 +531,7 @@ func (s *Service) SetPassword(ctx context.Context, userID int64, password string
 	if _, err := s.setHash(ctx, userID, "", hash); err != nil {
 		return fmt.Errorf("set password: %w", err)
 	}
-	s.backoff.reset(normalizeEmail(u.Email))
+	s.throttle.reset(normalizeEmail(u.Email))
 	return s.revokeUserSessions(ctx, userID, "", WhyPassword)
 }
 
@@ -636,7 +660,7 @@ func (s *Service) pollChanges(ctx context.Context) error {
 		s.lastSweep = now
 		s.cache.sweep(now)
 		s.addrs.sweep(now)
-		s.backoff.sweep(now)
+		s.throttle.sweep(now)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"math"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -26,8 +27,8 @@ func shrink[K comparable, V any](m map[K]V, max int, prefer ...func(V) bool) {
 	}
 }
 
-// addressLimiter is a token bucket of login attempts per client address
-// (SECURITY.md 15). The table is bounded: a full bucket is the same as no entry, so
+// addressLimiter is a token bucket of login attempts per client network
+// (SECURITY.md 15, 28). The table is bounded: a full bucket is the same as no entry, so
 // those go first; when every entry is in use arbitrary ones go (an attacker who can
 // fill the table from that many addresses is past what a per-address limit holds).
 type addressLimiter struct {
@@ -43,20 +44,21 @@ func newAddressLimiter(limit rate.Limit, burst, max int) *addressLimiter {
 	return &addressLimiter{limit: limit, burst: burst, max: max, buckets: make(map[string]*rate.Limiter)}
 }
 
-// allow takes one attempt from addr's bucket, or says how long until one is there.
-func (a *addressLimiter) allow(addr string, now time.Time) (bool, time.Duration) {
+// allow takes one attempt from the network's bucket, or says how long until one is
+// there.
+func (a *addressLimiter) allow(network string, now time.Time) (bool, time.Duration) {
 	if a.limit == rate.Inf {
 		return true, 0
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b, ok := a.buckets[addr]
+	b, ok := a.buckets[network]
 	if !ok {
 		if len(a.buckets) >= a.max { // full buckets are the same as none: they go first
 			shrink(a.buckets, a.max, func(b *rate.Limiter) bool { return b.TokensAt(now) >= float64(a.burst) })
 		}
 		b = rate.NewLimiter(a.limit, a.burst)
-		a.buckets[addr] = b
+		a.buckets[network] = b
 	}
 	if b.AllowN(now, 1) {
 		return true, 0
@@ -85,89 +87,235 @@ func (a *addressLimiter) dropFull(now time.Time) {
 	}
 }
 
-// accountBackoff counts consecutive login failures per e-mail, known or not (so a
-// lockout does not tell which e-mails have accounts), and locks an account for
-// base·2^(n-threshold), capped, after threshold failures (SECURITY.md 15).
-type accountBackoff struct {
-	threshold int
-	base, max time.Duration
-	memory    time.Duration
-	maxKeys   int
-
-	mu    sync.Mutex
-	count map[string]*failures
-}
-
-type failures struct {
-	n           int
-	last        time.Time
-	lockedUntil time.Time
-}
-
-func newAccountBackoff(c Config) *accountBackoff {
-	return &accountBackoff{threshold: c.FailuresBeforeBackoff, base: c.BackoffBase, max: c.MaxBackoff,
-		memory: c.FailureMemory, maxKeys: c.MaxTracked, count: make(map[string]*failures)}
-}
-
-// lockedFor returns how long the account stays locked (0 when it is not).
-func (b *accountBackoff) lockedFor(key string, now time.Time) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if f, ok := b.count[key]; ok && now.Before(f.lockedUntil) {
-		return f.lockedUntil.Sub(now)
+// clientNetwork names the network addr belongs to, the unit of login throttling:
+// the address masked to v4 bits for IPv4 (32 by default: the address itself) and to
+// v6 bits for IPv6 (64: one subnet, which one customer usually holds whole, so that
+// the addresses of one /64 count as one client). Something that is not an address
+// (an RFC 7239 obfuscated identifier, or nothing) stands for itself.
+func clientNetwork(addr string, v4, v6 int) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil || a.Zone() != "" {
+		return addr
 	}
-	return 0
+	a = a.Unmap()
+	bits := v6
+	if a.Is4() {
+		bits = v4
+	}
+	if bits >= a.BitLen() {
+		return a.String()
+	}
+	p, _ := a.Prefix(bits)
+	return p.String()
 }
 
-// fail records a failure and returns the consecutive count and the lockout it
-// starts (0 while under the threshold).
-func (b *accountBackoff) fail(key string, now time.Time) (int, time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f, ok := b.count[key]
-	if ok && b.stale(f, now) {
-		*f = failures{}
+// Scopes of a login delay, in audit records and logs.
+const (
+	scopeNetwork = "network" // one account from one client network
+	scopeAccount = "account" // one account from every network it has not logged in from
+)
+
+// loginThrottle slows down password guessing without handing anyone a way to lock
+// an account's owner out (SECURITY.md 15, 28; OWASP's guidance on account lockout
+// and device-bound throttling):
+//
+//   - Wrong passwords for an account from one client network delay further logins
+//     for that account from that network: after threshold failures, base, doubling
+//     with each further failure up to max. Other networks are not affected, so an
+//     attacker on one network cannot lock the owner out on another.
+//   - Over all networks together, an account may take accountLimit failures per
+//     accountWindow (a leaky count) before it is blocked for accountBlock (at most
+//     15 min). That ceiling holds a guesser with many networks to accountLimit
+//     guesses an hour; the networks the account logged in from successfully within
+//     knownFor are exempt from it, so even that guesser cannot keep the owner out of
+//     the networks they use.
+//
+// A login refused by a delay is not verified: its password is never looked at, so
+// the delay is no oracle, and the right password gets 429 like any other. Accounts
+// are counted by e-mail whether they exist or not, so a delay reveals nothing. All
+// three tables are bounded (maxKeys each); the successful networks are a table of
+// their own so that failures cannot push them out.
+type loginThrottle struct {
+	threshold     int
+	base, max     time.Duration
+	memory        time.Duration
+	accountLimit  float64
+	accountWindow time.Duration
+	accountBlock  time.Duration
+	knownFor      time.Duration
+	maxKeys       int
+
+	mu       sync.Mutex
+	pairs    map[pairKey]*pairFailures
+	accounts map[string]*accountFailures
+	known    map[pairKey]time.Time // until when a network counts as the account's own
+}
+
+// pairKey is an account (normalised e-mail) and a client network.
+type pairKey struct{ account, network string }
+
+// pairFailures counts one account's consecutive failures from one network.
+type pairFailures struct {
+	n     int
+	last  time.Time // the last failure
+	until time.Time // logins wait until then
+}
+
+// accountFailures is one account's failures from every network: a count that
+// leaks accountLimit per accountWindow, and the block it started.
+type accountFailures struct {
+	level        float64
+	at           time.Time // when level was last brought up to date
+	blockedUntil time.Time
+}
+
+func newLoginThrottle(c Config) *loginThrottle {
+	return &loginThrottle{threshold: c.FailuresBeforeBackoff, base: c.BackoffBase, max: c.MaxBackoff,
+		memory: c.FailureMemory, accountLimit: float64(c.AccountFailureLimit), accountWindow: c.AccountFailureWindow,
+		accountBlock: c.AccountBlock, knownFor: c.KnownNetworkMemory, maxKeys: c.MaxTracked,
+		pairs: make(map[pairKey]*pairFailures), accounts: make(map[string]*accountFailures),
+		known: make(map[pairKey]time.Time)}
+}
+
+// wait returns how long a login for account from network must wait, and whether
+// the delay is the pair's or the account's (0 and "" when it may go ahead).
+func (t *loginThrottle) wait(account, network string, now time.Time) (time.Duration, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := pairKey{account, network}
+	if p, ok := t.pairs[k]; ok && now.Before(p.until) {
+		return p.until.Sub(now), scopeNetwork
+	}
+	if a, ok := t.accounts[account]; ok && now.Before(a.blockedUntil) && !now.Before(t.known[k]) {
+		return a.blockedUntil.Sub(now), scopeAccount
+	}
+	return 0, ""
+}
+
+// fail records a wrong password and returns the pair's consecutive count, the
+// delay it starts for the pair (0 while under the threshold) and the block it
+// starts for the account on every network but its own (0 unless it starts now).
+func (t *loginThrottle) fail(account, network string, now time.Time) (n int, delay, block time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := pairKey{account, network}
+	p, ok := t.pairs[k]
+	if ok && t.pairStale(p, now) {
+		*p = pairFailures{}
 	}
 	if !ok {
-		if len(b.count) >= b.maxKeys { // stale entries go first, then unlocked ones
-			shrink(b.count, b.maxKeys,
-				func(f *failures) bool { return b.stale(f, now) },
-				func(f *failures) bool { return !now.Before(f.lockedUntil) })
+		if len(t.pairs) >= t.maxKeys {
+			shrink(t.pairs, t.maxKeys,
+				func(p *pairFailures) bool { return t.pairStale(p, now) },
+				func(p *pairFailures) bool { return !now.Before(p.until) })
 		}
-		f = &failures{}
-		b.count[key] = f
+		p = &pairFailures{}
+		t.pairs[k] = p
 	}
-	f.n++
-	f.last = now
-	if f.n < b.threshold {
-		return f.n, 0
+	p.n++
+	p.last = now
+	if p.n >= t.threshold {
+		delay = t.max
+		if shift := p.n - t.threshold; shift < 62 && t.base <= time.Duration(math.MaxInt64>>shift) {
+			delay = min(t.base<<shift, t.max)
+		}
+		p.until = now.Add(delay)
 	}
-	d := b.max
-	if shift := f.n - b.threshold; shift < 62 && b.base <= time.Duration(math.MaxInt64>>shift) {
-		d = min(b.base<<shift, b.max)
+	a := t.account(account, now)
+	a.level++
+	if a.level >= t.accountLimit && !now.Before(a.blockedUntil) {
+		block = t.accountBlock
+		a.blockedUntil = now.Add(block)
 	}
-	f.lockedUntil = now.Add(d)
-	return f.n, d
+	return p.n, delay, block
 }
 
-// reset forgets the account's failures (a successful login or a new password).
-func (b *accountBackoff) reset(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.count, key)
+// account returns account's failures from every network, leaked up to now. The
+// caller holds t.mu.
+func (t *loginThrottle) account(account string, now time.Time) *accountFailures {
+	a, ok := t.accounts[account]
+	if !ok {
+		if len(t.accounts) >= t.maxKeys {
+			shrink(t.accounts, t.maxKeys,
+				func(a *accountFailures) bool { return t.accountStale(a, now) },
+				func(a *accountFailures) bool { return !now.Before(a.blockedUntil) })
+		}
+		a = &accountFailures{at: now}
+		t.accounts[account] = a
+	}
+	a.level = t.leaked(a, now)
+	a.at = now
+	return a
 }
 
-func (b *accountBackoff) stale(f *failures, now time.Time) bool {
-	return !now.Before(f.lockedUntil) && now.Sub(f.last) >= b.memory
+// leaked is a's level at now.
+func (t *loginThrottle) leaked(a *accountFailures, now time.Time) float64 {
+	if t.accountWindow <= 0 {
+		return 0
+	}
+	drained := now.Sub(a.at).Seconds() / t.accountWindow.Seconds() * t.accountLimit
+	return max(0, a.level-drained)
 }
 
-// sweep forgets stale accounts; Run calls it now and then.
-func (b *accountBackoff) sweep(now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for k, f := range b.count {
-		if b.stale(f, now) {
-			delete(b.count, k)
+// succeeded forgets the pair's failures and remembers the network as the
+// account's own. The account's count is left to leak: the owner logging in must
+// not hand a guesser on other networks a fresh allowance.
+func (t *loginThrottle) succeeded(account, network string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := pairKey{account, network}
+	delete(t.pairs, k)
+	if _, ok := t.known[k]; !ok && len(t.known) >= t.maxKeys {
+		shrink(t.known, t.maxKeys, func(until time.Time) bool { return !now.Before(until) })
+	}
+	t.known[k] = now.Add(t.knownFor)
+}
+
+// reset forgets every failure of account, on every network (a new password makes
+// the old guesses moot). The networks it is known on stay known.
+func (t *loginThrottle) reset(account string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.accounts, account)
+	for k := range t.pairs {
+		if k.account == account {
+			delete(t.pairs, k)
 		}
 	}
+}
+
+func (t *loginThrottle) pairStale(p *pairFailures, now time.Time) bool {
+	return !now.Before(p.until) && now.Sub(p.last) >= t.memory
+}
+
+func (t *loginThrottle) accountStale(a *accountFailures, now time.Time) bool {
+	return !now.Before(a.blockedUntil) && t.leaked(a, now) == 0
+}
+
+// sweep forgets what no longer matters; Run calls it now and then.
+func (t *loginThrottle) sweep(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, p := range t.pairs {
+		if t.pairStale(p, now) {
+			delete(t.pairs, k)
+		}
+	}
+	for k, a := range t.accounts {
+		if t.accountStale(a, now) {
+			delete(t.accounts, k)
+		}
+	}
+	for k, until := range t.known {
+		if !now.Before(until) {
+			delete(t.known, k)
+		}
+	}
+}
+
+// sizes returns the number of entries of each table, for tests.
+func (t *loginThrottle) sizes() (pairs, accounts, known int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pairs), len(t.accounts), len(t.known)
 }

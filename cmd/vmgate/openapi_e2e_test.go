@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/cli"
+)
+
+// TestEveryOperationOnRealBinary starts an emulated cluster and a vmgate server in
+// their own processes and walks every operation of api/openapi.yaml once, as an
+// admin and as an operator, through clients whose every answer is validated against
+// the document with a JSON Schema 2020-12 validator (apitest.Transport): a running
+// migration's task (with its nulls), its event stream and log, the power
+// operations, the administration of users, clusters and grants. It fails if some
+// operation of the document was not seen succeeding.
+func TestEveryOperationOnRealBinary(t *testing.T) {
+	sim := start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", "50", "--auth-delay", "0s")
+	var info simInfo
+	if err := json.Unmarshal([]byte(sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]), &info); err != nil {
+		t.Fatalf("pvesim's first line: %v", err)
+	}
+	dir := t.TempDir()
+	const adminPW, opPW, opPW2 = "walk every route please", "velvet tundra orchestra 42", "granite meadow lantern 77"
+	create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "root@example.com", "--role", "admin", "--password-stdin")
+	create.Stdin = strings.NewReader(adminPW + "\n")
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("admin user create: %v\n%s", err, out)
+	}
+	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	do := func(c *cli.Client, method, path string, query url.Values, in, out any) {
+		t.Helper()
+		if _, err := c.Do(ctx, method, path, query, in, out); err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, path, err, srv.log())
+		}
+	}
+	// raw reads a whole answer that is not an envelope (or a stream) through c's
+	// checked transport.
+	raw := func(c *cli.Client, path string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+		}
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v %s", path, resp.StatusCode, err, b)
+		}
+		return string(b)
+	}
+
+	admin := checkedClient(t, base, "")
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json"} {
+		raw(admin, p)
+	}
+	if _, err := admin.Login(ctx, "root@example.com", adminPW); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	do(admin, "GET", "/api/v1/user/me", nil, nil, nil)
+	if _, err := admin.Refresh(ctx); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+
+	var user struct {
+		ID int64 `json:"id"`
+	}
+	do(admin, "POST", "/api/v1/users", nil, map[string]any{"email": "operator1@example.com", "nickname": "Op",
+		"password": opPW, "role": "user"}, &user)
+	userPath := "/api/v1/users/" + strconv.FormatInt(user.ID, 10)
+	do(admin, "GET", "/api/v1/users", nil, nil, nil)
+	do(admin, "GET", userPath, nil, nil, nil)
+	do(admin, "PATCH", userPath, nil, map[string]any{"nickname": "Operator"}, nil)
+
+	tokenID, secret, _ := strings.Cut(info.Token, "=")
+	var cl struct {
+		ID int64 `json:"id"`
+	}
+	do(admin, "POST", "/api/v1/clusters", nil, map[string]any{"name": "lab", "endpoints": []string{info.URL},
+		"tokenId": tokenID, "tokenSecret": secret, "tlsFingerprint": info.Fingerprint}, &cl)
+	clusterPath := "/api/v1/clusters/" + strconv.FormatInt(cl.ID, 10)
+	grantPath := clusterPath + "/grants/" + strconv.FormatInt(user.ID, 10)
+	do(admin, "GET", "/api/v1/clusters", nil, nil, nil)
+	do(admin, "GET", clusterPath, nil, nil, nil)
+	do(admin, "PATCH", clusterPath, nil, map[string]any{"name": "lab-east"}, nil)
+	do(admin, "PUT", grantPath, nil, map[string]any{"role": "operator"}, nil)
+
+	op := checkedClient(t, base, "")
+	if _, err := op.Login(ctx, "operator1@example.com", opPW); err != nil {
+		t.Fatalf("operator login: %v", err)
+	}
+	inv := "/api/v1/pve/clusters/" + strconv.FormatInt(cl.ID, 10)
+	do(op, "GET", "/api/v1/pve/clusters", nil, nil, nil)
+	do(op, "GET", inv+"/nodes", nil, nil, nil)
+	do(op, "GET", inv+"/vms", nil, nil, nil)
+	do(op, "GET", cli.VMPath(cl.ID, "pve1", 100), nil, nil, nil)
+	do(op, "GET", cli.VMPath(cl.ID, "pve1", 100)+"/migrate", url.Values{"target": {"pve2"}}, nil, nil)
+
+	upid, err := op.Migrate(ctx, cl.ID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if _, err := op.Task(ctx, upid, 0, 0); err != nil { // running: its nulls are validated
+		t.Fatalf("task: %v", err)
+	}
+	// The stream ends with the task; the transport checks every event on the way.
+	if events := raw(op, cli.TaskPath(upid)+"/events"); !strings.Contains(events, "event: end") {
+		t.Fatalf("the event stream did not end: %s", events)
+	}
+	if tk, err := op.Task(ctx, upid, 0, 0); err != nil || tk.Status != "stopped" || tk.Result != "ok" {
+		t.Fatalf("the migration after its stream ended: %+v %v", tk, err)
+	}
+	do(op, "GET", cli.TaskPath(upid)+"/log", url.Values{"limit": {"10"}}, nil, nil)
+	do(op, "GET", "/api/v1/pve/tasks", url.Values{"clusterId": {strconv.FormatInt(cl.ID, 10)}}, nil, nil)
+
+	for _, step := range []struct {
+		op    string
+		force bool
+	}{{"start", false}, {"reboot", false}, {"stop", true}} {
+		if _, running, err := op.Power(ctx, cl.ID, "pve1", 101, step.op, step.force, 60, nil); err != nil || running {
+			t.Fatalf("%s VM 101: running %v, %v", step.op, running, err)
+		}
+	}
+
+	do(op, "POST", "/api/v1/user/password", nil, map[string]any{"currentPassword": opPW, "newPassword": opPW2}, nil)
+	if err := op.Logout(ctx); err != nil {
+		t.Fatalf("logout: %v", err)
+	}
+	do(admin, "GET", "/api/v1/audit", url.Values{"limit": {"50"}}, nil, nil)
+	do(admin, "DELETE", grantPath, nil, nil, nil)
+	do(admin, "DELETE", userPath, nil, nil, nil)
+	do(admin, "DELETE", clusterPath, nil, nil, nil)
+
+	if err := apitest.CheckCoverage(); err != nil {
+		t.Error(err)
+	}
+}
