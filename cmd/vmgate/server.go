@@ -41,7 +41,7 @@ type serverCmd struct {
 	SecretKeyFile  string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets; created 0600 if absent (default: <data-dir>/vmgate.key)."`
 	TokenTTL       time.Duration `default:"1h" env:"VMGATE_TOKEN_TTL" help:"Lifetime of an access token."`
 	SessionMax     time.Duration `default:"24h" env:"VMGATE_SESSION_MAX" help:"Longest life of a session from login."`
-	TrustedProxies []string      `env:"VMGATE_TRUSTED_PROXIES" help:"Addresses or CIDRs whose X-Forwarded-For is believed."`
+	TrustedProxies []string      `env:"VMGATE_TRUSTED_PROXIES" help:"Addresses or CIDRs whose X-Forwarded-For or Forwarded header is believed."`
 	LogFormat      string        `default:"text" enum:"text,json" env:"VMGATE_LOG_FORMAT" help:"Log format: text or json."`
 	LogLevel       string        `default:"info" enum:"debug,info,warn,error" env:"VMGATE_LOG_LEVEL" help:"Log level."`
 	Dev            bool          `env:"VMGATE_DEV" help:"Development mode: an embedded emulated PVE cluster and a fresh database."`

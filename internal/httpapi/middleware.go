@@ -4,14 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
 	"regexp"
 	"runtime/debug"
-	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -92,73 +88,6 @@ func (s *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection (write deadlines for SSE).
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// proxies resolves the client address from X-Forwarded-For only when the direct peer
-// is a configured trusted proxy (SECURITY.md 15).
-type proxies []netip.Prefix
-
-func parseProxies(list []string) (proxies, error) {
-	var ps proxies
-	for _, s := range list {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if !strings.Contains(s, "/") {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("trusted proxy %q: %w", s, err)
-			}
-			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("trusted proxy %q: %w", s, err)
-		}
-		ps = append(ps, p.Masked())
-	}
-	return ps, nil
-}
-
-func (ps proxies) trusted(a netip.Addr) bool {
-	for _, p := range ps {
-		if p.Contains(a.Unmap()) {
-			return true
-		}
-	}
-	return false
-}
-
-// resolve walks X-Forwarded-For from the right, skipping trusted proxies; the first
-// untrusted hop is the client.
-func (ps proxies) resolve(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	peer, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	peer = peer.Unmap()
-	if len(ps) == 0 || !ps.trusted(peer) {
-		return peer.String()
-	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break
-		}
-		a = a.Unmap()
-		if !ps.trusted(a) {
-			return a.String()
-		}
-		peer = a
-	}
-	return peer.String()
-}
-
 // outer is the first layer: request id, client address, panic recovery, the one log
 // line per request and the request metrics.
 func (s *Server) outer(next http.Handler) http.Handler {
@@ -168,7 +97,8 @@ func (s *Server) outer(next http.Handler) http.Handler {
 		if !requestIDPattern.MatchString(id) {
 			id = newRequestID()
 		}
-		ri := &reqInfo{id: id, addr: s.proxies.resolve(r), pattern: "unmatched"}
+		addr, addrErr := s.proxies.resolve(r)
+		ri := &reqInfo{id: id, addr: addr, pattern: "unmatched"}
 		ri.log = s.log.With(slog.String("request_id", id))
 		w.Header().Set("X-Request-Id", id)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -208,6 +138,10 @@ func (s *Server) outer(next http.Handler) http.Handler {
 			}
 			ri.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 		}()
+		if addrErr != nil { // the trusted proxy's forwarding headers cannot be read: no client to serve
+			writeError(rec, r, addrErr)
+			return
+		}
 		next.ServeHTTP(rec, r)
 	})
 }

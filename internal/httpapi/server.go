@@ -74,7 +74,7 @@ type Config struct {
 	VMs   VMs
 
 	Logger         *slog.Logger
-	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For is believed
+	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For or Forwarded is believed
 	Registry       *prometheus.Registry
 	Now            func() time.Time
 	// OpenAPIJSON is served at /api/v1/openapi.json.
