@@ -38,6 +38,10 @@ type Options struct {
 	// Logger receives the change feed's warnings (listener lost, feed unreadable);
 	// nil discards them.
 	Logger *slog.Logger
+
+	// listenerQuiet is how long the PostgreSQL listener waits for a notification
+	// before it pings (listenerQuiet by default; tests shorten it).
+	listenerQuiet time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -49,6 +53,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.listenerQuiet <= 0 {
+		o.listenerQuiet = listenerQuiet
 	}
 	return o
 }

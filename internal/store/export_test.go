@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing/fstest"
+	"time"
 )
 
 // MigrateUpTo brings the database of dsn to schema version (and no further), as an
@@ -44,4 +45,11 @@ func MigrateUpTo(ctx context.Context, dsn string, version int64) error {
 	}
 	d.migrations = old
 	return migrate(ctx, s.wdb, d)
+}
+
+// WithListenerQuiet returns o with the PostgreSQL listener pinging after d without
+// a notification, so a test sees a black-holed listener found out quickly.
+func WithListenerQuiet(o Options, d time.Duration) Options {
+	o.listenerQuiet = d
+	return o
 }

@@ -249,6 +249,46 @@ func TestPostgresListenerReconnect(t *testing.T) {
 	}
 }
 
+// TestPostgresListenerBlackHole: a listener whose connection goes silent (a
+// partition: nothing closes, nothing answers) finds out by pinging, reconnects once
+// the network heals, resyncs, and rereads the feed: a change made meanwhile arrives
+// though the poll is an hour away.
+func TestPostgresListenerBlackHole(t *testing.T) {
+	postgresDSN(t)
+	t.Parallel()
+	dsn := freshSchema(t)
+	a := hourPoll(t, dsn)
+	p, viaDSN := startProxy(t, dsn)
+	b, err := store.OpenWith(t.Context(), viaDSN, store.WithListenerQuiet(
+		store.Options{PollInterval: time.Hour, Timeout: 300 * time.Millisecond}, 50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer b.Close()
+	got := newInbox()
+	defer b.Subscribe(got.add)()
+	listenerPID(t, dsn, 0)
+
+	accepted := p.Stats().Accepted
+	p.BlackHole()
+	// Only the listener connects through the proxy now (b's reader is an hour
+	// from its poll and nothing wakes it): a new connection is the listener
+	// having given up on the silent one.
+	eventually(t, "the listener reconnecting", func() error {
+		if p.Stats().Accepted == accepted {
+			return errors.New("no new connection yet")
+		}
+		return nil
+	})
+	u, err := a.CreateUser(context.Background(), store.User{Email: "partitioned@example.com", Role: store.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Heal()
+	got.wait(t, "resync after the partition", isResync)
+	got.wait(t, "the change made during the partition", change(store.ChangeUser, "", u.ID, 0))
+}
+
 // TestSQLiteFeedAcrossProcesses: on SQLite a change made by another process (an
 // admin command on the same file) arrives by the poll.
 func TestSQLiteFeedAcrossProcesses(t *testing.T) {

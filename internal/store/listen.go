@@ -53,7 +53,7 @@ func (s *sqlStore) listenPostgres(ctx context.Context, o Options) error {
 		return errors.New("open postgres store: no current schema (check search_path)")
 	}
 	s.channel = feedChannel(schema.String)
-	l := &pgListener{cfg: s.pgConfig.Copy(), channel: s.channel, timeout: o.Timeout, log: o.Logger}
+	l := &pgListener{cfg: s.pgConfig.Copy(), channel: s.channel, timeout: o.Timeout, quiet: o.listenerQuiet, log: o.Logger}
 	s.feed.listen = l.run
 	return nil
 }
@@ -65,6 +65,7 @@ type pgListener struct {
 	cfg     *pgx.ConnConfig
 	channel string
 	timeout time.Duration // bounds connecting, LISTEN and each ping
+	quiet   time.Duration // ping after this long without a notification
 	log     *slog.Logger
 }
 
@@ -121,7 +122,7 @@ func (l *pgListener) listen(ctx context.Context, listening, wake func()) error {
 	}
 	listening()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenerQuiet)
+		wctx, cancel := context.WithTimeout(ctx, l.quiet)
 		_, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {

@@ -4,14 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net"
 	"net/url"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -20,169 +19,24 @@ import (
 // than go test's own timeout, so a hang fails with a message.
 const guard = 60 * time.Second
 
-// outageProxy stands between the store and PostgreSQL and plays the network's
-// failures: a black hole (every byte held, nothing refused, as in a partition) and
-// resets. Heal lets held bytes through again, as TCP's retransmissions would.
-type outageProxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cond  *sync.Cond
-	holed bool // hold every byte
-	held  int  // reads held so far
-	down  bool // reset every new connection at once
-	conns map[net.Conn]bool
-	done  bool
-}
-
-// startOutageProxy listens on a free loopback port and forwards to target.
-func startOutageProxy(t *testing.T, target string) *outageProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &outageProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.cond = sync.NewCond(&p.mu)
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *outageProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			abort(c)
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !p.track(c, up) {
-			return
-		}
-		go p.pipe(up, c)
-		go p.pipe(c, up)
-	}
-}
-
-func (p *outageProxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		if p.done {
-			c.Close()
-			continue
-		}
-		p.conns[c] = true
-	}
-	return !p.done
-}
-
-// pipe copies src to dst, holding what it read while the proxy is a black hole.
-func (p *outageProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			if p.holed {
-				p.held++
-			}
-			for p.holed && !p.done {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// blackHole makes every connection, old and new, silent.
-func (p *outageProxy) blackHole() { p.set(true) }
-
-// heal lets traffic through again.
-func (p *outageProxy) heal() { p.set(false) }
-
-func (p *outageProxy) set(holed bool) {
-	p.mu.Lock()
-	p.holed = holed
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-// reset aborts every open connection with a TCP reset; with down, every later one
-// too, until up.
-func (p *outageProxy) reset(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	for c := range p.conns {
-		abort(c)
-		delete(p.conns, c)
-	}
-}
-
-// up ends a reset's down.
-func (p *outageProxy) up() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
-}
-
-// abort closes c with a TCP reset rather than a FIN.
-func abort(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
-	}
-	c.Close()
-}
-
-func (p *outageProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	p.done = true
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	p.reset(false)
-}
-
-// viaProxy returns dsn with its host and port replaced by the proxy's.
-func viaProxy(t *testing.T, dsn string, p *outageProxy) string {
+// startProxy starts a fault-injecting proxy in front of dsn's server and returns
+// it with dsn pointed at it (without TLS, so the proxy sees PostgreSQL's messages).
+func startProxy(t testing.TB, dsn string) (*faultproxy.Proxy, string) {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = p.ln.Addr().String()
-	return u.String()
-}
-
-// postgresAddr is the host:port of dsn.
-func postgresAddr(t *testing.T, dsn string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
+	p, err := faultproxy.New(u.Host, faultproxy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u.Host
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	return p, u.String()
 }
 
 // within runs fn and returns its error, failing t if fn has not returned after guard.
@@ -231,9 +85,8 @@ func eventually(t testing.TB, what string, fn func() error) {
 func TestPostgresBlackHole(t *testing.T) {
 	postgresDSN(t)
 	t.Parallel()
-	dsn := freshSchema(t)
-	p := startOutageProxy(t, postgresAddr(t, dsn))
-	s, err := store.OpenWith(t.Context(), viaProxy(t, dsn, p), store.Options{Timeout: 500 * time.Millisecond})
+	p, dsn := startProxy(t, freshSchema(t))
+	s, err := store.OpenWith(t.Context(), dsn, store.Options{Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -244,7 +97,7 @@ func TestPostgresBlackHole(t *testing.T) {
 		t.Fatalf("create user: %v", err)
 	}
 
-	p.blackHole()
+	p.BlackHole()
 	calls := map[string]func() error{
 		"read": func() error { _, err := s.UserByID(ctx, u.ID); return err },
 		"write": func() error {
@@ -260,7 +113,7 @@ func TestPostgresBlackHole(t *testing.T) {
 		wantUnavailable(t, within(t, name, calls[name]), name+" into a black hole")
 	}
 
-	p.heal()
+	p.Heal()
 	eventually(t, "read after healing", calls["read"])
 	for name, call := range calls {
 		if name == "transaction" {
@@ -279,9 +132,8 @@ func TestPostgresBlackHole(t *testing.T) {
 func TestPostgresReset(t *testing.T) {
 	postgresDSN(t)
 	t.Parallel()
-	dsn := freshSchema(t)
-	p := startOutageProxy(t, postgresAddr(t, dsn))
-	s, err := store.OpenWith(t.Context(), viaProxy(t, dsn, p), store.Options{Timeout: 2 * time.Second})
+	p, dsn := startProxy(t, freshSchema(t))
+	s, err := store.OpenWith(t.Context(), dsn, store.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -290,19 +142,17 @@ func TestPostgresReset(t *testing.T) {
 	list := func() error { _, err := s.ListUsers(ctx); return err }
 
 	// A statement in flight when the reset comes (the black hole keeps it there).
-	p.blackHole()
+	p.BlackHole()
 	inFlight := make(chan error, 1)
 	go func() { inFlight <- list() }()
 	eventually(t, "the statement reaching the proxy", func() error {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.held == 0 {
+		if p.Waiting() == 0 {
 			return errors.New("nothing held yet")
 		}
 		return nil
 	})
-	p.reset(true)
-	p.heal()
+	p.ResetAll()
+	p.Heal()
 	select {
 	case err := <-inFlight:
 		if err != nil {
@@ -311,11 +161,13 @@ func TestPostgresReset(t *testing.T) {
 	case <-time.After(guard):
 		t.Fatal("read cut by a reset: still waiting")
 	}
-	// Every connection reset as it opens.
+	// Every connection is reset at its first message.
+	p.ResetBeforeForwarding(0)
+	p.ResetAll()
 	wantUnavailable(t, within(t, "read", list), "read while every connection is reset")
 	wantUnavailable(t, within(t, "ping", func() error { return s.Ping(ctx) }), "ping while every connection is reset")
 
-	p.up()
+	p.Heal()
 	eventually(t, "read after the resets stop", list)
 }
 
