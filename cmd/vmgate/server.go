@@ -29,6 +29,7 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
 	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
@@ -119,7 +120,12 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	a := &app{store: st}
-	key, err := fleet.LoadOrCreateKey(c.SecretKeyFile)
+	key, err := seal.LoadOrCreateKey(c.SecretKeyFile)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	sealer, err := seal.New(key)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -152,7 +158,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		return nil, err
 	}
 	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail})
-	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, SealKey: key, Logger: log, Audit: a.trail})
+	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Logger: log, Audit: a.trail})
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -96,7 +96,7 @@ func (s *Service) dropClient(clusterID int64) {
 // clientConfig turns a stored cluster into the PVE client's configuration, opening
 // the sealed token secret.
 func (s *Service) clientConfig(c store.Cluster) (pve.Config, error) {
-	secret, err := s.sealer.open(c.TokenSecretSealed, c.TokenID)
+	secret, err := s.openSecret(c)
 	if err != nil {
 		s.log.Error("cluster token secret does not open", slog.Int64("cluster", c.ID), slog.String("error", err.Error()))
 		return pve.Config{}, errs.Wrap(errs.Internal, err, "open the token secret of cluster %d", c.ID)

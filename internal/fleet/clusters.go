@@ -50,7 +50,7 @@ func (s *Service) register(ctx context.Context, spec ClusterSpec) (store.Cluster
 	if err != nil {
 		return store.Cluster{}, err
 	}
-	sealed, err := s.sealer.seal(v.secret, v.tokenID)
+	sealed, err := s.sealSecret(v.secret, v.tokenID)
 	if err != nil {
 		return store.Cluster{}, err
 	}
@@ -135,7 +135,7 @@ func (s *Service) update(ctx context.Context, id int64, p ClusterPatch) (store.C
 	if err != nil {
 		return store.Cluster{}, err
 	}
-	secret, err := s.sealer.open(c.TokenSecretSealed, c.TokenID)
+	secret, err := s.openSecret(c)
 	if err != nil && p.TokenSecret == nil {
 		return store.Cluster{}, errs.Wrap(errs.Internal, err, "open the token secret of cluster %d", id)
 	}
@@ -197,7 +197,7 @@ func (s *Service) update(ctx context.Context, id int64, p ClusterPatch) (store.C
 	}
 	sealed := c.TokenSecretSealed
 	if t.tokenID != c.TokenID || t.secret != secret {
-		if sealed, err = s.sealer.seal(t.secret, t.tokenID); err != nil {
+		if sealed, err = s.sealSecret(t.secret, t.tokenID); err != nil {
 			return store.Cluster{}, err
 		}
 	}

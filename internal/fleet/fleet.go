@@ -26,15 +26,17 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
 // Config is what New needs.
 type Config struct {
-	Store   store.Store
-	SealKey []byte // 32 bytes; see LoadOrCreateKey
-	Logger  *slog.Logger
-	Now     func() time.Time
+	Store store.Store
+	// Sealer seals the clusters' token secrets (internal/seal: the key file).
+	Sealer *seal.Sealer
+	Logger *slog.Logger
+	Now    func() time.Time
 	// PVETimeout bounds each PVE call (zero: the PVE client's default).
 	PVETimeout time.Duration
 	// Audit records the admin changes (clusters, grants), the refusals of Require,
@@ -46,7 +48,7 @@ type Config struct {
 // Service is the fleet. It is safe for concurrent use.
 type Service struct {
 	store   store.Store
-	sealer  *sealer
+	sealer  *seal.Sealer
 	log     *slog.Logger
 	now     func() time.Time
 	timeout time.Duration
@@ -67,12 +69,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("fleet: no store")
 	}
-	sl, err := newSealer(cfg.SealKey)
-	if err != nil {
-		return nil, fmt.Errorf("fleet: %w", err)
+	if cfg.Sealer == nil {
+		return nil, errors.New("fleet: no sealer")
 	}
 	s := &Service{
-		store: cfg.Store, sealer: sl, log: cfg.Logger, now: cfg.Now, timeout: cfg.PVETimeout,
+		store: cfg.Store, sealer: cfg.Sealer, log: cfg.Logger, now: cfg.Now, timeout: cfg.PVETimeout,
 		audit: cfg.Audit, clients: map[int64]*cachedClient{}, health: map[int64]healthEntry{}, tlsSeen: map[string]bool{},
 	}
 	if s.log == nil {
@@ -98,7 +99,7 @@ func (s *Service) checkKey(ctx context.Context) error {
 	}
 	failed := 0
 	for _, c := range cs {
-		if _, err := s.sealer.open(c.TokenSecretSealed, c.TokenID); err != nil {
+		if _, err := s.openSecret(c); err != nil {
 			failed++
 			s.log.Error("cluster token secret does not open", slog.Int64("cluster", c.ID), slog.String("name", c.Name))
 		}
@@ -107,6 +108,17 @@ func (s *Service) checkKey(ctx context.Context) error {
 		return fmt.Errorf("fleet: the secret key opens none of the %d clusters' token secrets: is --secret-key-file the one they were sealed with?", len(cs))
 	}
 	return nil
+}
+
+// sealSecret seals a cluster's token secret, bound to its token id.
+func (s *Service) sealSecret(secret, tokenID string) ([]byte, error) {
+	return s.sealer.Seal([]byte(secret), seal.TokenSecretAAD(tokenID))
+}
+
+// openSecret opens the token secret of a stored cluster.
+func (s *Service) openSecret(c store.Cluster) (string, error) {
+	plain, err := s.sealer.Open(c.TokenSecretSealed, seal.TokenSecretAAD(c.TokenID))
+	return string(plain), err
 }
 
 // Close closes every cached PVE client.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -21,7 +22,7 @@ func newTestService(t testing.TB, opts ...func(*Config)) (*Service, store.Store)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg := Config{Store: st, SealKey: bytes.Repeat([]byte{3}, KeySize)}
+	cfg := Config{Store: st, Sealer: testSealer(3)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -33,10 +34,19 @@ func newTestService(t testing.TB, opts ...func(*Config)) (*Service, store.Store)
 	return svc, st
 }
 
+// testSealer returns a sealer whose key is KeySize bytes of b.
+func testSealer(b byte) *seal.Sealer {
+	s, err := seal.New(bytes.Repeat([]byte{b}, seal.KeySize))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 // storeCluster writes a cluster straight into the store (no PVE behind it).
 func storeCluster(t *testing.T, svc *Service, name string) store.Cluster {
 	t.Helper()
-	sealed, err := svc.sealer.seal("secret-"+name, "vmgate@pve!gw")
+	sealed, err := svc.sealSecret("secret-"+name, "vmgate@pve!gw")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,10 +220,10 @@ func TestNewRefusesAWrongKey(t *testing.T) {
 	if bytes.Contains(got.TokenSecretSealed, []byte("secret-c1")) {
 		t.Fatal("the store holds the secret in clear")
 	}
-	if _, err := New(ctx, Config{Store: st, SealKey: bytes.Repeat([]byte{4}, KeySize)}); err == nil {
+	if _, err := New(ctx, Config{Store: st, Sealer: testSealer(4)}); err == nil {
 		t.Fatal("a wrong key was accepted although it opens no cluster")
 	}
-	if _, err := New(ctx, Config{Store: st, SealKey: bytes.Repeat([]byte{3}, KeySize)}); err != nil {
+	if _, err := New(ctx, Config{Store: st, Sealer: testSealer(3)}); err != nil {
 		t.Fatal(err)
 	}
 }

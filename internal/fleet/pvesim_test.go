@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -102,11 +103,11 @@ func TestRegisterLearnsEveryNode(t *testing.T) {
 	if len(stored.TokenSecretSealed) == 0 || bytes.Contains(stored.TokenSecretSealed, []byte(s.secret)) {
 		t.Fatalf("sealed secret %q holds the secret in clear", stored.TokenSecretSealed)
 	}
-	if secret, err := svc.sealer.open(stored.TokenSecretSealed, s.tokenID); err != nil || secret != s.secret {
+	if secret, err := svc.openSecret(stored); err != nil || secret != s.secret {
 		t.Fatalf("sealed secret opens to %q, %v", secret, err)
 	}
-	other, _ := newSealer(bytes.Repeat([]byte{9}, KeySize))
-	if _, err := other.open(stored.TokenSecretSealed, s.tokenID); err == nil {
+	other, _ := seal.New(bytes.Repeat([]byte{9}, seal.KeySize))
+	if _, err := other.Open(stored.TokenSecretSealed, seal.TokenSecretAAD(s.tokenID)); err == nil {
 		t.Fatal("a wrong key opened the stored secret")
 	}
 

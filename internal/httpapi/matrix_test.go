@@ -21,6 +21,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -77,6 +78,10 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 	}
 	t.Cleanup(func() { st.Close() })
 	trail := audit.New(st, audit.Options{})
+	sealer, err := seal.New(bytes.Repeat([]byte{5}, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cfg.Audit == nil {
 		cfg.Audit = trail.Append
 	}
@@ -85,7 +90,7 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 		t.Fatal(err)
 	}
 	acc := accounts.New(accounts.Config{Store: st, Auth: au, Audit: trail})
-	fl, err := fleet.New(ctx, fleet.Config{Store: st, SealKey: bytes.Repeat([]byte{5}, fleet.KeySize), Audit: trail})
+	fl, err := fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: trail})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
-package fleet
+package seal
 
 import (
 	"bytes"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -15,67 +13,8 @@ import (
 	"path/filepath"
 )
 
-// KeySize is the length of the secret key: AES-256.
+// KeySize is the length of a key: AES-256.
 const KeySize = 32
-
-// sealVersion leads every sealed value so that a later format (another cipher, a
-// key id for rotation) can be told apart from this one.
-const sealVersion byte = 1
-
-// sealer encrypts cluster token secrets at rest with AES-256-GCM. Each seal draws a
-// fresh random 96-bit nonce; with one key per installation and a handful of seals per
-// cluster change, the birthday bound of random nonces is nowhere near.
-type sealer struct {
-	aead cipher.AEAD
-}
-
-func newSealer(key []byte) (*sealer, error) {
-	if len(key) != KeySize {
-		return nil, fmt.Errorf("the secret key must be %d bytes, not %d", KeySize, len(key))
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &sealer{aead: aead}, nil
-}
-
-// sealAAD binds a sealed secret to the token it belongs to: a sealed value copied
-// into another cluster's row (with another token id) does not open there.
-func sealAAD(tokenID string) []byte {
-	return append([]byte("vmgate/pve-token-secret/v1\x00"), tokenID...)
-}
-
-// seal returns version ‖ nonce ‖ ciphertext+tag.
-func (s *sealer) seal(plaintext, tokenID string) ([]byte, error) {
-	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(plaintext)+s.aead.Overhead())
-	out[0] = sealVersion
-	if _, err := rand.Read(out[1:]); err != nil {
-		return nil, fmt.Errorf("draw a nonce: %w", err)
-	}
-	return s.aead.Seal(out, out[1:], []byte(plaintext), sealAAD(tokenID)), nil
-}
-
-// errSealBroken is what open reports for a value it cannot open: the wrong key file,
-// a value sealed for another token id, or a damaged row. The three look alike by design.
-var errSealBroken = errors.New("the token secret does not open with this secret key (wrong --secret-key-file?)")
-
-// open reverses seal.
-func (s *sealer) open(sealed []byte, tokenID string) (string, error) {
-	ns := s.aead.NonceSize()
-	if len(sealed) < 1+ns+s.aead.Overhead() || sealed[0] != sealVersion {
-		return "", errSealBroken
-	}
-	plain, err := s.aead.Open(nil, sealed[1:1+ns], sealed[1+ns:], sealAAD(tokenID))
-	if err != nil {
-		return "", errSealBroken
-	}
-	return string(plain), nil
-}
 
 // LoadOrCreateKey returns the 32-byte secret key kept in the file at path, creating
 // the file with a fresh random key on first start.
@@ -86,19 +25,21 @@ func (s *sealer) open(sealed []byte, tokenID string) (string, error) {
 // temporary file and a hard link, so two processes starting at once settle on one key
 // and neither reads a half-written file). An existing file that group or others may
 // read or write is refused, as ssh does for private keys: whoever reads the key and a
-// database backup holds every cluster's PVE token.
+// database backup holds every cluster's PVE token and can sign any login.
 func LoadOrCreateKey(path string) ([]byte, error) {
-	key, err := readKey(path)
+	key, err := ReadKey(path)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
 	if err := createKey(path); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
-	return readKey(path)
+	return ReadKey(path)
 }
 
-func readKey(path string) ([]byte, error) {
+// ReadKey returns the key kept in the file at path, with the checks of
+// LoadOrCreateKey, and never creates the file.
+func ReadKey(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
