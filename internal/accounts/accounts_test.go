@@ -15,7 +15,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-const password = "correct-Horse-battery-staple-42"
+const password = "violet-Harbor-lantern-drift-42"
 
 // env is the service on a fresh SQLite store with a real auth.Service (cheap
 // hashing, no login rate limit) and the audit trail in the same store.

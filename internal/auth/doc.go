@@ -61,9 +61,11 @@
 // session cache are bounded in size.
 //
 // The password policy (CheckPasswordPolicy) follows NIST SP 800-63B: length
-// (12 characters to 1024 bytes), no composition rules, and a blocklist of common
-// passwords, repeated or sequential characters, the service's name and the
-// e-mail's local part.
+// (12 characters to 1024 bytes), no composition rules, and a blocklist — SecLists'
+// 10 000 most common passwords and vmgate's additions (blocklist/README.md), compared
+// in a normalised form (case folded, no spaces or punctuation, no digits at the
+// ends, substitutions undone) — plus repeated or sequential characters, the
+// service's name and the e-mail's local part. Every refusal states PasswordRules.
 //
 // # Not handled here
 //

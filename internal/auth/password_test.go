@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -144,6 +146,8 @@ func TestCheckPasswordPolicy(t *testing.T) {
 		{"alice@example.com", "zwölf Zeichen", true},            // 13 runes
 		{"alice@example.com", "日本語のパスワードは十二文字", true},           // 14 runes, no ASCII at all
 		{"alice@example.com", "aaaaaaaaaaab", true},             // not a pure repetition
+		{"alice@example.com", "839204718263", true},             // random digits: no listed run of 6
+		{"alice@example.com", "purple elephant umbrella", true}, // words, unlisted together
 		{"alice@example.com", "short", false},                   // under 12
 		{"alice@example.com", "elevenchars", false},             // 11
 		{"alice@example.com", "日本語のパスワード", false},               // 9 runes, 27 bytes
@@ -153,24 +157,36 @@ func TestCheckPasswordPolicy(t *testing.T) {
 		{"alice@example.com", "password1234", false},      // common
 		{"alice@example.com", "PASSWORD1234", false},      // common, any case
 		{"alice@example.com", "P@ssw0rd1234!", false},     // common core after substitutions
+		{"alice@example.com", "@dmin!2345678", false},     // a substituted symbol at the start
 		{"alice@example.com", "Summer2024!!!", false},     // common word padded
+		{"alice@example.com", "2024-Summer-!!", false},    // padded at both ends
 		{"alice@example.com", "1qaz2wsx3edc", false},      // keyboard walk
 		{"alice@example.com", "qwertyuiop12", false},      // keyboard walk padded
 		{"alice@example.com", "123456789012", false},      // digits
+		{"alice@example.com", "99-123456-!!", false},      // a listed run of digits, padded
 		{"alice@example.com", "iloveyou4ever", true},      // listed word with more than padding
 		{"alice@example.com", "zzzzzzzzzzzz", false},      // one character
 		{"alice@example.com", "abcabcabcabc", false},      // a short pattern repeated
 		{"alice@example.com", "abcdefghijklmn", false},    // a run
 		{"alice@example.com", "zyxwvutsrqpo", false},      // a run down
 		{"alice@example.com", "my vmgate login", false},   // the service name
+		{"alice@example.com", "my VMG4TE login", false},   // the service name, substituted
 		{"alice@example.com", "alice@example.com", false}, // the e-mail
 		{"alice@example.com", "ALICE is my name!", false}, // contains the local part
 		{"alice@example.com", "@l1ce-1234567", false},     // the local part with substitutions and padding
 		{"john.smith@example.com", "john.smith2026", false},
+		{"john.smith@example.com", "John Smith 2026!", false}, // the local part normalised
 		{"john+vmgate@example.com", "johnjohnjohnny x", false},
 		{"bo@example.com", "bo1234567890", false},       // short local part plus digits
 		{"bo@example.com", "a boat on the river", true}, // a short local part may occur by chance
 		{"", "correct horse battery", true},
+
+		// Issue 9: a well-known passphrase, however it is spaced, cased or padded.
+		{"alice@example.com", "correct horse battery staple", false},
+		{"alice@example.com", "correcthorsebatterystaple", false},
+		{"alice@example.com", "Correct-Horse-Battery-Staple-42", false},
+		{"alice@example.com", "CorrectHorseBatteryStaple!", false},
+		{"alice@example.com", "the quick brown fox jumps over the lazy dog", false},
 	}
 	for _, c := range cases {
 		err := CheckPasswordPolicy(c.email, c.password)
@@ -182,25 +198,68 @@ func TestCheckPasswordPolicy(t *testing.T) {
 				t.Errorf("%q for %q accepted", c.password, c.email)
 			} else if errs.KindOf(err) != errs.Invalid {
 				t.Errorf("%q: kind %v", c.password, errs.KindOf(err))
+			} else if !strings.HasSuffix(err.Error(), PasswordRules) {
+				t.Errorf("%q: the message does not state the rules: %v", c.password, err)
 			}
 		}
 	}
 }
 
-// Every word on the embedded list is refused, padded to the minimum length too.
+// The rules are stated in every refusal, and say what the README says.
+func TestPasswordRulesStated(t *testing.T) {
+	t.Parallel()
+	for _, want := range []string{"12 characters", "1024 bytes", "common password", "e-mail address's name"} {
+		if !strings.Contains(PasswordRules, want) {
+			t.Errorf("PasswordRules %q lacks %q", PasswordRules, want)
+		}
+	}
+	err := CheckPasswordPolicy("alice@example.com", "short")
+	if err == nil || !strings.Contains(err.Error(), "too short (5 characters); a password needs at least 12 characters") {
+		t.Fatalf("refusal %v", err)
+	}
+}
+
+// SECURITY.md 13, issue 9: the blocklist holds SecLists' 10 000 most common
+// passwords, and every entry of both lists is refused padded with digits to the
+// minimum length, and (but for runs without letters shorter than minRun) padded
+// with digits and symbols at both ends.
 func TestCommonPasswordsListed(t *testing.T) {
 	t.Parallel()
-	list := commonPasswords()
-	if len(list.words) < 300 {
-		t.Fatalf("only %d common passwords", len(list.words))
+	entries := func(text string) []string {
+		var out []string
+		for line := range strings.SplitSeq(text, "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				out = append(out, line)
+			}
+		}
+		return out
 	}
-	for w := range list.words {
+	top, additions := entries(seclistsTop10000), entries(vmgateAdditions)
+	if len(top) != 10_000 {
+		t.Fatalf("%d SecLists entries, want 10 000", len(top))
+	}
+	// Cases and spellings collapse ("Password", "password"), and entries without
+	// letters are kept apart: about 8 000 forms with letters remain.
+	if n := len(blocklist().words); n < 8_000 {
+		t.Fatalf("only %d normalised forms with letters", n)
+	}
+	for _, w := range append(top, additions...) {
 		padded := w
-		for len([]rune(padded)) < MinPasswordRunes {
+		for utf8.RuneCountInString(padded) < MinPasswordRunes {
 			padded += "1"
 		}
-		if CheckPasswordPolicy("someone@example.com", padded) == nil {
-			t.Errorf("%q accepted", padded)
+		both := "19" + w + "!!"
+		for utf8.RuneCountInString(both) < MinPasswordRunes {
+			both = "7" + both + "!"
+		}
+		tries := []string{padded, both}
+		if !strings.ContainsFunc(w, unicode.IsLetter) && utf8.RuneCountInString(w) < minRun {
+			tries = tries[:1] // short runs without letters count only where they stand alone (see minRun)
+		}
+		for _, pw := range tries {
+			if CheckPasswordPolicy("someone@example.com", pw) == nil {
+				t.Errorf("%q (listed %q) accepted", pw, w)
+			}
 		}
 	}
 }

@@ -30,7 +30,7 @@ import (
 // clusters × actions × roles (SECURITY.md 18, 19). The VM operations add their
 // routes' actions and call runMatrix with them.
 
-const envPassword = "correct-Horse-battery-staple-42"
+const envPassword = "violet-Harbor-lantern-drift-42"
 
 // testEnv is a vmgate HTTP stack with emulated clusters behind it.
 type testEnv struct {
