@@ -50,8 +50,12 @@ func (q *hashQueue) full() bool {
 	case q.maxWait < 0:
 		return true
 	}
-	return n >= q.slots && q.drain() > q.maxWait
+	return n >= q.slots && (q.drain() > q.maxWait || n >= maxDerivedQueue)
 }
+
+// maxDerivedQueue caps a queue derived from very fast hashes: each waiter holds a
+// goroutine and its request.
+const maxDerivedQueue = 1024
 
 // drain is how long a newcomer would wait: a waiter at position p (from 0) gets a
 // slot after about p/slots + 1 holds. The caller holds q.mu.
