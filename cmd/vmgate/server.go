@@ -48,6 +48,8 @@ type serverCmd struct {
 	Dev            bool          `env:"VMGATE_DEV" help:"Development mode: an embedded emulated PVE cluster and a fresh database."`
 	DevSpeed       float64       `default:"1" env:"VMGATE_DEV_SPEED" help:"Dev mode: the emulator's time multiplier (1: a live migration of VM 100 takes about 20 s)."`
 	StoreTimeout   time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
+	MetricsListen  string        `env:"VMGATE_METRICS_LISTEN" help:"Also serve /metrics, to every peer, on this address of its own (host:port); firewall it."`
+	MetricsPublic  bool          `env:"VMGATE_METRICS_PUBLIC" help:"Serve /metrics on the main listener to every client (default: loopback clients only)."`
 
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
@@ -173,6 +175,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms,
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
+		MetricsPublic: c.MetricsPublic,
 	})
 	if err != nil {
 		st.Close()
@@ -217,6 +220,14 @@ func (c *serverCmd) Run() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
+	var mln net.Listener
+	if c.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s (--metrics-listen): %w", c.MetricsListen, err)
+		}
+		log.Info("serving /metrics on a listener of its own", "address", mln.Addr().String())
+	}
 	base := "http://" + ln.Addr().String()
 	// The first line on stdout says where vmgate listens; tests and scripts read it.
 	fmt.Printf("vmgate listening on %s\n", base)
@@ -238,8 +249,13 @@ func (c *serverCmd) Run() error {
 	}
 
 	hs := httpapi.NewHTTPServer(c.Listen, a.handler, log)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- hs.Serve(ln) }()
+	var ms *http.Server
+	if mln != nil {
+		ms = httpapi.NewHTTPServer(c.MetricsListen, a.handler.MetricsHandler(), log)
+		go func() { served <- ms.Serve(mln) }()
+	}
 	if err := sdNotify("READY=1"); err != nil {
 		log.Warn("systemd notification failed", "error", err)
 	}
@@ -251,6 +267,9 @@ func (c *serverCmd) Run() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = hs.Shutdown(sctx)
 		cancel()
+	}
+	if ms != nil {
+		ms.Close()
 	}
 	cancelBG()
 	wg.Wait()

@@ -30,6 +30,7 @@ const (
 	Upstream                     // PVE answered with an unexpected error: 502
 	Unavailable                  // no PVE endpoint answers: 503
 	Timeout                      // PVE did not answer in time: 504
+	UnsupportedMedia             // a body that is not JSON: 415
 )
 
 var kindNames = map[Kind]string{
@@ -37,7 +38,7 @@ var kindNames = map[Kind]string{
 	Forbidden: "forbidden", NotFound: "not_found", MethodNotAllowed: "method_not_allowed",
 	Conflict: "conflict", TooLarge: "payload_too_large", Unprocessable: "unprocessable",
 	RateLimited: "rate_limited", Upstream: "upstream_error", Unavailable: "cluster_unavailable",
-	Timeout: "upstream_timeout",
+	Timeout: "upstream_timeout", UnsupportedMedia: "unsupported_media_type",
 }
 
 // Reasons shared by several packages. A kind's default reason names the usual cause

@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -16,26 +18,47 @@ import (
 const maxBody = 64 << 10
 
 // decodeJSON reads exactly one JSON object into dst, strictly: at most maxBody bytes,
-// no unknown fields, no wrong types, nothing after the object.
+// no unknown fields, no wrong types, nothing after the object, and (checkKeys) no
+// key given twice or matching a field only when case is ignored, at any depth. The
+// Content-Type was checked before the handler ran (requireJSON).
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return errs.R(errs.Invalid, "invalid_request", "the body must be JSON (Content-Type: application/json)")
-		}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return bodyError(err)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	dec := json.NewDecoder(r.Body)
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return bodyError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return bodyError(err)
-		}
 		return errs.R(errs.Invalid, "invalid_request", "the body must hold exactly one JSON object")
+	}
+	return checkKeys(body, reflect.TypeOf(dst))
+}
+
+// requireJSON refuses a POST, PUT or PATCH whose body is not declared as JSON
+// (SECURITY.md 31): Content-Type must be application/json, with at most a charset
+// parameter of utf-8. A request without a body needs no Content-Type. Refusing
+// other types closes the door on bodies a browser may send across origins without
+// a preflight (text/plain, form encodings).
+func requireJSON(r *http.Request) error {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return nil
+	}
+	if r.ContentLength == 0 {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	ok := err == nil && mt == "application/json"
+	for k, v := range params {
+		ok = ok && k == "charset" && strings.EqualFold(v, "utf-8")
+	}
+	if !ok {
+		return errs.R(errs.UnsupportedMedia, "unsupported_media_type",
+			"the body must be JSON, sent with Content-Type: application/json")
 	}
 	return nil
 }

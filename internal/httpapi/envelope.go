@@ -28,6 +28,7 @@ var statusOf = map[errs.Kind]int{
 	errs.MethodNotAllowed: http.StatusMethodNotAllowed,
 	errs.Conflict:         http.StatusConflict,
 	errs.TooLarge:         http.StatusRequestEntityTooLarge,
+	errs.UnsupportedMedia: http.StatusUnsupportedMediaType,
 	errs.Unprocessable:    http.StatusUnprocessableEntity,
 	errs.RateLimited:      http.StatusTooManyRequests,
 	errs.Upstream:         http.StatusBadGateway,

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
@@ -20,7 +21,7 @@ func TestPVEMetrics(t *testing.T) {
 			t.Fatalf("VM list: %d %s", w.Code, w.Body)
 		}
 	}
-	w := e.send(httptest.NewRequest("GET", "/metrics", nil))
+	w := e.send(fromLoopback(httptest.NewRequest("GET", "/metrics", nil)))
 	m := regexp.MustCompile(fmt.Sprintf(`(?m)^vmgate_pve_requests_total\{cluster="%d"\} (\d+)$`, sim.id)).FindStringSubmatch(w.Body.String())
 	if m == nil {
 		t.Fatalf("no vmgate_pve_requests_total for cluster %d in:\n%s", sim.id, w.Body)
@@ -33,4 +34,11 @@ func TestPVEMetrics(t *testing.T) {
 			t.Errorf("no %s", name)
 		}
 	}
+}
+
+// fromLoopback makes r come from a loopback peer, as /metrics requires by default
+// (httptest's requests come from 192.0.2.1).
+func fromLoopback(r *http.Request) *http.Request {
+	r.RemoteAddr = "127.0.0.1:40000"
+	return r
 }

@@ -46,7 +46,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// metricsHandler serves the metrics to loopback clients, or to all with
+// Config.MetricsPublic; to anyone else /metrics does not exist (SECURITY.md 31).
 func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) error {
+	if !s.metricsAllowed(r) {
+		return errNoRoute(r)
+	}
 	s.metrics.handler().ServeHTTP(w, r)
 	return nil
 }

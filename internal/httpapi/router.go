@@ -73,7 +73,7 @@ func newMux(routes []route, wrap func(route) http.Handler) *mux {
 	}
 	m.paths.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		setRoutePattern(r, "unmatched")
-		writeError(w, r, errs.R(errs.NotFound, "not_found", "no such route: %s", safeText(r.URL.Path)))
+		writeError(w, r, errNoRoute(r))
 	})
 	return m
 }

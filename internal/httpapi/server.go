@@ -79,6 +79,13 @@ type Config struct {
 	Now            func() time.Time
 	// OpenAPIJSON is served at /api/v1/openapi.json.
 	OpenAPIJSON []byte
+	// MetricsPublic serves /metrics to every client; by default only loopback
+	// peers may read it (SECURITY.md 31).
+	MetricsPublic bool
+	// UI, when set, answers every path that is not the API's (IsAPIPath) as it is:
+	// without the API's headers, envelope or authentication. The web UI sets its
+	// own Content-Security-Policy.
+	UI http.Handler
 }
 
 // Server is vmgate's HTTP handler.
@@ -95,6 +102,9 @@ type Server struct {
 	now      func() time.Time
 	openapi  []byte
 	handler  http.Handler
+	ui       http.Handler
+
+	metricsPublic bool
 }
 
 // New builds the server. It fails only on bad configuration.
@@ -105,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs,
-		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON,
+		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -132,8 +142,15 @@ func New(cfg Config) (*Server, error) {
 // LoginOutcome counts a login attempt by outcome (wired into auth.Config).
 func (s *Server) LoginOutcome(outcome string) { s.metrics.LoginOutcome(outcome) }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler: the API's paths go through the API's layers,
+// every other path to Config.UI when there is one.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.ui != nil && !IsAPIPath(r.URL.Path) {
+		s.ui.ServeHTTP(w, r)
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 // wrap turns a route into a handler: it records the pattern, attaches the request's
 // facts for the audit trail (internal/audit), authenticates and checks the global
@@ -158,6 +175,10 @@ func (s *Server) wrap(rt route) http.Handler {
 					return
 				}
 			}
+		}
+		if err := requireJSON(r); err != nil {
+			writeError(w, r, err)
+			return
 		}
 		if err := rt.handle(w, r); err != nil {
 			writeError(w, r, err)
@@ -201,18 +222,51 @@ func principal(r *http.Request) auth.Principal {
 	return p
 }
 
-// NewHTTPServer wraps h in an http.Server with vmgate's timeouts (SECURITY.md 22).
-// WriteTimeout is generous because task waits and event streams hold answers open;
-// those handlers extend their own deadlines.
+// Timeouts bound how long a connection may take over its request and how long an
+// idle one stays open (SECURITY.md 22). Zero fields take DefaultTimeouts'.
+type Timeouts struct {
+	ReadHeader time.Duration // the request line and headers
+	Read       time.Duration // the whole request, body included
+	Write      time.Duration // the answer; task waits and event streams extend their own
+	Idle       time.Duration // a keep-alive connection between requests
+}
+
+// DefaultTimeouts are vmgate's: headers within 5 s, a whole request within 30 s
+// (bodies are at most 64 KiB), answers within 330 s (a power operation waits up to
+// 300 s for its task) and 120 s of keep-alive.
+var DefaultTimeouts = Timeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 330 * time.Second,
+	Idle: 120 * time.Second}
+
+// NewHTTPServer wraps h in an http.Server with DefaultTimeouts (SECURITY.md 22).
 func NewHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	return NewHTTPServerWith(addr, h, log, DefaultTimeouts)
+}
+
+// NewHTTPServerWith is NewHTTPServer with other timeouts; tests shorten them to
+// watch a slow client being cut off.
+func NewHTTPServerWith(addr string, h http.Handler, log *slog.Logger, t Timeouts) *http.Server {
+	t.ReadHeader = orDefault(t.ReadHeader, DefaultTimeouts.ReadHeader)
+	t.Read = orDefault(t.Read, DefaultTimeouts.Read)
+	t.Write = orDefault(t.Write, DefaultTimeouts.Write)
+	t.Idle = orDefault(t.Idle, DefaultTimeouts.Idle)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      330 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+func orDefault(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

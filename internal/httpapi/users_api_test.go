@@ -308,7 +308,7 @@ func TestStrictInput(t *testing.T) {
 		{"two objects", "POST", "/api/v1/user/login", `{"email":"a@b.c","password":"x"}{}`, "application/json", 400, "invalid_request"},
 		{"empty", "POST", "/api/v1/user/login", ``, "application/json", 400, "invalid_request"},
 		{"array", "POST", "/api/v1/user/login", `[]`, "application/json", 400, "invalid_request"},
-		{"form content type", "POST", "/api/v1/user/login", `{"email":"a@b.c","password":"x"}`, "application/x-www-form-urlencoded", 400, "invalid_request"},
+		{"form content type", "POST", "/api/v1/user/login", `{"email":"a@b.c","password":"x"}`, "application/x-www-form-urlencoded", 415, "unsupported_media_type"},
 		{"too large", "POST", "/api/v1/user/login", big, "application/json", 413, "payload_too_large"},
 		{"unknown route", "GET", "/api/v1/nope", "", "", 404, "not_found"},
 		{"wrong method", "DELETE", "/api/v1/user/login", "", "", 405, "method_not_allowed"},
@@ -380,7 +380,7 @@ func TestOperationsEndpoints(t *testing.T) {
 			t.Errorf("%s: %d", p, w.Code)
 		}
 	}
-	w = e.send(httptest.NewRequest("GET", "/metrics", nil))
+	w = e.send(fromLoopback(httptest.NewRequest("GET", "/metrics", nil)))
 	for _, want := range []string{
 		`vmgate_http_requests_total{method="GET",route="GET /healthz",status="200"}`,
 		`vmgate_http_request_duration_seconds_bucket`,
