@@ -50,6 +50,7 @@ type serverCmd struct {
 	StoreTimeout   time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
 	MetricsListen  string        `env:"VMGATE_METRICS_LISTEN" help:"Also serve /metrics, to every peer, on this address of its own (host:port); firewall it."`
 	MetricsPublic  bool          `env:"VMGATE_METRICS_PUBLIC" help:"Serve /metrics on the main listener to every client (default: loopback clients only)."`
+	RequestTimeout time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
 
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
@@ -175,7 +176,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms,
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
-		MetricsPublic: c.MetricsPublic,
+		MetricsPublic:  c.MetricsPublic,
+		RequestTimeout: c.RequestTimeout,
 	})
 	if err != nil {
 		st.Close()

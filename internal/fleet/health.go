@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,4 +96,23 @@ func (s *Service) check(ctx context.Context, c store.Cluster) string {
 	default:
 		return StatusUnavailable
 	}
+}
+
+// Unavailable lists, by ID, the clusters none of whose endpoints answered their
+// last health check (checked as for a listing: at most every 30 s, waiting at
+// most 2 s). /readyz names them. The store failing is the error.
+func (s *Service) Unavailable(ctx context.Context) ([]int64, error) {
+	all, err := s.store.ListClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	status := s.statuses(ctx, all)
+	var down []int64
+	for _, c := range all {
+		if status[c.ID] == StatusUnavailable {
+			down = append(down, c.ID)
+		}
+	}
+	slices.Sort(down)
+	return down, nil
 }

@@ -114,7 +114,7 @@ func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error
 	}
 	nodes, err := cl.Nodes(ctx)
 	if err != nil {
-		return nil, s.upstream(ctx, clusterID, err)
+		return nil, ReadError(s.upstream(ctx, clusterID, err))
 	}
 	out := make([]NodeView, 0, len(nodes))
 	for _, n := range nodes {
@@ -149,7 +149,7 @@ func (s *Service) vmResources(ctx context.Context, clusterID int64) ([]pve.Resou
 	}
 	res, err := cl.Resources(ctx, "vm")
 	if err != nil {
-		return nil, s.upstream(ctx, clusterID, err)
+		return nil, ReadError(s.upstream(ctx, clusterID, err))
 	}
 	return slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != "qemu" }), nil
 }
@@ -183,7 +183,7 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 		if pve.IsNotFound(err) {
 			return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)
 		}
-		return VMStatusView{}, s.upstream(ctx, clusterID, err)
+		return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
 	}
 	return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
 		Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,

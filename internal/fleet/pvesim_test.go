@@ -216,9 +216,10 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	if st := cl.Stats(); st.Failovers == 0 {
 		t.Fatalf("stats %+v: no failover counted", st)
 	}
-	// A VM on the offline node: PVE cannot reach the node (595).
+	// A VM on the offline node: PVE cannot reach the node (595); for a read that
+	// is 503 naming the node, never 409.
 	_, err = svc.VMStatus(ctx, c.ID, "pve1", 100)
-	if e, ok := errs.As(err); !ok || e.Kind != errs.Conflict || e.Reason != "node_offline" {
+	if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable || e.Reason != "cluster_unavailable" || e.Details["node"] != "pve1" {
 		t.Fatalf("VM on an offline node: %v", err)
 	}
 	// Every node down: the cluster is unavailable.

@@ -111,3 +111,18 @@ func (s *Service) upstream(ctx context.Context, clusterID int64, err error) erro
 	}
 	return UpstreamError(err)
 }
+
+// ReadError is UpstreamError for a read: a node PVE cannot reach is 503
+// cluster_unavailable naming the node, never 409 node_offline. A conflict is a
+// state that forbids an action; nothing forbids looking (issue 10), the answer is
+// just not there now.
+func ReadError(err error) error {
+	err = UpstreamError(err)
+	e, ok := errs.As(err)
+	if !ok || e.Kind != errs.Conflict || e.Reason != "node_offline" {
+		return err
+	}
+	out := *e
+	out.Kind, out.Reason, out.RetryAfter = errs.Unavailable, "cluster_unavailable", 5
+	return &out
+}

@@ -251,9 +251,10 @@ func TestClusterInventoryRoutes(t *testing.T) {
 		t.Fatalf("VM on another node: %d %s", w.Code, w.Body)
 	}
 
-	// A node that goes offline: its VMs answer 409 node_offline, the rest fails over.
+	// A node that goes offline: its VMs answer 503 cluster_unavailable naming the
+	// node (a read is never 409), the rest fails over.
 	a.c.SetNodeOnline("pve1", false)
-	if w = e.do("bob", "GET", "/api/v1/pve/vm/"+id+"/pve1/100", ""); w.Code != 409 || envelopeOf(t, w).Reason != "node_offline" {
+	if w = e.do("bob", "GET", "/api/v1/pve/vm/"+id+"/pve1/100", ""); w.Code != 503 || envelopeOf(t, w).Reason != "cluster_unavailable" {
 		t.Fatalf("VM on an offline node: %d %s", w.Code, w.Body)
 	}
 	if w = e.do("bob", "GET", "/api/v1/pve/clusters/"+id+"/vms", ""); w.Code != 200 {

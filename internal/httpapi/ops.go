@@ -25,8 +25,30 @@ func (s *Server) readyChecks() []readyCheck {
 	return []readyCheck{{name: "store", reason: errs.ReasonStoreUnavailable, check: s.store.Ping}}
 }
 
+// clusterHealth is what /readyz asks the fleet (*fleet.Service has it): the
+// clusters none of whose endpoints answers.
+type clusterHealth interface {
+	Unavailable(ctx context.Context) ([]int64, error)
+}
+
+// readyJSON is /readyz's data. A PVE cluster that is down does not make the
+// replica unready: every replica sees the same cluster, and taking them all out
+// of rotation would cut every other cluster off too. It is named instead, by id
+// only (the route is public): status "degraded" and one entry per cluster.
+type readyJSON struct {
+	Status      string          `json:"status"`
+	Unavailable []downClusterJS `json:"unavailable,omitempty"`
+}
+
+type downClusterJS struct {
+	Dependency string `json:"dependency"`
+	ClusterID  int64  `json:"clusterId"`
+	Reason     string `json:"reason"`
+}
+
 // readyz answers 200, or 503 naming the first dependency that is down: its reason
-// (store_unavailable, ...) and "dependency".
+// (store_unavailable, ...) and "dependency". A 200 names the clusters that are
+// down (readyJSON).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -42,7 +64,19 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		}
 		return down
 	}
-	writeData(w, map[string]string{"status": "ready"})
+	out := readyJSON{Status: "ready"}
+	if h, ok := s.fleet.(clusterHealth); ok {
+		ids, err := h.Unavailable(ctx)
+		if err != nil {
+			return &errs.Error{Kind: errs.Unavailable, Reason: errs.ReasonStoreUnavailable, Err: err, RetryAfter: 2,
+				Message: "store is not available", Details: map[string]any{"dependency": "store"}}
+		}
+		for _, id := range ids {
+			out.Status = "degraded"
+			out.Unavailable = append(out.Unavailable, downClusterJS{Dependency: "cluster", ClusterID: id, Reason: "cluster_unavailable"})
+		}
+	}
+	writeData(w, out)
 	return nil
 }
 

@@ -86,6 +86,10 @@ type Config struct {
 	// without the API's headers, envelope or authentication. The web UI sets its
 	// own Content-Security-Policy.
 	UI http.Handler
+	// RequestTimeout bounds every request as a whole, authentication and all
+	// [DefaultRequestTimeout]; long-polls get their wait on top, event streams
+	// none (see holdFor). Negative: no deadline.
+	RequestTimeout time.Duration
 }
 
 // Server is vmgate's HTTP handler.
@@ -105,6 +109,8 @@ type Server struct {
 	ui       http.Handler
 
 	metricsPublic bool
+
+	requestTimeout time.Duration
 }
 
 // New builds the server. It fails only on bad configuration.
@@ -115,7 +121,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs,
-		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic,
+		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
+	}
+	if s.requestTimeout == 0 {
+		s.requestTimeout = DefaultRequestTimeout
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -152,17 +161,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.handler.ServeHTTP(w, r)
 }
 
-// wrap turns a route into a handler: it records the pattern, attaches the request's
-// facts for the audit trail (internal/audit), authenticates and checks the global
+// wrap turns a route into a handler: it records the pattern, gives the request its
+// deadline (deadline.go), attaches the request's facts for the audit trail
+// (internal/audit), authenticates and checks the global
 // role, runs the handler and renders its error.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setRoutePattern(r, rt.method+" "+rt.pattern)
+		r, cancel := s.withDeadline(rt, r)
+		defer cancel()
 		r = r.WithContext(audit.WithRequest(r.Context(), clientAddr(r), requestID(r), r.UserAgent()))
 		if rt.access != public {
 			p, err := s.authenticate(r)
 			if err != nil {
-				writeError(w, r, err)
+				writeError(w, r, timedOut(r, err))
 				return
 			}
 			ri := infoFrom(r)
@@ -171,7 +183,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			r = r.WithContext(context.WithValue(ctx, principalKey, p))
 			if rt.access == admin {
 				if err := s.accounts.RequireAdmin(r.Context(), p, rt.method+" "+rt.pattern); err != nil {
-					writeError(w, r, err)
+					writeError(w, r, timedOut(r, err))
 					return
 				}
 			}
@@ -181,7 +193,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			return
 		}
 		if err := rt.handle(w, r); err != nil {
-			writeError(w, r, err)
+			writeError(w, r, timedOut(r, err))
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -28,6 +29,11 @@ const retryAfter = 2
 type bounded struct {
 	s       *sqlStore
 	timeout time.Duration
+	// closed is set by Close: database/sql then fails every call with an
+	// unexported error ("sql: database is closed") that nothing else classifies.
+	// A request still running while the process shuts down is answered 503 like
+	// any other store failure, never 500.
+	closed atomic.Bool
 }
 
 var _ Store = (*bounded)(nil)
@@ -47,7 +53,7 @@ func (b *bounded) unavailable(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return err
 	}
-	if !errors.Is(err, context.DeadlineExceeded) && !connectionFailed(err) && !b.s.d.unavailable(err) {
+	if !b.closed.Load() && !errors.Is(err, context.DeadlineExceeded) && !connectionFailed(err) && !b.s.d.unavailable(err) {
 		return err
 	}
 	return &errs.Error{Kind: errs.Unavailable, Reason: errs.ReasonStoreUnavailable, Err: err, RetryAfter: retryAfter,
@@ -89,7 +95,10 @@ func call0(b *bounded, ctx context.Context, fn func(ctx context.Context) error) 
 func (b *bounded) Ping(ctx context.Context) error { return call0(b, ctx, b.s.Ping) }
 
 // Close implements Store.
-func (b *bounded) Close() error { return b.s.Close() }
+func (b *bounded) Close() error {
+	b.closed.Store(true)
+	return b.s.Close()
+}
 
 // CreateUser implements Store.
 func (b *bounded) CreateUser(ctx context.Context, u User) (User, error) {
@@ -232,6 +241,11 @@ func (b *bounded) TaskByID(ctx context.Context, id int64) (Task, error) {
 // TaskByUPID implements Store.
 func (b *bounded) TaskByUPID(ctx context.Context, upid string) (Task, error) {
 	return call(b, ctx, func(ctx context.Context) (Task, error) { return b.s.TaskByUPID(ctx, upid) })
+}
+
+// TaskByIdempotencyKey implements Store.
+func (b *bounded) TaskByIdempotencyKey(ctx context.Context, userID int64, key string) (Task, error) {
+	return call(b, ctx, func(ctx context.Context) (Task, error) { return b.s.TaskByIdempotencyKey(ctx, userID, key) })
 }
 
 // ListTasks implements Store.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -219,5 +220,33 @@ func TestCallerCancelStaysCancelled(t *testing.T) {
 	_, err := s.ListUsers(ctx)
 	if err == nil || errs.Is(err, errs.Unavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("list users with a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// TestClosedStoreIsUnavailable: once Close has run, every call fails as
+// store_unavailable (a request still running while the process stops gets 503,
+// not 500), on both engines.
+func TestClosedStoreIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sqlite, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "closed.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines := map[string]store.Store{"sqlite": sqlite}
+	if os.Getenv(postgresEnv) != "" || localPostgresUp() {
+		pg, err := store.Open(ctx, freshSchema(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines["postgres"] = pg
+	}
+	for name, st := range engines {
+		st.Close()
+		_, err := st.UserByEmail(ctx, "nobody@example.com")
+		wantUnavailable(t, err, name+": UserByEmail after Close")
+		_, _, err = st.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{UserID: 1, Key: "k", RequestHash: "h"})
+		wantUnavailable(t, err, name+": ClaimIdempotencyKey after Close")
+		wantUnavailable(t, st.Ping(ctx), name+": Ping after Close")
 	}
 }

@@ -37,6 +37,21 @@ func postgresDSN(t testing.TB) string {
 	if dsn := os.Getenv(postgresEnv); dsn != "" {
 		return dsn
 	}
+	if localPostgresUp() {
+		return localPostgres
+	}
+	msg := "PostgreSQL tests SKIPPED: no server at 127.0.0.1:5432 (" + localErr.Error() + "); set " + postgresEnv +
+		"=postgres://USER@HOST:PORT/DB?sslmode=disable to run them"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg + " (required in CI)")
+	}
+	t.Skip("!!!!! " + msg + " !!!!!")
+	return ""
+}
+
+// localPostgresUp reports whether the local server answers, for tests that run
+// on PostgreSQL too when it is there but do not need it.
+func localPostgresUp() bool {
 	localOnce.Do(func() {
 		db, err := sql.Open("pgx", localPostgres)
 		if err != nil {
@@ -48,16 +63,7 @@ func postgresDSN(t testing.TB) string {
 		defer cancel()
 		localErr = db.PingContext(ctx)
 	})
-	if localErr == nil {
-		return localPostgres
-	}
-	msg := "PostgreSQL tests SKIPPED: no server at 127.0.0.1:5432 (" + localErr.Error() + "); set " + postgresEnv +
-		"=postgres://USER@HOST:PORT/DB?sslmode=disable to run them"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg + " (required in CI)")
-	}
-	t.Skip("!!!!! " + msg + " !!!!!")
-	return ""
+	return localErr == nil
 }
 
 // freshSchema creates an empty schema, drops it when t ends and returns a DSN that

@@ -203,6 +203,16 @@ type Task struct {
 	CreatedAt  time.Time
 	StartedAt  time.Time // PVE's start time (from the UPID) once known
 	EndedAt    time.Time // zero while running
+	// UpdatedAt is when the row was last written (set by the store): how old the
+	// snapshot is that a read answers with while PVE cannot be asked.
+	UpdatedAt time.Time
+	// OutcomeUnknownAt is when vmgate learned it could not tell whether PVE started
+	// the task (the POST's answer was lost, or the process that sent it died); zero
+	// otherwise. Mutable.
+	OutcomeUnknownAt time.Time
+	// IdemKey is the Idempotency-Key of the request that wrote the row (its user is
+	// UserID), "" when none; set at creation only.
+	IdemKey string
 }
 
 // Finished reports whether the task has reached a final state that never changes.
@@ -216,6 +226,10 @@ type TaskFilter struct {
 	UserID     int64
 	BeforeID   int64 // paging: only tasks with ID < BeforeID
 	Limit      int   // default 50, max 500
+	// ExcludeRefused leaves out rows whose task PVE refused at once: lost without
+	// an unknown outcome. What is left is every task PVE started, may have started,
+	// or is being looked for.
+	ExcludeRefused bool
 }
 
 // AuditRecord is one append-only audit entry.
@@ -346,6 +360,9 @@ type Store interface {
 	UpdateTask(ctx context.Context, t Task) (Task, error)
 	TaskByID(ctx context.Context, id int64) (Task, error)
 	TaskByUPID(ctx context.Context, upid string) (Task, error)
+	// TaskByIdempotencyKey returns the newest task row written by userID's request
+	// with Idempotency-Key key, NotFound when there is none.
+	TaskByIdempotencyKey(ctx context.Context, userID int64, key string) (Task, error)
 	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) // newest first
 	UnfinishedTasks(ctx context.Context) ([]Task, error)         // pending or running, oldest first
 

@@ -10,8 +10,9 @@ import (
 )
 
 // testUpgrade: rows an older vmgate (schema 1) left behind survive the migrations:
-// session feed entries become session changes, in order, and a key in progress gets
-// a lease of IdempotencyLease from its creation, so it can be taken over.
+// session feed entries become session changes, in order, a key in progress gets
+// a lease of IdempotencyLease from its creation, so it can be taken over, and a
+// task row was last updated when it was created.
 // raw is dsn as driver takes it.
 func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	ctx := t.Context()
@@ -29,6 +30,8 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 		`INSERT INTO session_changes (session_id, changed_at) VALUES ('old-2', $1)`,
 		`INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at, expires_at)
 			SELECT id, 'old-key', 'h', 'in_progress', $1, $1 FROM users`,
+		`INSERT INTO tasks (upid, cluster_id, user_id, op, vmid, status, created_at)
+			VALUES ('UPID:pve1:1:2:3:qmstart:100:x:', 1, 1, 'start', 100, 'running', $1)`,
 	} {
 		if _, err := db.ExecContext(ctx, q, created); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -57,6 +60,11 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	}
 	if _, taken, err := s.TakeOverIdempotencyKey(ctx, u.ID, "old-key", "new", base.Add(time.Minute), base.Add(2*time.Minute)); err != nil || !taken {
 		t.Fatalf("take over the old key: %v %v", taken, err)
+	}
+	// A task row gets UpdatedAt = CreatedAt and no idempotency key (0030).
+	task, err := s.TaskByUPID(ctx, "UPID:pve1:1:2:3:qmstart:100:x:")
+	if err != nil || !task.UpdatedAt.Equal(task.CreatedAt) || task.IdemKey != "" || !task.OutcomeUnknownAt.IsZero() {
+		t.Fatalf("old task row after the upgrade: %+v %v", task, err)
 	}
 	// New changes follow the old ones.
 	if err := s.DeleteUser(ctx, u.ID); err != nil {

@@ -38,7 +38,7 @@ func (s *Service) followHA(ctx context.Context, api pveAPI, t *tracker, v *TaskV
 		}
 		real, found, err := findRealTask(ctx, api, t.upid)
 		if err != nil {
-			return upstream(err)
+			return readUpstream(err)
 		}
 		if found {
 			t.follow = &real
@@ -68,10 +68,10 @@ func (s *Service) followHA(ctx context.Context, api pveAPI, t *tracker, v *TaskV
 	}
 	st, err := api.TaskStatus(ctx, *t.follow)
 	if err != nil {
-		return upstream(err)
+		return readUpstream(err)
 	}
 	if err := readLog(ctx, api, *t.follow, &t.followLog); err != nil {
-		return upstream(err)
+		return readUpstream(err)
 	}
 	v.FollowTaskID = t.follow.String()
 	v.Error = ""
@@ -140,7 +140,7 @@ func (s *Service) reachedState(ctx context.Context, api pveAPI, t *tracker, targ
 	}
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
-		return false, "", upstream(err)
+		return false, "", readUpstream(err)
 	}
 	for _, r := range res {
 		if r.Type != "qemu" || r.VMID != vmid {

@@ -88,7 +88,7 @@ func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (Pr
 	}
 	pc, err := s.precheck(ctx, api, vm, target)
 	if err != nil {
-		return Precheck{}, err
+		return Precheck{}, readUpstream(err)
 	}
 	return precheckOf(pc), nil
 }

@@ -222,6 +222,10 @@ func jsonText(v any) string {
 // upstream maps a PVE client error for the caller.
 func upstream(err error) error { return fleet.UpstreamError(err) }
 
+// readUpstream maps a PVE client error of a read: a node that cannot be
+// reached is 503, never 409 (fleet.ReadError).
+func readUpstream(err error) error { return fleet.ReadError(err) }
+
 // vmNotOn builds the 404 for a VM that PVE says is not on node (fleet's wording,
 // shared by every route): it names the node the VM is on when the cluster's
 // resources show it elsewhere.

@@ -305,11 +305,11 @@ func (s *Service) read(ctx context.Context, t *tracker) (TaskView, error) {
 		if pve.IsNotFound(err) {
 			return s.taskGone(ctx, t, err)
 		}
-		return TaskView{}, upstream(err)
+		return TaskView{}, readUpstream(err)
 	}
 	t.missingAt = time.Time{}
 	if err := readLog(ctx, api, t.upid, &t.own); err != nil {
-		return TaskView{}, upstream(err)
+		return TaskView{}, readUpstream(err)
 	}
 	v := s.baseView(t)
 	apply(&v, st, &t.own)
@@ -682,12 +682,12 @@ func (s *Service) TaskLog(ctx context.Context, upid string, clusterHint int64, s
 			if pve.IsNotFound(err) {
 				return TaskLog{}, taskNotFound(upid)
 			}
-			return TaskLog{}, upstream(err)
+			return TaskLog{}, readUpstream(err)
 		}
 	}
 	lines, total, err := api.TaskLog(ctx, u, start, limit)
 	if err != nil {
-		return TaskLog{}, upstream(err)
+		return TaskLog{}, readUpstream(err)
 	}
 	out := TaskLog{Lines: make([]LogLine, 0, len(lines)), Total: total}
 	for _, l := range lines {

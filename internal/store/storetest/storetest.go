@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"GrantsCascade", testGrantsCascade},
 		{"TaskLifecycle", testTaskLifecycle},
 		{"ListTasks", testListTasks},
+		{"TaskOutcome", testTaskOutcome},
 		{"Audit", testAudit},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyRace", testIdempotencyRace},
@@ -741,8 +742,9 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 		t.Fatalf("created task: %+v", task)
 	}
 	fresh(t, task.CreatedAt, "CreatedAt")
+	same(t, task.UpdatedAt, task.CreatedAt, "UpdatedAt of a new task")
 	want := in
-	want.ID, want.Status, want.CreatedAt = task.ID, store.TaskPending, task.CreatedAt
+	want.ID, want.Status, want.CreatedAt, want.UpdatedAt = task.ID, store.TaskPending, task.CreatedAt, task.CreatedAt
 	same(t, task, want, "created task")
 
 	// Many tasks may wait for their UPID at once.
@@ -753,6 +755,7 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	task.UPID, task.Status, task.StartedAt = upid, store.TaskRunning, at(0)
 	running, err := s.UpdateTask(ctx, task)
 	ok(t, err, "record UPID")
+	task.UpdatedAt = stamped(t, running, task)
 	same(t, running, task, "running task")
 	got, err := s.TaskByUPID(ctx, upid)
 	ok(t, err, "task by UPID")
@@ -777,6 +780,7 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	task.Status, task.ExitStatus, task.Error, task.EndedAt = store.TaskStopped, "migration problems", "ERROR: boom", at(time.Minute)
 	stopped, err := s.UpdateTask(ctx, task)
 	ok(t, err, "stop")
+	task.UpdatedAt = stamped(t, stopped, task)
 	same(t, stopped, task, "stopped task")
 	if !stopped.Finished() {
 		t.Fatal("a stopped task is not Finished")
@@ -804,6 +808,59 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	unfinished, err = s.UnfinishedTasks(ctx)
 	ok(t, err, "unfinished")
 	same(t, len(unfinished), 0, "unfinished tasks at the end")
+}
+
+// stamped checks that an update set UpdatedAt to now (never before the previous
+// write) and returns it.
+func stamped(t *testing.T, updated, before store.Task) time.Time {
+	t.Helper()
+	fresh(t, updated.UpdatedAt, "UpdatedAt")
+	if updated.UpdatedAt.Before(before.UpdatedAt) {
+		t.Fatalf("UpdatedAt went back from %v to %v", before.UpdatedAt, updated.UpdatedAt)
+	}
+	return updated.UpdatedAt
+}
+
+// testTaskOutcome: a row remembers the Idempotency-Key of the request that wrote
+// it (the newest row of a key is found by it), when its PVE call's outcome became
+// unknown, and ExcludeRefused lists every row but those PVE refused at once.
+func testTaskOutcome(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first, err := s.CreateTask(ctx, store.Task{ClusterID: 1, UserID: 5, Op: "start", VMID: 100, IdemKey: "k-1"})
+	ok(t, err, "create with a key")
+	second, err := s.CreateTask(ctx, store.Task{ClusterID: 1, UserID: 5, Op: "start", VMID: 100, IdemKey: "k-1"})
+	ok(t, err, "create again with the key")
+	_, err = s.CreateTask(ctx, store.Task{ClusterID: 1, UserID: 6, Op: "start", VMID: 100, IdemKey: "k-2"})
+	ok(t, err, "another user's key")
+	got, err := s.TaskByIdempotencyKey(ctx, 5, "k-1")
+	ok(t, err, "task by key")
+	same(t, got, second, "the newest row of the key")
+	_, err = s.TaskByIdempotencyKey(ctx, 5, "k-2")
+	wantKind(t, err, errs.NotFound, "another user's key")
+	_, err = s.TaskByIdempotencyKey(ctx, 5, "")
+	wantKind(t, err, errs.NotFound, "no key")
+
+	// first: PVE refused it at once (lost). second: its outcome became unknown,
+	// then it was given up (lost too). plain: pending.
+	first.Status, first.Error = store.TaskLost, "PVE said no"
+	_, err = s.UpdateTask(ctx, first)
+	ok(t, err, "refused")
+	second.OutcomeUnknownAt = at(time.Minute)
+	second, err = s.UpdateTask(ctx, second)
+	ok(t, err, "outcome unknown")
+	same(t, second.OutcomeUnknownAt, at(time.Minute), "OutcomeUnknownAt")
+	second.Status = store.TaskLost
+	_, err = s.UpdateTask(ctx, second)
+	ok(t, err, "given up")
+	plain, err := s.CreateTask(ctx, store.Task{ClusterID: 1, UserID: 5, Op: "stop", VMID: 101})
+	ok(t, err, "plain")
+	list, err := s.ListTasks(ctx, store.TaskFilter{UserID: 5, ExcludeRefused: true})
+	ok(t, err, "list without refused")
+	var ids []int64
+	for _, task := range list {
+		ids = append(ids, task.ID)
+	}
+	same(t, ids, []int64{plain.ID, second.ID}, "listed rows")
 }
 
 func testListTasks(t *testing.T, s store.Store) {

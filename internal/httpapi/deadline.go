@@ -1,0 +1,77 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// DefaultRequestTimeout is how long a request may take as a whole when
+// Config.RequestTimeout is zero: as long as one PVE call may (the client's own
+// deadline), so a request is never cut shorter than what it waits on.
+const DefaultRequestTimeout = 30 * time.Second
+
+// reasonRequestTimeout is the reason of a request that ran out of its own
+// deadline while waiting on something that did not classify the failure itself
+// (the store and PVE say store_unavailable and upstream_timeout). It is a 503
+// with Retry-After, like every other "not now".
+const reasonRequestTimeout = "request_timeout"
+
+// holdFor says how much longer than the request timeout a route may hold its
+// answer open, and whether it is a stream that no whole-request deadline bounds.
+// Long-polls (a task's ?wait=, a power operation's wait for its task) get their
+// wait on top of the timeout; event streams are bounded by their own limits
+// instead (each write's deadline, the task's end, the client going away, the
+// server's drain on shutdown). Everything else gets the timeout alone.
+func holdFor(rt route, r *http.Request) (extra time.Duration, stream bool) {
+	switch rt.method + " " + rt.pattern {
+	case "GET /api/v1/pve/task/{taskId}/events":
+		return 0, true
+	case "GET /api/v1/pve/task/{taskId}":
+		return waitParam(r, 0, vmops.MaxTaskWait), false
+	case "POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start",
+		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop",
+		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":
+		return waitParam(r, vmops.DefaultWait, vmops.MaxPowerWait), false
+	}
+	return 0, false
+}
+
+// waitParam reads ?wait= leniently, for the deadline only: a bad value is the
+// handler's to refuse (400); here it counts as the longest wait.
+func waitParam(r *http.Request, def, most time.Duration) time.Duration {
+	if _, ok := r.URL.Query()["wait"]; !ok {
+		return def
+	}
+	n, err := queryInt(r, "wait", 0, 0, int64(most/time.Second))
+	if err != nil {
+		return most
+	}
+	return time.Duration(n) * time.Second
+}
+
+// withDeadline gives r its deadline as a whole (DefaultRequestTimeout unless
+// configured, plus the route's wait), so that nothing a request waits on can
+// hold it longer. Streams get none.
+func (s *Server) withDeadline(rt route, r *http.Request) (*http.Request, context.CancelFunc) {
+	extra, stream := holdFor(rt, r)
+	if stream || s.requestTimeout < 0 {
+		return r, func() {}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout+extra)
+	return r.WithContext(ctx), cancel
+}
+
+// timedOut classifies an error that no layer classified, when the request's
+// own deadline is why it happened: 503 request_timeout rather than 500.
+func timedOut(r *http.Request, err error) error {
+	if _, ok := errs.As(err); ok || !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return &errs.Error{Kind: errs.Unavailable, Reason: reasonRequestTimeout, Err: err, RetryAfter: 1,
+		Message: "vmgate could not answer within the request's time limit; try again"}
+}
