@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -31,13 +32,19 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
-// savedClient builds a client from the kept session.
+// savedClient builds a client from the kept session; $VMGATE_CA_FILE overrides
+// the CA file given at login.
 func savedClient() (*cli.Client, error) {
 	s, err := cli.LoadSaved()
 	if err != nil {
 		return nil, err
 	}
-	return cli.NewClient(s.Server, s.Token), nil
+	cl := cli.NewClient(s.Server, s.Token)
+	ca := s.CAFile
+	if env := os.Getenv("VMGATE_CA_FILE"); env != "" {
+		ca = env
+	}
+	return cl, cl.TrustCAFile(ca)
 }
 
 func printJSON(v any) error {
@@ -47,7 +54,8 @@ func printJSON(v any) error {
 }
 
 type loginCmd struct {
-	Server        string `default:"http://127.0.0.1:8080" env:"VMGATE_SERVER" help:"vmgate's base URL."`
+	Server        string `default:"http://127.0.0.1:8080" env:"VMGATE_SERVER" help:"vmgate's base URL (https://... or, on this machine, http://...)."`
+	CAFile        string `env:"VMGATE_CA_FILE" type:"existingfile" help:"PEM file of the CA (or the self-signed certificate) to check an https:// server's certificate against, instead of the system's."`
 	Email         string `required:"" env:"VMGATE_EMAIL" help:"Your e-mail."`
 	PasswordStdin bool   `help:"Read the password from one line of standard input."`
 }
@@ -75,11 +83,21 @@ func (c *loginCmd) Run() error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	cl := cli.NewClient(c.Server, "")
+	ca := c.CAFile
+	if ca != "" {
+		var err error
+		if ca, err = filepath.Abs(ca); err != nil {
+			return err
+		}
+	}
+	if err := cl.TrustCAFile(ca); err != nil {
+		return err
+	}
 	t, err := cl.Login(ctx, c.Email, pw)
 	if err != nil {
 		return err
 	}
-	if err := cli.Save(cli.Saved{Server: cl.BaseURL, Token: t.Token}); err != nil {
+	if err := cli.Save(cli.Saved{Server: cl.BaseURL, Token: t.Token, CAFile: ca}); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "logged in as %s; token valid until %s\n", c.Email, t.ExpiresAt.Local().Format("15:04:05"))

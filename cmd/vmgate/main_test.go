@@ -133,7 +133,7 @@ func (p *proc) line(t *testing.T, re *regexp.Regexp) []string {
 	}
 }
 
-var listening = regexp.MustCompile(`^vmgate listening on (http://\S+)$`)
+var listening = regexp.MustCompile(`^vmgate listening on (https?://\S+)$`)
 
 // jwtPattern finds anything shaped like a JWT in a log.
 var jwtPattern = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)

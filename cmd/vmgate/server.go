@@ -37,6 +37,9 @@ import (
 // serverCmd runs vmgate. Every flag has a VMGATE_* environment variable.
 type serverCmd struct {
 	Listen         string        `default:"127.0.0.1:8080" env:"VMGATE_LISTEN" help:"Address to listen on (host:port; port 0 picks a free one)."`
+	TLSCert        string        `env:"VMGATE_TLS_CERT" help:"PEM certificate (with its chain) to serve HTTPS with; reloaded on SIGHUP and when the file changes."`
+	TLSKey         string        `env:"VMGATE_TLS_KEY" help:"PEM private key of --tls-cert."`
+	PlainHTTP      bool          `env:"VMGATE_PLAIN_HTTP" help:"Allow plain HTTP on an address that is not loopback: only behind a TLS-terminating proxy."`
 	Database       string        `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
 	DataDir        string        `env:"VMGATE_DATA_DIR" help:"Directory for the SQLite database and the secret key (default: current directory; in dev mode a fresh temporary one)."`
 	SecretKeyFile  string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets; created 0600 if absent (default: <data-dir>/vmgate.key)."`
@@ -203,6 +206,10 @@ func (c *serverCmd) Run() error {
 	defer cleanup()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cert, err := c.transport(ctx, log)
+	if err != nil {
+		return err
+	}
 
 	a, err := c.compose(ctx, log)
 	if err != nil {
@@ -230,7 +237,7 @@ func (c *serverCmd) Run() error {
 		}
 		log.Info("serving /metrics on a listener of its own", "address", mln.Addr().String())
 	}
-	base := "http://" + ln.Addr().String()
+	base := scheme(cert) + "://" + ln.Addr().String()
 	// The first line on stdout says where vmgate listens; tests and scripts read it.
 	fmt.Printf("vmgate listening on %s\n", base)
 	if c.Dev {
@@ -252,7 +259,7 @@ func (c *serverCmd) Run() error {
 
 	hs := httpapi.NewHTTPServer(c.Listen, a.handler, log)
 	served := make(chan error, 2)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- serve(hs, ln, cert) }()
 	var ms *http.Server
 	if mln != nil {
 		ms = httpapi.NewHTTPServer(c.MetricsListen, a.handler.MetricsHandler(), log)

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 )
 
-// Saved is what `vmgate login` keeps between commands: the server and the token.
+// Saved is what `vmgate login` keeps between commands: the server, the token and
+// the CA file the server's certificate is checked against, if not the system's.
 type Saved struct {
 	Server string `json:"server"`
 	Token  string `json:"token"`
+	CAFile string `json:"caFile,omitempty"`
 }
 
 // SessionFile returns where the CLI keeps its token: $VMGATE_SESSION_FILE or

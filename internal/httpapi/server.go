@@ -250,6 +250,8 @@ var DefaultTimeouts = Timeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Seco
 	Idle: 120 * time.Second}
 
 // NewHTTPServer wraps h in an http.Server with DefaultTimeouts (SECURITY.md 22).
+// Every answer over TLS carries Strict-Transport-Security (SECURITY.md 27, 31):
+// set here, around whatever h is, so the API and the web UI both have it.
 func NewHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 	return NewHTTPServerWith(addr, h, log, DefaultTimeouts)
 }
@@ -266,7 +268,7 @@ func NewHTTPServerWith(addr string, h http.Handler, log *slog.Logger, t Timeouts
 	}
 	return &http.Server{
 		Addr:              addr,
-		Handler:           h,
+		Handler:           hsts(h),
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
@@ -281,4 +283,20 @@ func orDefault(v, def time.Duration) time.Duration {
 		return def
 	}
 	return v
+}
+
+// hstsValue asks browsers to use HTTPS only, for a year (RFC 6797). Subdomains are
+// left alone: they may be other services, not vmgate's to decide.
+const hstsValue = "max-age=31536000"
+
+// hsts sets Strict-Transport-Security on answers to requests that came over TLS.
+// Over plain HTTP the header would be ignored (RFC 6797 §7.2); behind a
+// TLS-terminating proxy (--plain-http) the proxy sets it.
+func hsts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			w.Header().Set("Strict-Transport-Security", hstsValue)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
