@@ -158,6 +158,24 @@ func errThrottled(wait time.Duration) *errs.Error {
 		RetryAfter: retrySeconds(wait)}
 }
 
+// errDelayed is the answer during the delay that wrong passwords start: the same
+// answer as errThrottled, with a cause a front end can tell apart (Locked).
+func errDelayed(wait time.Duration) *errs.Error {
+	e := errThrottled(wait)
+	e.Err = errLocked
+	return e
+}
+
+// errLocked is the cause of a login refused during the delay of an account (from
+// the client's network, or everywhere) after wrong passwords.
+var errLocked = errors.New("delayed after wrong passwords")
+
+// Locked reports whether err refused a login (or a password change) because wrong
+// passwords paused the account, rather than because of too many attempts from one
+// network or too many logins at once; RetryAfter says for how long. The API
+// answers both alike; the web UI says which.
+func Locked(err error) bool { return errors.Is(err, errLocked) }
+
 func errBusy(wait time.Duration) *errs.Error {
 	return &errs.Error{Kind: errs.RateLimited, Reason: "rate_limited", Message: "too many logins at once; try again later",
 		RetryAfter: retrySeconds(wait)}
@@ -188,7 +206,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		s.cfg.LoginOutcome(OutcomeLocked)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: delayed after wrong passwords", slog.String("address", addr),
 			slog.String("network", network), slog.String("scope", scope), slog.Duration("remaining", wait))
-		return Token{}, store.User{}, errThrottled(wait)
+		return Token{}, store.User{}, errDelayed(wait)
 	}
 	// A place in line before the user is read: a login the queue turns away costs
 	// no store read, and the read overlaps the wait.
@@ -327,7 +345,7 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, erro
 		return Principal{}, errToken(errors.New("session revoked, expired or rotated"))
 	}
 	return Principal{UserID: e.userID, Email: e.email, Nickname: e.nickname, Role: e.role,
-		SessionID: v.sid, Generation: v.gen, TokenID: v.jti}, nil
+		SessionID: v.sid, Generation: v.gen, TokenID: v.jti, ExpiresAt: v.exp}, nil
 }
 
 // session returns what is known of session sid, reading the store when the cache
@@ -488,7 +506,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	key := normalizeEmail(u.Email)
 	addr := audit.FactsFrom(ctx).Address
 	if wait, _ := s.throttle.wait(key, s.network(addr), now); wait > 0 {
-		return errThrottled(wait)
+		return errDelayed(wait)
 	}
 	release, retry, ok := s.hashes.acquire(ctx)
 	if !ok {

@@ -332,3 +332,26 @@ func TestChangePasswordBackoff(t *testing.T) {
 		t.Fatalf("lockout not audited with the address: %+v", recs)
 	}
 }
+
+// TestLockedTellsDelayFromThrottle: a login refused during the delay after wrong
+// passwords is Locked, one refused by the network's bucket is not; the client sees
+// the same answer for both (the web UI says which).
+func TestLockedTellsDelayFromThrottle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.PerAddressRate, c.PerAddressBurst = rate.Every(time.Hour), 7 })
+	e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	for range 5 {
+		wantCredentialsError(t, e.loginFrom("alice@example.com", "wrong password!", "192.0.2.1"))
+	}
+	delayed := e.loginFrom("alice@example.com", alicePassword, "192.0.2.1")
+	wantClientError(t, delayed, errThrottled(time.Second))
+	if !Locked(delayed) {
+		t.Fatalf("a delayed login is not Locked: %v", delayed)
+	}
+	wantCredentialsError(t, e.loginFrom("bob@example.com", "wrong password!", "192.0.2.1"))
+	bucket := e.loginFrom("carol@example.com", "wrong password!", "192.0.2.1")
+	wantKind(t, bucket, errs.RateLimited)
+	if Locked(bucket) {
+		t.Fatalf("a login refused by the network's bucket is Locked: %v", bucket)
+	}
+}

@@ -26,7 +26,8 @@ type Principal struct {
 	Role       string // store.RoleAdmin or store.RoleUser
 	SessionID  string
 	Generation int64
-	TokenID    string // jti
+	TokenID    string    // jti
+	ExpiresAt  time.Time // the token's exp: a front end holding the token renews it before then
 }
 
 const (
