@@ -165,3 +165,17 @@ func (s *Service) grantTargets(ctx context.Context, userID, clusterID int64) err
 	}
 	return nil
 }
+
+// UserGrants lists a user's grants by cluster id, for an admin (the caller has
+// passed the admin check; grants of a user who does not exist are none).
+func (s *Service) UserGrants(ctx context.Context, userID int64) ([]Grant, error) {
+	gs, err := s.store.UserGrants(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Grant, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, Grant{UserID: g.UserID, ClusterID: g.ClusterID, Role: g.Role, CreatedAt: g.CreatedAt})
+	}
+	return out, nil
+}

@@ -227,3 +227,28 @@ func TestNewRefusesAWrongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUserGrants: an admin's view of a user's grants, by cluster id; none for a
+// user without grants.
+func TestUserGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, st := newTestService(t)
+	c1, c2 := storeCluster(t, svc, "c1"), storeCluster(t, svc, "c2")
+	op := storeUser(t, st, "op@x", store.RoleUser)
+	none := storeUser(t, st, "none@x", store.RoleUser)
+	if _, err := svc.PutGrant(ctx, op.ID, c2.ID, GrantViewer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PutGrant(ctx, op.ID, c1.ID, GrantOperator); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := svc.UserGrants(ctx, op.ID)
+	if err != nil || len(gs) != 2 || gs[0].ClusterID != c1.ID || gs[0].Role != GrantOperator ||
+		gs[1].ClusterID != c2.ID || gs[1].Role != GrantViewer || gs[0].UserID != op.ID || gs[0].CreatedAt.IsZero() {
+		t.Fatalf("grants %+v %v", gs, err)
+	}
+	if gs, err := svc.UserGrants(ctx, none.ID); err != nil || len(gs) != 0 {
+		t.Fatalf("no grants: %+v %v", gs, err)
+	}
+}
