@@ -36,6 +36,19 @@ var statusOf = map[errs.Kind]int{
 	errs.Timeout:          http.StatusGatewayTimeout,
 }
 
+// StatusOf is the HTTP status of an error: its kind through statusOf, 500 for
+// anything that is no *errs.Error. The web UI answers with the same statuses.
+func StatusOf(err error) int {
+	e, ok := errs.As(err)
+	if !ok {
+		return http.StatusInternalServerError
+	}
+	if status, known := statusOf[e.Kind]; known {
+		return status
+	}
+	return http.StatusInternalServerError
+}
+
 // writeJSON writes v as the whole body with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
@@ -87,10 +100,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !ok {
 		e = &errs.Error{Kind: errs.Internal, Message: "internal error", Err: err}
 	}
-	status, known := statusOf[e.Kind]
-	if !known {
-		status = http.StatusInternalServerError
-	}
+	status := StatusOf(e)
 	msg := e.Message
 	if status == http.StatusInternalServerError {
 		logFrom(r).ErrorContext(r.Context(), "internal error", slog.String("error", err.Error()))

@@ -101,7 +101,9 @@ func (s *Server) outer(next http.Handler) http.Handler {
 		ri := &reqInfo{id: id, addr: addr, pattern: "unmatched"}
 		ri.log = s.log.With(slog.String("request_id", id))
 		w.Header().Set("X-Request-Id", id)
-		setAPIHeaders(w.Header())
+		if s.ui == nil || IsAPIPath(r.URL.Path) {
+			setAPIHeaders(w.Header()) // the web UI sets its own
+		}
 		// Answers carry tokens and inventory; no cache may keep any of them, and
 		// every 401 then looks the same wherever it comes from.
 		w.Header().Set("Cache-Control", "no-store")

@@ -32,8 +32,9 @@ type mux struct {
 }
 
 // newMux builds the dispatcher. wrap turns a route into the final handler (auth,
-// error rendering, metrics label).
-func newMux(routes []route, wrap func(route) http.Handler) *mux {
+// error rendering, metrics label); other serves a path no route names, when it
+// wants to (the web UI), before the envelope's 404.
+func newMux(routes []route, wrap func(route) http.Handler, other func(http.ResponseWriter, *http.Request) bool) *mux {
 	byPattern := map[string]map[string]http.Handler{}
 	var order []string
 	for _, rt := range routes {
@@ -72,6 +73,9 @@ func newMux(routes []route, wrap func(route) http.Handler) *mux {
 		})
 	}
 	m.paths.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if other != nil && other(w, r) {
+			return
+		}
 		setRoutePattern(r, "unmatched")
 		writeError(w, r, errNoRoute(r))
 	})

@@ -82,9 +82,13 @@ type Config struct {
 	// MetricsPublic serves /metrics to every client; by default only loopback
 	// peers may read it (SECURITY.md 31).
 	MetricsPublic bool
-	// UI, when set, answers every path that is not the API's (IsAPIPath) as it is:
-	// without the API's headers, envelope or authentication. The web UI sets its
-	// own Content-Security-Policy.
+	// UI, when set, answers every path that is not the API's (IsAPIPath), without
+	// the API's headers, envelope or authentication: the web UI sets its own
+	// Content-Security-Policy and authenticates by cookie, which the API never
+	// accepts. It passes the outer layer like the API (request id, client address,
+	// panic recovery, the one log line, metrics) and gets the request's facts in
+	// the context (internal/audit). A UI that has a Route method names its routes
+	// for the metrics and the log (the web UI does).
 	UI http.Handler
 	// RequestTimeout bounds every request as a whole, authentication and all
 	// [DefaultRequestTimeout]; long-polls get their wait on top, event streams
@@ -144,22 +148,17 @@ func New(cfg Config) (*Server, error) {
 	if st, ok := cfg.Fleet.(upstreamStats); ok {
 		reg.MustRegister(pveCollector{stats: st.ClientStats})
 	}
-	s.handler = s.outer(newMux(s.routes(), s.wrap))
+	s.handler = s.outer(newMux(s.routes(), s.wrap, s.serveUI))
 	return s, nil
 }
 
 // LoginOutcome counts a login attempt by outcome (wired into auth.Config).
 func (s *Server) LoginOutcome(outcome string) { s.metrics.LoginOutcome(outcome) }
 
-// ServeHTTP implements http.Handler: the API's paths go through the API's layers,
-// every other path to Config.UI when there is one.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.ui != nil && !IsAPIPath(r.URL.Path) {
-		s.ui.ServeHTTP(w, r)
-		return
-	}
-	s.handler.ServeHTTP(w, r)
-}
+// ServeHTTP implements http.Handler: every request passes the outer layer; the
+// API's paths then go through the route table, every other path to Config.UI when
+// there is one (serveUI).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // wrap turns a route into a handler: it records the pattern, gives the request its
 // deadline (deadline.go), attaches the request's facts for the audit trail
@@ -196,6 +195,23 @@ func (s *Server) wrap(rt route) http.Handler {
 			writeError(w, r, timedOut(r, err))
 		}
 	})
+}
+
+// serveUI hands a path that is not the API's (IsAPIPath) to Config.UI, with the
+// request's facts in the context as wrap attaches them; it reports whether it
+// did. Without a UI every such path is the API's 404.
+func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) bool {
+	if s.ui == nil || IsAPIPath(r.URL.Path) {
+		return false
+	}
+	route := "unmatched"
+	if named, ok := s.ui.(interface{ Route(*http.Request) string }); ok {
+		route = named.Route(r)
+	}
+	setRoutePattern(r, "UI "+route)
+	r = r.WithContext(audit.WithRequest(r.Context(), clientAddr(r), requestID(r), r.UserAgent()))
+	s.ui.ServeHTTP(w, r)
+	return true
 }
 
 // errUnauthenticated is the one answer to every token failure (SECURITY.md 1).

@@ -343,7 +343,7 @@ func TestRequestIDAndPanic(t *testing.T) {
 	}
 	boom := e.api.outer(newMux([]route{{"GET", "/boom", public, func(http.ResponseWriter, *http.Request) error {
 		panic("secret detail")
-	}}}, e.api.wrap))
+	}}}, e.api.wrap, nil))
 	w := httptest.NewRecorder()
 	boom.ServeHTTP(w, httptest.NewRequest("GET", "/boom", nil))
 	if w.Code != 500 || strings.Contains(w.Body.String(), "secret") {
