@@ -32,6 +32,7 @@ import (
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
+	"github.com/vmgate/vmgate/internal/webui"
 )
 
 // serverCmd runs vmgate. Every flag has a VMGATE_* environment variable.
@@ -176,11 +177,23 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, fmt.Errorf("api/openapi.yaml: %w", err)
 	}
+	// The web UI calls the same use cases; the API hands it every path that is
+	// not the API's (docs/decisions/0012). Its CSRF key derives from the key file,
+	// which every replica shares.
+	ui, err := webui.New(webui.Config{
+		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Audit: a.trail,
+		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, Logger: log,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms,
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
+		UI:             ui,
 	})
 	if err != nil {
 		st.Close()
@@ -363,6 +376,14 @@ func (c *serverCmd) printDevHelp(base string) {
 	pw := "$VMGATE_DEV_PASSWORD"
 	if c.devPasswordShown {
 		pw = c.devPassword
+	}
+	switch {
+	case c.devPasswordShown:
+		fmt.Printf("web UI: %s/ (log in as %s, password %s)\n", base, devAdmin, c.devPassword)
+	case c.devPassword != "":
+		fmt.Printf("web UI: %s/ (log in as %s, password $VMGATE_DEV_PASSWORD)\n", base, devAdmin)
+	default:
+		fmt.Printf("web UI: %s/ (log in as %s)\n", base, devAdmin)
 	}
 	fmt.Printf("try:\n  TOKEN=$(curl -s %s/api/v1/user/login -H 'Content-Type: application/json' -d \"{\\\"email\\\":\\\"%s\\\",\\\"password\\\":\\\"%s\\\"}\" | jq -r .data.token)\n", base, devAdmin, pw)
 	fmt.Printf("  curl -s -H \"Authorization: Bearer $TOKEN\" %s/api/v1/pve/clusters/1/vms | jq\n", base)

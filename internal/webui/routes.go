@@ -1,0 +1,158 @@
+package webui
+
+import (
+	"context"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/errs"
+)
+
+// access says who may call a route before its handler runs.
+type access int
+
+const (
+	public access = iota // anybody
+	authed               // a person logged in
+	admin                // a person logged in with the admin role
+)
+
+// route is one row of the route table.
+type route struct {
+	method  string
+	pattern string // a ServeMux path pattern, without the method
+	access  access
+	handle  func(w http.ResponseWriter, r *http.Request) error
+}
+
+// routes is the UI's whole surface in one table. The server mounts it at / beside
+// the API (internal/httpapi serves /api/v1/…, /healthz, /readyz and /metrics and
+// hands every other path here, httpapi.IsAPIPath), so a UI path never shadows an
+// API path. Every POST needs
+// a same-site Origin and, past log-in, the session's CSRF token (wrap); pages are
+// GETs that change nothing.
+func (u *UI) routes() []route {
+	return []route{
+		{"GET", "/static/{file}", public, u.static},
+		{"GET", "/login", public, u.loginPage},
+		{"POST", "/login", public, u.login},
+		{"POST", "/logout", authed, u.logout},
+
+		{"GET", "/{$}", authed, u.fleetPage},
+
+		{"GET", "/account", authed, u.accountPage},
+		{"POST", "/account/password", authed, u.changePassword},
+	}
+}
+
+// maxForm bounds a form's body, as the API bounds JSON bodies (SECURITY.md 22).
+const maxForm = 64 << 10
+
+var (
+	errCrossOrigin = errs.R(errs.Forbidden, "forbidden", "this form was sent from another site; vmgate refused it")
+	errCSRF        = errs.R(errs.Forbidden, "forbidden", "this form has expired or did not come from vmgate; reload the page and try again")
+)
+
+// wrap turns a route into a handler: for a POST the Origin check and the form
+// (url-encoded, at most maxForm); past log-in the session (renewed when due), the
+// caller in the context for the audit trail (internal/audit), the CSRF token of a
+// POST and the admin check; then the handler, whose error becomes a page.
+func (u *UI) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		post := r.Method == http.MethodPost
+		if post {
+			if !sameOrigin(r) {
+				u.fail(w, r, errCrossOrigin)
+				return
+			}
+			if err := parseForm(w, r); err != nil {
+				u.fail(w, r, err)
+				return
+			}
+		}
+		if rt.access != public {
+			p, err := u.authenticate(w, r)
+			if err != nil {
+				u.fail(w, r, err)
+				return
+			}
+			ctx := audit.WithActor(r.Context(), p.UserID, p.Email, p.SessionID)
+			r = r.WithContext(context.WithValue(ctx, principalKey, p))
+			if post && !csrfOK(r, u.csrfToken(p.SessionID)) {
+				u.fail(w, r, errCSRF)
+				return
+			}
+			if rt.access == admin {
+				if err := u.accounts.RequireAdmin(r.Context(), p, "UI "+rt.method+" "+rt.pattern); err != nil {
+					u.fail(w, r, err)
+					return
+				}
+			}
+		}
+		if err := rt.handle(w, r); err != nil {
+			u.fail(w, r, err)
+		}
+	})
+}
+
+// parseForm reads a POST's url-encoded form; anything else is refused, as is a
+// body over maxForm.
+func parseForm(w http.ResponseWriter, r *http.Request) error {
+	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || mt != "application/x-www-form-urlencoded" {
+			return errs.R(errs.Invalid, "invalid_request", "a form must be sent as application/x-www-form-urlencoded")
+		}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return errs.R(errs.TooLarge, "payload_too_large", "the form is larger than %d bytes", maxForm)
+		}
+		return errs.R(errs.Invalid, "invalid_request", "the form cannot be read")
+	}
+	return nil
+}
+
+// fail answers a request whose handler failed. Unauthenticated page loads go to
+// the log-in page (and back afterwards); a script's request gets the status alone;
+// everything else gets the error page with the status of the one table
+// (httpapi.StatusOf).
+func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errs.KindOf(err) == errs.Unauthenticated {
+		switch {
+		case r.Header.Get("Accept") == "text/event-stream" || r.Header.Get("Sec-Fetch-Mode") == "cors":
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
+		case r.Method == http.MethodGet && sessionToken(r) == "" && r.Header.Get("Sec-Fetch-Site") == "cross-site":
+			// A link from another site: the browser withheld the SameSite=Strict
+			// cookie. Going on from a vmgate page sends it, if there is one.
+			u.renderBounce(w, r)
+		case r.Method == http.MethodGet:
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		default:
+			http.Redirect(w, r, "/login", http.StatusSeeOther)
+		}
+		return
+	}
+	status := u.status(err)
+	e, ok := errs.As(err)
+	msg := "internal error"
+	if ok && status != http.StatusInternalServerError {
+		msg = e.Message
+	} else {
+		u.log.ErrorContext(r.Context(), "internal error", "error", err.Error(),
+			"request_id", audit.FactsFrom(r.Context()).RequestID)
+	}
+	if ok && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", itoa(int64(e.RetryAfter)))
+	}
+	u.renderError(w, r, status, msg)
+}
+
+func (u *UI) notFound(w http.ResponseWriter, r *http.Request) error {
+	return errs.R(errs.NotFound, "not_found", "there is no page at %s", clip(r.URL.Path, 200))
+}

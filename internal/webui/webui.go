@@ -1,0 +1,225 @@
+// Package webui is vmgate's web UI: server-rendered pages (html/template) with a
+// little hand-written JavaScript for live views, embedded in the binary, served by
+// vmgate itself at / beside the JSON API under /api/v1 (docs/decisions/0012).
+//
+// It is a front end like internal/httpapi and obeys the same rules because it calls
+// the same use cases (accounts, auth, fleet, vmops, audit): each handler decodes a
+// form or a path, calls one use case and renders a page or redirects. It never
+// sends HTTP requests to vmgate's own API and imports neither internal/store nor
+// internal/pve (internal/httpapi/layers_test.go).
+//
+// A person logs in with a form; the session is an ordinary vmgate session whose
+// token lives in an HttpOnly, SameSite=Strict cookie (Secure over TLS), never in
+// the page, a URL or script-readable storage. The API under /api/v1 never reads
+// that cookie. Every state-changing request needs the session's CSRF token (a
+// synchronizer token: an HMAC of the session id, so every replica checks it without
+// storing it) and an Origin of this very site. Every answer carries a
+// Content-Security-Policy without 'unsafe-inline' or 'unsafe-eval': scripts and
+// styles come from the embedded files only, so no style attribute appears in a page
+// (bars and charts are SVG shapes sized by attributes).
+package webui
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// Sessions is what the UI needs of internal/auth; *auth.Service is one.
+type Sessions interface {
+	Authenticate(ctx context.Context, raw string) (auth.Principal, error)
+	Refresh(ctx context.Context, raw, addr string) (auth.Token, error)
+	Logout(ctx context.Context, p auth.Principal) error
+}
+
+// Accounts is what the UI needs of internal/accounts; *accounts.Service is one.
+type Accounts interface {
+	Login(ctx context.Context, email, password, addr string) (auth.Token, accounts.User, error)
+	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
+	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
+	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
+
+	Users(ctx context.Context) ([]accounts.User, error)
+	User(ctx context.Context, id int64) (accounts.User, error)
+	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
+	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
+	DeleteUser(ctx context.Context, id int64) error
+}
+
+// Fleet is what the UI needs of internal/fleet; *fleet.Service is one.
+type Fleet interface {
+	// Require checks the actor's grant and audits a refusal; Authorize only
+	// answers (the UI asks it which buttons to show, which is no attempt).
+	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+	Authorize(ctx context.Context, a fleet.Actor, clusterID int64, need string) (string, error)
+	Readable(ctx context.Context, a fleet.Actor) (ids []int64, all bool, err error)
+
+	Register(ctx context.Context, spec fleet.ClusterSpec) (fleet.Cluster, error)
+	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (fleet.Cluster, error)
+	Delete(ctx context.Context, id int64) error
+	Cluster(ctx context.Context, id int64) (fleet.Cluster, error)
+	List(ctx context.Context) ([]fleet.Cluster, error)
+
+	PutGrant(ctx context.Context, userID, clusterID int64, role string) (fleet.Grant, error)
+	DeleteGrant(ctx context.Context, userID, clusterID int64) error
+	UserGrants(ctx context.Context, userID int64) ([]fleet.Grant, error)
+
+	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
+	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
+	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
+	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
+}
+
+// VMs is what the UI needs of internal/vmops; *vmops.Service is one.
+type VMs interface {
+	Start(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Stop(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.StopOptions) (vmops.Outcome, error)
+	Reboot(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Migrate(ctx context.Context, a vmops.Actor, vm vmops.VMRef, req vmops.MigrateRequest) (string, error)
+	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (vmops.Precheck, error)
+
+	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
+	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
+	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
+	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
+	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
+}
+
+// AuditTrail is what the admin's audit page reads; *audit.Trail is one.
+type AuditTrail interface {
+	List(ctx context.Context, limit int, before int64) ([]audit.Entry, error)
+}
+
+// Config is what New needs. Sessions, Accounts, Fleet, VMs, Audit, Secret and
+// Status are required.
+type Config struct {
+	Sessions Sessions
+	Accounts Accounts
+	Fleet    Fleet
+	VMs      VMs
+	Audit    AuditTrail
+
+	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
+	// derived from with HKDF. Every replica must be given the same (the server
+	// passes the key file's key), so that a form served by one is accepted by all.
+	Secret []byte
+	// TokenTTL is the lifetime of a session token: the cookie is renewed once less
+	// than half of it is left (default 1 h).
+	TokenTTL time.Duration
+	// Status is the HTTP status of an error: httpapi.StatusOf, the one table.
+	Status func(error) int
+	// PowerWait is how long a start, stop or reboot waits for its task before the
+	// page says it still runs (default 15 s).
+	PowerWait time.Duration
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// UI is the web UI's handler. It is safe for concurrent use.
+type UI struct {
+	sessions Sessions
+	accounts Accounts
+	fleet    Fleet
+	vms      VMs
+	trail    AuditTrail
+	status   func(error) int
+	log      *slog.Logger
+	now      func() time.Time
+
+	ttl       time.Duration
+	powerWait time.Duration
+	csrfKey   []byte
+	noticeKey []byte
+
+	pages  map[string]*template.Template
+	assets *assets
+	mux    *http.ServeMux
+
+	renewMu  sync.Mutex
+	renewals map[string]renewal // by the replaced token's hash: renewals shared with stragglers
+}
+
+// New builds the UI: it parses the templates and hashes the static files once.
+func New(cfg Config) (*UI, error) {
+	if cfg.Sessions == nil || cfg.Accounts == nil || cfg.Fleet == nil || cfg.VMs == nil || cfg.Audit == nil || cfg.Status == nil {
+		return nil, errors.New("webui: Sessions, Accounts, Fleet, VMs, Audit and Status are required")
+	}
+	if len(cfg.Secret) < 16 {
+		return nil, errors.New("webui: Secret must have at least 16 bytes")
+	}
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, trail: cfg.Audit,
+		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
+		renewals: map[string]renewal{}}
+	if u.log == nil {
+		u.log = slog.New(slog.DiscardHandler)
+	}
+	if u.now == nil {
+		u.now = time.Now
+	}
+	if u.ttl <= 0 {
+		u.ttl = time.Hour
+	}
+	if u.powerWait <= 0 {
+		u.powerWait = 15 * time.Second
+	}
+	var err error
+	if u.csrfKey, err = hkdf.Key(sha256.New, cfg.Secret, nil, "vmgate webui csrf", 32); err != nil {
+		return nil, err
+	}
+	if u.noticeKey, err = hkdf.Key(sha256.New, cfg.Secret, nil, "vmgate webui notice", 32); err != nil {
+		return nil, err
+	}
+	if u.assets, err = loadAssets(); err != nil {
+		return nil, err
+	}
+	if u.pages, err = u.parsePages(); err != nil {
+		return nil, err
+	}
+	u.mux = http.NewServeMux()
+	for _, rt := range u.routes() {
+		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
+	}
+	u.mux.Handle("/", u.wrap(route{"", "/", public, u.notFound}))
+	return u, nil
+}
+
+// ServeHTTP implements http.Handler: the security headers of every UI answer, then
+// the route table.
+func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w.Header())
+	u.mux.ServeHTTP(w, r)
+}
+
+// Route names the UI route r matches ("GET /vms"), for metrics and the log.
+func (u *UI) Route(r *http.Request) string {
+	if _, pattern := u.mux.Handler(r); pattern != "" {
+		return pattern
+	}
+	return "unmatched"
+}
+
+// securityHeaders are on every UI answer (SECURITY.md 31, 33). The policy allows
+// scripts, styles, images and connections from vmgate itself only, and nothing
+// inline; no page may frame the UI.
+func securityHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	h.Set("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
+}
