@@ -107,6 +107,39 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	if _, err := op.Login(ctx, "operator1@example.com", opPW); err != nil {
 		t.Fatalf("operator login: %v", err)
 	}
+	// Sessions: the operator ends a second login of theirs, the admin a third.
+	currentSession := func(c *cli.Client) string {
+		t.Helper()
+		var list []struct {
+			ID      string `json:"id"`
+			Current bool   `json:"current"`
+		}
+		do(c, "GET", "/api/v1/user/sessions", nil, nil, &list)
+		for _, s := range list {
+			if s.Current {
+				return s.ID
+			}
+		}
+		t.Fatalf("no current session in %+v", list)
+		return ""
+	}
+	for _, ender := range []string{"operator", "admin"} {
+		extra := checkedClient(t, base, "")
+		if _, err := extra.Login(ctx, "operator1@example.com", opPW); err != nil {
+			t.Fatalf("second operator login: %v", err)
+		}
+		sid := currentSession(extra)
+		if ender == "operator" {
+			do(op, "DELETE", "/api/v1/user/sessions/"+sid, nil, nil, nil)
+		} else {
+			do(admin, "GET", userPath+"/sessions", nil, nil, nil)
+			do(admin, "DELETE", userPath+"/sessions/"+sid, nil, nil, nil)
+		}
+		if _, err := extra.Do(ctx, "GET", "/api/v1/user/me", nil, nil, nil); err == nil {
+			t.Fatalf("a session the %s ended still works", ender)
+		}
+	}
+
 	inv := "/api/v1/pve/clusters/" + strconv.FormatInt(cl.ID, 10)
 	do(op, "GET", "/api/v1/pve/clusters", nil, nil, nil)
 	do(op, "GET", inv+"/nodes", nil, nil, nil)

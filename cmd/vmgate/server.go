@@ -147,8 +147,10 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		TokenTTL:   c.TokenTTL,
 		SessionMax: c.SessionMax,
 		Logger:     log,
-		// auth's security events name their user and address themselves.
-		Audit: a.trail.Append,
+		// auth's security events are attributed from the request's facts like
+		// every other record: address and request id always, the caller where the
+		// record names nobody else (internal/audit).
+		Audit: a.trail.Record,
 
 		MaxConcurrentHashes: c.MaxConcurrentHashes,
 		HashQueue:           c.LoginQueue,

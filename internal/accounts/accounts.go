@@ -2,7 +2,8 @@
 // with their own account: the use cases every front end (internal/httpapi, later
 // internal/webui) calls, so that each rule lives here once.
 //
-// The rules: only admins manage users (RequireAdmin, a refusal audited); the last
+// The rules: only admins manage users (RequireAdmin, a refusal audited); a user
+// sees and ends their own sessions, an admin anyone's (SECURITY.md 29); the last
 // enabled admin can be neither disabled, demoted nor deleted (409 last_admin), so
 // that somebody can still manage vmgate; disabling, a role change, a password reset
 // and deletion end the user's sessions at once (SECURITY.md 11); every change is
@@ -39,6 +40,8 @@ type Credentials interface {
 	CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error)
 	SetPassword(ctx context.Context, userID int64, password string) error
 	RevokeUser(ctx context.Context, userID int64, why string) error
+	Sessions(ctx context.Context, userID int64) ([]auth.SessionInfo, error)
+	EndSession(ctx context.Context, userID int64, sid, why string) error
 }
 
 // Store is what accounts reads and writes itself; every store.Store is one.

@@ -37,7 +37,7 @@ func newEnv(t *testing.T) *env {
 	trail := audit.New(st, audit.Options{})
 	au, err := auth.New(ctx, st, auth.Config{
 		Argon2:         auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
-		PerAddressRate: rate.Inf, PerAddressBurst: 1, Audit: trail.Append,
+		PerAddressRate: rate.Inf, PerAddressBurst: 1, Audit: trail.Record,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -209,8 +209,10 @@ func TestChangesEndSessions(t *testing.T) {
 			Sessions int    `json:"sessions"`
 		}
 		json.Unmarshal([]byte(rec.Params), &params)
-		if rec.UserID != u.ID || params.Why != c.why || params.Sessions != 2 {
-			t.Errorf("%s: revocation record %+v, want user %d, why %q, 2 sessions", c.name, rec, u.ID, c.why)
+		// The admin who asked is the actor, the user's sessions the target.
+		if rec.UserID != root.ID || rec.SessionID != p.SessionID || rec.RequestID != "req-1" || rec.Address != "198.51.100.7" ||
+			rec.Target != "user:"+strconv.FormatInt(u.ID, 10) || params.Why != c.why || params.Sessions != 2 {
+			t.Errorf("%s: revocation record %+v, want actor %d, target user %d, why %q, 2 sessions", c.name, rec, root.ID, u.ID, c.why)
 		}
 	}
 	// Nobody else lost a session.

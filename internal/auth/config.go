@@ -83,13 +83,20 @@ type Config struct {
 	// store again: a safety net under the change feed, for a change it missed.
 	// Default 1 min.
 	SessionRecheck time.Duration
+	// SeenInterval is how often, at most, a session's use is written to the store
+	// (its LastSeenAt, shown in the user's list of sessions) by one replica; login
+	// and refresh write it besides. Default 1 min.
+	SeenInterval time.Duration
 	// PollInterval is how often Run reads the store's change feed; it bounds
 	// how long a logout on another replica takes to reach this one. Default 1 s.
 	PollInterval time.Duration
 
 	Logger *slog.Logger // default: discard
-	// Audit receives security events (logins, lockouts, token reuse, revocations).
-	// It never sees a password or a token. Default: none.
+	// Audit receives security events (logins, lockouts, token reuse, revocations)
+	// with the request's context: give it audit.Trail.Record, which attributes
+	// each record from the request's facts (address, request id, and the caller
+	// where the record names nobody else). It never sees a password or a token.
+	// Default: none.
 	Audit func(ctx context.Context, rec store.AuditRecord)
 	// LoginOutcome counts each login attempt: "ok", "bad_credentials", "locked",
 	// "rate_limited" or "busy". Default: none.
@@ -151,6 +158,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.SessionCacheSize = orDefault(c.SessionCacheSize, 100_000)
 	c.SessionRecheck = orDefault(c.SessionRecheck, time.Minute)
 	c.PollInterval = orDefault(c.PollInterval, time.Second)
+	c.SeenInterval = orDefault(c.SeenInterval, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -164,7 +172,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("auth config: %w", err)
 	}
 	for _, d := range []time.Duration{c.TokenTTL, c.SessionMax, c.Leeway, c.BackoffBase, c.MaxBackoff,
-		c.FailureMemory, c.AccountFailureWindow, c.AccountBlock, c.KnownNetworkMemory, c.SessionRecheck, c.PollInterval} {
+		c.FailureMemory, c.AccountFailureWindow, c.AccountBlock, c.KnownNetworkMemory, c.SessionRecheck, c.PollInterval,
+		c.SeenInterval} {
 		if d < 0 {
 			return c, errors.New("auth config: durations must not be negative")
 		}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ type fakeStore struct {
 	sessions map[string]store.Session
 	feed     []store.Change
 	keys     []store.SigningKey
+	touches  int // sessions TouchSessions was given, all calls together
 
 	sessionReads atomic.Int64
 	userReads    atomic.Int64
@@ -125,6 +127,9 @@ func (f *fakeStore) CreateSession(_ context.Context, s store.Session) error {
 	if _, ok := f.sessions[s.ID]; ok {
 		return errs.E(errs.Conflict, "session exists")
 	}
+	if s.LastSeenAt.IsZero() {
+		s.LastSeenAt = s.CreatedAt
+	}
 	f.sessions[s.ID] = s
 	return nil
 }
@@ -178,7 +183,7 @@ func (f *fakeStore) RotateSession(_ context.Context, id string, from int64, at t
 		return s, false, nil
 	}
 	s.Generation++
-	s.RotatedAt = at
+	s.RotatedAt, s.LastSeenAt = at, at
 	f.sessions[id] = s
 	f.changed(id)
 	return s, true, nil
@@ -224,6 +229,37 @@ func (f *fakeStore) CountActiveSessions(_ context.Context, now time.Time) (int, 
 		}
 	}
 	return n, nil
+}
+
+func (f *fakeStore) UserSessions(_ context.Context, userID int64, now time.Time) ([]store.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []store.Session{}
+	for _, s := range f.sessions {
+		if s.UserID == userID && s.Active(now) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Session) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+func (f *fakeStore) TouchSessions(_ context.Context, seen []store.SessionSeen) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.touches += len(seen)
+	for _, v := range seen {
+		if s, ok := f.sessions[v.ID]; ok && s.LastSeenAt.Before(v.At) {
+			s.LastSeenAt = v.At
+			f.sessions[v.ID] = s
+		}
+	}
+	return nil
 }
 
 func (f *fakeStore) Changes(_ context.Context, after int64, limit int) ([]store.Change, error) {

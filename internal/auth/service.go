@@ -37,6 +37,8 @@ type Store interface {
 	RevokeSession(ctx context.Context, id string, at time.Time, why string) error
 	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
 	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
+	UserSessions(ctx context.Context, userID int64, now time.Time) ([]store.Session, error)
+	TouchSessions(ctx context.Context, seen []store.SessionSeen) error
 	Changes(ctx context.Context, after int64, limit int) ([]store.Change, error)
 
 	SigningKeys(ctx context.Context) ([]store.SigningKey, error)
@@ -51,6 +53,7 @@ const (
 	WhyDisabled = "disabled"
 	WhyDeleted  = "deleted"
 	WhyAdmin    = "admin"
+	WhyEnded    = "ended" // the user ended it from their list of sessions
 )
 
 // changeBatch is how many feed entries one Changes call reads.
@@ -74,6 +77,7 @@ type Service struct {
 	throttle *loginThrottle
 	cache    *sessionCache
 	loads    singleflight.Group
+	seen     *seenWriter
 
 	pollMu    sync.Mutex // one feed reader at a time; guards after and lastSweep
 	after     int64      // the newest feed entry seen
@@ -95,6 +99,7 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		throttle: newLoginThrottle(cfg),
 		cache:    newSessionCache(cfg.SessionCacheSize),
 	}
+	s.seen = newSeenWriter(cfg.SeenInterval, cfg.SessionCacheSize, st.TouchSessions, cfg.Logger)
 	if err := s.loadKeys(ctx); err != nil {
 		return nil, err
 	}
@@ -252,7 +257,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	s.throttle.succeeded(email, network, now)
 
 	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
-		RotatedAt: now, Address: addr}
+		RotatedAt: now, Address: addr, UserAgent: userAgent(ctx)}
 	if err := s.st.CreateSession(ctx, sess); err != nil {
 		return Token{}, store.User{}, fmt.Errorf("login: create session: %w", err)
 	}
@@ -261,6 +266,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		return Token{}, store.User{}, err
 	}
 	s.cache.put(sess.ID, newSessionEntry(sess, u, now))
+	s.seen.seen(sess.ID, now)
 	s.cfg.LoginOutcome(OutcomeOK)
 	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
 		Address: addr, Result: "ok"})
@@ -341,9 +347,11 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, erro
 	if err != nil {
 		return Principal{}, err
 	}
-	if !e.accepts(s.cfg.Now(), v.userID, v.gen) {
+	now := s.cfg.Now()
+	if !e.accepts(now, v.userID, v.gen) {
 		return Principal{}, errToken(errors.New("session revoked, expired or rotated"))
 	}
+	s.seen.note(v.sid, now)
 	return Principal{UserID: e.userID, Email: e.email, Nickname: e.nickname, Role: e.role,
 		SessionID: v.sid, Generation: v.gen, TokenID: v.jti, ExpiresAt: v.exp}, nil
 }
@@ -436,6 +444,7 @@ func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) 
 		return Token{}, err
 	}
 	s.cache.put(sess.ID, newSessionEntry(sess, u, now))
+	s.seen.seen(sess.ID, now)
 	return tok, nil
 }
 
@@ -566,7 +575,8 @@ func (s *Service) revokeUserSessions(ctx context.Context, userID int64, keep, wh
 	}
 	s.cache.revoke(ids...)
 	if len(ids) > 0 {
-		s.audit(ctx, store.AuditRecord{Action: "auth.sessions_revoked", UserID: userID, Target: "user:" + strconv.FormatInt(userID, 10),
+		// The actor is whoever asked (ctx): the user's sessions are the target.
+		s.audit(ctx, store.AuditRecord{Action: "auth.sessions_revoked", Target: "user:" + strconv.FormatInt(userID, 10),
 			Result: "ok", Params: jsonParams(map[string]any{"why": why, "sessions": len(ids)})})
 	}
 	return nil

@@ -83,7 +83,7 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 		t.Fatal(err)
 	}
 	if cfg.Audit == nil {
-		cfg.Audit = trail.Append
+		cfg.Audit = trail.Record
 	}
 	au, err := auth.New(ctx, st, cfg)
 	if err != nil {

@@ -15,12 +15,16 @@ func (s *Server) routes() []route {
 		{"POST", "/api/v1/user/logout", authed, s.logout},
 		{"GET", "/api/v1/user/me", authed, s.me},
 		{"POST", "/api/v1/user/password", authed, s.changePassword},
+		{"GET", "/api/v1/user/sessions", authed, s.mySessions},
+		{"DELETE", "/api/v1/user/sessions/{id}", authed, s.endMySession},
 
 		{"GET", "/api/v1/users", admin, s.listUsers},
 		{"POST", "/api/v1/users", admin, s.createUser},
 		{"GET", "/api/v1/users/{id}", admin, s.getUser},
 		{"PATCH", "/api/v1/users/{id}", admin, s.patchUser},
 		{"DELETE", "/api/v1/users/{id}", admin, s.deleteUser},
+		{"GET", "/api/v1/users/{id}/sessions", admin, s.userSessions},
+		{"DELETE", "/api/v1/users/{id}/sessions/{sessionId}", admin, s.endUserSession},
 
 		{"GET", "/api/v1/audit", admin, s.listAudit},
 	}

@@ -49,6 +49,11 @@ type Accounts interface {
 	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
 	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
 	DeleteUser(ctx context.Context, id int64) error
+
+	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
+	EndMySession(ctx context.Context, p auth.Principal, sid string) error
+	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
+	EndUserSession(ctx context.Context, userID int64, sid string) error
 }
 
 // AuditTrail is what the HTTP layer needs of the audit trail; *audit.Trail is one.

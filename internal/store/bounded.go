@@ -160,6 +160,16 @@ func (b *bounded) CountActiveSessions(ctx context.Context, now time.Time) (int, 
 	return call(b, ctx, func(ctx context.Context) (int, error) { return b.s.CountActiveSessions(ctx, now) })
 }
 
+// UserSessions implements Store.
+func (b *bounded) UserSessions(ctx context.Context, userID int64, now time.Time) ([]Session, error) {
+	return call(b, ctx, func(ctx context.Context) ([]Session, error) { return b.s.UserSessions(ctx, userID, now) })
+}
+
+// TouchSessions implements Store.
+func (b *bounded) TouchSessions(ctx context.Context, seen []SessionSeen) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.TouchSessions(ctx, seen) })
+}
+
 // Changes implements Store.
 func (b *bounded) Changes(ctx context.Context, after int64, limit int) ([]Change, error) {
 	return call(b, ctx, func(ctx context.Context) ([]Change, error) { return b.s.Changes(ctx, after, limit) })

@@ -11,12 +11,13 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-const sessionColumns = `id, user_id, generation, created_at, expires_at, rotated_at, revoked_at, revoked_why, address`
+const sessionColumns = `id, user_id, generation, created_at, expires_at, rotated_at, revoked_at, revoked_why, address,
+	user_agent, last_seen_at`
 
 func scanSession(sc scanner) (Session, error) {
 	var s Session
 	err := sc.Scan(&s.ID, &s.UserID, &s.Generation, timeCol{&s.CreatedAt}, timeCol{&s.ExpiresAt},
-		timeCol{&s.RotatedAt}, timeCol{&s.RevokedAt}, &s.RevokedWhy, &s.Address)
+		timeCol{&s.RotatedAt}, timeCol{&s.RevokedAt}, &s.RevokedWhy, &s.Address, &s.UserAgent, timeCol{&s.LastSeenAt})
 	return s, err
 }
 
@@ -24,19 +25,24 @@ func scanSession(sc scanner) (Session, error) {
 // half of what makes a token.
 func sessionMissing() error { return errs.E(errs.NotFound, "session not found") }
 
-// CreateSession implements Store. A zero CreatedAt is now; a zero RotatedAt is
-// CreatedAt. A duplicate ID is Conflict, a missing user NotFound.
+// CreateSession implements Store. A zero CreatedAt is now; a zero RotatedAt and
+// LastSeenAt are CreatedAt. A duplicate ID is Conflict, a missing user NotFound.
 func (s *sqlStore) CreateSession(ctx context.Context, sess Session) error {
 	created := s.stamp(sess.CreatedAt)
 	rotated := sess.RotatedAt
 	if rotated.IsZero() {
 		rotated = created
 	}
+	seen := sess.LastSeenAt
+	if seen.IsZero() {
+		seen = created
+	}
 	_, err := s.wdb.ExecContext(ctx, `
-		INSERT INTO sessions (id, user_id, generation, created_at, expires_at, rotated_at, revoked_at, revoked_why, address)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		INSERT INTO sessions (id, user_id, generation, created_at, expires_at, rotated_at, revoked_at, revoked_why, address,
+			user_agent, last_seen_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 		sess.ID, sess.UserID, sess.Generation, s.t(created), s.t(sess.ExpiresAt), s.t(rotated),
-		s.t(sess.RevokedAt), sess.RevokedWhy, sess.Address)
+		s.t(sess.RevokedAt), sess.RevokedWhy, sess.Address, sess.UserAgent, s.t(seen))
 	if err != nil {
 		return s.fail(err, "create session", "a session with this ID already exists")
 	}
@@ -63,7 +69,7 @@ func (s *sqlStore) RotateSession(ctx context.Context, id string, from int64, at 
 	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
 		sess, err = scanSession(tx.QueryRowContext(ctx, `
-			UPDATE sessions SET generation = generation + 1, rotated_at = $3
+			UPDATE sessions SET generation = generation + 1, rotated_at = $3, last_seen_at = $3
 			WHERE id = $1 AND generation = $2 AND revoked_at IS NULL AND expires_at > $3
 			RETURNING `+sessionColumns,
 			id, from, s.t(s.stamp(at))))
@@ -160,4 +166,35 @@ func (s *sqlStore) CountActiveSessions(ctx context.Context, now time.Time) (int,
 		return 0, fmt.Errorf("count active sessions: %w", err)
 	}
 	return n, nil
+}
+
+// UserSessions implements Store.
+func (s *sqlStore) UserSessions(ctx context.Context, userID int64, now time.Time) ([]Session, error) {
+	return queryAll(ctx, s.rdb, "list sessions", scanSession, `
+		SELECT `+sessionColumns+` FROM sessions
+		WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $2
+		ORDER BY created_at DESC, id`, userID, s.t(s.stamp(now)))
+}
+
+// TouchSessions implements Store. A session's LastSeenAt only moves forward, so
+// replicas writing out of order never set it back.
+func (s *sqlStore) TouchSessions(ctx context.Context, seen []SessionSeen) error {
+	if len(seen) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, v := range seen {
+			at := s.t(s.stamp(v.At))
+			if _, err := tx.ExecContext(ctx, `
+				UPDATE sessions SET last_seen_at = $2
+				WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < $2)`, v.ID, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("touch %d sessions: %w", len(seen), err)
+	}
+	return nil
 }

@@ -94,8 +94,19 @@ type Session struct {
 	ExpiresAt  time.Time // absolute end of the session (login + session-max)
 	RotatedAt  time.Time // when Generation last moved (CreatedAt at first)
 	RevokedAt  time.Time // zero while active
-	RevokedWhy string    // "logout", "reuse", "password", "disabled", "deleted", "admin"
+	RevokedWhy string    // "logout", "reuse", "password", "disabled", "deleted", "admin", "ended"
 	Address    string    // client address at login
+	UserAgent  string    // the client's User-Agent at login
+	// LastSeenAt is when the session was last used, as far as the store knows:
+	// login, each refresh, and TouchSessions (auth writes a session's use at most
+	// once a minute per replica). Never before CreatedAt.
+	LastSeenAt time.Time
+}
+
+// SessionSeen says that session ID was used at At (TouchSessions).
+type SessionSeen struct {
+	ID string
+	At time.Time
 }
 
 // Active reports whether the session is neither revoked nor past its absolute end.
@@ -336,6 +347,12 @@ type Store interface {
 	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
 	// CountActiveSessions counts sessions active at now.
 	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
+	// UserSessions returns the user's sessions active at now, the newest login first.
+	UserSessions(ctx context.Context, userID int64, now time.Time) ([]Session, error)
+	// TouchSessions moves each session's LastSeenAt forward to its At (never back),
+	// in one transaction. Missing sessions are skipped. It feeds no change: when a
+	// session was last used is shown, never cached.
+	TouchSessions(ctx context.Context, seen []SessionSeen) error
 
 	SigningKeys(ctx context.Context) ([]SigningKey, error) // oldest first
 	// CreateSigningKey stores k unless a key already exists; it returns the keys after

@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Sessions", testSessions},
 		{"RotateSessionRace", testRotateSessionRace},
 		{"RevokeUserSessions", testRevokeUserSessions},
+		{"SessionActivity", testSessionActivity},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
@@ -142,7 +143,7 @@ func mkCluster(t *testing.T, s store.Store, name string) store.Cluster {
 func mkSession(t *testing.T, s store.Store, id string, userID int64, expires time.Time) store.Session {
 	t.Helper()
 	sess := store.Session{ID: id, UserID: userID, Generation: 1, CreatedAt: base, ExpiresAt: expires,
-		RotatedAt: base, Address: "192.0.2.1"}
+		RotatedAt: base, Address: "192.0.2.1", UserAgent: "curl/8.5.0", LastSeenAt: base}
 	ok(t, s.CreateSession(t.Context(), sess), "create session "+id)
 	return sess
 }
