@@ -41,6 +41,11 @@ type Config struct {
 	// HashQueue fixes the queue's length instead of deriving it from HashWait.
 	// Default 0: derived.
 	HashQueue int
+	// RefusalPause holds a login that is answered 429 (throttled, or the queue
+	// full) this long, at most its Retry-After, before the answer: a flood whose
+	// clients retry at once then costs sleeping goroutines rather than cores.
+	// Default 1 s; negative answers at once.
+	RefusalPause time.Duration
 	// Hasher derives a password's key; default Argon2ID. Tests wrap it to count or
 	// hold the hashes in flight; nothing else should set it.
 	Hasher func(password, salt []byte, p Params) []byte
@@ -138,6 +143,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.MaxConcurrentHashes = orDefault(c.MaxConcurrentHashes, defaultHashSlots())
 	c.HashWait = orDefault(c.HashWait, time.Second)
+	c.RefusalPause = orDefault(c.RefusalPause, time.Second)
 	if c.Hasher == nil {
 		c.Hasher = Argon2ID
 	}

@@ -57,8 +57,10 @@
 // default one core less than GOMAXPROCS, so authenticated requests keep a core
 // during a login flood); further logins wait their turn in a FIFO queue bounded to
 // about HashWait (1 s) of expected wait, and only a login that finds the queue full
-// gets 429, with RetryAfter the time the queue needs. Throttling state and the
-// session cache are bounded in size.
+// gets 429, with RetryAfter the time the queue needs. Every 429 of Login is held
+// for RefusalPause (1 s, at most its RetryAfter) before it is sent, so a flood's
+// clients that retry at once sleep instead of spinning on cheap refusals.
+// Throttling state and the session cache are bounded in size.
 //
 // The password policy (CheckPasswordPolicy) follows NIST SP 800-63B: length
 // (12 characters to 1024 bytes), no composition rules, and a blocklist — SecLists'

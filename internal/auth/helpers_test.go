@@ -91,7 +91,7 @@ func newEnv(t testing.TB, edit func(*Config)) *env {
 func newEnvOn(t testing.TB, st *fakeStore, clock *testClock, edit func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, st: st, clock: clock, audit: &auditLog{}}
-	cfg := Config{Now: clock.Now, Argon2: cheapParams, PerAddressRate: rate.Inf, Audit: e.audit.add}
+	cfg := Config{Now: clock.Now, Argon2: cheapParams, PerAddressRate: rate.Inf, Audit: e.audit.add, RefusalPause: -1}
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -461,4 +463,60 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A refused login is held for RefusalPause, at most its Retry-After, before the
+// 429 (so a flood's clients that retry at once sleep instead of spinning), and no
+// more than maxPausedRefusals are held at once: the rest are answered at once.
+func TestLoginRefusalsArePaused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) {
+		c.RefusalPause = time.Second
+		c.PerAddressRate, c.PerAddressBurst = rate.Every(time.Minute), 1
+	})
+	var mu sync.Mutex
+	var pauses []time.Duration
+	release := make(chan struct{})
+	e.s.pause = func(ctx context.Context, d time.Duration) {
+		mu.Lock()
+		pauses = append(pauses, d)
+		mu.Unlock()
+		<-release
+	}
+	wantCredentialsError(t, e.loginFrom("a@example.com", "wrong password!", "192.0.2.1")) // a 401 is not paused
+	const extra = 10
+	done := make(chan error, maxPausedRefusals+extra)
+	for range maxPausedRefusals {
+		go func() { done <- e.loginFrom("a@example.com", "wrong password!", "192.0.2.1") }()
+	}
+	waitFor(t, "every held refusal is pausing", func() bool { return e.s.paused.Load() == maxPausedRefusals })
+	for range extra { // beyond the bound: answered at once, unpaused
+		wantKind(t, e.loginFrom("a@example.com", "wrong password!", "192.0.2.1"), errs.RateLimited)
+	}
+	close(release)
+	for range maxPausedRefusals {
+		wantKind(t, <-done, errs.RateLimited)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(pauses) != maxPausedRefusals {
+		t.Fatalf("%d pauses, want %d", len(pauses), maxPausedRefusals)
+	}
+	for _, d := range pauses {
+		if d != time.Second {
+			t.Fatalf("paused %v, want RefusalPause (1 s; the bucket says 60 s)", d)
+		}
+	}
+	if n := e.s.paused.Load(); n != 0 {
+		t.Fatalf("%d still counted as paused", n)
+	}
+	// A refusal told to come back sooner than RefusalPause is held only that long.
+	e.clock.Advance(time.Minute - 200*time.Millisecond)
+	pauses = pauses[:0]
+	mu.Unlock()
+	wantKind(t, e.loginFrom("a@example.com", "wrong password!", "192.0.2.1"), errs.RateLimited)
+	mu.Lock()
+	if len(pauses) != 1 || pauses[0] != 200*time.Millisecond {
+		t.Fatalf("pauses %v, want [200ms]", pauses)
+	}
 }

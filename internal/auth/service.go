@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -73,6 +74,8 @@ type Service struct {
 	kdf       kdf
 
 	hashes   *hashQueue
+	paused   atomic.Int64 // refused logins being held (refuse)
+	pause    func(ctx context.Context, d time.Duration)
 	addrs    *addressLimiter
 	throttle *loginThrottle
 	cache    *sessionCache
@@ -94,7 +97,7 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: cfg.Hasher,
+		cfg: cfg, st: st, log: cfg.Logger, parser: newParser(cfg), kdf: cfg.Hasher, pause: sleep,
 		addrs:    newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
 		throttle: newLoginThrottle(cfg),
 		cache:    newSessionCache(cfg.SessionCacheSize),
@@ -205,20 +208,20 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		// Debug: under attack this is every request; LoginOutcome counts them.
 		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr),
 			slog.String("network", network))
-		return Token{}, store.User{}, errThrottled(wait)
+		return Token{}, store.User{}, s.refuse(ctx, wait, errThrottled(wait))
 	}
 	if wait, scope := s.throttle.wait(email, network, now); wait > 0 {
 		s.cfg.LoginOutcome(OutcomeLocked)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: delayed after wrong passwords", slog.String("address", addr),
 			slog.String("network", network), slog.String("scope", scope), slog.Duration("remaining", wait))
-		return Token{}, store.User{}, errDelayed(wait)
+		return Token{}, store.User{}, s.refuse(ctx, wait, errDelayed(wait))
 	}
 	// A place in line before the user is read: a login the queue turns away costs
 	// no store read, and the read overlaps the wait.
 	place, retry, ok := s.hashes.enter()
 	if !ok {
 		s.cfg.LoginOutcome(OutcomeBusy)
-		return Token{}, store.User{}, errBusy(retry)
+		return Token{}, store.User{}, s.refuse(ctx, retry, errBusy(retry))
 	}
 	u, err := s.st.UserByEmail(ctx, email)
 	known := err == nil
@@ -272,6 +275,40 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		Address: addr, Result: "ok"})
 	return tok, u, nil
 }
+
+// refuse answers a refused login with err after holding it for RefusalPause (at
+// most wait, the time it is told to come back after): a flood's clients that
+// retry at once would otherwise spin on cheap 429s and take the cores that
+// authenticated requests and the hashes need; held, each costs a sleeping
+// goroutine. At most maxPausedRefusals are held at once, the rest answered at once.
+func (s *Service) refuse(ctx context.Context, wait time.Duration, err error) error {
+	d := min(s.cfg.RefusalPause, wait)
+	if d <= 0 {
+		return err
+	}
+	if s.paused.Add(1) > maxPausedRefusals {
+		s.paused.Add(-1)
+		return err
+	}
+	defer s.paused.Add(-1)
+	s.pause(ctx, d)
+	return err
+}
+
+// sleep waits d or until ctx ends, on the real clock: a refusal's pause paces
+// clients, it decides nothing. Tests replace Service.pause to count the pauses.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// maxPausedRefusals bounds the refused logins held at once (each a goroutine and
+// a connection).
+const maxPausedRefusals = 1024
 
 // network is the client network addr belongs to, the unit of throttling.
 func (s *Service) network(addr string) string {

@@ -143,7 +143,7 @@ func (c *fakeClock) Now() time.Time { return c.now }
 func newProxiedEnv(t *testing.T) *proxiedEnv {
 	clock := &fakeClock{now: time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)}
 	e := newTestEnvWith(t, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
-		PerAddressRate: rate.Inf, PerAddressBurst: 1, Now: clock.Now})
+		PerAddressRate: rate.Inf, PerAddressBurst: 1, Now: clock.Now, RefusalPause: -1})
 	cfg := e.apiConfig()
 	cfg.TrustedProxies = []string{"10.0.0.0/8"}
 	api, err := New(cfg)

@@ -430,7 +430,7 @@ func TestLoginFloodIsBoundedAndQueued(t *testing.T) {
 	h := &heldHasher{gate: make(chan struct{})}
 	params := auth.Params{Memory: 64, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}
 	e := newTestEnvWith(t, auth.Config{Argon2: params, PerAddressRate: rate.Inf, PerAddressBurst: 1,
-		MaxConcurrentHashes: slots, HashQueue: queue, Hasher: h.derive})
+		MaxConcurrentHashes: slots, HashQueue: queue, Hasher: h.derive, RefusalPause: -1})
 	e.addUser("reader", accounts.RoleUser)
 	h.hold.Store(true)
 
