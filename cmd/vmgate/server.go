@@ -142,6 +142,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.trail = audit.New(st, audit.Options{Logger: log})
 	var srv *httpapi.Server
 	a.auth, err = auth.New(ctx, st, auth.Config{
+		Sealer:     sealer,
 		Issuer:     "vmgate",
 		Audience:   "vmgate",
 		TokenTTL:   c.TokenTTL,

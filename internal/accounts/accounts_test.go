@@ -1,6 +1,7 @@
 package accounts
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -35,7 +37,12 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	trail := audit.New(st, audit.Options{})
+	sealer, err := seal.New(bytes.Repeat([]byte{1}, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
 	au, err := auth.New(ctx, st, auth.Config{
+		Sealer:         sealer,
 		Argon2:         auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
 		PerAddressRate: rate.Inf, PerAddressBurst: 1, Audit: trail.Record,
 	})

@@ -9,12 +9,17 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
 // Config tunes a Service. Zero fields take the defaults named in each comment, so
-// Config{} is a production configuration.
+// Config{Sealer: s} is a production configuration.
 type Config struct {
+	// Sealer seals the signing keys at rest (required): with the key file, the same
+	// that seals the clusters' secrets (internal/seal, SECURITY.md 25).
+	Sealer *seal.Sealer
+
 	Issuer   string // JWT iss; default "vmgate"
 	Audience string // JWT aud; default "vmgate"
 
@@ -132,6 +137,9 @@ func orDefault[T comparable](v, def T) T {
 
 // withDefaults fills zero fields and checks the rest.
 func (c Config) withDefaults() (Config, error) {
+	if c.Sealer == nil {
+		return c, errors.New("auth: no Sealer for the signing keys")
+	}
 	c.Issuer = orDefault(c.Issuer, "vmgate")
 	c.Audience = orDefault(c.Audience, "vmgate")
 	c.TokenTTL = orDefault(c.TokenTTL, time.Hour)

@@ -8,12 +8,24 @@
 //
 // A token is a JWT signed with HS256, header typ "at+jwt" and kid, claims iss,
 // aud, sub (the user id), sid (the session), jti, gen (the session's rotation
-// counter), iat, nbf and exp. Signing keys are 32 random bytes kept in the store so
-// replicas share them. Verification pins the algorithm, decodes base64 strictly,
+// counter), iat, nbf and exp. Verification pins the algorithm, decodes base64 strictly,
 // allows no header beyond alg, typ and kid (so jku, x5u, jwk, x5c and crit are
 // refused, never followed), requires every claim, allows Leeway of clock skew on iat
 // and nbf but none on exp (vmgate checks only tokens it issued), and parses nothing
 // over MaxTokenBytes. Every failure is one error: 401 "invalid or expired token".
+//
+// # Signing keys
+//
+// Signing keys are 32 random bytes kept in the store, so replicas share them,
+// sealed with the key file (Config.Sealer, internal/seal; SECURITY.md 25): a copy of
+// the database without the key file signs nothing. Keys an older vmgate stored raw
+// are sealed in place at the first start, once, in one locked transaction. The
+// newest key signs; `vmgate admin keys rotate-signing` (internal/keys) adds one,
+// and every replica reloads the keys when the change feed says so, or at once when
+// a token names a kid it does not know (at most one store read a second). A
+// superseded key verifies until TokenTTL and KeyRetireGrace have passed since its
+// successor was made — no token it signed is alive any more — and is then refused
+// and deleted. Verification reads the keys through one atomic pointer.
 //
 // # Sessions
 //

@@ -28,6 +28,7 @@ type fakeStore struct {
 
 	sessionReads atomic.Int64
 	userReads    atomic.Int64
+	keyReads     atomic.Int64
 	// down makes the user and session methods fail as a store that does not answer.
 	down atomic.Bool
 	// afterSessionRead, when set, runs after SessionByID has read (and before it
@@ -275,6 +276,7 @@ func (f *fakeStore) Changes(_ context.Context, after int64, limit int) ([]store.
 }
 
 func (f *fakeStore) SigningKeys(context.Context) ([]store.SigningKey, error) {
+	f.keyReads.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]store.SigningKey(nil), f.keys...), nil
@@ -287,4 +289,51 @@ func (f *fakeStore) CreateSigningKey(_ context.Context, k store.SigningKey) ([]s
 		f.keys = append(f.keys, k)
 	}
 	return append([]store.SigningKey(nil), f.keys...), nil
+}
+
+// AddSigningKey appends k as the newest key and feeds the change, as a rotation does.
+func (f *fakeStore) AddSigningKey(_ context.Context, k store.SigningKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys = append(f.keys, k)
+	f.feed = append(f.feed, store.Change{Seq: int64(len(f.feed)) + 1, Kind: store.ChangeSigningKey})
+	return nil
+}
+
+func (f *fakeStore) DeleteSupersededSigningKeys(_ context.Context, cutoff time.Time) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var kept []store.SigningKey
+	for i, k := range f.keys {
+		if i < len(f.keys)-1 && f.keys[i+1].CreatedAt.Before(cutoff) {
+			continue
+		}
+		kept = append(kept, k)
+	}
+	n := len(f.keys) - len(kept)
+	f.keys = kept
+	if n > 0 {
+		f.feed = append(f.feed, store.Change{Seq: int64(len(f.feed)) + 1, Kind: store.ChangeSigningKey})
+	}
+	return n, nil
+}
+
+// ResealSecrets hands over the signing keys only: the fake keeps no clusters.
+func (f *fakeStore) ResealSecrets(_ context.Context, fn func(store.SealedSecret) ([]byte, error)) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := append([]store.SigningKey(nil), f.keys...)
+	n := 0
+	for i, k := range keys {
+		v, err := fn(store.SealedSecret{Kind: store.SealedSigningKey, Row: k.ID, Name: k.ID, Value: k.Secret, Clear: !k.Sealed})
+		if err != nil {
+			return 0, err
+		}
+		if v != nil {
+			keys[i].Secret, keys[i].Sealed = v, true
+			n++
+		}
+	}
+	f.keys = keys
+	return n, nil
 }

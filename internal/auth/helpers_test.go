@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -71,6 +73,15 @@ func (a *auditLog) actions(action string) []store.AuditRecord {
 	return out
 }
 
+// testSealer seals the signing keys of the tests' services.
+var testSealer = func() *seal.Sealer {
+	s, err := seal.New(bytes.Repeat([]byte{0x5e}, seal.KeySize))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
 // env is one Service on a fake store, with its clock and audit log.
 type env struct {
 	t     testing.TB
@@ -91,7 +102,8 @@ func newEnv(t testing.TB, edit func(*Config)) *env {
 func newEnvOn(t testing.TB, st *fakeStore, clock *testClock, edit func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, st: st, clock: clock, audit: &auditLog{}}
-	cfg := Config{Now: clock.Now, Argon2: cheapParams, PerAddressRate: rate.Inf, Audit: e.audit.add, RefusalPause: -1}
+	cfg := Config{Now: clock.Now, Argon2: cheapParams, PerAddressRate: rate.Inf, Audit: e.audit.add, RefusalPause: -1,
+		Sealer: testSealer}
 	if edit != nil {
 		edit(&cfg)
 	}

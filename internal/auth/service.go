@@ -44,6 +44,8 @@ type Store interface {
 
 	SigningKeys(ctx context.Context) ([]store.SigningKey, error)
 	CreateSigningKey(ctx context.Context, k store.SigningKey) ([]store.SigningKey, error)
+	DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error)
+	ResealSecrets(ctx context.Context, fn func(store.SealedSecret) ([]byte, error)) (int, error)
 }
 
 // Reasons a session is revoked (store.Session.RevokedWhy).
@@ -63,12 +65,14 @@ const changeBatch = 1000
 // Service is accounts, sessions and tokens. It is safe for concurrent use; one per
 // process, with Run going in the background.
 type Service struct {
-	cfg     Config
-	st      Store
-	log     *slog.Logger
-	parser  *jwt.Parser
-	keys    map[string][]byte // kid → secret
-	signKID string
+	cfg    Config
+	st     Store
+	log    *slog.Logger
+	parser *jwt.Parser
+	ring   atomic.Pointer[keyring] // the signing keys; loadKeys swaps it
+
+	keyMu       sync.Mutex // one key load at a time; guards lastKeyLoad
+	lastKeyLoad time.Time  // when an unknown kid last made learnKID reload
 	// dummyHash is verified for unknown e-mails so they cost what a known one does.
 	dummyHash string
 	kdf       kdf
@@ -87,10 +91,11 @@ type Service struct {
 	lastSweep time.Time
 }
 
-// New loads the signing keys (creating the first one when the store has none, and
-// settling on whichever key the store kept if replicas race), computes the dummy
-// hash, and positions the change feed at its end (reading it through once,
-// a thousand entries a query).
+// New loads the signing keys, opening them with Config.Sealer (creating the first
+// one when the store has none, settling on whichever key the store kept if replicas
+// race, and sealing in place keys an older vmgate stored raw), computes the dummy
+// hash, and positions the change feed at its end (reading it through once, a
+// thousand entries a query).
 func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -115,33 +120,6 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-func (s *Service) loadKeys(ctx context.Context) error {
-	keys, err := s.st.SigningKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("load signing keys: %w", err)
-	}
-	if len(keys) == 0 {
-		secret := make([]byte, keyBytes)
-		_, _ = rand.Read(secret) // never fails (crypto/rand, Go 1.24+)
-		keys, err = s.st.CreateSigningKey(ctx, store.SigningKey{ID: randomID(12), Secret: secret, CreatedAt: s.cfg.Now()})
-		if err != nil {
-			return fmt.Errorf("create signing key: %w", err)
-		}
-	}
-	if len(keys) == 0 {
-		return errors.New("store kept no signing key")
-	}
-	s.keys = make(map[string][]byte, len(keys))
-	for _, k := range keys {
-		if len(k.Secret) < keyBytes || k.ID == "" {
-			return fmt.Errorf("signing key %q: want an id and at least %d bytes", k.ID, keyBytes)
-		}
-		s.keys[k.ID] = k.Secret
-	}
-	s.signKID = keys[len(keys)-1].ID // the newest signs; all verify
-	return nil
 }
 
 // randomID returns n random bytes, base64url without padding.
@@ -376,7 +354,7 @@ func (s *Service) setHash(ctx context.Context, userID int64, old, hash string) (
 // reads the store once however many requests are waiting for it. Every failure is
 // the same 401 "invalid or expired token".
 func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, error) {
-	v, err := s.verify(raw)
+	v, err := s.verifyLearning(ctx, raw)
 	if err != nil {
 		return Principal{}, err
 	}
@@ -446,7 +424,7 @@ func (s *Service) readSession(ctx context.Context, sid string) (sessionEntry, er
 // as stolen: the whole session is revoked and the reuse audited (RFC 9700 §4.14).
 // The new token never outlives the session's absolute end.
 func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) {
-	v, err := s.verify(raw)
+	v, err := s.verifyLearning(ctx, raw)
 	if err != nil {
 		return Token{}, err
 	}
@@ -700,6 +678,7 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) pollChanges(ctx context.Context) error {
 	s.pollMu.Lock()
 	defer s.pollMu.Unlock()
+	keysChanged := false
 	for {
 		changes, err := s.st.Changes(ctx, s.after, changeBatch)
 		if err != nil {
@@ -708,8 +687,11 @@ func (s *Service) pollChanges(ctx context.Context) error {
 		if len(changes) > 0 {
 			ids := make([]string, 0, len(changes))
 			for _, c := range changes {
-				if c.Kind == store.ChangeSession {
+				switch c.Kind {
+				case store.ChangeSession:
 					ids = append(ids, c.SessionID)
+				case store.ChangeSigningKey:
+					keysChanged = true
 				}
 			}
 			if len(ids) > 0 {
@@ -721,8 +703,15 @@ func (s *Service) pollChanges(ctx context.Context) error {
 			break
 		}
 	}
+	if keysChanged {
+		// A rotation (the new key signs from now on) or a retirement.
+		if err := s.loadKeys(ctx); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "reload signing keys", slog.String("error", err.Error()))
+		}
+	}
 	if now := s.cfg.Now(); now.Sub(s.lastSweep) >= time.Minute {
 		s.lastSweep = now
+		s.retireKeys(ctx, now)
 		s.cache.sweep(now)
 		s.addrs.sweep(now)
 		s.throttle.sweep(now)

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -92,8 +93,9 @@ func (s *Service) issue(userID int64, sid string, gen int64, sessionEnd, now tim
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
 	t.Header["typ"] = tokenType
-	t.Header["kid"] = s.signKID
-	raw, err := t.SignedString(s.keys[s.signKID])
+	r := s.ring.Load()
+	t.Header["kid"] = r.signKID
+	raw, err := t.SignedString(r.keys[r.signKID].secret)
 	if err != nil {
 		return Token{}, errs.Wrap(errs.Internal, err, "sign token")
 	}
@@ -139,9 +141,23 @@ func (s *Service) keyFor(t *jwt.Token) (any, error) {
 		return nil, errors.New("wrong typ")
 	}
 	kid, _ := t.Header["kid"].(string)
-	key, ok := s.keys[kid]
+	key, ok := s.ring.Load().keys[kid]
 	if !ok {
-		return nil, errors.New("unknown kid")
+		return nil, &unknownKIDError{kid: kid}
 	}
-	return key, nil
+	if !key.retireAt.IsZero() && s.cfg.Now().After(key.retireAt) {
+		return nil, errors.New("retired kid")
+	}
+	return key.verify, nil
+}
+
+// verifyLearning is verify, and once more after learning the keys again when the
+// token names a kid this replica does not know (learnKID: bounded).
+func (s *Service) verifyLearning(ctx context.Context, raw string) (verified, error) {
+	v, err := s.verify(raw)
+	var unknown *unknownKIDError
+	if err != nil && errors.As(err, &unknown) && s.learnKID(ctx, unknown.kid) {
+		return s.verify(raw)
+	}
+	return v, err
 }

@@ -30,7 +30,7 @@ func newTokenFixture(t *testing.T) *tokenFixture {
 	e.createUser("alice@example.com", alicePassword, "user")
 	tok := e.login("alice@example.com", alicePassword)
 	h, c := jwtParts(t, tok.Raw)
-	return &tokenFixture{env: e, raw: tok.Raw, header: h, claims: c, key: e.s.keys[e.s.signKID]}
+	return &tokenFixture{env: e, raw: tok.Raw, header: h, claims: c, key: e.s.ring.Load().keys[e.s.ring.Load().signKID].secret}
 }
 
 // SECURITY.md 1: one algorithm per key, strict base64, typ checked, known kid only;
@@ -243,7 +243,7 @@ func TestRevocationIsKeyedOnSession(t *testing.T) {
 func TestIssuedTokenShape(t *testing.T) {
 	t.Parallel()
 	f := newTokenFixture(t)
-	if len(f.header) != 3 || f.header["alg"] != "HS256" || f.header["typ"] != "at+jwt" || f.header["kid"] != f.s.signKID {
+	if len(f.header) != 3 || f.header["alg"] != "HS256" || f.header["typ"] != "at+jwt" || f.header["kid"] != f.s.ring.Load().signKID {
 		t.Fatalf("header %v", f.header)
 	}
 	now := float64(f.clock.Now().Unix())
@@ -267,8 +267,9 @@ func TestSigningKeySharedByReplicas(t *testing.T) {
 	t.Parallel()
 	a := newEnv(t, nil)
 	b := newEnvOn(t, a.st, a.clock, nil)
-	if a.s.signKID != b.s.signKID || len(a.st.keys) != 1 || len(a.st.keys[0].Secret) != 32 {
-		t.Fatalf("replicas did not settle on one 32-byte key: %q %q %d", a.s.signKID, b.s.signKID, len(a.st.keys))
+	ra, rb := a.s.ring.Load(), b.s.ring.Load()
+	if ra.signKID != rb.signKID || len(a.st.keys) != 1 || len(ra.keys[ra.signKID].secret) != 32 {
+		t.Fatalf("replicas did not settle on one 32-byte key: %q %q %d", ra.signKID, rb.signKID, len(a.st.keys))
 	}
 	a.createUser("alice@example.com", alicePassword, "user")
 	b.authOK(a.login("alice@example.com", alicePassword).Raw)

@@ -85,6 +85,7 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 	if cfg.Audit == nil {
 		cfg.Audit = trail.Record
 	}
+	cfg.Sealer = sealer
 	au, err := auth.New(ctx, st, cfg)
 	if err != nil {
 		t.Fatal(err)

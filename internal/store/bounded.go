@@ -188,6 +188,21 @@ func (b *bounded) CreateSigningKey(ctx context.Context, k SigningKey) ([]Signing
 	return call(b, ctx, func(ctx context.Context) ([]SigningKey, error) { return b.s.CreateSigningKey(ctx, k) })
 }
 
+// AddSigningKey implements Store.
+func (b *bounded) AddSigningKey(ctx context.Context, k SigningKey) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.AddSigningKey(ctx, k) })
+}
+
+// DeleteSupersededSigningKeys implements Store.
+func (b *bounded) DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error) {
+	return call(b, ctx, func(ctx context.Context) (int, error) { return b.s.DeleteSupersededSigningKeys(ctx, cutoff) })
+}
+
+// ResealSecrets implements Store.
+func (b *bounded) ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]byte, error)) (int, error) {
+	return call(b, ctx, func(ctx context.Context) (int, error) { return b.s.ResealSecrets(ctx, fn) })
+}
+
 // CreateCluster implements Store.
 func (b *bounded) CreateCluster(ctx context.Context, c Cluster) (Cluster, error) {
 	return call(b, ctx, func(ctx context.Context) (Cluster, error) { return b.s.CreateCluster(ctx, c) })

@@ -132,6 +132,9 @@ const (
 	// trust) or deleted. A deletion also removes its grants without entries of
 	// their own: drop everything held about the cluster.
 	ChangeCluster ChangeKind = "cluster"
+	// ChangeSigningKey: a signing key was added (a rotation) or retired. Reload the
+	// signing keys.
+	ChangeSigningKey ChangeKind = "signing_key"
 	// ChangeResync is never stored: Subscribe delivers it when the subscriber may
 	// have missed changes (the PostgreSQL listener reconnected, or the feed could
 	// not be read for a long time). Reload everything cached, once.
@@ -151,10 +154,32 @@ type Change struct {
 }
 
 // SigningKey is an HS256 key for vmgate's JWTs; replicas share them through the store.
+// The newest signs; the others verify until auth retires them.
 type SigningKey struct {
-	ID        string // the JWT kid
-	Secret    []byte // 32 random bytes
+	ID string // the JWT kid
+	// Secret is the key sealed with the key file (internal/seal, additional data
+	// seal.SigningKeyAAD(ID)) when Sealed; the raw 32 bytes in rows an older vmgate
+	// wrote, until auth seals them at its first start.
+	Secret    []byte
+	Sealed    bool
 	CreatedAt time.Time
+}
+
+// Kinds of sealed secret (SealedSecret.Kind).
+const (
+	SealedSigningKey   = "signing_key"   // signing_keys.secret; Row and Name: the kid
+	SealedClusterToken = "cluster_token" // clusters.token_secret_sealed; Row: the cluster id, Name: the token id
+)
+
+// SealedSecret is one secret the store keeps sealed, as ResealSecrets hands it over.
+type SealedSecret struct {
+	Kind  string // SealedSigningKey or SealedClusterToken
+	Row   string // which row holds it
+	Name  string // what the sealed value is bound to (its additional data)
+	Value []byte
+	// Clear is set for a signing key an older vmgate stored raw: Value is the key
+	// itself, not a sealed value.
+	Clear bool
 }
 
 // Endpoint is one PVE API endpoint of a cluster.
@@ -354,10 +379,24 @@ type Store interface {
 	// session was last used is shown, never cached.
 	TouchSessions(ctx context.Context, seen []SessionSeen) error
 
-	SigningKeys(ctx context.Context) ([]SigningKey, error) // oldest first
+	SigningKeys(ctx context.Context) ([]SigningKey, error) // oldest first (created_at, then id)
 	// CreateSigningKey stores k unless a key already exists; it returns the keys after
 	// the call, so two replicas starting together settle on the same first key.
 	CreateSigningKey(ctx context.Context, k SigningKey) ([]SigningKey, error)
+	// AddSigningKey stores k beside the existing keys (a rotation: the newest signs)
+	// and feeds ChangeSigningKey. Conflict when its ID exists.
+	AddSigningKey(ctx context.Context, k SigningKey) error
+	// DeleteSupersededSigningKeys deletes every signing key that a newer key
+	// superseded before cutoff (the newest key is never deleted), feeds
+	// ChangeSigningKey when it deleted any, and returns how many it deleted.
+	DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error)
+	// ResealSecrets hands every sealed secret — signing keys (raw ones too) and
+	// cluster token secrets — to fn in one transaction that holds the write locks of
+	// both tables, and stores what fn returns in place of each value (a signing key
+	// becomes Sealed); nil leaves the value as it is. If fn fails, nothing is
+	// changed. It returns how many values were replaced. Replicas running it at once
+	// take turns, and each sees the values the one before committed.
+	ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]byte, error)) (int, error)
 
 	CreateCluster(ctx context.Context, c Cluster) (Cluster, error) // Conflict on a duplicate name
 	ClusterByID(ctx context.Context, id int64) (Cluster, error)

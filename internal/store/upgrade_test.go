@@ -11,8 +11,9 @@ import (
 
 // testUpgrade: rows an older vmgate (schema 1) left behind survive the migrations:
 // session feed entries become session changes, in order, a key in progress gets
-// a lease of IdempotencyLease from its creation, so it can be taken over, and a
-// task row was last updated when it was created.
+// a lease of IdempotencyLease from its creation, so it can be taken over, a
+// task row was last updated when it was created, and a raw signing key is kept as
+// it was, marked not sealed (auth seals it at its first start).
 // raw is dsn as driver takes it.
 func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	ctx := t.Context()
@@ -37,6 +38,10 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO signing_keys (id, secret, created_at) VALUES ('old-kid', $1, $2)`,
+		[]byte("raw-secret-of-32-bytes-123456789"), created); err != nil {
+		t.Fatal(err)
+	}
 	s := openDSN(t, dsn)
 	cs, err := s.Changes(ctx, 0, 10)
 	if err != nil {
@@ -45,6 +50,10 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	if len(cs) != 2 || cs[0].Kind != store.ChangeSession || cs[0].SessionID != "old-1" || cs[1].SessionID != "old-2" ||
 		cs[1].Seq <= cs[0].Seq {
 		t.Fatalf("feed after the upgrade: %+v", cs)
+	}
+	keys, err := s.SigningKeys(ctx)
+	if err != nil || len(keys) != 1 || keys[0].ID != "old-kid" || keys[0].Sealed || string(keys[0].Secret) != "raw-secret-of-32-bytes-123456789" {
+		t.Fatalf("signing keys after the upgrade: %+v %v", keys, err)
 	}
 	u, err := s.UserByEmail(ctx, "old@example.com")
 	if err != nil {

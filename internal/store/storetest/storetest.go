@@ -5,9 +5,11 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +35,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ChangeFeed", testChangeFeed},
 		{"SubscribeCancel", testSubscribeCancel},
 		{"SigningKeys", testSigningKeys},
+		{"SigningKeyRotation", testSigningKeyRotation},
+		{"ResealSecrets", testResealSecrets},
+		{"ResealSecretsRace", testResealSecretsRace},
 		{"Clusters", testClusters},
 		{"Grants", testGrants},
 		{"GrantsCascade", testGrantsCascade},
@@ -588,6 +593,146 @@ func testSigningKeys(t *testing.T, s store.Store) {
 	same(t, keys, lists[0], "stored keys")
 	if len(keys[0].Secret) != 32 || keys[0].CreatedAt.Location() != time.UTC {
 		t.Fatalf("stored key: %+v", keys[0])
+	}
+}
+
+// testSigningKeyRotation: added keys follow the first, newest last, each feeding a
+// signing-key change; superseded keys go once their successor is older than the
+// cutoff, never the newest.
+func testSigningKeyRotation(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	key := func(i int) store.SigningKey {
+		return store.SigningKey{ID: fmt.Sprint("kid-", i), Secret: bytes.Repeat([]byte{byte(i)}, 53), Sealed: true,
+			CreatedAt: at(time.Duration(i) * time.Hour)}
+	}
+	_, err := s.CreateSigningKey(ctx, key(0))
+	ok(t, err, "first key")
+	head := feedHead(t, s)
+	ok(t, s.AddSigningKey(ctx, key(1)), "add key 1")
+	ok(t, s.AddSigningKey(ctx, key(2)), "add key 2")
+	wantKind(t, s.AddSigningKey(ctx, key(1)), errs.Conflict, "add key 1 again")
+	cs, err := s.Changes(ctx, head, 10)
+	ok(t, err, "feed")
+	if len(cs) != 2 || cs[0].Kind != store.ChangeSigningKey || cs[1].Kind != store.ChangeSigningKey {
+		t.Fatalf("feed after two rotations: %+v", cs)
+	}
+	keys, err := s.SigningKeys(ctx)
+	ok(t, err, "keys")
+	same(t, keys, []store.SigningKey{key(0), key(1), key(2)}, "keys after two rotations")
+
+	// Key 0 was superseded at +1h, key 1 at +2h.
+	n, err := s.DeleteSupersededSigningKeys(ctx, at(time.Hour))
+	ok(t, err, "delete superseded before +1h")
+	same(t, n, 0, "keys superseded before +1h")
+	head = feedHead(t, s)
+	n, err = s.DeleteSupersededSigningKeys(ctx, at(time.Hour+time.Millisecond))
+	ok(t, err, "delete superseded before +1h1ms")
+	same(t, n, 1, "keys superseded before +1h1ms")
+	if cs, err := s.Changes(ctx, head, 10); err != nil || len(cs) != 1 || cs[0].Kind != store.ChangeSigningKey {
+		t.Fatalf("feed after a deletion: %+v %v", cs, err)
+	}
+	n, err = s.DeleteSupersededSigningKeys(ctx, at(1000*time.Hour))
+	ok(t, err, "delete superseded long after")
+	same(t, n, 1, "keys superseded long after")
+	keys, err = s.SigningKeys(ctx)
+	ok(t, err, "keys")
+	same(t, keys, []store.SigningKey{key(2)}, "the newest key stays")
+}
+
+// testResealSecrets: every signing key (raw ones flagged Clear) and every cluster
+// secret reaches fn in one transaction; what fn returns replaces the value (and
+// marks a signing key sealed), nil keeps it, and an error changes nothing.
+func testResealSecrets(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	_, err := s.CreateSigningKey(ctx, store.SigningKey{ID: "raw", Secret: []byte("raw-key"), CreatedAt: at(0)})
+	ok(t, err, "raw key")
+	ok(t, s.AddSigningKey(ctx, store.SigningKey{ID: "sealed", Secret: []byte("sealed-key"), Sealed: true, CreatedAt: at(time.Hour)}), "sealed key")
+	c1, err := s.CreateCluster(ctx, store.Cluster{Name: "one", TokenID: "a@pve!x", TokenSecretSealed: []byte("s1")})
+	ok(t, err, "cluster one")
+	c2, err := s.CreateCluster(ctx, store.Cluster{Name: "two", TokenID: "b@pve!y", TokenSecretSealed: []byte("s2")})
+	ok(t, err, "cluster two")
+
+	var seen []store.SealedSecret
+	_, err = s.ResealSecrets(ctx, func(sec store.SealedSecret) ([]byte, error) {
+		seen = append(seen, sec)
+		if len(seen) == 3 {
+			return nil, errors.New("crash")
+		}
+		return append([]byte("new-"), sec.Value...), nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "crash") {
+		t.Fatalf("a failing fn: %v", err)
+	}
+	same(t, seen, []store.SealedSecret{
+		{Kind: store.SealedSigningKey, Row: "raw", Name: "raw", Value: []byte("raw-key"), Clear: true},
+		{Kind: store.SealedSigningKey, Row: "sealed", Name: "sealed", Value: []byte("sealed-key")},
+		{Kind: store.SealedClusterToken, Row: fmt.Sprint(c1.ID), Name: "a@pve!x", Value: []byte("s1")},
+	}, "secrets handed to fn")
+	keys, err := s.SigningKeys(ctx)
+	ok(t, err, "keys")
+	if string(keys[0].Secret) != "raw-key" || keys[0].Sealed || string(keys[1].Secret) != "sealed-key" {
+		t.Fatalf("a failed reseal changed the keys: %+v", keys)
+	}
+
+	head := feedHead(t, s)
+	n, err := s.ResealSecrets(ctx, func(sec store.SealedSecret) ([]byte, error) {
+		if sec.Row == "sealed" {
+			return nil, nil
+		}
+		return append([]byte("new-"), sec.Value...), nil
+	})
+	ok(t, err, "reseal")
+	same(t, n, 3, "values replaced")
+	keys, err = s.SigningKeys(ctx)
+	ok(t, err, "keys")
+	if string(keys[0].Secret) != "new-raw-key" || !keys[0].Sealed || string(keys[1].Secret) != "sealed-key" || !keys[1].Sealed {
+		t.Fatalf("keys after the reseal: %+v", keys)
+	}
+	for _, c := range []store.Cluster{c1, c2} {
+		got, err := s.ClusterByID(ctx, c.ID)
+		ok(t, err, "cluster")
+		same(t, string(got.TokenSecretSealed), "new-"+string(c.TokenSecretSealed), "resealed secret of "+c.Name)
+		same(t, got.UpdatedAt, c.UpdatedAt, "updated_at of "+c.Name)
+	}
+	cs, err := s.Changes(ctx, head, 10)
+	ok(t, err, "feed")
+	same(t, cs, []store.Change{
+		{Seq: cs[0].Seq, Kind: store.ChangeSigningKey},
+		{Seq: cs[0].Seq + 1, Kind: store.ChangeCluster, ClusterID: c1.ID},
+		{Seq: cs[0].Seq + 2, Kind: store.ChangeCluster, ClusterID: c2.ID},
+	}, "feed after the reseal")
+}
+
+// testResealSecretsRace: replicas resealing at once take turns, each seeing what
+// the one before wrote, so a raw key is sealed exactly once (SECURITY.md 25's
+// migration in place).
+func testResealSecretsRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	_, err := s.CreateSigningKey(ctx, store.SigningKey{ID: "raw", Secret: []byte("k"), CreatedAt: at(0)})
+	ok(t, err, "raw key")
+	const n = 6
+	counts := make([]int, n)
+	race(t, s, n, func(i int) {
+		c, err := s.ResealSecrets(ctx, func(sec store.SealedSecret) ([]byte, error) {
+			if !sec.Clear {
+				return nil, nil
+			}
+			return append([]byte("sealed:"), sec.Value...), nil
+		})
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+		counts[i] = c
+	})
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	same(t, total, 1, "keys sealed over all replicas")
+	keys, err := s.SigningKeys(ctx)
+	ok(t, err, "keys")
+	if len(keys) != 1 || string(keys[0].Secret) != "sealed:k" || !keys[0].Sealed {
+		t.Fatalf("after the race: %+v", keys)
 	}
 }
 
