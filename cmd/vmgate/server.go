@@ -43,7 +43,7 @@ type serverCmd struct {
 	PlainHTTP      bool          `env:"VMGATE_PLAIN_HTTP" help:"Allow plain HTTP on an address that is not loopback: only behind a TLS-terminating proxy."`
 	Database       string        `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
 	DataDir        string        `env:"VMGATE_DATA_DIR" help:"Directory for the SQLite database and the secret key (default: current directory; in dev mode a fresh temporary one)."`
-	SecretKeyFile  string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets; created 0600 if absent (default: <data-dir>/vmgate.key)."`
+	SecretKeyFile  string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets and JWT signing keys; created 0600 if absent (default: <data-dir>/vmgate.key)."`
 	TokenTTL       time.Duration `default:"1h" env:"VMGATE_TOKEN_TTL" help:"Lifetime of an access token."`
 	SessionMax     time.Duration `default:"24h" env:"VMGATE_SESSION_MAX" help:"Longest life of a session from login."`
 	TrustedProxies []string      `env:"VMGATE_TRUSTED_PROXIES" help:"Addresses or CIDRs whose X-Forwarded-For or Forwarded header is believed."`

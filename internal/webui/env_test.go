@@ -105,7 +105,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.clock != nil {
 		now = o.clock.Now
 	}
+	key := bytes.Repeat([]byte{7}, seal.KeySize)
+	sealer, err := seal.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	acfg := auth.Config{
+		Sealer:          sealer,
 		Argon2:          auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
 		PerAddressRate:  rate.Inf,
 		PerAddressBurst: 1,
@@ -119,11 +125,6 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.acc = accounts.New(accounts.Config{Store: st, Auth: e.auth, Audit: e.trail})
-	key := bytes.Repeat([]byte{7}, seal.KeySize)
-	sealer, err := seal.New(key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if e.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: e.trail}); err != nil {
 		t.Fatal(err)
 	}
