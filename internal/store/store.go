@@ -42,7 +42,7 @@
 //     and a listener connection of its own (not from the pool) wakes the feed
 //     reader, which reads the feed from its position on. Measured between two
 //     stores on one server, that is a few milliseconds; the bound vmgate states is
-//     100 ms (docs/decisions/0005-change-feed.md);
+//     100 ms (docs/decisions/0007-change-feed.md);
 //   - by the poll, every Options.PollInterval (1 s): on PostgreSQL the fallback
 //     while the listener is lost, on SQLite what carries other processes' writes;
 //   - ChangeResync when it may have missed changes: after the listener reconnects
