@@ -97,9 +97,6 @@ type Config struct {
 	// (its LastSeenAt, shown in the user's list of sessions) by one replica; login
 	// and refresh write it besides. Default 1 min.
 	SeenInterval time.Duration
-	// PollInterval is how often Run reads the store's change feed; it bounds
-	// how long a logout on another replica takes to reach this one. Default 1 s.
-	PollInterval time.Duration
 
 	Logger *slog.Logger // default: discard
 	// Audit receives security events (logins, lockouts, token reuse, revocations)
@@ -171,7 +168,6 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxTracked = orDefault(c.MaxTracked, 100_000)
 	c.SessionCacheSize = orDefault(c.SessionCacheSize, 100_000)
 	c.SessionRecheck = orDefault(c.SessionRecheck, time.Minute)
-	c.PollInterval = orDefault(c.PollInterval, time.Second)
 	c.SeenInterval = orDefault(c.SeenInterval, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -186,7 +182,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("auth config: %w", err)
 	}
 	for _, d := range []time.Duration{c.TokenTTL, c.SessionMax, c.Leeway, c.BackoffBase, c.MaxBackoff,
-		c.FailureMemory, c.AccountFailureWindow, c.AccountBlock, c.KnownNetworkMemory, c.SessionRecheck, c.PollInterval,
+		c.FailureMemory, c.AccountFailureWindow, c.AccountBlock, c.KnownNetworkMemory, c.SessionRecheck,
 		c.SeenInterval} {
 		if d < 0 {
 			return c, errors.New("auth config: durations must not be negative")

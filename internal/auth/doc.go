@@ -38,15 +38,20 @@
 // race's losers, and gets 401 alone.
 //
 // Revocation is keyed on the session (sid) and its generation, never on token
-// text. Authenticate answers from an in-process cache of sessions, so a request
-// costs no store round trip once its session is cached; Login, Refresh, Logout and
-// the revocations update the cache of their own process at once. Other replicas
-// learn of a change from the session entries of the store's change feed, which Run
-// reads every PollInterval (1 s): a token revoked on one replica may still pass on
-// another for up to that long. A disabled or deleted user reaches other replicas the same
-// way, because RevokeUser revokes their sessions and so feeds each one. A cached
-// session is read again after SessionRecheck (1 min) whatever the feed says, which
-// bounds the harm of a missed feed entry and the staleness of a user's nickname.
+// text. Authenticate answers from an in-process cache of sessions (each entry with
+// a copy of its user's role and state), so a request costs no store round trip once
+// its session is cached; Login, Refresh, Logout and the revocations update the cache
+// of their own process at once. The cache follows the store's change feed
+// (store.Subscribe): a session revoked or rotated drops that session, a user
+// changed (disabled, deleted, role or password changed) drops every session of
+// theirs, a resync drops everything, and the next request reads the store again.
+// The store hands this process's own writes to the cache before the write returns,
+// and on PostgreSQL pushes other replicas' writes through LISTEN/NOTIFY: a logout,
+// a refresh-reuse revocation or a disabled user on one replica is in force on
+// every other within 100 ms (docs/decisions/0007-change-feed.md; measured by
+// cmd/vmgate-bench). While the listener is lost the store's poll (1 s) carries the
+// changes, and its reconnect resyncs. A cached session is read again after
+// SessionRecheck (1 min) whatever the feed says, a safety net under it.
 //
 // # Login
 //

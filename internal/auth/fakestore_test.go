@@ -25,6 +25,14 @@ type fakeStore struct {
 	feed     []store.Change
 	keys     []store.SigningKey
 	touches  int // sessions TouchSessions was given, all calls together
+	// pending are the changes of the write in progress, handed to the subscribers
+	// once it has released mu (publish), as the real store does after its commit.
+	pending []store.Change
+	subs    map[int]func(store.Change)
+	nextSub int
+	// hold keeps changes back from the subscribers until release: a replica that
+	// has not heard of them yet.
+	hold bool
 
 	sessionReads atomic.Int64
 	userReads    atomic.Int64
@@ -37,7 +45,67 @@ type fakeStore struct {
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{users: map[int64]store.User{}, sessions: map[string]store.Session{}}
+	return &fakeStore{users: map[int64]store.User{}, sessions: map[string]store.Session{}, subs: map[int]func(store.Change){}}
+}
+
+// Subscribe implements store.Store's: every subscriber hears every change, right
+// after the write (unless held), like replicas on one PostgreSQL.
+func (f *fakeStore) Subscribe(fn func(store.Change)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.nextSub
+	f.nextSub++
+	f.subs[id] = fn
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.subs, id)
+	}
+}
+
+// publish hands the pending changes to the subscribers; writers defer it before
+// they lock mu, so it runs after they unlocked.
+func (f *fakeStore) publish() {
+	f.mu.Lock()
+	if f.hold {
+		f.mu.Unlock()
+		return
+	}
+	cs := f.pending
+	f.pending = nil
+	fns := make([]func(store.Change), 0, len(f.subs))
+	for _, fn := range f.subs {
+		fns = append(fns, fn)
+	}
+	f.mu.Unlock()
+	for _, c := range cs {
+		for _, fn := range fns {
+			fn(c)
+		}
+	}
+}
+
+// holdChanges keeps changes from the subscribers until releaseChanges.
+func (f *fakeStore) holdChanges() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold = true
+}
+
+// releaseChanges hands the held changes over.
+func (f *fakeStore) releaseChanges() {
+	f.mu.Lock()
+	f.hold = false
+	f.mu.Unlock()
+	f.publish()
+}
+
+// resync tells every subscriber that changes may have been missed.
+func (f *fakeStore) resync() {
+	f.mu.Lock()
+	f.pending = append(f.pending, store.Change{Kind: store.ChangeResync})
+	f.mu.Unlock()
+	f.publish()
 }
 
 func notFound(what string) error { return errs.E(errs.NotFound, "%s not found", what) }
@@ -51,6 +119,7 @@ func (f *fakeStore) unavailable() error {
 }
 
 func (f *fakeStore) CreateUser(_ context.Context, u store.User) (store.User, error) {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	u.Email = strings.ToLower(u.Email)
@@ -63,6 +132,7 @@ func (f *fakeStore) CreateUser(_ context.Context, u store.User) (store.User, err
 	u.ID = f.nextUser
 	u.CreatedAt, u.UpdatedAt = time.Now().UTC(), time.Now().UTC()
 	f.users[u.ID] = u
+	f.userChanged(u.ID)
 	return u, nil
 }
 
@@ -95,6 +165,7 @@ func (f *fakeStore) UserByEmail(_ context.Context, email string) (store.User, er
 }
 
 func (f *fakeStore) UpdateUser(_ context.Context, u store.User) (store.User, error) {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old, ok := f.users[u.ID]
@@ -104,13 +175,23 @@ func (f *fakeStore) UpdateUser(_ context.Context, u store.User) (store.User, err
 	old.Nickname, old.PasswordHash, old.Role, old.Disabled = u.Nickname, u.PasswordHash, u.Role, u.Disabled
 	old.UpdatedAt = time.Now().UTC()
 	f.users[u.ID] = old
+	f.userChanged(u.ID)
 	return old, nil
 }
 
+// setUserUnfed changes a user without feeding the change: a change the feed lost.
+func (f *fakeStore) setUserUnfed(u store.User) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.users[u.ID] = u
+}
+
 func (f *fakeStore) deleteUser(id int64) {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.users, id)
+	f.userChanged(id)
 }
 
 func (f *fakeStore) user(id int64) store.User {
@@ -165,15 +246,28 @@ func (f *fakeStore) setSession(s store.Session) {
 	f.sessions[s.ID] = s
 }
 
-// changed appends to the feed; the caller holds f.mu.
+// changed feeds a change of session id; the caller holds f.mu and has deferred
+// publish.
 func (f *fakeStore) changed(id string) {
-	f.feed = append(f.feed, store.Change{Seq: int64(len(f.feed)) + 1, Kind: store.ChangeSession, SessionID: id})
+	f.feedChange(store.Change{Kind: store.ChangeSession, SessionID: id})
+}
+
+// userChanged feeds a change of user id, like changed.
+func (f *fakeStore) userChanged(id int64) {
+	f.feedChange(store.Change{Kind: store.ChangeUser, UserID: id})
+}
+
+func (f *fakeStore) feedChange(c store.Change) {
+	c.Seq = int64(len(f.feed)) + 1
+	f.feed = append(f.feed, c)
+	f.pending = append(f.pending, c)
 }
 
 func (f *fakeStore) RotateSession(_ context.Context, id string, from int64, at time.Time) (store.Session, bool, error) {
 	if err := f.unavailable(); err != nil {
 		return store.Session{}, false, err
 	}
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sessions[id]
@@ -191,6 +285,7 @@ func (f *fakeStore) RotateSession(_ context.Context, id string, from int64, at t
 }
 
 func (f *fakeStore) RevokeSession(_ context.Context, id string, at time.Time, why string) error {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.sessions[id]
@@ -206,6 +301,7 @@ func (f *fakeStore) RevokeSession(_ context.Context, id string, at time.Time, wh
 }
 
 func (f *fakeStore) RevokeUserSessions(_ context.Context, userID int64, keep string, at time.Time, why string) ([]string, error) {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var ids []string
@@ -263,18 +359,6 @@ func (f *fakeStore) TouchSessions(_ context.Context, seen []store.SessionSeen) e
 	return nil
 }
 
-func (f *fakeStore) Changes(_ context.Context, after int64, limit int) ([]store.Change, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []store.Change
-	for _, c := range f.feed {
-		if c.Seq > after && len(out) < limit {
-			out = append(out, c)
-		}
-	}
-	return out, nil
-}
-
 func (f *fakeStore) SigningKeys(context.Context) ([]store.SigningKey, error) {
 	f.keyReads.Add(1)
 	f.mu.Lock()
@@ -293,14 +377,16 @@ func (f *fakeStore) CreateSigningKey(_ context.Context, k store.SigningKey) ([]s
 
 // AddSigningKey appends k as the newest key and feeds the change, as a rotation does.
 func (f *fakeStore) AddSigningKey(_ context.Context, k store.SigningKey) error {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.keys = append(f.keys, k)
-	f.feed = append(f.feed, store.Change{Seq: int64(len(f.feed)) + 1, Kind: store.ChangeSigningKey})
+	f.feedChange(store.Change{Kind: store.ChangeSigningKey})
 	return nil
 }
 
 func (f *fakeStore) DeleteSupersededSigningKeys(_ context.Context, cutoff time.Time) (int, error) {
+	defer f.publish()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var kept []store.SigningKey
@@ -313,7 +399,7 @@ func (f *fakeStore) DeleteSupersededSigningKeys(_ context.Context, cutoff time.T
 	n := len(f.keys) - len(kept)
 	f.keys = kept
 	if n > 0 {
-		f.feed = append(f.feed, store.Change{Seq: int64(len(f.feed)) + 1, Kind: store.ChangeSigningKey})
+		f.feedChange(store.Change{Kind: store.ChangeSigningKey})
 	}
 	return n, nil
 }

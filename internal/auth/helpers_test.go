@@ -111,6 +111,7 @@ func newEnvOn(t testing.TB, st *fakeStore, clock *testClock, edit func(*Config))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(s.Close)
 	e.s = s
 	return e
 }

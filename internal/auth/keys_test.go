@@ -102,7 +102,7 @@ func TestSigningKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.st.AddSigningKey(context.Background(), k)
-	if err := a.s.pollChanges(context.Background()); err != nil {
+	if err := a.s.catchUp(context.Background()); err != nil { // Run's reload, asked for by the feed
 		t.Fatal(err)
 	}
 	t1 := a.login("alice@example.com", alicePassword)
@@ -124,7 +124,7 @@ func TestSigningKeyRotation(t *testing.T) {
 	a.clock.Advance(time.Second)
 	a.authFails(reclaim(t, a, t1.Raw, oldKID, oldKey))
 	a.authOK(reclaim(t, a, t1.Raw, k.ID, a.s.ring.Load().keys[k.ID].secret))
-	if err := a.s.pollChanges(context.Background()); err != nil { // the minute's sweep
+	if err := a.s.catchUp(context.Background()); err != nil { // the minute's sweep
 		t.Fatal(err)
 	}
 	if keys, _ := a.st.SigningKeys(context.Background()); len(keys) != 1 || keys[0].ID != k.ID {

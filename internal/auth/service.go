@@ -40,7 +40,7 @@ type Store interface {
 	CountActiveSessions(ctx context.Context, now time.Time) (int, error)
 	UserSessions(ctx context.Context, userID int64, now time.Time) ([]store.Session, error)
 	TouchSessions(ctx context.Context, seen []store.SessionSeen) error
-	Changes(ctx context.Context, after int64, limit int) ([]store.Change, error)
+	Subscribe(fn func(store.Change)) (cancel func())
 
 	SigningKeys(ctx context.Context) ([]store.SigningKey, error)
 	CreateSigningKey(ctx context.Context, k store.SigningKey) ([]store.SigningKey, error)
@@ -59,8 +59,8 @@ const (
 	WhyEnded    = "ended" // the user ended it from their list of sessions
 )
 
-// changeBatch is how many feed entries one Changes call reads.
-const changeBatch = 1000
+// sweepEvery is how often Run forgets ended sessions and idle throttling entries.
+const sweepEvery = time.Minute
 
 // Service is accounts, sessions and tokens. It is safe for concurrent use; one per
 // process, with Run going in the background.
@@ -86,16 +86,17 @@ type Service struct {
 	loads    singleflight.Group
 	seen     *seenWriter
 
-	pollMu    sync.Mutex // one feed reader at a time; guards after and lastSweep
-	after     int64      // the newest feed entry seen
+	unsubscribe func()      // from the store's change feed
+	keysDue     chan struct{} // the feed said the signing keys changed: Run reloads them
+
+	sweepMu   sync.Mutex // guards lastSweep
 	lastSweep time.Time
 }
 
 // New loads the signing keys, opening them with Config.Sealer (creating the first
 // one when the store has none, settling on whichever key the store kept if replicas
 // race, and sealing in place keys an older vmgate stored raw), computes the dummy
-// hash, and positions the change feed at its end (reading it through once, a
-// thousand entries a query).
+// hash, and subscribes to the store's change feed (Close ends that).
 func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -106,20 +107,52 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		addrs:    newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
 		throttle: newLoginThrottle(cfg),
 		cache:    newSessionCache(cfg.SessionCacheSize),
+		keysDue:  make(chan struct{}, 1),
 	}
 	s.seen = newSeenWriter(cfg.SeenInterval, cfg.SessionCacheSize, st.TouchSessions, cfg.Logger)
+	// Subscribed before the keys are read, so that no rotation falls in between.
+	s.unsubscribe = st.Subscribe(s.changed)
 	if err := s.loadKeys(ctx); err != nil {
+		s.unsubscribe()
 		return nil, err
 	}
 	start := time.Now() // the real clock: how long a hash takes on this machine
 	if s.dummyHash, err = hashWith(s.kdf, randomID(24), cfg.Argon2); err != nil {
+		s.unsubscribe()
 		return nil, fmt.Errorf("dummy hash: %w", err)
 	}
 	s.hashes = newHashQueue(cfg.MaxConcurrentHashes, cfg.HashQueue, cfg.HashWait, time.Since(start))
-	if err := s.pollChanges(ctx); err != nil {
-		return nil, err
-	}
 	return s, nil
+}
+
+// Close stops following the store's change feed.
+func (s *Service) Close() { s.unsubscribe() }
+
+// changed drops from the session cache what a change of the store's feed made
+// stale: a session revoked or rotated, every session of a user that changed (each
+// entry holds the user's role and state), everything after a resync. A change of
+// the signing keys (or a resync) makes Run reload them. It runs inside the store's
+// writers and listener, so it only drops and signals; the store is read later.
+func (s *Service) changed(c store.Change) {
+	switch c.Kind {
+	case store.ChangeSession:
+		s.cache.drop(c.SessionID)
+	case store.ChangeUser:
+		s.cache.dropUser(c.UserID)
+	case store.ChangeSigningKey:
+		s.keysChanged()
+	case store.ChangeResync:
+		s.cache.dropAll()
+		s.keysChanged()
+	}
+}
+
+// keysChanged asks Run to reload the signing keys.
+func (s *Service) keysChanged() {
+	select {
+	case s.keysDue <- struct{}{}:
+	default: // one reload pending is enough
+	}
 }
 
 // randomID returns n random bytes, base64url without padding.
@@ -654,69 +687,63 @@ func (s *Service) ActiveSessions(ctx context.Context) int {
 	return n
 }
 
-// Run follows the store's change feed every PollInterval until ctx ends,
-// dropping changed sessions from the cache so that a logout, refresh or revocation
-// on another replica holds here too. Disabling a user propagates the same way:
-// RevokeUser revokes the user's sessions, which feeds their IDs. Run also forgets
-// ended sessions and idle throttling entries now and then.
+// Run reloads the signing keys when the change feed says they changed, and every
+// minute retires superseded keys and forgets ended sessions and idle throttling
+// entries, until ctx ends. (Sessions and users changed on other replicas need no
+// polling here: the store pushes them to changed.)
 func (s *Service) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.PollInterval)
+	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.keysDue:
+			s.reloadKeys(ctx)
 		case <-t.C:
-		}
-		if err := s.pollChanges(ctx); err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "read session changes", slog.String("error", err.Error()))
+			s.sweep(ctx, s.cfg.Now())
 		}
 	}
 }
 
-// pollChanges reads the feed to its end and drops the sessions that changed.
-func (s *Service) pollChanges(ctx context.Context) error {
-	s.pollMu.Lock()
-	defer s.pollMu.Unlock()
-	keysChanged := false
-	for {
-		changes, err := s.st.Changes(ctx, s.after, changeBatch)
-		if err != nil {
-			return fmt.Errorf("changes after %d: %w", s.after, err)
-		}
-		if len(changes) > 0 {
-			ids := make([]string, 0, len(changes))
-			for _, c := range changes {
-				switch c.Kind {
-				case store.ChangeSession:
-					ids = append(ids, c.SessionID)
-				case store.ChangeSigningKey:
-					keysChanged = true
-				}
-			}
-			if len(ids) > 0 {
-				s.cache.drop(ids...)
-			}
-			s.after = changes[len(changes)-1].Seq
-		}
-		if len(changes) < changeBatch {
-			break
-		}
+// catchUp does at once what is due of Run's work (tests call it instead of
+// waiting for Run): the keys' reload the feed asked for, and the sweep when the
+// last is a minute old.
+func (s *Service) catchUp(ctx context.Context) error {
+	var err error
+	select {
+	case <-s.keysDue:
+		err = s.reloadKeys(ctx)
+	default:
 	}
-	if keysChanged {
-		// A rotation (the new key signs from now on) or a retirement.
-		if err := s.loadKeys(ctx); err != nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "reload signing keys", slog.String("error", err.Error()))
-		}
+	s.sweepMu.Lock()
+	due := s.cfg.Now().Sub(s.lastSweep) >= sweepEvery
+	s.sweepMu.Unlock()
+	if due {
+		s.sweep(ctx, s.cfg.Now())
 	}
-	if now := s.cfg.Now(); now.Sub(s.lastSweep) >= time.Minute {
-		s.lastSweep = now
-		s.retireKeys(ctx, now)
-		s.cache.sweep(now)
-		s.addrs.sweep(now)
-		s.throttle.sweep(now)
+	return err
+}
+
+// reloadKeys loads the signing keys after a rotation (the new key signs from now
+// on) or a retirement.
+func (s *Service) reloadKeys(ctx context.Context) error {
+	err := s.loadKeys(ctx)
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "reload signing keys", slog.String("error", err.Error()))
 	}
-	return nil
+	return err
+}
+
+// sweep retires superseded signing keys and forgets what has ended by now.
+func (s *Service) sweep(ctx context.Context, now time.Time) {
+	s.sweepMu.Lock()
+	s.lastSweep = now
+	s.sweepMu.Unlock()
+	s.retireKeys(ctx, now)
+	s.cache.sweep(now)
+	s.addrs.sweep(now)
+	s.throttle.sweep(now)
 }
 
 func (s *Service) audit(ctx context.Context, rec store.AuditRecord) {

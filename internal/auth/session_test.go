@@ -442,27 +442,26 @@ func TestLoadRacingRevocationDoesNotResurrect(t *testing.T) {
 	a.st.afterSessionRead = nil
 	a.st.mu.Unlock()
 	if err := a.s.Logout(context.Background(), a.authOK(tok.Raw)); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.s.pollChanges(context.Background()); err != nil {
-		t.Fatal(err)
+		t.Fatal(err) // the store hands the revocation to b's cache too, while b's load is held
 	}
 	close(gate)
 	<-done // began before the logout: either answer is linearisable
 	b.authFails(tok.Raw)
 }
 
-// Cross-replica: a logout, refresh or revocation on one replica holds on another
-// once it has read the change feed; a newer generation is accepted at once.
+// Cross-replica: a logout, refresh, revocation or change of the user on one
+// replica holds on another as soon as the store's feed hands it over (on
+// PostgreSQL through NOTIFY); a newer generation is accepted at once.
 func TestChangesReachOtherReplicas(t *testing.T) {
 	t.Parallel()
 	a := newEnv(t, nil)
-	a.createUser("alice@example.com", alicePassword, "user")
+	alice := a.createUser("alice@example.com", alicePassword, "user")
 	carol := a.createUser("carol@example.com", "quiet lantern morning", "user")
+	dave := a.createUser("dave@example.com", "silver kettle evening", store.RoleAdmin)
 	b := newEnvOn(t, a.st, a.clock, nil)
 	ctx := context.Background()
 
-	// Refresh on a: b accepts the new generation at once and drops the old after the feed.
+	// Refresh on a: b accepts the new generation at once and drops the old.
 	t0 := a.login("alice@example.com", alicePassword)
 	b.authOK(t0.Raw)
 	t1, err := a.refresh(t0.Raw)
@@ -472,15 +471,14 @@ func TestChangesReachOtherReplicas(t *testing.T) {
 	b.authOK(t1.Raw)
 	b.authFails(t0.Raw)
 
-	// Logout on a.
+	// Logout on a, delivered while b had the session cached.
 	l := a.login("alice@example.com", alicePassword)
 	b.authOK(l.Raw)
+	a.st.holdChanges()
 	if err := a.s.Logout(ctx, a.authOK(l.Raw)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.s.pollChanges(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a.st.releaseChanges()
 	b.authFails(l.Raw)
 
 	// Disabling a user on a (RevokeUser feeds the sessions).
@@ -494,10 +492,28 @@ func TestChangesReachOtherReplicas(t *testing.T) {
 	if err := a.s.RevokeUser(ctx, carol.ID, WhyDisabled); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.s.pollChanges(ctx); err != nil {
+	b.authFails(c.Raw)
+
+	// A demotion on a: b's cached session holds the user's role, and the user's
+	// change drops it.
+	d := a.login("dave@example.com", "silver kettle evening")
+	if p := b.authOK(d.Raw); p.Role != store.RoleAdmin {
+		t.Fatalf("role %q before the demotion", p.Role)
+	}
+	u = a.st.user(dave.ID)
+	u.Role = store.RoleUser
+	if _, err := a.st.UpdateUser(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	b.authFails(c.Raw)
+	if p := b.authOK(d.Raw); p.Role != store.RoleUser {
+		t.Fatalf("role %q on the other replica after the demotion", p.Role)
+	}
+
+	// A deleted user: the deletion's one entry drops the user's sessions.
+	c2 := a.login("alice@example.com", alicePassword)
+	b.authOK(c2.Raw)
+	a.st.deleteUser(alice.ID)
+	b.authFails(c2.Raw)
 }
 
 // Without a feed entry (a user disabled but not revoked, or an entry missed), a
@@ -510,57 +526,45 @@ func TestRecheckCatchesMissedChange(t *testing.T) {
 	e.authOK(tok.Raw)
 	u := e.st.user(alice.ID)
 	u.Disabled = true
-	if _, err := e.st.UpdateUser(context.Background(), u); err != nil {
-		t.Fatal(err)
-	}
+	e.st.setUserUnfed(u)
+	e.authOK(tok.Raw) // nothing said the cached session changed
 	e.clock.Advance(time.Minute)
 	e.authFails(tok.Raw)
 }
 
-// Run reads the feed on its own: a logout elsewhere reaches this replica within a
-// few poll intervals.
-func TestRunFollowsFeed(t *testing.T) {
+// A resync (the store's listener reconnected and may have lost changes) drops
+// every cached session: one revoked while nobody listened fails at once.
+func TestResyncDropsEverything(t *testing.T) {
 	t.Parallel()
-	a := newEnv(t, nil)
-	a.createUser("alice@example.com", alicePassword, "user")
-	b := newEnvOn(t, a.st, a.clock, func(c *Config) { c.PollInterval = time.Millisecond })
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error)
-	go func() { stopped <- b.s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	tok := a.login("alice@example.com", alicePassword)
-	b.authOK(tok.Raw)
-	if err := a.s.Logout(context.Background(), a.authOK(tok.Raw)); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := b.s.Authenticate(context.Background(), tok.Raw); err != nil {
-			wantTokenError(t, err)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("replica still accepts a logged-out token")
-		}
-		runtime.Gosched()
+	e := newEnv(t, nil)
+	e.createUser("alice@example.com", alicePassword, "user")
+	tok := e.login("alice@example.com", alicePassword)
+	other := e.login("alice@example.com", alicePassword)
+	e.authOK(tok.Raw)
+	e.authOK(other.Raw)
+	s := e.st.session(tok.SessionID)
+	s.RevokedAt, s.RevokedWhy = e.clock.Now(), WhyLogout
+	e.st.setSession(s) // a revocation whose notification was lost
+	e.authOK(tok.Raw)
+	reads := e.st.sessionReads.Load()
+	e.st.resync()
+	e.authFails(tok.Raw)
+	e.authOK(other.Raw)
+	if n := e.st.sessionReads.Load() - reads; n != 2 {
+		t.Fatalf("%d session reads after the resync, want each session read once", n)
 	}
 }
 
-// New starts reading the feed at its end, and reads it in batches.
-func TestFeedPaging(t *testing.T) {
+// Close ends the subscription: a closed service hears no more changes.
+func TestCloseUnsubscribes(t *testing.T) {
 	t.Parallel()
-	st := newFakeStore()
-	for i := range 2*changeBatch + 5 {
-		st.changed(string(rune('a' + i%26)))
-	}
-	e := newEnvOn(t, st, newTestClock(), nil)
-	if e.s.after != 2*changeBatch+5 {
-		t.Fatalf("feed position %d after New", e.s.after)
+	e := newEnv(t, nil)
+	e.s.Close()
+	e.st.mu.Lock()
+	n := len(e.st.subs)
+	e.st.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d subscribers after Close", n)
 	}
 }
 

@@ -108,6 +108,28 @@ func (c *sessionCache) drop(sids ...string) {
 	}
 }
 
+// dropUser forgets every session of a user that changed (disabled, deleted, role
+// or password changed): each entry holds a copy of the user. Users change rarely
+// (an admin's action), so a scan is cheaper than an index kept on every login.
+func (c *sessionCache) dropUser(userID int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	for sid, e := range c.m {
+		if e.userID == userID {
+			delete(c.m, sid)
+		}
+	}
+}
+
+// dropAll forgets everything, after the change feed may have lost changes.
+func (c *sessionCache) dropAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	clear(c.m)
+}
+
 // sweep forgets sessions past their end: their tokens fail on the token's own
 // exp (capped at the session's end) before the cache is asked.
 func (c *sessionCache) sweep(now time.Time) {
