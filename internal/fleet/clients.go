@@ -1,71 +1,79 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"log/slog"
+	"slices"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// cachedClient is the one PVE client of a cluster. digest covers everything the
-// client was built from, so a changed endpoint, token or trust setting rebuilds it
-// while a rename keeps its kept-alive connections.
+// cachedClient is the one PVE client of a cluster, with the row it was built from:
+// when a change of the cluster comes through the feed, the reloaded row is compared
+// with it once, so a rename keeps the kept-alive connections while a changed
+// endpoint, token or trust setting builds a new client.
 type cachedClient struct {
-	digest [sha256.Size]byte
+	row    store.Cluster
 	client *pve.Client
 }
 
-// connDigest hashes the connection settings of a cluster.
-func connDigest(c store.Cluster) [sha256.Size]byte {
-	h := sha256.New()
-	field := func(b []byte) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
-	for _, e := range c.Endpoints {
-		field([]byte(e.URL))
-		field([]byte(e.Fingerprint))
-	}
-	field([]byte(c.TokenID))
-	field(c.TokenSecretSealed)
-	field([]byte(c.CACert))
-	if c.InsecureSkipVerify {
-		field([]byte{1})
-	}
-	var d [sha256.Size]byte
-	h.Sum(d[:0])
-	return d
+// sameConnection reports whether two rows of a cluster make the same PVE client.
+func sameConnection(a, b store.Cluster) bool {
+	return slices.EqualFunc(a.Endpoints, b.Endpoints, func(x, y store.Endpoint) bool {
+		return x.URL == y.URL && x.Fingerprint == y.Fingerprint
+	}) && a.TokenID == b.TokenID && bytes.Equal(a.TokenSecretSealed, b.TokenSecretSealed) &&
+		a.CACert == b.CACert && a.InsecureSkipVerify == b.InsecureSkipVerify
 }
 
 // Client returns the cluster's PVE client: one per cluster, shared by every caller so
-// that requests reuse its kept-alive connections. It is rebuilt when the cluster's
-// connection settings change (also when another replica changed them: the store is
-// read on every call) and closed when the cluster is deleted. Callers must not Close it.
+// that requests reuse its kept-alive connections. It comes from memory: the client
+// is rebuilt only after the change feed said the cluster changed (on any replica)
+// and its connection settings differ, and closed once the cluster is gone. Callers
+// must not Close it.
 //
 // Client does not authorize: call Authorize first.
 func (s *Service) Client(ctx context.Context, clusterID int64) (*pve.Client, error) {
-	c, err := s.store.ClusterByID(ctx, clusterID)
+	rec, err := s.record(ctx, clusterID)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
 			s.dropClient(clusterID)
-			return nil, clusterNotFound()
 		}
 		return nil, err
 	}
-	return s.clientFor(c)
+	return s.clientFor(rec)
 }
 
-func (s *Service) clientFor(c store.Cluster) (*pve.Client, error) {
-	d := connDigest(c)
+// record returns a registered cluster from the cache; NotFound (clusterNotFound)
+// when there is none.
+func (s *Service) record(ctx context.Context, clusterID int64) (*clusterRecord, error) {
+	cs, err := s.cache.clusterSet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec, ok := cs.byID[clusterID]
+	if !ok {
+		return nil, clusterNotFound()
+	}
+	return rec, nil
+}
+
+// clientFor returns the client of a cached cluster record, building it when the
+// record is new and its settings differ from the client's.
+func (s *Service) clientFor(rec *clusterRecord) (*pve.Client, error) {
+	if cl := rec.client.Load(); cl != nil {
+		return cl, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cc, ok := s.clients[c.ID]; ok && cc.digest == d {
+	if cl := rec.client.Load(); cl != nil {
+		return cl, nil
+	}
+	c := rec.row
+	if cc, ok := s.clients[c.ID]; ok && sameConnection(cc.row, c) {
+		rec.client.Store(cc.client)
 		return cc.client, nil
 	}
 	cfg, err := s.clientConfig(c)
@@ -79,8 +87,23 @@ func (s *Service) clientFor(c store.Cluster) (*pve.Client, error) {
 	if old, ok := s.clients[c.ID]; ok {
 		old.client.Close()
 	}
-	s.clients[c.ID] = &cachedClient{digest: d, client: cl}
+	s.clients[c.ID] = &cachedClient{row: c, client: cl}
+	rec.client.Store(cl)
 	return cl, nil
+}
+
+// closeGone closes the clients of clusters a freshly loaded set no longer has
+// (deleted, here or on another replica).
+func (s *Service) closeGone(cs *clusterSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, cc := range s.clients {
+		if _, ok := cs.byID[id]; !ok {
+			cc.client.Close()
+			delete(s.clients, id)
+			delete(s.health, id)
+		}
+	}
 }
 
 func (s *Service) dropClient(clusterID int64) {

@@ -4,6 +4,11 @@
 // (one transport, kept alive) per cluster, decides who may act on which cluster
 // (grants), and reads the inventory (nodes, VMs, a VM's status).
 //
+// Cluster records, grants and PVE clients are served from memory (cache.go), kept
+// true by the store's change feed: a change on any replica is in force here within
+// the feed's bound (docs/decisions/0010-caches-on-the-change-feed.md), so an
+// authorized read costs no store round trip.
+//
 // The rules of cluster and grant administration live here for every front end: each
 // change is audited by the fleet itself (cluster.create, cluster.update,
 // cluster.delete, grant.put, grant.delete), and so is each refusal of Require
@@ -53,6 +58,9 @@ type Service struct {
 	now     func() time.Time
 	timeout time.Duration
 	audit   *audit.Trail
+	// cache holds clusters and grants, kept true by the store's change feed.
+	cache       *cache
+	unsubscribe func()
 
 	mu      sync.Mutex
 	clients map[int64]*cachedClient
@@ -88,6 +96,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.checkKey(ctx); err != nil {
 		return nil, err
 	}
+	s.cache = newCache(cfg.Store)
+	s.cache.loaded = s.closeGone
+	s.unsubscribe = cfg.Store.Subscribe(s.cache.apply)
 	return s, nil
 }
 
@@ -121,8 +132,9 @@ func (s *Service) openSecret(c store.Cluster) (string, error) {
 	return string(plain), err
 }
 
-// Close closes every cached PVE client.
+// Close stops following the change feed and closes every cached PVE client.
 func (s *Service) Close() {
+	s.unsubscribe()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, cc := range s.clients {
@@ -137,7 +149,8 @@ func clusterNotFound() *errs.Error {
 	return errs.R(errs.NotFound, "not_found", "cluster not found")
 }
 
-// cluster reads one registered cluster's row.
+// cluster reads one registered cluster's row from the store, for a change to it:
+// reads take it from the cache (record).
 func (s *Service) cluster(ctx context.Context, id int64) (store.Cluster, error) {
 	c, err := s.store.ClusterByID(ctx, id)
 	if errs.KindOf(err) == errs.NotFound {
@@ -148,22 +161,22 @@ func (s *Service) cluster(ctx context.Context, id int64) (store.Cluster, error) 
 
 // Cluster returns one registered cluster.
 func (s *Service) Cluster(ctx context.Context, id int64) (Cluster, error) {
-	c, err := s.cluster(ctx, id)
+	rec, err := s.record(ctx, id)
 	if err != nil {
 		return Cluster{}, err
 	}
-	return clusterOf(c), nil
+	return clusterOf(rec.row), nil
 }
 
 // List returns every registered cluster, by id.
 func (s *Service) List(ctx context.Context) ([]Cluster, error) {
-	cs, err := s.store.ListClusters(ctx)
+	cs, err := s.cache.clusterSet(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Cluster, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, clusterOf(c))
+	out := make([]Cluster, 0, len(cs.sorted))
+	for _, rec := range cs.sorted {
+		out = append(out, clusterOf(rec.row))
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // Admins may do everything on every existing cluster. Anyone else needs a grant: no
 // grant and no such cluster give the same NotFound ("cluster not found"), so that the
 // existence of a cluster does not leak (BOLA); a viewer asking for operator gets
-// Forbidden. Authorize reads only the store; it never calls PVE.
+// Forbidden. Authorize answers from the fleet's cache (kept true by the store's
+// change feed); it never calls PVE.
 func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need string) (string, error) {
 	if need != store.GrantViewer && need != store.GrantOperator {
 		return "", fmt.Errorf("authorize: unknown need %q", need)
@@ -26,27 +28,24 @@ func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need 
 		return "", clusterNotFound()
 	}
 	if a.Role == store.RoleAdmin {
-		if _, err := s.store.ClusterByID(ctx, clusterID); err != nil {
-			if errs.KindOf(err) == errs.NotFound {
-				return "", clusterNotFound()
-			}
+		if _, err := s.record(ctx, clusterID); err != nil {
 			return "", err
 		}
 		return store.RoleAdmin, nil
 	}
-	g, err := s.store.GrantFor(ctx, a.UserID, clusterID)
+	roles, err := s.cache.roles(ctx, a.UserID)
 	if err != nil {
-		if errs.KindOf(err) == errs.NotFound {
-			return "", clusterNotFound()
-		}
 		return "", err
 	}
+	role, ok := roles[clusterID]
 	switch {
-	case g.Role == store.GrantOperator:
-		return g.Role, nil
-	case g.Role == store.GrantViewer && need == store.GrantViewer:
-		return g.Role, nil
-	case g.Role == store.GrantViewer:
+	case !ok:
+		return "", clusterNotFound()
+	case role == store.GrantOperator:
+		return role, nil
+	case role == store.GrantViewer && need == store.GrantViewer:
+		return role, nil
+	case role == store.GrantViewer:
 		return "", errs.R(errs.Forbidden, "forbidden", "your viewer grant on this cluster does not allow this action; it needs an operator grant")
 	default:
 		// A role this code does not know grants nothing.
@@ -80,14 +79,15 @@ func (s *Service) Readable(ctx context.Context, a Actor) (ids []int64, all bool,
 	if a.Role == store.RoleAdmin {
 		return nil, true, nil
 	}
-	grants, err := s.store.UserGrants(ctx, a.UserID)
+	roles, err := s.cache.roles(ctx, a.UserID)
 	if err != nil {
 		return nil, false, err
 	}
-	ids = make([]int64, 0, len(grants))
-	for _, g := range grants {
-		ids = append(ids, g.ClusterID)
+	ids = make([]int64, 0, len(roles))
+	for id := range roles {
+		ids = append(ids, id)
 	}
+	slices.Sort(ids)
 	return ids, false, nil
 }
 

@@ -2,12 +2,9 @@ package fleet
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // A cluster's health is checked when a listing needs it and the last check is older
@@ -28,22 +25,22 @@ type healthEntry struct {
 }
 
 // statuses returns the health of each cluster, checking the stale ones.
-func (s *Service) statuses(ctx context.Context, cs []store.Cluster) map[int64]string {
+func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]string {
 	now := s.now()
 	out := make(map[int64]string, len(cs))
-	var stale []store.Cluster
+	var stale []*clusterRecord
 	s.mu.Lock()
 	for _, c := range cs {
-		h, ok := s.health[c.ID]
+		h, ok := s.health[c.row.ID]
 		if !ok {
 			h.status = StatusUnknown
 		}
-		out[c.ID] = h.status
+		out[c.row.ID] = h.status
 		if ok && (h.checking || now.Sub(h.at) < healthTTL) {
 			continue
 		}
 		h.checking = true
-		s.health[c.ID] = h
+		s.health[c.row.ID] = h
 		stale = append(stale, c)
 	}
 	s.mu.Unlock()
@@ -62,17 +59,17 @@ func (s *Service) statuses(ctx context.Context, cs []store.Cluster) map[int64]st
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, c := range stale {
-		if _, gone := s.health[c.ID]; !gone {
+		if _, gone := s.health[c.row.ID]; !gone {
 			continue // deleted meanwhile
 		}
-		s.health[c.ID] = healthEntry{status: results[i], at: s.now()}
-		out[c.ID] = results[i]
+		s.health[c.row.ID] = healthEntry{status: results[i], at: s.now()}
+		out[c.row.ID] = results[i]
 	}
 	return out
 }
 
 // check asks every endpoint of a cluster for /version, one attempt each.
-func (s *Service) check(ctx context.Context, c store.Cluster) string {
+func (s *Service) check(ctx context.Context, c *clusterRecord) string {
 	cl, err := s.clientFor(c)
 	if err != nil {
 		return StatusUnknown
@@ -102,17 +99,16 @@ func (s *Service) check(ctx context.Context, c store.Cluster) string {
 // last health check (checked as for a listing: at most every 30 s, waiting at
 // most 2 s). /readyz names them. The store failing is the error.
 func (s *Service) Unavailable(ctx context.Context) ([]int64, error) {
-	all, err := s.store.ListClusters(ctx)
+	cs, err := s.cache.clusterSet(ctx)
 	if err != nil {
 		return nil, err
 	}
-	status := s.statuses(ctx, all)
+	status := s.statuses(ctx, cs.sorted)
 	var down []int64
-	for _, c := range all {
-		if status[c.ID] == StatusUnavailable {
-			down = append(down, c.ID)
+	for _, c := range cs.sorted {
+		if status[c.row.ID] == StatusUnavailable {
+			down = append(down, c.row.ID)
 		}
 	}
-	slices.Sort(down)
 	return down, nil
 }

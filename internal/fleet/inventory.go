@@ -76,33 +76,34 @@ type VMStatusView struct {
 // and the cluster's health (see health.go: checked at most every 30 s, the listing
 // waiting at most 2 s for it).
 func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) {
-	all, err := s.store.ListClusters(ctx)
+	cs, err := s.cache.clusterSet(ctx)
 	if err != nil {
 		return nil, err
 	}
-	roles := map[int64]string{}
-	if a.Role == store.RoleAdmin {
-		for _, c := range all {
-			roles[c.ID] = store.RoleAdmin
-		}
-	} else {
-		grants, err := s.store.UserGrants(ctx, a.UserID)
-		if err != nil {
+	var roles userRoles
+	if a.Role != store.RoleAdmin {
+		if roles, err = s.cache.roles(ctx, a.UserID); err != nil {
 			return nil, err
 		}
-		for _, g := range grants {
-			if ValidGrantRole(g.Role) {
-				roles[g.ClusterID] = g.Role
+	}
+	visible := make([]*clusterRecord, 0, len(cs.sorted))
+	role := make(map[int64]string, len(cs.sorted))
+	for _, rec := range cs.sorted {
+		r := store.RoleAdmin
+		if a.Role != store.RoleAdmin {
+			if r = roles[rec.row.ID]; !ValidGrantRole(r) {
+				continue
 			}
 		}
+		visible = append(visible, rec)
+		role[rec.row.ID] = r
 	}
-	visible := slices.DeleteFunc(all, func(c store.Cluster) bool { return roles[c.ID] == "" })
 	status := s.statuses(ctx, visible)
 	out := make([]ClusterView, 0, len(visible))
-	for _, c := range visible {
-		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: roles[c.ID], Status: status[c.ID]})
+	for _, rec := range visible {
+		c := rec.row
+		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: role[c.ID], Status: status[c.ID]})
 	}
-	slices.SortFunc(out, func(x, y ClusterView) int { return cmp.Compare(x.ID, y.ID) })
 	return out, nil
 }
 
