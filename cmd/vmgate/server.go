@@ -62,6 +62,12 @@ type serverCmd struct {
 	ClientIPv4Prefix    int `default:"32" env:"VMGATE_CLIENT_IPV4_PREFIX" help:"IPv4 prefix length of a client network, the unit of login throttling."`
 	ClientIPv6Prefix    int `default:"64" env:"VMGATE_CLIENT_IPV6_PREFIX" help:"IPv6 prefix length of a client network, the unit of login throttling."`
 
+	// FeedPoll is how often the store's change feed is read when nothing pushes it:
+	// the fallback while the PostgreSQL listener is lost, and on SQLite what carries
+	// other processes' writes. Hidden: tests set it very long to show that changes
+	// arrive pushed, not polled.
+	FeedPoll time.Duration `hidden:"" default:"1s" env:"VMGATE_FEED_POLL" help:"How often the change feed is polled when nothing pushes it."`
+
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
 
@@ -122,7 +128,7 @@ type app struct {
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
-	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, Logger: log})
+	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, PollInterval: c.FeedPoll, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -232,6 +238,8 @@ func (c *serverCmd) Run() error {
 		return err
 	}
 	defer a.store.Close()
+	defer a.fleet.Close()
+	defer a.auth.Close()
 
 	var sim *pvesim.Server
 	if c.Dev {

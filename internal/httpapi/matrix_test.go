@@ -71,8 +71,14 @@ func newTestEnv(t testing.TB) *testEnv {
 // newTestEnvWith is newTestEnv with the given auth configuration.
 func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 	t.Helper()
+	return newTestEnvOn(t, "sqlite://"+filepath.Join(t.TempDir(), "t.db"), cfg)
+}
+
+// newTestEnvOn is newTestEnvWith on the store at dsn.
+func newTestEnvOn(t testing.TB, dsn string, cfg auth.Config) *testEnv {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +96,7 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(au.Close)
 	acc := accounts.New(accounts.Config{Store: st, Auth: au, Audit: trail})
 	fl, err := fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: trail})
 	if err != nil {
