@@ -40,24 +40,24 @@ import (
 
 // config is the command line.
 type config struct {
-	rounds       int
-	duration     time.Duration
-	clients      int
-	connClients  []int
-	only         map[string]bool
-	vms          int
-	listers      int
-	loginClients int
-	floodAddrs   int
-	mixedRate    float64
-	maxClients   int
-	postgres     string
-	logoutTrials int
-	markdown     string
-	noFail       bool
-	cpuProfile   string
-	vmgateBin    string
-	keep         bool
+	rounds        int
+	duration      time.Duration
+	clients       int
+	connClients   []int
+	only          map[string]bool
+	vms           int
+	listers       int
+	loginClients  int
+	floodAddrs    int
+	mixedRate     float64
+	maxClients    int
+	postgres      string
+	replicaTrials int
+	markdown      string
+	noFail        bool
+	cpuProfile    string
+	vmgateBin     string
+	keep          bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -75,8 +75,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.floodAddrs, "flood-addresses", 50, "source addresses of the wrong-password flood (flood)")
 	fs.Float64Var(&c.mixedRate, "mixed-rate", 1000, "requests per second of mixed reads for the first RSS goal (rss)")
 	fs.IntVar(&c.maxClients, "max-clients", 64, "concurrent clients of mixed reads at maximum load (rss)")
-	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN for the replica logout measurement (skipped without it); a fresh schema is made and dropped")
-	fs.IntVar(&c.logoutTrials, "logout-trials", 100, "trials of the replica logout measurement (logout)")
+	fs.StringVar(&c.postgres, "postgres", "", "PostgreSQL DSN for the two-replica measurement (skipped without it); a fresh schema is made and dropped")
+	fs.IntVar(&c.replicaTrials, "replica-trials", 100, "trials of the two-replica measurement (replica), over the kinds of change in turn")
 	fs.StringVar(&c.markdown, "markdown", "", "append the report to this Markdown file")
 	fs.BoolVar(&c.noFail, "no-fail", false, "exit 0 even when a goal is missed")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of vmgate over the whole run to this file")
@@ -89,8 +89,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if c.rounds < 1 || c.duration <= 0 || c.clients < 1 || c.listers < 1 || c.loginClients < 1 ||
-		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.logoutTrials < 1 || c.vms < 6 {
-		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -logout-trials must be positive; -flood-addresses 1-254; -vms at least 6")
+		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 {
+		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials must be positive; -flood-addresses 1-254; -vms at least 6")
 	}
 	for _, s := range strings.Split(*conns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

@@ -32,7 +32,7 @@ func TestSmoke(t *testing.T) {
 	md := filepath.Join(t.TempDir(), "report.md")
 	args := []string{"-rounds", "1", "-duration", "200ms", "-clients", "2", "-conn-clients", "1,2",
 		"-vms", "300", "-listers", "4", "-login-clients", "2", "-flood-addresses", "3", "-mixed-rate", "50",
-		"-max-clients", "2", "-logout-trials", "2", "-no-fail", "-markdown", md}
+		"-max-clients", "2", "-replica-trials", "8", "-no-fail", "-markdown", md}
 	postgres := os.Getenv("VMGATE_TEST_POSTGRES")
 	if postgres != "" {
 		args = append(args, "-postgres", postgres)
@@ -48,7 +48,7 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, g := range goalList(cfg) {
 		states := "PASS|FAIL"
-		if g.id == "logout.replica" && postgres == "" {
+		if g.id == "replica.change" && postgres == "" {
 			states = "SKIP"
 		}
 		line := regexp.MustCompile(`(?m)^(` + states + `)\s+` + regexp.QuoteMeta(g.id) + `\s`)

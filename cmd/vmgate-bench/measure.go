@@ -2,23 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for the logout measurement's schema
 
 	"github.com/vmgate/vmgate/internal/auth"
 )
@@ -566,95 +560,6 @@ func (b *bench) measureFlood(ctx context.Context) error {
 	}
 	b.judge("login.flood", median(with) <= float64(50*time.Millisecond), msf(median(with)),
 		fmt.Sprintf("p99 %s during the flood, %s without", msf(median(with)), msf(median(without))))
-	return nil
-}
-
-// measureLogout: two vmgate processes on one PostgreSQL (a fresh schema, dropped at
-// the end). Each trial logs in on A (from a new address), makes B see the session,
-// logs out on A and polls B every millisecond until it answers 401; the delay counts
-// from A's answer to the logout.
-func (b *bench) measureLogout(ctx context.Context) error {
-	if b.cfg.postgres == "" {
-		g := b.goal("logout.replica")
-		g.state, g.detail = stateSkip, "skipped: give -postgres DSN to measure it"
-		b.printf("  skipped: no -postgres DSN\n")
-		return nil
-	}
-	db, err := sql.Open("pgx", b.cfg.postgres)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	schema := "vmgate_bench_" + hex.EncodeToString(rnd[:])
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		return fmt.Errorf("create schema: %w", err)
-	}
-	defer func() {
-		if _, err := db.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			b.printf("  could not drop schema %s: %v\n", schema, err)
-		}
-	}()
-	u, err := url.Parse(b.cfg.postgres)
-	if err != nil {
-		return fmt.Errorf("-postgres is not a URL: %w", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	dsn := u.String()
-
-	email, pass := "replica@bench.example", randomPassword()
-	if _, err := b.procs.run(ctx, "admin user create (postgres)", b.bin, []string{"admin", "--database", dsn, "user", "create",
-		"--email", email, "--password-stdin"}, nil, pass+"\n"); err != nil {
-		return err
-	}
-	key := filepath.Join(b.tmp, "replicas.key")
-	var reps [2]*vmgateProc
-	for i, name := range []string{"vmgate-A", "vmgate-B"} {
-		if reps[i], err = b.startVmgate(ctx, name, []string{"server", "--listen", "127.0.0.1:0", "--database", dsn, "--secret-key-file", key}); err != nil {
-			return err
-		}
-		defer b.procs.stop(reps[i].proc, 10*time.Second) // before the schema is dropped
-	}
-	a, bb := reps[0], reps[1]
-	b.printf("replicas A (pid %d) and B (pid %d) on PostgreSQL schema %s; %d trials\n", a.proc.pid(), bb.proc.pid(), schema, b.cfg.logoutTrials)
-	addrs := &sourceAddrs{octet: 79}
-	loginClient := newClient(nil, dialFrom(addrs.get), false)
-	const limit = 5 * time.Second
-	var delays []time.Duration
-	timeouts := 0
-	for i := 0; i < b.cfg.logoutTrials && ctx.Err() == nil; i++ {
-		tok, err := loginWith(ctx, loginClient, a.base, email, pass)
-		if err != nil {
-			return err
-		}
-		bearer := http.Header{"Authorization": {"Bearer " + tok}}
-		meB := target{client: b.toVmgate, method: "GET", url: bb.base + "/api/v1/user/me", header: bearer}
-		if err := pollUntil(ctx, limit, time.Millisecond, func() bool { return meB.do(ctx, 0) == nil }); err != nil {
-			return fmt.Errorf("trial %d: B never accepted the token: %w", i+1, err)
-		}
-		if err := (target{client: b.toVmgate, method: "POST", url: a.base + "/api/v1/user/logout", header: bearer}).do(ctx, 0); err != nil {
-			return fmt.Errorf("trial %d: logout on A: %w", i+1, err)
-		}
-		t0 := time.Now()
-		gone := target{client: b.toVmgate, method: "GET", url: bb.base + "/api/v1/user/me", header: bearer, want: http.StatusUnauthorized}
-		if err := pollUntil(ctx, limit, time.Millisecond, func() bool { return gone.do(ctx, 0) == nil }); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			timeouts++
-			delays = append(delays, limit)
-			continue
-		}
-		delays = append(delays, time.Since(t0))
-	}
-	p99 := percentile(delays, 99)
-	b.printf("  %d trials: p50 %s  p99 %s  max %s  (%d not honoured within %v)\n",
-		len(delays), ms(percentile(delays, 50)), ms(p99), ms(percentile(delays, 100)), timeouts, limit)
-	b.judge("logout.replica", p99 <= 100*time.Millisecond && len(delays) == b.cfg.logoutTrials, ms(p99),
-		fmt.Sprintf("%d trials: p50 %s, p99 %s, max %s", len(delays), ms(percentile(delays, 50)), ms(p99), ms(percentile(delays, 100))))
 	return nil
 }
 
