@@ -6,7 +6,7 @@
 //
 // Cluster records, grants and PVE clients are served from memory (cache.go), kept
 // true by the store's change feed: a change on any replica is in force here within
-// the feed's bound (docs/decisions/0010-caches-on-the-change-feed.md), so an
+// the feed's bound (docs/decisions/0014-caches-on-the-change-feed.md), so an
 // authorized read costs no store round trip.
 //
 // The rules of cluster and grant administration live here for every front end: each
