@@ -169,7 +169,9 @@ func (r *replicaBench) trial(ctx context.Context, kind string) (time.Duration, e
 		}
 		path := fmt.Sprintf("/api/v1/pve/vm/%d/pve1/100", id)
 		before = func() bool { return r.is(ctx, r.bb, r.root, path, http.StatusOK) }
-		change = func() error { return r.call(ctx, r.a, r.root, "DELETE", fmt.Sprintf("/api/v1/clusters/%d", id), nil, nil) }
+		change = func() error {
+			return r.call(ctx, r.a, r.root, "DELETE", fmt.Sprintf("/api/v1/clusters/%d", id), nil, nil)
+		}
 		after = func() bool { return r.is(ctx, r.bb, r.root, path, http.StatusNotFound) }
 	default:
 		return 0, fmt.Errorf("unknown change %q", kind)

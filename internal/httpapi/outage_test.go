@@ -42,6 +42,22 @@ func TestEveryRouteWithTheStoreClosed(t *testing.T) {
 		if !strings.HasPrefix(rt.pattern, "/api/v1/") || rt.pattern == "/api/v1/openapi.json" {
 			continue // none of them reads the store (/readyz: TestReadyzNamesTheStore)
 		}
+		if strings.HasSuffix(rt.pattern, "/events") {
+			// A stream, not an envelope: the caller, the grant and the tracked task
+			// are in memory, so it may be served in full.
+			req, _ := http.NewRequest(rt.method, e.srv.URL+repl.Replace(rt.pattern), nil)
+			req.Header.Set("Authorization", "Bearer "+e.tokens["root"])
+			resp, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusInternalServerError {
+				t.Errorf("%s with the store closed: 500", key)
+			}
+			t.Logf("%-60s %d", key, resp.StatusCode)
+			continue
+		}
 		a := e.call("root", rt.method, repl.Replace(rt.pattern), outageBody[key])
 		switch {
 		case a.status == http.StatusInternalServerError:
