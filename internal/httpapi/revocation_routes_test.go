@@ -199,11 +199,11 @@ func TestEndedSessionReachesOtherReplicas(t *testing.T) {
 	// Replica B: its own auth service and server on the same store.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	authB, err := auth.New(ctx, e.store, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
-		PollInterval: 10 * time.Millisecond})
+	authB, err := auth.New(ctx, e.store, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer authB.Close()
 	go authB.Run(ctx)
 	cfgB := e.apiConfig()
 	cfgB.Sessions = authB
