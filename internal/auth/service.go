@@ -86,7 +86,7 @@ type Service struct {
 	loads    singleflight.Group
 	seen     *seenWriter
 
-	unsubscribe func()      // from the store's change feed
+	unsubscribe func()        // from the store's change feed
 	keysDue     chan struct{} // the feed said the signing keys changed: Run reloads them
 
 	sweepMu   sync.Mutex // guards lastSweep

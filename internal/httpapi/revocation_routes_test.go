@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/seal"
 )
 
 // SECURITY.md 6, 7, 10, 11 and 29 over HTTP, on every route of the route table (a
@@ -199,7 +201,12 @@ func TestEndedSessionReachesOtherReplicas(t *testing.T) {
 	// Replica B: its own auth service and server on the same store.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	authB, err := auth.New(ctx, e.store, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16}})
+	sealer, err := seal.New(bytes.Repeat([]byte{5}, seal.KeySize)) // the env's: replicas share the key file
+	if err != nil {
+		t.Fatal(err)
+	}
+	authB, err := auth.New(ctx, e.store, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
+		Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
