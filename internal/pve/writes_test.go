@@ -157,6 +157,9 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	ours := makeUPID("pve1", "qmstart", "100", testTokenID, start)
+	// The client's clock stands at start, however late a subtest runs: the
+	// lookup window is counted from the call, and the tasks from start.
+	clock := func() time.Time { return start }
 
 	t.Run("dropped, task found", func(t *testing.T) {
 		t.Parallel()
@@ -171,7 +174,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 				}
 			})
 		other := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) { t.Errorf("failover of a sent POST: %s", r.URL) })
-		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint(), other.endpoint()}})
+		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint(), other.endpoint()}, Now: clock})
 		got, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -195,7 +198,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 		t.Parallel()
 		srv := newAmbiguousPVE(t, func(w http.ResponseWriter, r *http.Request) { dropConn(w) },
 			func(url.Values) []map[string]any { return []map[string]any{} })
-		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
 		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || len(amb.Candidates) != 0 || amb.LookupErr != nil || amb.Node != "pve1" || amb.VMID != 100 {
@@ -215,7 +218,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 					taskEntry(ours, "RUNNING"),
 				}
 			})
-		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
 		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || len(amb.Candidates) != 2 {
@@ -233,7 +236,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			}
 			dropConn(w)
 		}, func(url.Values) []map[string]any { return []map[string]any{taskEntry(ours, "OK")} })
-		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
 		if _, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +257,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		}, func(url.Values) []map[string]any { return []map[string]any{taskEntry(ours, "RUNNING")} })
-		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Timeout: 200 * time.Millisecond})
+		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Timeout: 200 * time.Millisecond, Now: clock})
 		got, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
 		if err != nil || got.String() != ours {
 			t.Fatalf("StartVM = %v, %v", got, err)
@@ -271,7 +274,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			cancel()
 			<-r.Context().Done()
 		}, func(url.Values) []map[string]any { return []map[string]any{} })
-		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
 		_, err := c.StartVM(ctx, "pve1", 100, StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || !errors.Is(err, context.Canceled) {
