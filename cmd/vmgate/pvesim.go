@@ -23,6 +23,7 @@ type pvesimCmd struct {
 	AuthDelay time.Duration `default:"3s" env:"PVESIM_AUTH_DELAY" help:"Delay of authentication failures (PVE waits 3 s)."`
 	VMs       int           `name:"vms" default:"6" env:"PVESIM_VMS" help:"VMs in the cluster: the dev cluster's six (100-105) and, beyond them, generated ones from VMID 1000 spread over the nodes (for benchmarks: --vms 10000)."`
 	Stats     string        `env:"PVESIM_STATS" placeholder:"ADDR" help:"Also serve, in plain HTTP on this address (loopback), the emulator's request counters per route as JSON; the first line then has a \"stats\" URL. For benchmarks."`
+	Version   string        `name:"pve-version" default:"9.1" env:"PVESIM_PVE_VERSION" help:"The PVE release to answer as: 8.0, 8.3, 8.4 or 9.1 (docs/pve-versions.md lists what differs)."`
 }
 
 // devVMs is how many VMs pvesim.DevCluster has.
@@ -31,6 +32,9 @@ const devVMs = 6
 // Run serves until SIGINT or SIGTERM. The first line on stdout is a JSON
 // object with the URL, the certificate fingerprint and the API token.
 func (c *pvesimCmd) Run() error {
+	if err := pvesim.CheckVersion(c.Version); err != nil {
+		return fmt.Errorf("pvesim: --pve-version: %w", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if c.VMs <= devVMs && c.Stats == "" {
@@ -39,6 +43,7 @@ func (c *pvesimCmd) Run() error {
 			Speed:     c.Speed,
 			Plain:     c.Plain,
 			AuthDelay: c.AuthDelay,
+			Version:   c.Version,
 		}, os.Stdout, os.Stderr)
 	}
 	return c.runForBench(ctx)
@@ -47,7 +52,7 @@ func (c *pvesimCmd) Run() error {
 // runForBench is RunDev with the benchmark's extras: more VMs and the counters.
 // It lives here rather than in pvesim because only the benchmark wants it.
 func (c *pvesimCmd) runForBench(ctx context.Context) error {
-	sim := pvesim.DevCluster(pvesim.Options{Speed: c.Speed, AuthDelay: c.AuthDelay, Location: time.Local})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: c.Speed, AuthDelay: c.AuthDelay, Location: time.Local, Version: c.Version})
 	nodes := sim.Nodes()
 	for i := 0; i < c.VMs-devVMs; i++ {
 		vmid := 1000 + i

@@ -117,6 +117,18 @@
 // (FuzzVMPath, FuzzTaskPath, FuzzParseUPID) hold that PVE can only ever see
 // paths of the expected shapes. Redirects are not followed.
 //
+// # PVE releases
+//
+// Clusters run different PVE releases (docs/pve-versions.md lists what
+// differs in what vmgate uses). Version reads /version into numbers with
+// Compare and AtLeast and one method per difference a caller must decide on
+// (StopOverrulesShutdown, PrecheckListsNodesWhenRunning, ...). Where the
+// answer itself shows the difference, the client decodes it so that absent
+// is not mistaken for empty: MigratePrecheck's node lists are nil when PVE
+// did not send them (before 8.4 for a running VM), and error texts are read
+// from the status line whether or not the body has a message (before 8.4
+// it has none).
+//
 // # UPIDs
 //
 // ParseUPID reads PVE's grammar exactly (pstart has 8 or 9 hex digits, id may

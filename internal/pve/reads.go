@@ -4,15 +4,97 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 )
 
-// Version is GET /version.
+// Version is GET /version: the contacted node's pve-manager version.
 type Version struct {
-	Version string // full pve-manager version, e.g. 9.1.4
-	Release string // x.y
-	RepoID  string // short git revision
+	Version string // full pve-manager version, e.g. 9.1.4 (7.x: 7.4-16; pre-releases: 9.0.0~11)
+	Release string // the point release, x.y
+	RepoID  string // short git revision of the build
+
+	// The numbers of Version (or, if it does not parse, of Release); all
+	// zero when neither parses. Pre is the "~N" of a pre-release, 0 for a
+	// release.
+	Major, Minor, Patch, Pre int
 }
+
+// ParseVersion reads a pve-manager version ("8.4.1", "7.4-16",
+// "9.0.0~11") or a release ("8.4").
+func ParseVersion(s string) (Version, bool) {
+	m := versionRE.FindStringSubmatch(s)
+	if m == nil {
+		return Version{}, false
+	}
+	v := Version{Version: s}
+	for i, dst := range []*int{&v.Major, &v.Minor, &v.Patch, &v.Pre} {
+		if m[i+1] != "" {
+			*dst, _ = strconv.Atoi(m[i+1]) // at most 6 digits: no overflow
+		}
+	}
+	if m[4] != "" && v.Pre == 0 {
+		return Version{}, false
+	}
+	return v, true
+}
+
+var versionRE = regexp.MustCompile(`^(\d{1,6})\.(\d{1,6})(?:[.-](\d{1,6}))?(?:~(\d{1,6}))?$`)
+
+// Compare orders two versions by their numbers: -1, 0 or +1. A
+// pre-release comes before its release (9.0.0~11 < 9.0.0).
+func (v Version) Compare(o Version) int {
+	for _, d := range [][2]int{{v.Major, o.Major}, {v.Minor, o.Minor}, {v.Patch, o.Patch}} {
+		if d[0] != d[1] {
+			if d[0] < d[1] {
+				return -1
+			}
+			return 1
+		}
+	}
+	switch {
+	case v.Pre == o.Pre:
+		return 0
+	case v.Pre == 0:
+		return 1
+	case o.Pre == 0:
+		return -1
+	case v.Pre < o.Pre:
+		return -1
+	}
+	return 1
+}
+
+// AtLeast reports whether v is major.minor.patch or newer. An unknown
+// version (all zero) is older than everything.
+func (v Version) AtLeast(major, minor, patch int) bool {
+	return v.Compare(Version{Major: major, Minor: minor, Patch: patch}) >= 0
+}
+
+// Known reports whether the version's numbers were read.
+func (v Version) Known() bool { return v.Major > 0 }
+
+// What differs between PVE releases in what vmgate uses (docs/pve-versions.md
+// has the sources). Each is decided by the pve-manager version /version
+// reports, which moves with the other packages of a release.
+
+// StopOverrulesShutdown: status/stop accepts overrule-shutdown (PVE ≥ 8.2,
+// qemu-server 8.1.2); older PVE rejects the parameter with a 400.
+func (v Version) StopOverrulesShutdown() bool { return v.AtLeast(8, 2, 0) }
+
+// PrecheckListsNodesWhenRunning: the migrate pre-check lists allowed and
+// not allowed nodes for a running VM (PVE ≥ 8.4, qemu-server 8.3.9); older
+// PVE lists them for stopped VMs only (MigratePrecheck.NodesKnown).
+func (v Version) PrecheckListsNodesWhenRunning() bool { return v.AtLeast(8, 4, 0) }
+
+// MigratesConntrackState: migrate accepts with-conntrack-state (PVE ≥ 9.0).
+func (v Version) MigratesConntrackState() bool { return v.AtLeast(9, 0, 0) }
+
+// ErrorsHaveMessage: error answers carry the message in the body (PVE ≥
+// 8.4 as released; pve-http-server 5.2.0 from January 2025, so updated 8.3
+// nodes too); older PVE puts it only in the status line, which the client
+// reads either way.
+func (v Version) ErrorsHaveMessage() bool { return v.AtLeast(8, 4, 0) }
 
 // Version reads /version: the cheapest authenticated call, used to check a token.
 func (c *Client) Version(ctx context.Context) (Version, error) {
@@ -48,7 +130,12 @@ func (c *Client) version(ctx context.Context, pinned *endpoint) (Version, error)
 	if err := res.dataErr; err != nil || w.Version == "" {
 		return Version{}, fmt.Errorf("pve: GET /version at %s: %w: %v", res.ep.base, ErrBadResponse, orMissing(err, "version"))
 	}
-	return Version{Version: string(w.Version), Release: string(w.Release), RepoID: string(w.RepoID)}, nil
+	v, ok := ParseVersion(cleanText(string(w.Version)))
+	if !ok {
+		v, _ = ParseVersion(cleanText(string(w.Release)))
+	}
+	v.Version, v.Release, v.RepoID = cleanText(string(w.Version)), cleanText(string(w.Release)), cleanText(string(w.RepoID))
+	return v, nil
 }
 
 func orMissing(err error, field string) error {
@@ -309,6 +396,13 @@ func (c *Client) VMStatus(ctx context.Context, node string, vmid int) (VMStatus,
 
 // MigratePrecheck is GET /nodes/{node}/qemu/{vmid}/migrate: whether and where
 // the VM can migrate. PVE does not consider whether nodes are online.
+//
+// AllowedNodes and NotAllowedNodes are nil when PVE did not send them: PVE
+// before 8.4 (qemu-server 8.3.9) lists them for stopped VMs only, so for a
+// running VM they are unknown there — not empty. When sent, both are
+// non-nil (possibly empty). PVE lists every other node in not_allowed_nodes,
+// the allowed ones with no reason; NotAllowedNodes keeps only the nodes with
+// a reason.
 type MigratePrecheck struct {
 	Running              bool
 	AllowedNodes         []string
@@ -319,6 +413,10 @@ type MigratePrecheck struct {
 	DependentHAResources []string // HA resources that move along (PVE 9)
 	HasDBusVMState       bool     // PVE 9
 }
+
+// NodesKnown reports whether PVE said which nodes are allowed (see
+// MigratePrecheck).
+func (p MigratePrecheck) NodesKnown() bool { return p.AllowedNodes != nil }
 
 // NotAllowed says why a node is not a possible target.
 type NotAllowed struct {
@@ -357,8 +455,8 @@ func (c *Client) MigratePrecheck(ctx context.Context, node string, vmid int, tar
 		q = url.Values{"target": {target}}
 	}
 	var w struct {
-		Running         Bool         `json:"running"`
-		AllowedNodes    []flexString `json:"allowed_nodes"`
+		Running         Bool          `json:"running"`
+		AllowedNodes    *[]flexString `json:"allowed_nodes"`
 		NotAllowedNodes map[string]struct {
 			UnavailableStorages  []flexString `json:"unavailable_storages"`
 			UnavailableResources []flexString `json:"unavailable-resources"`
@@ -384,18 +482,30 @@ func (c *Client) MigratePrecheck(ctx context.Context, node string, vmid int, tar
 	}
 	out := MigratePrecheck{
 		Running:              bool(w.Running),
-		AllowedNodes:         strs(w.AllowedNodes),
-		NotAllowedNodes:      make(map[string]NotAllowed, len(w.NotAllowedNodes)),
 		LocalDisks:           make([]LocalDisk, 0, len(w.LocalDisks)),
 		LocalResources:       strs(w.LocalResources),
 		MappedResources:      strs(w.MappedResources),
 		DependentHAResources: strs(w.DependentHAResources),
 		HasDBusVMState:       bool(w.HasDBusVMState),
 	}
+	// JSON null counts as absent: PVE never sends it, and "unknown" is the
+	// safe reading.
+	if w.AllowedNodes != nil {
+		out.AllowedNodes = strs(*w.AllowedNodes)
+		out.NotAllowedNodes = make(map[string]NotAllowed, len(w.NotAllowedNodes))
+	}
 	for n, na := range w.NotAllowedNodes {
+		if out.NotAllowedNodes == nil {
+			// Not allowed nodes without the allowed list: PVE never answers so;
+			// the reasons are kept, the allowed list stays unknown.
+			out.NotAllowedNodes = make(map[string]NotAllowed, len(w.NotAllowedNodes))
+		}
 		e := NotAllowed{UnavailableStorages: strs(na.UnavailableStorages), UnavailableResources: strs(na.UnavailableResources)}
 		for _, b := range na.BlockingHAResources {
 			e.BlockingHAResources = append(e.BlockingHAResources, BlockingHAResource{SID: string(b.SID), Cause: string(b.Cause)})
+		}
+		if len(e.UnavailableStorages) == 0 && len(e.UnavailableResources) == 0 && len(e.BlockingHAResources) == 0 {
+			continue // an allowed node: PVE lists it with no reason
 		}
 		out.NotAllowedNodes[n] = e
 	}

@@ -55,7 +55,7 @@ func TestReads(t *testing.T) {
 	ctx := context.Background()
 
 	v, err := c.Version(ctx)
-	if err != nil || v != (Version{Version: "9.1.4", Release: "9.1", RepoID: "ab12cd34"}) {
+	if err != nil || v != (Version{Version: "9.1.4", Release: "9.1", RepoID: "ab12cd34", Major: 9, Minor: 1, Patch: 4}) {
 		t.Errorf("Version = %+v, %v", v, err)
 	}
 
@@ -207,5 +207,97 @@ func TestFlexNumbersRefuseNonDecimal(t *testing.T) {
 		if json.Unmarshal([]byte(in), &n) == nil || json.Unmarshal([]byte(in), &f) == nil {
 			t.Errorf("%s accepted as a number", in)
 		}
+	}
+}
+
+// TestMigratePrecheckNodes: absent lists (PVE < 8.4 for a running VM) stay
+// nil, "unknown"; empty lists are empty; allowed nodes PVE lists in
+// not_allowed_nodes without a reason are dropped from NotAllowedNodes.
+func TestMigratePrecheckNodes(t *testing.T) {
+	t.Parallel()
+	srv := servePaths(t, map[string]string{
+		// PVE 8.3, running VM: no node lists at all.
+		"GET /api2/json/nodes/pve1/qemu/100/migrate": `{"data":{"running":1,"local_disks":[],"local_resources":[],"mapped-resources":[]}}`,
+		// PVE 8.3, stopped VM: every other node in not_allowed_nodes.
+		"GET /api2/json/nodes/pve1/qemu/101/migrate": `{"data":{"running":0,"allowed_nodes":["pve2"],
+			"not_allowed_nodes":{"pve2":{},"pve3":{"unavailable_storages":["local-lvm"]}},"local_disks":[],"local_resources":[]}}`,
+		// No node allowed at all: an empty list, known.
+		"GET /api2/json/nodes/pve1/qemu/102/migrate": `{"data":{"running":1,"allowed_nodes":[],
+			"not_allowed_nodes":{"pve2":{"unavailable-resources":["usb0"]}},"local_disks":[],"local_resources":[]}}`,
+		// A single node cluster: both lists empty.
+		"GET /api2/json/nodes/pve1/qemu/103/migrate": `{"data":{"running":1,"allowed_nodes":[],"not_allowed_nodes":{},"local_disks":[],"local_resources":[]}}`,
+		// null is read as absent.
+		"GET /api2/json/nodes/pve1/qemu/104/migrate": `{"data":{"running":1,"allowed_nodes":null,"local_disks":[],"local_resources":[]}}`,
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		vmid       int
+		known      bool
+		allowed    []string
+		notAllowed map[string]NotAllowed
+	}{
+		{100, false, nil, nil},
+		{101, true, []string{"pve2"}, map[string]NotAllowed{"pve3": {UnavailableStorages: []string{"local-lvm"}, UnavailableResources: []string{}}}},
+		{102, true, []string{}, map[string]NotAllowed{"pve2": {UnavailableStorages: []string{}, UnavailableResources: []string{"usb0"}}}},
+		{103, true, []string{}, map[string]NotAllowed{}},
+		{104, false, nil, nil},
+	} {
+		pc, err := c.MigratePrecheck(ctx, "pve1", tc.vmid, "")
+		if err != nil {
+			t.Fatalf("VM %d: %v", tc.vmid, err)
+		}
+		if pc.NodesKnown() != tc.known || !reflect.DeepEqual(pc.AllowedNodes, tc.allowed) || !reflect.DeepEqual(pc.NotAllowedNodes, tc.notAllowed) {
+			t.Errorf("VM %d: known %v allowed %#v not allowed %#v; want %v %#v %#v", tc.vmid, pc.NodesKnown(),
+				pc.AllowedNodes, pc.NotAllowedNodes, tc.known, tc.allowed, tc.notAllowed)
+		}
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in                      string
+		ok                      bool
+		major, minor, patch, pr int
+	}{
+		{"9.1.4", true, 9, 1, 4, 0},
+		{"8.4", true, 8, 4, 0, 0},
+		{"7.4-16", true, 7, 4, 16, 0},
+		{"9.0.0~11", true, 9, 0, 0, 11},
+		{"", false, 0, 0, 0, 0},
+		{"9", false, 0, 0, 0, 0},
+		{"9.x.1", false, 0, 0, 0, 0},
+		{"9.1.4.1", false, 0, 0, 0, 0},
+		{"9.0.0~", false, 0, 0, 0, 0},
+		{"-1.2", false, 0, 0, 0, 0},
+	} {
+		v, ok := ParseVersion(tc.in)
+		if ok != tc.ok || v.Major != tc.major || v.Minor != tc.minor || v.Patch != tc.patch || v.Pre != tc.pr {
+			t.Errorf("ParseVersion(%q) = %+v, %v", tc.in, v, ok)
+		}
+	}
+	order := []string{"7.4-16", "8.0.0~9", "8.0.0", "8.0.3", "8.3.0", "8.4.0", "9.0.0~1", "9.0.0~11", "9.0.0", "9.1.5"}
+	for i := range order {
+		for j := range order {
+			a, _ := ParseVersion(order[i])
+			b, _ := ParseVersion(order[j])
+			want := 0
+			if i < j {
+				want = -1
+			} else if i > j {
+				want = 1
+			}
+			if got := a.Compare(b); got != want {
+				t.Errorf("%s vs %s: %d, want %d", order[i], order[j], got, want)
+			}
+		}
+	}
+	v83, _ := ParseVersion("8.3.0")
+	v84, _ := ParseVersion("8.4.0")
+	v80, _ := ParseVersion("8.0.3")
+	if v80.StopOverrulesShutdown() || !v83.StopOverrulesShutdown() || v83.PrecheckListsNodesWhenRunning() ||
+		!v84.PrecheckListsNodesWhenRunning() || v84.MigratesConntrackState() || (Version{}).AtLeast(1, 0, 0) || (Version{}).Known() {
+		t.Error("feature thresholds")
 	}
 }

@@ -61,28 +61,51 @@ func isPerlSpace(b byte) bool {
 	return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v'
 }
 
-// authFailed is the one answer PVE ≥ 9.1.5 gives for any bad credential.
+// authFailed is the one answer PVE ≥ 9.1.5 gives for any bad credential
+// (pve-manager 26c10a2e); older releases give verify_token's and
+// verify_ticket's own reasons.
 const authFailed = "Authentication failed!"
 
-// verifyToken is PVE::AccessControl::verify_token; any failure is reported
-// to the client as "Authentication failed!".
-func (c *Cluster) verifyToken(value string, now time.Time) (principal, bool) {
+// verifyToken is PVE::AccessControl::verify_token. On failure it returns
+// the reason PVE < 9.1.5 puts in the 401's status line.
+func (c *Cluster) verifyToken(value string, now time.Time) (principal, string) {
 	i := strings.LastIndex(value, "=")
 	if i < 0 {
-		return principal{}, false
+		return principal{}, "no tokenid specified"
 	}
 	id, secret := value[:i], value[i+1:]
-	if _, _, ok := splitTokenID(id); !ok {
-		return principal{}, false
+	user, name, ok := splitTokenID(id)
+	if !ok {
+		return principal{}, fmt.Sprintf("'%s' is not a valid token ID - not able to split into user and token parts", id)
 	}
 	t, ok := c.tokens[id]
-	if !ok || subtle.ConstantTimeCompare([]byte(t.secret), []byte(secret)) != 1 {
-		return principal{}, false
+	if !ok {
+		if !c.userKnown(user) {
+			return principal{}, fmt.Sprintf("no such user ('%s')", user)
+		}
+		return principal{}, fmt.Sprintf("no such token '%s' for user '%s'", name, user)
 	}
 	if !t.expire.IsZero() && !now.Before(t.expire) {
-		return principal{}, false
+		return principal{}, fmt.Sprintf("token '%s' access expired", name)
 	}
-	return principal{user: id, token: t}, true
+	if subtle.ConstantTimeCompare([]byte(t.secret), []byte(secret)) != 1 {
+		return principal{}, "invalid token value!"
+	}
+	return principal{user: id, token: t}, ""
+}
+
+// userKnown reports whether a user exists: a ticket user, or the owner of a
+// token (the emulator keeps no separate user list for tokens).
+func (c *Cluster) userKnown(user string) bool {
+	if _, ok := c.users[user]; ok {
+		return true
+	}
+	for id := range c.tokens {
+		if owner, _, _ := splitTokenID(id); owner == user {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Cluster) sign(data string) string {
@@ -163,9 +186,9 @@ func (c *Cluster) authenticate(method string, cookieHdr, authHdr, csrf string, n
 		apiToken = extractAuthValue(authHdr, "PVEAPIToken")
 	}
 	if apiToken != "" {
-		p, ok := c.verifyToken(apiToken, now)
-		if !ok {
-			return principal{}, authFailed
+		p, why := c.verifyToken(apiToken, now)
+		if why != "" {
+			return principal{}, c.authFailure(why)
 		}
 		return p, ""
 	}
@@ -174,12 +197,21 @@ func (c *Cluster) authenticate(method string, cookieHdr, authHdr, csrf string, n
 	}
 	user, ok := c.verifyTicket(ticket, now)
 	if !ok {
-		return principal{}, authFailed
+		return principal{}, c.authFailure("permission denied - invalid PVE ticket")
 	}
 	if method != "GET" && !c.verifyCSRF(user, csrf, now) {
 		return principal{}, "Permission denied - invalid csrf token"
 	}
 	return principal{user: user}, ""
+}
+
+// authFailure is the 401 reason of a bad credential: the one text of PVE ≥
+// 9.1.5, or the verifier's own reason before.
+func (c *Cluster) authFailure(why string) string {
+	if c.rel.unifiedAuthFailure {
+		return authFailed
+	}
+	return why
 }
 
 // hasPriv is RPCEnvironment::check for the privilege model of the emulator:

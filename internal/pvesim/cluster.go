@@ -16,10 +16,6 @@ import (
 const (
 	// PVEAuthDelay is how long pveproxy holds back a failed authentication.
 	PVEAuthDelay = 3 * time.Second
-	// Version and Release are what /version reports: a 9.1 release new enough
-	// to answer bad credentials with "401 Authentication failed!".
-	Version = "9.1.5"
-	Release = "9.1"
 	// DefaultMigrationBandwidth is the emulated VM-state transfer rate (bytes per
 	// emulated second): a 4 GiB VM migrates in about 20 emulated seconds.
 	DefaultMigrationBandwidth = 300 << 20
@@ -72,6 +68,12 @@ type Options struct {
 	Location *time.Location
 	// MaxTasksPerNode bounds each node's finished-task memory.
 	MaxTasksPerNode int
+	// Version is the PVE release the cluster answers as: "8.0", "8.3",
+	// "8.4" or "9.1" (default DefaultVersion). It decides /version, the
+	// parameter schema and every behaviour that differs between them (see
+	// VersionInfo and docs/pve-versions.md). New panics on an unknown
+	// release; CheckVersion validates one first.
+	Version string
 }
 
 // NodeSpec describes a node.
@@ -98,11 +100,17 @@ type Disk struct {
 
 // VMSpec describes a QEMU guest.
 type VMSpec struct {
-	VMID     int
-	Node     string
-	Name     string
-	Running  bool
-	Paused   bool  // running but paused (qmpstatus "paused")
+	VMID    int
+	Node    string
+	Name    string
+	Running bool
+	Paused  bool // running but paused (qmpstatus "paused")
+	// Prelaunch: running, QEMU started but its CPUs never started
+	// (qmpstatus "prelaunch"), as a VM with Freeze is after every start.
+	Prelaunch bool
+	// Freeze is the VM config's freeze option: every start leaves QEMU in
+	// prelaunch until a resume.
+	Freeze   bool
 	CPUs     int   // default 2
 	MemBytes int64 // default 2 GiB
 	Disks    []Disk
@@ -134,6 +142,7 @@ type TokenOptions struct {
 // injected into them. It is safe for concurrent use.
 type Cluster struct {
 	opts      Options
+	rel       *release
 	clock     *clock
 	loc       *time.Location
 	ticketKey []byte
@@ -183,7 +192,8 @@ type vm struct {
 	node           string
 	name           string
 	running        bool
-	paused         bool
+	qmp            string // QEMU's run state while running: running, paused or prelaunch
+	freeze         bool
 	cpus           int
 	mem            int64
 	disks          []Disk
@@ -235,12 +245,17 @@ func New(opts Options) *Cluster {
 	if loc == nil {
 		loc = time.UTC
 	}
+	rel, err := lookupRelease(opts.Version)
+	if err != nil {
+		panic("pvesim: " + err.Error())
+	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		panic(err)
 	}
 	return &Cluster{
 		opts:      opts,
+		rel:       rel,
 		clock:     newClock(opts.ManualClock, opts.Speed, opts.Start, opts.Now),
 		loc:       loc,
 		ticketKey: key,
@@ -341,8 +356,8 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 		vmid:           spec.VMID,
 		node:           n.name,
 		name:           spec.Name,
-		running:        spec.Running || spec.Paused,
-		paused:         spec.Paused,
+		running:        spec.Running || spec.Paused || spec.Prelaunch,
+		freeze:         spec.Freeze,
 		cpus:           spec.CPUs,
 		mem:            spec.MemBytes,
 		disks:          append([]Disk(nil), spec.Disks...),
@@ -352,6 +367,14 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 		lock:           spec.Lock,
 		template:       spec.Template,
 		localResources: append([]string(nil), spec.LocalResources...),
+	}
+	switch {
+	case spec.Paused:
+		v.qmp = qmpPaused
+	case spec.Prelaunch:
+		v.qmp = qmpPrelaunch
+	case v.running:
+		v.qmp = qmpRunning
 	}
 	if v.running {
 		now := c.clock.Now()
@@ -521,18 +544,35 @@ func (c *Cluster) countRequest(method, pattern string) (drop bool) {
 	return false
 }
 
-// SetPaused pauses or resumes a running VM.
+// SetPaused pauses (QMP stop) or resumes (QMP cont) a running VM, as a
+// backup or a `qm suspend` would, without a task.
 func (c *Cluster) SetPaused(vmid int, paused bool) error {
+	state := qmpRunning
+	if paused {
+		state = qmpPaused
+	}
+	return c.SetQMPStatus(vmid, state)
+}
+
+// SetQMPStatus puts a running VM's QEMU into a run state: "running",
+// "paused" or "prelaunch" (started with -S and never continued), without a
+// task.
+func (c *Cluster) SetQMPStatus(vmid int, state string) error {
+	switch state {
+	case qmpRunning, qmpPaused, qmpPrelaunch:
+	default:
+		return fmt.Errorf("set VM %d to %q: not a QMP run state of a running VM", vmid, state)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.vms[vmid]
 	if !ok {
-		return fmt.Errorf("pause VM %d: no such VM", vmid)
+		return fmt.Errorf("set VM %d to %s: no such VM", vmid, state)
 	}
 	if !v.running {
-		return fmt.Errorf("pause VM %d: not running", vmid)
+		return fmt.Errorf("set VM %d to %s: not running", vmid, state)
 	}
-	v.paused = paused
+	v.qmp = state
 	return nil
 }
 
@@ -554,7 +594,7 @@ type VMState struct {
 	Node      string
 	Name      string
 	Status    string // running or stopped
-	QMPStatus string // running, paused or stopped
+	QMPStatus string // running, paused, prelaunch or stopped
 	Lock      string
 	HA        bool
 	HAState   string
@@ -664,14 +704,24 @@ func (v *vm) status() string {
 	return "stopped"
 }
 
+// QEMU run states (query-status) of a running VM.
+const (
+	qmpRunning   = "running"
+	qmpPaused    = "paused"
+	qmpPrelaunch = "prelaunch"
+)
+
 func (v *vm) qmpStatus() string {
-	switch {
-	case !v.running:
+	if !v.running {
 		return "stopped"
-	case v.paused:
-		return "paused"
 	}
-	return "running"
+	return v.qmp
+}
+
+// isPaused is QemuServer::vm_is_paused: a paused VM, and since qemu-server
+// 8.0.8 (PVE 8.1) one in prelaunch too.
+func (c *Cluster) isPaused(v *vm) bool {
+	return v.running && (v.qmp == qmpPaused || v.qmp == qmpPrelaunch && c.rel.prelaunchIsPaused)
 }
 
 // hasStorage reports whether a node has a storage.

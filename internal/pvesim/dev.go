@@ -74,6 +74,7 @@ type DevOptions struct {
 	Speed     float64       // emulated seconds per real second
 	Plain     bool          // HTTP instead of HTTPS
 	AuthDelay time.Duration // delay of 401 answers (PVE: 3 s)
+	Version   string        // the PVE release to answer as (Options.Version)
 }
 
 // DevAnnouncement is the first line RunDev prints: where the cluster is and
@@ -87,7 +88,10 @@ type DevAnnouncement struct {
 // RunDev serves the dev cluster until ctx ends. Its first line on stdout is
 // one JSON DevAnnouncement; one line per node goes to stderr.
 func RunDev(ctx context.Context, opts DevOptions, stdout, stderr io.Writer) error {
-	c := DevCluster(Options{Speed: opts.Speed, AuthDelay: opts.AuthDelay, Location: time.Local})
+	if err := CheckVersion(opts.Version); err != nil {
+		return fmt.Errorf("pvesim: %w", err)
+	}
+	c := DevCluster(Options{Speed: opts.Speed, AuthDelay: opts.AuthDelay, Location: time.Local, Version: opts.Version})
 	srv, err := c.Serve(ctx, ServeOptions{TLS: !opts.Plain, Listen: opts.Listen})
 	if err != nil {
 		return fmt.Errorf("pvesim: %w", err)
@@ -111,7 +115,9 @@ func RunDev(ctx context.Context, opts DevOptions, stdout, stderr io.Writer) erro
 	if speed <= 0 {
 		speed = 1
 	}
-	fmt.Fprintf(stderr, "pvesim: time runs at %gx; VMs 100-105; interrupt to stop\n", speed)
+	v := c.Version()
+	fmt.Fprintf(stderr, "pvesim: PVE %s (pve-manager %s, qemu-server %s); time runs at %gx; VMs 100-105; interrupt to stop\n",
+		v.Release, v.Version, v.QemuServer, speed)
 	<-ctx.Done()
 	return nil
 }

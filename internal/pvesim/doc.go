@@ -1,10 +1,28 @@
 // Package pvesim emulates a Proxmox VE cluster's HTTP API closely enough that
 // a PVE client cannot tell it from the real thing for everything vmgate uses.
 // Tests, benchmarks, `vmgate server --dev` and `vmgate pvesim` run against it.
-// Its specification is shared/reference/pve-api.md (§0–§5, §8); parameters are
-// validated from PVE 9.1's own schema, embedded from schema/. It reads PVE
-// independently of internal/pve: the two import nothing from each other, so
-// each catches the other's mistakes.
+// Its specification is shared/reference/pve-api.md (§0–§5, §8) and PVE's own
+// sources; parameters are validated from PVE's own schema of the emulated
+// release, embedded from schema/. It reads PVE independently of internal/pve:
+// the two import nothing from each other, so each catches the other's
+// mistakes.
+//
+// # Releases
+//
+// Options.Version picks the PVE release the cluster answers as: 8.0, 8.3,
+// 8.4 or 9.1 (DefaultVersion; `vmgate pvesim --pve-version`). Each is a
+// release's pve-manager with the qemu-server, pve-http-server and
+// pve-ha-manager of its day (VersionInfo), and the release decides /version,
+// the schema parameters are checked against, and every behaviour vmgate
+// depends on that changed between them: error bodies without "message"
+// before 8.4, the detailed 401 reasons before 9.1.5, the migrate pre-check's
+// node lists for running VMs from 8.4, its mapped-resource-info (8.4) and
+// has-dbus-vmstate/dependent-ha-resources (9.1), overrule-shutdown (8.2+) and
+// with-conntrack-state (9.x) parameters, the migration log's job names,
+// active mirroring, transfer summary and conntrack line, memhost and
+// pressure figures (9.1), the HA group key (8.x) and prelaunch counted as
+// paused (8.1+). docs/pve-versions.md
+// lists each with the source that shows it.
 //
 // # Shape
 //
@@ -24,7 +42,8 @@
 // not implemented") → conflicting URI parameter (400) → token-only check (403)
 // → permission (403) → proxy (500 hostname lookup, 595) → schema validation
 // (400 with the errors map) → handler (500 with the die text, or 200 with a
-// UPID). Error bodies are PVE ≥ 8.3's: {"data":null,"message":"...\n"}.
+// UPID). Error bodies are {"data":null,"message":"...\n"} from 8.4 (pve-http-
+// server 5.2.0), {"data":null} before.
 // net/http cannot write a custom reason phrase, so error answers are written
 // raw on the hijacked connection, which is then closed — pveproxy closes after
 // every error too; successes go through the ResponseWriter with keep-alive.
@@ -40,9 +59,10 @@
 // Faults for tests: SetNodeOnline, SetLatency, FailNextTasks, SetSpeed,
 // DropNextResponses (the POST acts, the answer is lost), Requests (counts per
 // method and route pattern, to prove a POST was not repeated), SetPaused and
-// SetLock. Inspection: VM, Task, TasksFor, WaitTask, Server.Connections
-// (connections accepted). Routes lists every method
-// served and the parameters acted on, for conformance tests.
+// SetQMPStatus (a VM paused or in prelaunch without a task, as a backup or
+// `qm suspend` leave it), and SetLock. Inspection: VM, Task, TasksFor,
+// WaitTask, Server.Connections (connections accepted). Routes lists every
+// method served and the parameters acted on, for conformance tests.
 //
 // # Choices where PVE leaves room
 //
@@ -108,10 +128,11 @@
 //     targetstorage, force-cpu, nets-host-mtu and with-conntrack-state, and
 //     stop's and shutdown's keepActive, are validated (and root-checked) but
 //     have no effect; stop with migratedfrom is an ordinary stop. No guest
-//     agent (shutdown is always ACPI), no suspend/hibernate ("suspended"), no
-//     prelaunch, no QMP failures, no SIGKILL escalation (a forced stop always
-//     succeeds), no backup-lock resume, no hookscripts, no cloud-init or swtpm
-//     output, never "TASK WARNINGS".
+//     agent (shutdown is always ACPI), no suspend/hibernate ("suspended"),
+//     no guest-initiated ACPI suspend (qmpstatus "suspended"), no QMP
+//     failures, no SIGKILL escalation (a forced stop always succeeds), no
+//     backup-lock resume, no hookscripts, no cloud-init or swtpm output,
+//     never "TASK WARNINGS".
 //   - Migration: replication, mapped devices, conntrack state (with-conntrack-
 //     state only removes the warning line), migration_network and
 //     migration_type (root-only, validated, otherwise ignored), remote

@@ -10,7 +10,8 @@ import (
 )
 
 func hVersion(r *request) response {
-	return success(map[string]string{"release": Release, "repoid": "d7b2b5c3e1f40a9e", "version": Version})
+	info := r.c.rel.info
+	return success(map[string]string{"release": info.Release, "repoid": info.RepoID, "version": info.Version})
 }
 
 // hTicketGet is PVE's dummy GET /access/ticket.
@@ -254,7 +255,7 @@ func (v *vm) figures(now time.Time) vmFigures {
 	}
 	f := vmFigures{uptime: up, mem: v.mem * 4 / 10, memhost: v.mem*4/10 + 64<<20}
 	f.cpu = round4(0.005 + float64(v.vmid%13)/1000)
-	if v.paused {
+	if v.qmp != qmpRunning {
 		f.cpu = 0
 	}
 	f.netin = up * (1000 + int64(v.vmid%7)*100)
@@ -282,11 +283,16 @@ func (c *Cluster) vmEntry(v *vm, now time.Time) vmEntry {
 	}
 	f := v.figures(now)
 	tmpl, maxcpu, maxmem, maxdisk, zero := boolInt(v.template), v.cpus, v.mem, v.maxDisk(), int64(0)
-	e.Status = v.status()
+	// pvestatd records `qmpstatus || status`: a paused VM is "paused" here,
+	// while status/current says "running" with qmpstatus "paused".
+	e.Status = v.qmpStatus()
 	e.Name = v.name
 	e.Uptime, e.Template, e.MaxCPU, e.CPU = &f.uptime, &tmpl, &maxcpu, &f.cpu
 	e.MaxMem, e.Mem, e.MaxDisk, e.Disk = &maxmem, &f.mem, &maxdisk, &zero
-	e.NetIn, e.NetOut, e.DiskRead, e.DiskWrite, e.MemHost = &f.netin, &f.netout, &f.diskread, &f.diskwrite, &f.memhost
+	e.NetIn, e.NetOut, e.DiskRead, e.DiskWrite = &f.netin, &f.netout, &f.diskread, &f.diskwrite
+	if c.rel.hostMemStats {
+		e.MemHost = &f.memhost // PVE 9's RRD format (pve-vm-9.0)
+	}
 	return e
 }
 
@@ -413,8 +419,16 @@ func (c *Cluster) vmStatus(v *vm, now time.Time, full bool) map[string]any {
 	st := map[string]any{
 		"vmid": v.vmid, "status": v.status(), "name": v.name, "cpus": v.cpus,
 		"maxmem": v.mem, "maxdisk": v.maxDisk(), "disk": 0, "uptime": f.uptime, "cpu": f.cpu,
-		"mem": f.mem, "memhost": f.memhost, "netin": f.netin, "netout": f.netout,
+		"mem": f.mem, "netin": f.netin, "netout": f.netout,
 		"diskread": f.diskread, "diskwrite": f.diskwrite,
+	}
+	if c.rel.hostMemStats {
+		st["memhost"] = f.memhost
+		if v.running {
+			for _, k := range []string{"pressurecpusome", "pressurecpufull", "pressureiosome", "pressureiofull", "pressurememorysome", "pressurememoryfull"} {
+				st[k] = 0
+			}
+		}
 	}
 	if v.lock != "" {
 		st["lock"] = v.lock
@@ -436,9 +450,6 @@ func (c *Cluster) vmStatus(v *vm, now time.Time, full bool) map[string]any {
 			st["nics"] = map[string]any{fmt.Sprintf("tap%di0", v.vmid): map[string]int64{"netin": f.netin, "netout": f.netout}}
 			st["balloon"] = v.mem
 			st["freemem"] = v.mem - f.mem
-			for _, k := range []string{"pressurecpusome", "pressurecpufull", "pressureiosome", "pressureiofull", "pressurememorysome", "pressurememoryfull"} {
-				st[k] = 0
-			}
 		}
 	}
 	return st
@@ -479,7 +490,11 @@ func hVMStatus(r *request) response {
 	}
 	st := c.vmStatus(v, r.now, true)
 	if v.ha {
-		st["ha"] = map[string]any{"managed": 1, "state": v.haState}
+		ha := map[string]any{"managed": 1, "state": v.haState}
+		if c.rel.haGroupField {
+			ha["group"] = nil // pve-ha-manager < 5.0.7; the emulator has no HA groups
+		}
+		st["ha"] = ha
 	} else {
 		st["ha"] = map[string]any{"managed": 0}
 	}

@@ -9,9 +9,14 @@ import (
 	"time"
 )
 
-// hMigratePrecondition is GET migrate (migrate_vm_precondition).
+// hMigratePrecondition is GET migrate (migrate_vm_precondition). Every other
+// node is listed in not_allowed_nodes, an allowed one with no reason ({}):
+// PVE fills the map from check_local_storage_availability, which has an
+// entry for every node. Before qemu-server 8.3.9 (PVE 8.4) both lists are
+// left out for a running VM.
 func hMigratePrecondition(r *request) response {
 	c, vmid := r.c, r.vmid()
+	rel := c.rel
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if !c.quorate() {
@@ -24,17 +29,22 @@ func hMigratePrecondition(r *request) response {
 	if v.lock != "" {
 		return die(fmt.Sprintf("VM is locked (%s)", v.lock))
 	}
-	allowed := []string{}
-	notAllowed := map[string]any{}
-	for _, name := range c.nodeNames {
-		if name == r.node {
-			continue
+	res := map[string]any{"running": boolInt(v.running)}
+	if !v.running || rel.precheckNodesWhenRunning {
+		allowed := []string{}
+		notAllowed := map[string]any{}
+		for _, name := range c.nodeNames {
+			if name == r.node {
+				continue
+			}
+			if missing := c.missingStorages(v, c.nodes[name]); len(missing) > 0 {
+				notAllowed[name] = map[string]any{"unavailable_storages": missing}
+				continue
+			}
+			notAllowed[name] = map[string]any{}
+			allowed = append(allowed, name)
 		}
-		if missing := c.missingStorages(v, c.nodes[name]); len(missing) > 0 {
-			notAllowed[name] = map[string]any{"unavailable_storages": missing}
-			continue
-		}
-		allowed = append(allowed, name)
+		res["allowed_nodes"], res["not_allowed_nodes"] = allowed, notAllowed
 	}
 	localDisks := []map[string]any{}
 	for _, d := range v.disks {
@@ -46,18 +56,16 @@ func hMigratePrecondition(r *request) response {
 			"replicate": 1, "shared": 0, "is_unused": 0, "is_attached": 1, "is_vmstate": 0, "is_tpmstate": 0,
 		})
 	}
-	localRes := append([]string{}, v.localResources...)
-	res := map[string]any{
-		"running":              boolInt(v.running),
-		"allowed_nodes":        allowed,
-		"not_allowed_nodes":    notAllowed,
-		"local_disks":          localDisks,
-		"local_resources":      localRes,
-		"mapped-resources":     []string{},
-		"mapped-resource-info": map[string]any{},
-		"has-dbus-vmstate":     1,
+	res["local_disks"] = localDisks
+	res["local_resources"] = append([]string{}, v.localResources...)
+	res["mapped-resources"] = []string{}
+	if rel.mappedResourceInfo {
+		res["mapped-resource-info"] = map[string]any{}
 	}
-	if v.ha {
+	if rel.conntrack {
+		res["has-dbus-vmstate"] = 1
+	}
+	if v.ha && rel.haRules {
 		res["dependent-ha-resources"] = []string{}
 	}
 	return success(res)
@@ -306,7 +314,7 @@ func (m *migration) prepare(at time.Time) {
 		m.abort(at, "can't migrate running VM without --online")
 		return
 	}
-	if m.running && !m.conntrack {
+	if m.running && !m.conntrack && m.c.rel.conntrack {
 		m.logf(at, "conntrack state migration not supported or disabled, active connections might get dropped")
 	}
 	if len(v.localResources) > 0 {
@@ -437,11 +445,20 @@ func (m *migration) tunnel(at time.Time) {
 	})
 }
 
+// jobID is a mirror job's name in the log: "mirror-scsi0" with PVE 9's
+// blockdev jobs, "drive-scsi0" before.
+func (m *migration) jobID(j *mirrorJob) string {
+	if m.c.rel.blockdevMirror {
+		return "mirror-" + j.drive
+	}
+	return "drive-" + j.drive
+}
+
 // mirrorTick prints the drive-mirror progress (unprefixed, as BlockJob.pm's
 // print does) once a second until every job is ready.
 func (m *migration) mirrorTick(at time.Time) {
 	if !m.c.nodes[m.dst].online {
-		m.problems(at, fmt.Sprintf("block job (mirror) error: mirror-%s: 'mirror' has been cancelled", m.jobs[0].drive))
+		m.problems(at, fmt.Sprintf("block job (mirror) error: %s: 'mirror' has been cancelled", m.jobID(m.jobs[0])))
 		return
 	}
 	elapsed := at.Sub(m.jobStart)
@@ -453,7 +470,7 @@ func (m *migration) mirrorTick(at time.Time) {
 		}
 		isReady := done >= j.size
 		if !j.ready {
-			line := fmt.Sprintf("mirror-%s: transferred %s of %s (%.2f%%) in %s", j.drive,
+			line := fmt.Sprintf("%s: transferred %s of %s (%.2f%%) in %s", m.jobID(j),
 				renderBytes(float64(done)), renderBytes(float64(j.size)), float64(done)*100/float64(max(j.size, 1)), renderDuration(elapsed))
 			if isReady {
 				line += ", ready"
@@ -470,10 +487,12 @@ func (m *migration) mirrorTick(at time.Time) {
 		return
 	}
 	m.t.log("all 'mirror' jobs are ready")
-	m.logf(at, "switching mirror jobs to actively synced mode")
-	for _, j := range m.jobs {
-		m.t.log(fmt.Sprintf("mirror-%s: switching to actively synced mode", j.drive))
-		m.t.log(fmt.Sprintf("mirror-%s: successfully switched to actively synced mode", j.drive))
+	if m.c.rel.activeMirror {
+		m.logf(at, "switching mirror jobs to actively synced mode")
+		for _, j := range m.jobs {
+			m.t.log(fmt.Sprintf("%s: switching to actively synced mode", m.jobID(j)))
+			m.t.log(fmt.Sprintf("%s: successfully switched to actively synced mode", m.jobID(j)))
+		}
 	}
 	m.startRAM(at)
 }
@@ -530,12 +549,18 @@ func (m *migration) ramDone(at time.Time) {
 	if delay := at.Unix() - m.memStart.Unix(); delay > 0 {
 		m.logf(at, "average migration speed: %s/s - downtime %d ms", renderBytes(total/float64(delay)), 40+m.vmid%60)
 	}
-	m.logf(at, "migration completed, transferred %s VM-state", renderBytes(total))
+	if m.c.rel.migrationSummary {
+		m.logf(at, "migration completed, transferred %s VM-state", renderBytes(total))
+	}
 	m.logf(at, "migration status: completed")
 	for _, j := range m.jobs {
-		m.t.log(fmt.Sprintf("mirror-%s: Completing block job...", j.drive))
-		m.t.log(fmt.Sprintf("mirror-%s: Completed successfully.", j.drive))
-		m.t.log(fmt.Sprintf("mirror-%s: mirror-job finished", j.drive))
+		completing := "Completing block job..."
+		if m.c.rel.completingJobIDTypo {
+			completing = "Completing block job_id..."
+		}
+		m.t.log(fmt.Sprintf("%s: %s", m.jobID(j), completing))
+		m.t.log(fmt.Sprintf("%s: Completed successfully.", m.jobID(j)))
+		m.t.log(fmt.Sprintf("%s: mirror-job finished", m.jobID(j)))
 	}
 	if len(m.jobs) > 0 {
 		m.logf(at, "stopping NBD storage migration server on target.")

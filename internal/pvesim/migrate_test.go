@@ -17,6 +17,9 @@ func localDisk(vmid int, size int64) []Disk {
 	return []Disk{{Name: "scsi0", Volid: "local-lvm:vm-" + itoa(vmid) + "-disk-0", Size: size, Local: true}}
 }
 
+// TestMigratePrecondition: PVE lists every other node in not_allowed_nodes,
+// the allowed ones with no reason (check_local_storage_availability has an
+// entry for every node).
 func TestMigratePrecondition(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{
@@ -28,12 +31,12 @@ func TestMigratePrecondition(t *testing.T) {
 		}})
 	r := e.do(call{path: vmPath("pve1", 100, "/migrate"), query: url.Values{"target": {"pve2"}}})
 	wantLine(t, r, 200, "200 OK")
-	want := `{"allowed_nodes":["pve2"],"has-dbus-vmstate":1,"local_disks":[],"local_resources":[],"mapped-resource-info":{},"mapped-resources":[],"not_allowed_nodes":{"pve3":{"unavailable_storages":["ceph"]}},"running":1}`
+	want := `{"allowed_nodes":["pve2"],"has-dbus-vmstate":1,"local_disks":[],"local_resources":[],"mapped-resource-info":{},"mapped-resources":[],"not_allowed_nodes":{"pve2":{},"pve3":{"unavailable_storages":["ceph"]}},"running":1}`
 	if string(r.data) != want {
 		t.Fatalf("precondition\n%s\nwant\n%s", r.data, want)
 	}
 	r = e.do(call{path: vmPath("pve1", 102, "/migrate")})
-	want = `{"allowed_nodes":["pve2","pve3"],"dependent-ha-resources":[],"has-dbus-vmstate":1,"local_disks":[{"cdrom":0,"drivename":"scsi0","is_attached":1,"is_cloudinit":0,"is_tpmstate":0,"is_unused":0,"is_vmstate":0,"replicate":1,"shared":0,"size":8589934592,"volid":"local-lvm:vm-102-disk-0"}],"local_resources":["usb0"],"mapped-resource-info":{},"mapped-resources":[],"not_allowed_nodes":{},"running":1}`
+	want = `{"allowed_nodes":["pve2","pve3"],"dependent-ha-resources":[],"has-dbus-vmstate":1,"local_disks":[{"cdrom":0,"drivename":"scsi0","is_attached":1,"is_cloudinit":0,"is_tpmstate":0,"is_unused":0,"is_vmstate":0,"replicate":1,"shared":0,"size":8589934592,"volid":"local-lvm:vm-102-disk-0"}],"local_resources":["usb0"],"mapped-resource-info":{},"mapped-resources":[],"not_allowed_nodes":{"pve2":{},"pve3":{}},"running":1}`
 	if string(r.data) != want {
 		t.Fatalf("precondition\n%s\nwant\n%s", r.data, want)
 	}

@@ -26,6 +26,9 @@ type response struct {
 	errors  map[string]string
 	empty   bool // no body at all (401 from auth, 595 from the proxy)
 	plain   bool // the message as a plain-text body (errors outside handlers)
+	// legacy: an error body as pve-http-server < 5.2.0 wrote it: JSON
+	// without "message", and nothing for errors outside handlers.
+	legacy bool
 	// file is a download (task log with download=1), sent as text/plain.
 	file     []byte
 	fileName string
@@ -60,6 +63,9 @@ type request struct {
 func (r *request) param(name string) (string, bool) {
 	if !r.route.declares(name) {
 		panic(fmt.Sprintf("pvesim: route %s %s reads undeclared parameter %q", r.route.method, r.route.path, name))
+	}
+	if !r.route.has(name) {
+		return "", false // a parameter this release does not know
 	}
 	v, ok := r.params[name]
 	if !ok || v.kind == nullValue {
@@ -127,7 +133,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 	if m != nil && m[2] != "" {
 		relURI = m[2]
 	}
-	rt, uri := matchRoute(method, relURI)
+	rt, uri := matchRoute(c.rel.routes, method, relURI)
 	pattern := "(unknown)"
 	if rt != nil {
 		pattern = rt.path
@@ -135,6 +141,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 	drop := c.countRequest(method, pattern)
 
 	resp := c.pipeline(r, method, m, relURI, rt, uri, local)
+	resp.legacy = resp.status >= 400 && !c.rel.errorBodies
 	if drop {
 		hangUp(w)
 		return
@@ -395,7 +402,7 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp response) {
 	contentType := ""
 	download := resp.file != nil
 	switch {
-	case resp.empty:
+	case resp.empty, resp.plain && resp.legacy:
 	case resp.plain:
 		body = []byte(resp.message)
 	case download:
@@ -480,7 +487,8 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp response) {
 	bw.Flush()
 }
 
-// encodeBody is the JSON formatter (PVE ≥ 8.3): data, errors, message, total.
+// encodeBody is the JSON formatter: data, errors, message (pve-http-server ≥
+// 5.2.0, PVE ≥ 8.4 here), total.
 func encodeBody(resp response) []byte {
 	var buf bytes.Buffer
 	buf.WriteString(`{"data":`)
@@ -493,7 +501,7 @@ func encodeBody(resp response) []byte {
 		buf.WriteString(`,"errors":`)
 		buf.Write(marshal(resp.errors))
 	}
-	if resp.status >= 400 {
+	if resp.status >= 400 && !resp.legacy {
 		msg := resp.message
 		if msg == "" {
 			msg = http.StatusText(resp.status)

@@ -76,7 +76,10 @@ func (c *Cluster) startWorker(t *task, n *node, vmid int, skiplock bool, at time
 			return
 		}
 		c.after(t, at, startDuration, func(at time.Time) {
-			v.running, v.paused, v.startedAt, v.pid = true, false, at, c.nextPID(n)
+			v.running, v.qmp, v.startedAt, v.pid = true, qmpRunning, at, c.nextPID(n)
+			if v.freeze {
+				v.qmp = qmpPrelaunch // QEMU started with -S
+			}
 			if v.ha {
 				v.haState = "started"
 			}
@@ -183,7 +186,7 @@ func hShutdown(r *request) response {
 	n := c.nodes[r.node]
 	v := c.vms[vmid]
 	graceful := true
-	if v != nil && v.node == n.name && v.running && v.paused {
+	if v != nil && v.node == n.name && c.isPaused(v) {
 		if !r.flag("forceStop") {
 			return die("VM is paused - cannot shutdown")
 		}
@@ -276,7 +279,7 @@ func (c *Cluster) powerOff(v *vm, at time.Time) {
 	if !v.running {
 		return
 	}
-	v.running, v.paused, v.pid = false, false, 0
+	v.running, v.qmp, v.pid = false, "", 0
 	waiters := v.onPowerOff
 	v.onPowerOff = nil
 	for _, fn := range waiters {
@@ -302,7 +305,7 @@ func hReboot(r *request) response {
 	n := c.nodes[r.node]
 	v := c.vms[vmid]
 	onNode := v != nil && v.node == n.name
-	if onNode && v.running && v.paused {
+	if onNode && c.isPaused(v) {
 		return die("VM is paused - cannot shutdown")
 	}
 	if !onNode {

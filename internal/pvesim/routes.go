@@ -15,7 +15,8 @@ type route struct {
 	method     string
 	path       string // PVE's path, with {placeholders}
 	parts      []string
-	uses       []string
+	uses       []string // the parameters acted on that this release's schema has
+	declared   []string // every parameter the handler may read (uses, in every release)
 	handle     func(*request) response
 	schema     *methodSchema
 	proxy      bool
@@ -25,6 +26,15 @@ type route struct {
 }
 
 func (rt *route) declares(name string) bool {
+	for _, u := range rt.declared {
+		if u == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (rt *route) has(name string) bool {
 	for _, u := range rt.uses {
 		if u == name {
 			return true
@@ -33,8 +43,9 @@ func (rt *route) declares(name string) bool {
 	return false
 }
 
-// routeTable is every method the emulator serves, in one place.
-var routeTable = buildRoutes([]route{
+// routeSpecs is every method the emulator serves, in one place; each
+// release's routes are built from it and the release's schema.
+var routeSpecs = []route{
 	{method: "GET", path: "/version", handle: hVersion},
 	{method: "GET", path: "/access/ticket", handle: hTicketGet},
 	{method: "POST", path: "/access/ticket", uses: []string{"username", "password", "realm", "path", "privs"}, handle: hTicketPost},
@@ -66,15 +77,25 @@ var routeTable = buildRoutes([]route{
 	{method: "DELETE", path: "/nodes/{node}/tasks/{upid}", uses: []string{"node", "upid"}, handle: hTaskStop},
 	{method: "GET", path: "/nodes/{node}/tasks/{upid}/status", uses: []string{"node", "upid"}, handle: hTaskStatus},
 	{method: "GET", path: "/nodes/{node}/tasks/{upid}/log", uses: []string{"node", "upid", "start", "limit", "download"}, handle: hTaskLog},
-})
+}
 
-func buildRoutes(table []route) []*route {
+// routeTable is the default release's routes.
+var routeTable = buildRoutes(routeSpecs, apiSchema, true)
+
+// buildRoutes binds the specs to a release's schema. With strict (the
+// newest release) every method and parameter a spec names must be in the
+// schema; for older releases the parameters they lack are left out of uses
+// (the schema rejects them before a handler runs).
+func buildRoutes(table []route, doc schemaDoc, strict bool) []*route {
 	res := make([]*route, 0, len(table))
 	for i := range table {
 		rt := table[i]
-		ms, ok := apiSchema[rt.path][rt.method]
+		ms, ok := doc[rt.path][rt.method]
 		if !ok {
-			panic(fmt.Sprintf("pvesim: %s %s is not in PVE's schema", rt.method, rt.path))
+			if strict {
+				panic(fmt.Sprintf("pvesim: %s %s is not in PVE's schema", rt.method, rt.path))
+			}
+			continue
 		}
 		rt.schema = ms
 		rt.parts = strings.Split(strings.TrimPrefix(rt.path, "/"), "/")
@@ -96,8 +117,12 @@ func buildRoutes(table []route) []*route {
 				rt.permPath, rt.permPriv = path, privs[0]
 			}
 		}
-		for _, u := range rt.uses {
-			if _, ok := ms.Parameters.Properties[u]; !ok {
+		rt.declared = rt.uses
+		rt.uses = nil
+		for _, u := range rt.declared {
+			if _, ok := ms.Parameters.Properties[u]; ok {
+				rt.uses = append(rt.uses, u)
+			} else if strict {
 				panic(fmt.Sprintf("pvesim: %s %s uses %q, which PVE's schema does not have", rt.method, rt.path, u))
 			}
 		}
@@ -108,14 +133,14 @@ func buildRoutes(table []route) []*route {
 
 // matchRoute is PVE's find_handler: every path component must match, a
 // {placeholder} matches any one component.
-func matchRoute(method, relURI string) (*route, map[string]string) {
+func matchRoute(routes []*route, method, relURI string) (*route, map[string]string) {
 	var parts []string
 	for _, p := range strings.Split(relURI, "/") {
 		if p != "" {
 			parts = append(parts, p)
 		}
 	}
-	for _, rt := range routeTable {
+	for _, rt := range routes {
 		if rt.method != method || len(rt.parts) != len(parts) {
 			continue
 		}
@@ -151,13 +176,25 @@ type Route struct {
 	Ignored []string
 }
 
-// Routes lists every method the emulator serves, for conformance tests.
-func Routes() []Route {
-	res := make([]Route, 0, len(routeTable))
-	for _, rt := range routeTable {
+// Routes lists every method the emulator serves as the default release,
+// for conformance tests.
+func Routes() []Route { return routesOf(routeTable) }
+
+// RoutesFor lists every method the emulator serves as a release.
+func RoutesFor(release string) ([]Route, error) {
+	r, err := lookupRelease(release)
+	if err != nil {
+		return nil, err
+	}
+	return routesOf(r.routes), nil
+}
+
+func routesOf(routes []*route) []Route {
+	res := make([]Route, 0, len(routes))
+	for _, rt := range routes {
 		r := Route{Method: rt.method, Path: rt.path, Params: append([]string(nil), rt.uses...)}
 		for name := range rt.schema.Parameters.Properties {
-			if !rt.declares(name) {
+			if !rt.has(name) {
 				r.Ignored = append(r.Ignored, name)
 			}
 		}

@@ -1,7 +1,7 @@
 package pvesim
 
 import (
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -12,17 +12,41 @@ import (
 	"strings"
 )
 
-// schemaJSON is PVE 9.1's own parameter schema for the methods the emulator
-// serves, extracted from proxmox/pve-docs api-viewer/apidata.js (see
-// reference/pve-api.md §6). Parameters are validated from it, so the emulator
-// accepts exactly what PVE accepts.
+// The parameter schemas of the emulated releases, one per release, extracted
+// from proxmox/pve-docs api-viewer/apidata.js at the commit each
+// VersionInfo.Schema names (see schema/README.md and reference/pve-api.md
+// §6). Parameters are validated from the cluster's release, so the emulator
+// accepts exactly what that PVE accepts.
 //
-//go:embed schema/pve-api-schema-9.1.json
-var schemaJSON []byte
+//go:embed schema/*.json
+var schemaFiles embed.FS
 
-// SchemaJSON returns the embedded PVE schema document (path → method → method
-// schema), for conformance tests.
+func mustReadSchema(release string) []byte {
+	b, err := schemaFiles.ReadFile("schema/pve-api-schema-" + release + ".json")
+	if err != nil {
+		panic(fmt.Sprintf("pvesim: schema of PVE %s: %v", release, err))
+	}
+	return b
+}
+
+// schemaJSON and apiSchema are the default release's schema.
+var (
+	schemaJSON = mustReadSchema(DefaultVersion)
+	apiSchema  = mustLoadSchema(schemaJSON)
+)
+
+// SchemaJSON returns the default release's embedded PVE schema document
+// (path → method → method schema), for conformance tests.
 func SchemaJSON() []byte { return append([]byte(nil), schemaJSON...) }
+
+// SchemaJSONFor returns the embedded schema document of an emulated release.
+func SchemaJSONFor(release string) ([]byte, error) {
+	r, err := lookupRelease(release)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), r.raw...), nil
+}
 
 // methodSchema is one method of the schema document.
 type methodSchema struct {
@@ -64,8 +88,6 @@ type paramSchema struct {
 
 // schemaDoc maps a PVE path ("/nodes/{node}/qemu") and method to its schema.
 type schemaDoc map[string]map[string]*methodSchema
-
-var apiSchema = mustLoadSchema(schemaJSON)
 
 func mustLoadSchema(raw []byte) schemaDoc {
 	var top map[string]json.RawMessage

@@ -1,0 +1,151 @@
+package pvesim
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// DefaultVersion is the PVE release a cluster answers as unless
+// Options.Version says otherwise.
+const DefaultVersion = "9.1"
+
+// VersionInfo describes one PVE release the emulator can answer as: what
+// /version says and the packages whose behaviour it reproduces (each the
+// newest released on or before the pve-manager release). docs/pve-versions.md
+// lists every difference and the source that shows it.
+type VersionInfo struct {
+	Release    string // "8.4", as /version's release and Options.Version
+	Version    string // pve-manager version, as /version's version
+	RepoID     string // pve-manager's git revision (16 hex digits), as /version's repoid
+	QemuServer string // qemu-server version
+	HTTPServer string // libpve-http-server-perl version
+	HAManager  string // pve-ha-manager version
+	Schema     string // the pve-docs commit the parameter schema comes from
+}
+
+// release is a VersionInfo with its schema, routes and the behaviours that
+// differ between releases. Each flag names the package version from which
+// PVE behaves so.
+type release struct {
+	info   VersionInfo
+	schema schemaDoc
+	raw    []byte
+	routes []*route
+
+	// pve-http-server ≥ 5.2.0: error answers carry "message" (JSON) or the
+	// message as a plain-text body; before, {"data":null} or nothing.
+	errorBodies bool
+	// pve-manager ≥ 9.1.5: every bad credential is "401 Authentication
+	// failed!"; before, the reason (no such token, invalid token value!, ...).
+	unifiedAuthFailure bool
+	// qemu-server ≥ 8.3.9: the migrate pre-check lists allowed and not
+	// allowed nodes for running VMs too; before, for stopped VMs only.
+	precheckNodesWhenRunning bool
+	// qemu-server ≥ 8.3.9: the pre-check's mapped-resource-info.
+	mappedResourceInfo bool
+	// qemu-server ≥ 8.3.9: "migration completed, transferred X VM-state".
+	migrationSummary bool
+	// qemu-server ≥ 9.0.10: with-conntrack-state, has-dbus-vmstate and the
+	// "conntrack state migration not supported or disabled" line; ≥ 9.0.12
+	// blocking-ha-resources; ≥ 9.0.14 dependent-ha-resources.
+	conntrack bool
+	// qemu-server ≥ 9.0.12/9.0.14 with pve-ha-manager 5: the pre-check's
+	// blocking-ha-resources and dependent-ha-resources (HA rules).
+	haRules bool
+	// qemu-server ≥ 9.0.1: blockdev mirror jobs are "mirror-<drive>";
+	// before, "drive-<drive>".
+	blockdevMirror bool
+	// qemu-server ≥ 8.2.4: mirror jobs switch to actively synced mode
+	// before the RAM transfer.
+	activeMirror bool
+	// qemu-server < 8.2.2 logs "Completing block job_id..." (a typo fixed
+	// by a5586eb4).
+	completingJobIDTypo bool
+	// qemu-server ≥ 8.0.8: shutdown and reboot refuse a VM in prelaunch as
+	// "paused" too (vm_is_paused).
+	prelaunchIsPaused bool
+	// qemu-server ≥ 8.3.8: resume refuses a template.
+	resumeTemplateCheck bool
+	// qemu-server ≥ 9.0.11: status/current has memhost and the pressure
+	// stall figures; /cluster/resources has memhost (PVE 9's RRD format).
+	hostMemStats bool
+	// pve-ha-manager < 5.0.7: status/current's ha object has a "group" key
+	// (null without a group).
+	haGroupField bool
+}
+
+// releases are the emulated PVE releases, oldest first.
+var releases = []*release{
+	{
+		info: VersionInfo{Release: "8.0", Version: "8.0.3", RepoID: "bbf3993334bfa916", QemuServer: "8.0.6",
+			HTTPServer: "5.0.3", HAManager: "4.0.2", Schema: "c8eee6f"},
+		completingJobIDTypo: true, haGroupField: true,
+	},
+	{
+		info: VersionInfo{Release: "8.3", Version: "8.3.0", RepoID: "c1689ccb1065a83b", QemuServer: "8.3.0",
+			HTTPServer: "5.1.2", HAManager: "4.0.6", Schema: "cc9dad4"},
+		activeMirror: true, prelaunchIsPaused: true, haGroupField: true,
+	},
+	{
+		info: VersionInfo{Release: "8.4", Version: "8.4.0", RepoID: "ec58e45e1bcdf2ac", QemuServer: "8.3.12",
+			HTTPServer: "5.2.2", HAManager: "4.0.7", Schema: "46601a3"},
+		errorBodies: true, precheckNodesWhenRunning: true, mappedResourceInfo: true, migrationSummary: true,
+		activeMirror: true, prelaunchIsPaused: true, resumeTemplateCheck: true, haGroupField: true,
+	},
+	{
+		info: VersionInfo{Release: "9.1", Version: "9.1.5", RepoID: "80cf92a64bef6889", QemuServer: "9.1.4",
+			HTTPServer: "6.0.5", HAManager: "5.1.0", Schema: "a8736b6"},
+		errorBodies: true, unifiedAuthFailure: true, precheckNodesWhenRunning: true, mappedResourceInfo: true,
+		migrationSummary: true, conntrack: true, haRules: true, blockdevMirror: true, activeMirror: true, prelaunchIsPaused: true,
+		resumeTemplateCheck: true, hostMemStats: true,
+	},
+}
+
+func init() {
+	for _, r := range releases {
+		r.raw = mustReadSchema(r.info.Release)
+		r.schema = mustLoadSchema(r.raw)
+		r.routes = buildRoutes(routeSpecs, r.schema, r.info.Release == DefaultVersion)
+	}
+}
+
+// lookupRelease finds an emulated release by "x.y"; "" is DefaultVersion.
+func lookupRelease(v string) (*release, error) {
+	if v == "" {
+		v = DefaultVersion
+	}
+	for _, r := range releases {
+		if r.info.Release == v {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("PVE %q is not emulated; known releases: %s", v, strings.Join(knownReleases(), ", "))
+}
+
+func knownReleases() []string {
+	out := make([]string, 0, len(releases))
+	for _, r := range releases {
+		out = append(out, r.info.Release)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Versions lists the emulated PVE releases, oldest first.
+func Versions() []VersionInfo {
+	out := make([]VersionInfo, 0, len(releases))
+	for _, r := range releases {
+		out = append(out, r.info)
+	}
+	return out
+}
+
+// CheckVersion reports whether v ("8.4") is an emulated release (Options.Version).
+func CheckVersion(v string) error {
+	_, err := lookupRelease(v)
+	return err
+}
+
+// Version is the release the cluster answers as.
+func (c *Cluster) Version() VersionInfo { return c.rel.info }
