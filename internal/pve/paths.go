@@ -79,6 +79,7 @@ var (
 var vmActions = map[string]bool{
 	"status/current": true, "status/start": true, "status/stop": true,
 	"status/shutdown": true, "status/reboot": true, "migrate": true,
+	"status/suspend": true, "status/resume": true,
 }
 
 // vmPath builds /nodes/{node}/qemu/{vmid}/{action}.

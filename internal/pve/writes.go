@@ -49,6 +49,9 @@ var (
 	typesStop     = []string{"qmstop", "hastop"}
 	typesReboot   = []string{"qmreboot"}
 	typesMigrate  = []string{"qmigrate", "hamigrate"}
+	typesPause    = []string{"qmpause"}   // status/suspend
+	typesSuspend  = []string{"qmsuspend"} // status/suspend with todisk
+	typesResume   = []string{"qmresume"}  // also for a hibernated VM, which it starts
 )
 
 // StartVM starts VM vmid on node and returns the UPID of PVE's task. Whether
@@ -90,6 +93,32 @@ func (c *Client) RebootVM(ctx context.Context, node string, vmid int, o RebootOp
 		return UPID{}, err
 	}
 	return c.startTask(ctx, node, vmid, "status/reboot", f, typesReboot)
+}
+
+// SuspendVM pauses a running VM (QMP stop; task qmpause): it keeps its
+// memory and process, status/current shows qmpstatus "paused". With toDisk
+// it hibernates the VM instead (task qmsuspend): the state is saved to a
+// vmstate volume on PVE's default state storage, QEMU quits and the VM stays
+// stopped with lock "suspended" until ResumeVM or StartVM. PVE refuses at
+// once a VM that is not running ("VM 100 not running"), and hibernation of
+// an HA-managed VM or one with PCI passthrough; it needs VM.Config.Disk on
+// top of VM.PowerMgmt.
+func (c *Client) SuspendVM(ctx context.Context, node string, vmid int, toDisk bool) (UPID, error) {
+	f := url.Values{}
+	types := typesPause
+	if toDisk {
+		putBool(f, "todisk", true)
+		types = typesSuspend
+	}
+	return c.startTask(ctx, node, vmid, "status/suspend", f, types)
+}
+
+// ResumeVM continues a paused VM (or one in prelaunch; QMP cont), or starts
+// a hibernated one from its saved state; either way a qmresume task. PVE
+// refuses at once a VM that neither runs nor is hibernated ("VM 100 not
+// running").
+func (c *Client) ResumeVM(ctx context.Context, node string, vmid int) (UPID, error) {
+	return c.startTask(ctx, node, vmid, "status/resume", url.Values{}, typesResume)
 }
 
 // MigrateVM migrates VM vmid from node to o.Target.

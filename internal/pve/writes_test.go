@@ -48,6 +48,12 @@ func TestWriteParameters(t *testing.T) {
 		{"migrate", func(c *Client) (UPID, error) {
 			return c.MigrateVM(context.Background(), "pve1", 100, MigrateOptions{Target: "pve2", Online: true, WithLocalDisks: true, TargetStorage: "local-lvm:ceph", BWLimit: &limit})
 		}, "/nodes/pve1/qemu/100/migrate", "qmigrate", url.Values{"target": {"pve2"}, "online": {"1"}, "with-local-disks": {"1"}, "targetstorage": {"local-lvm:ceph"}, "bwlimit": {"10240"}}},
+		{"suspend (pause)", func(c *Client) (UPID, error) { return c.SuspendVM(context.Background(), "pve1", 100, false) },
+			"/nodes/pve1/qemu/100/status/suspend", "qmpause", url.Values{}},
+		{"suspend to disk", func(c *Client) (UPID, error) { return c.SuspendVM(context.Background(), "pve1", 100, true) },
+			"/nodes/pve1/qemu/100/status/suspend", "qmsuspend", url.Values{"todisk": {"1"}}},
+		{"resume", func(c *Client) (UPID, error) { return c.ResumeVM(context.Background(), "pve1", 100) },
+			"/nodes/pve1/qemu/100/status/resume", "qmresume", url.Values{}},
 		{"migrate offline", func(c *Client) (UPID, error) {
 			return c.MigrateVM(context.Background(), "pve1", 100, MigrateOptions{Target: "pve3"})
 		}, "/nodes/pve1/qemu/100/migrate", "hamigrate", url.Values{"target": {"pve3"}}},

@@ -194,6 +194,7 @@ type vm struct {
 	running        bool
 	qmp            string // QEMU's run state while running: running, paused or prelaunch
 	freeze         bool
+	vmstate        string // the saved state of a hibernated VM (lock "suspended")
 	cpus           int
 	mem            int64
 	disks          []Disk
@@ -601,6 +602,9 @@ type VMState struct {
 	Tags      string
 	MemBytes  int64
 	Disks     []Disk
+	// VMState is the volume holding a hibernated VM's saved state (lock
+	// "suspended"), e.g. "ceph:vm-100-state-suspend-2026-03-14".
+	VMState string
 }
 
 // VM returns a snapshot of a VM.
@@ -614,7 +618,7 @@ func (c *Cluster) VM(vmid int) (VMState, bool) {
 	return VMState{
 		VMID: v.vmid, Node: v.node, Name: v.name, Status: v.status(), QMPStatus: v.qmpStatus(),
 		Lock: v.lock, HA: v.ha, HAState: v.haState, Tags: v.tags, MemBytes: v.mem,
-		Disks: append([]Disk(nil), v.disks...),
+		Disks: append([]Disk(nil), v.disks...), VMState: v.vmstate,
 	}, true
 }
 

@@ -20,8 +20,8 @@
 // has-dbus-vmstate/dependent-ha-resources (9.1), overrule-shutdown (8.2+) and
 // with-conntrack-state (9.x) parameters, the migration log's job names,
 // active mirroring, transfer summary and conntrack line, memhost and
-// pressure figures (9.1), the HA group key (8.x) and prelaunch counted as
-// paused (8.1+). docs/pve-versions.md
+// pressure figures (9.1), the HA group key (8.x), prelaunch counted as
+// paused (8.1+) and resume refusing templates (8.4+). docs/pve-versions.md
 // lists each with the source that shows it.
 //
 // # Shape
@@ -128,11 +128,18 @@
 //     targetstorage, force-cpu, nets-host-mtu and with-conntrack-state, and
 //     stop's and shutdown's keepActive, are validated (and root-checked) but
 //     have no effect; stop with migratedfrom is an ordinary stop. No guest
-//     agent (shutdown is always ACPI), no suspend/hibernate ("suspended"),
-//     no guest-initiated ACPI suspend (qmpstatus "suspended"), no QMP
-//     failures, no SIGKILL escalation (a forced stop always succeeds), no
-//     backup-lock resume, no hookscripts, no cloud-init or swtpm output,
-//     never "TASK WARNINGS".
+//     agent (shutdown is always ACPI), no guest-initiated ACPI suspend
+//     (qmpstatus "suspended"), no QMP failures, no SIGKILL escalation (a
+//     forced stop always succeeds), no backup-lock resume, no hookscripts, no
+//     cloud-init or swtpm output, never "TASK WARNINGS".
+//   - Suspend and resume: pause (qmpause), hibernation (qmsuspend: lock
+//     "suspending", the state written at DiskBandwidth, then lock "suspended"
+//     and a vmstate volume) and resume (qmresume; a hibernated VM is started
+//     from its state) are emulated with PVE's checks and texts. Left out:
+//     the vmstatestorage config option, amd-sev and virtiofs blockers (8.4+),
+//     savevm failures, and the config flock is held through the whole
+//     hibernation (PVE releases it while the state is written; the
+//     "suspending" lock blocks the same operations).
 //   - Migration: replication, mapped devices, conntrack state (with-conntrack-
 //     state only removes the warning line), migration_network and
 //     migration_type (root-only, validated, otherwise ignored), remote

@@ -2,6 +2,7 @@ package pvesim
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -75,10 +76,21 @@ func (c *Cluster) startWorker(t *task, n *node, vmid int, skiplock bool, at time
 			c.finish(t, at, msg)
 			return
 		}
+		resume := v.lock == "suspended" || v.vmstate != ""
+		if resume {
+			t.log("Resuming suspended VM")
+			if v.vmstate != "" {
+				t.log(fmt.Sprintf("activating and using '%s' as vmstate", v.vmstate))
+			}
+		}
 		c.after(t, at, startDuration, func(at time.Time) {
 			v.running, v.qmp, v.startedAt, v.pid = true, qmpRunning, at, c.nextPID(n)
 			if v.freeze {
 				v.qmp = qmpPrelaunch // QEMU started with -S
+			}
+			if resume {
+				t.log("Resumed VM, removing state")
+				v.lock, v.vmstate = "", ""
 			}
 			if v.ha {
 				v.haState = "started"
@@ -444,4 +456,195 @@ func (c *Cluster) settleHA(v *vm) {
 	} else {
 		v.haState = "stopped"
 	}
+}
+
+// hSuspend is POST status/suspend (vm_suspend): pause the VM (QMP stop,
+// task qmpause), or with todisk hibernate it (task qmsuspend): save its
+// state to a vmstate volume, quit QEMU and leave the config locked
+// "suspended" until a start or resume brings it back.
+func hSuspend(r *request) response {
+	if resp, bad := rootOnly(r, "skiplock"); bad {
+		return resp
+	}
+	c, vmid := r.c, r.vmid()
+	todisk := r.flag("todisk")
+	statestorage, _ := r.param("statestorage")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[r.node]
+	v := c.vms[vmid]
+	if v == nil || v.node != n.name {
+		return die(notFoundOnNode(vmid, n.name)) // check_running
+	}
+	if !v.running {
+		return die(fmt.Sprintf("VM %d not running", vmid))
+	}
+	if todisk && v.ha {
+		return die("Cannot suspend HA managed VM to disk")
+	}
+	if todisk {
+		if !r.who.isRoot() && !c.hasPriv(r.who, "/vms/"+strconv.Itoa(vmid), "VM.Config.Disk") {
+			return fail(http.StatusForbidden, fmt.Sprintf("Permission check failed (/vms/%d, VM.Config.Disk)\n", vmid))
+		}
+		for _, res := range v.localResources {
+			if strings.HasPrefix(res, "hostpci") {
+				return die("cannot suspend VM to disk due to passed-through PCI device(s), which lack the possibility to save/restore their internal state")
+			}
+		}
+		if statestorage == "" {
+			statestorage = c.vmstateStorage(v)
+		}
+	}
+	typ := "qmpause"
+	if todisk {
+		typ = "qmsuspend"
+	}
+	t := c.newTask(n, typ, strconv.Itoa(vmid), r.who.user, r.now)
+	skiplock := r.flag("skiplock")
+	c.acquire(t, c.configLock(n.name, vmid), r.now, func(at time.Time) {
+		v := c.vms[vmid]
+		if v == nil || v.node != n.name {
+			c.finish(t, at, configMissing(n.name, vmid))
+			return
+		}
+		backup := v.lock == "backup"
+		switch {
+		case v.lock != "" && !skiplock && !backup:
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+			return
+		case backup && todisk:
+			c.finish(t, at, "cannot suspend to disk during backup")
+			return
+		case !v.running:
+			c.finish(t, at, fmt.Sprintf("VM %d not running", vmid)) // mon_cmd on a stopped VM
+			return
+		}
+		if msg, failing := c.takeFailure(t.typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		if !todisk {
+			v.qmp = qmpPaused // QMP stop
+			c.finish(t, at, "")
+			return
+		}
+		c.hibernate(t, n, v, statestorage, at)
+	}, nil)
+	return success(t.upid)
+}
+
+// hibernate is vm_suspend with includestate: lock "suspending", a vmstate
+// volume, savevm (RAM at DiskBandwidth, polled every second), then quit
+// and lock "suspended"; c.mu must be held.
+func (c *Cluster) hibernate(t *task, n *node, v *vm, storage string, at time.Time) {
+	if _, known := c.storages()[storage]; !known {
+		c.finish(t, at, fmt.Sprintf("storage '%s' does not exist", storage))
+		return
+	}
+	if !n.hasStorage(storage) {
+		c.finish(t, at, fmt.Sprintf("storage '%s' is not available on node '%s'", storage, n.name))
+		return
+	}
+	name := fmt.Sprintf("vm-%d-state-suspend-%s", v.vmid, at.In(c.loc).Format("2006-01-02"))
+	volid := storage + ":" + name
+	if storage == "local" { // a directory storage: images/<vmid>/<name>.raw
+		volid = fmt.Sprintf("local:%d/%s.raw", v.vmid, name)
+	}
+	v.lock = "suspending"
+	took := time.Duration(float64(v.mem) / float64(c.opts.DiskBandwidth) * float64(time.Second))
+	took = max(took.Round(time.Second), time.Second) // query-savevm is polled every second
+	c.after(t, at, took, func(at time.Time) {
+		if c.vms[v.vmid] != v || !v.running || v.lock != "suspending" {
+			c.finish(t, at, "lock changed unexpectedly")
+			return
+		}
+		t.log("State saved, quitting")
+		c.powerOff(v, at)
+		v.lock, v.vmstate = "suspended", volid
+		c.finish(t, at, "")
+	})
+}
+
+// vmstateStorage is PVE::QemuConfig::find_vmstate_storage: a shared
+// storage the VM has a disk on, else a local one (a directory storage
+// preferred), else "local"; c.mu must be held.
+func (c *Cluster) vmstateStorage(v *vm) string {
+	var shared, local string
+	for _, d := range v.disks {
+		sid, _, ok := strings.Cut(d.Volid, ":")
+		if !ok {
+			continue
+		}
+		dst := &shared
+		if d.Local {
+			dst = &local
+		}
+		if *dst == "" || sid == "local" {
+			*dst = sid
+		}
+	}
+	switch {
+	case shared != "":
+		return shared
+	case local != "":
+		return local
+	}
+	return "local"
+}
+
+// hResume is POST status/resume (vm_resume): continue a paused VM (QMP
+// cont), or start a hibernated one from its saved state; both as a
+// qmresume task.
+func hResume(r *request) response {
+	if resp, bad := rootOnly(r, "skiplock", "nocheck"); bad {
+		return resp
+	}
+	c, vmid := r.c, r.vmid()
+	skiplock, nocheck := r.flag("skiplock"), r.flag("nocheck")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[r.node]
+	v := c.vms[vmid]
+	onNode := v != nil && v.node == n.name
+	hibernated := onNode && v.lock == "suspended"
+	if !hibernated {
+		if !onNode && !nocheck {
+			return die(notFoundOnNode(vmid, n.name)) // check_running
+		}
+		if !onNode || !v.running {
+			return die(fmt.Sprintf("VM %d not running", vmid))
+		}
+	}
+	t := c.newTask(n, "qmresume", strconv.Itoa(vmid), r.who.user, r.now)
+	if hibernated {
+		c.startWorker(t, n, vmid, skiplock, r.now) // vm_start resumes from the vmstate
+		return success(t.upid)
+	}
+	c.acquire(t, c.configLock(n.name, vmid), r.now, func(at time.Time) {
+		v := c.vms[vmid]
+		switch {
+		case v == nil || v.node != n.name:
+			c.finish(t, at, configMissing(n.name, vmid))
+			return
+		case !v.running:
+			c.finish(t, at, fmt.Sprintf("VM %d not running", vmid)) // query-status on a stopped VM
+			return
+		case v.template && c.rel.resumeTemplateCheck:
+			c.finish(t, at, fmt.Sprintf("VM %d is a template and cannot be resumed!", vmid))
+			return
+		case v.qmp == qmpRunning:
+			c.finish(t, at, "") // "job done, go home"
+			return
+		case !nocheck && v.lock != "" && v.lock != "backup" && !skiplock:
+			c.finish(t, at, fmt.Sprintf("VM is locked (%s)", v.lock))
+			return
+		}
+		if msg, failing := c.takeFailure(t.typ); failing {
+			c.finish(t, at, msg)
+			return
+		}
+		v.qmp = qmpRunning // QMP cont
+		c.finish(t, at, "")
+	}, nil)
+	return success(t.upid)
 }

@@ -66,6 +66,8 @@ var routeSpecs = []route{
 		handle: hShutdown},
 	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/reboot", uses: []string{"node", "vmid", "timeout"}, handle: hReboot},
 	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/reset", uses: []string{"node", "vmid", "skiplock"}, handle: hReset},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/suspend", uses: []string{"node", "vmid", "skiplock", "todisk", "statestorage"}, handle: hSuspend},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/status/resume", uses: []string{"node", "vmid", "skiplock", "nocheck"}, handle: hResume},
 	{method: "GET", path: "/nodes/{node}/qemu/{vmid}/migrate", uses: []string{"node", "vmid", "target"}, handle: hMigratePrecondition},
 	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/migrate",
 		uses:   []string{"node", "vmid", "target", "online", "force", "migration_type", "migration_network", "with-local-disks", "targetstorage", "bwlimit", "with-conntrack-state"},

@@ -367,6 +367,13 @@ var (
 
 func checkNamedFormat(name, s string) string {
 	switch name {
+	case "pve-storage-id": // PVE::JSONSchema::parse_id
+		if len(s) < 2 {
+			return fmt.Sprintf("storage ID '%s' cannot be shorter than 2 characters\n", s)
+		}
+		if !storageIDRE.MatchString(s) {
+			return fmt.Sprintf("storage ID '%s' contains illegal characters\n", s)
+		}
 	case "pve-node":
 		if !nodeNameRE.MatchString(s) {
 			return "value does not look like a valid node name\n"

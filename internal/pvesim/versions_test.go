@@ -24,6 +24,7 @@ func TestVersionAnswers(t *testing.T) {
 				addVM(t, c, VMSpec{VMID: 101, Node: "pve1", Disks: sharedDisk(101)})
 				addVM(t, c, VMSpec{VMID: 102, Node: "pve1", Running: true, HA: true, Disks: sharedDisk(102)})
 				addVM(t, c, VMSpec{VMID: 103, Node: "pve1", Prelaunch: true, Disks: sharedDisk(103)})
+				addVM(t, c, VMSpec{VMID: 104, Node: "pve1", Paused: true, Template: true, Disks: sharedDisk(104)})
 			}})
 			if e.c.Version() != info {
 				t.Fatalf("Version() = %+v", e.c.Version())
@@ -126,6 +127,15 @@ func TestVersionAnswers(t *testing.T) {
 				if r.line != want || len(r.body) != 0 {
 					t.Errorf("%s: %q %q, want %q", tc.auth, r.line, r.body, want)
 				}
+			}
+
+			// Resume refuses a template from qemu-server 8.3.8.
+			wantExit := "OK"
+			if at("8.4") {
+				wantExit = "VM 104 is a template and cannot be resumed!"
+			}
+			if ts := e.task(e.post("pve1", vmPath("pve1", 104, "/status/resume"), nil)); ts.ExitStatus != wantExit {
+				t.Errorf("resume of a paused template: %q, want %q", ts.ExitStatus, wantExit)
 			}
 
 			// A VM in prelaunch counts as paused for shutdown from qemu-server 8.0.8.
