@@ -54,6 +54,9 @@ type Server struct {
 	tls       bool
 	keepAlive int
 	accepted  atomic.Int64
+	connMu    sync.Mutex
+	open      int64 // connections open now (connMu)
+	peak      int64 // most connections open at once (connMu)
 	mu        sync.Mutex
 	eps       map[string]*endpoint
 	order     []string
@@ -200,8 +203,15 @@ func (s *Server) start(ep *endpoint, ln net.Listener) {
 			return context.WithValue(ctx, connRequests{}, new(atomic.Int64))
 		},
 		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateNew {
+			s.connMu.Lock()
+			defer s.connMu.Unlock()
+			switch st {
+			case http.StateNew:
 				s.accepted.Add(1)
+				s.open++
+				s.peak = max(s.peak, s.open)
+			case http.StateClosed, http.StateHijacked:
+				s.open--
 			}
 		},
 		ReadHeaderTimeout: 30 * time.Second,
@@ -278,6 +288,15 @@ func (s *Server) Endpoints() []Endpoint {
 // Connections counts the connections the endpoints have accepted since
 // Serve (TLS handshakes included, whether they succeeded or not).
 func (s *Server) Connections() int64 { return s.accepted.Load() }
+
+// PeakConnections is the most connections the endpoints had open at once
+// since Serve (all endpoints together; an error answer's hijacked
+// connection counts as closed when hijacked).
+func (s *Server) PeakConnections() int64 {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	return s.peak
+}
 
 // Warnings says where the addresses differ from the requested ones.
 func (s *Server) Warnings() []string {
