@@ -90,7 +90,7 @@ func TestConnectionPoolReuse(t *testing.T) {
 }
 
 // TestConnectionPoolUnderPVELimit runs against pveproxy's 100 requests per
-// connection: every new connection replaces one the server closed.
+// connection: new connections replace the ones the server closed.
 func TestConnectionPoolUnderPVELimit(t *testing.T) {
 	t.Parallel()
 	env := startSimServe(t, pvesim.Options{}, pvesim.ServeOptions{TLS: true, KeepAliveRequests: pvesim.PVEKeepAliveRequests})
@@ -108,9 +108,15 @@ func TestConnectionPoolUnderPVELimit(t *testing.T) {
 			if closes < measured/pvesim.PVEKeepAliveRequests-int64(clients) {
 				t.Errorf("the server closed %d connections in %d requests: the limit is not applied", closes, measured)
 			}
-			// Replacements only, plus at most one connection per client
-			// dialled while the pool was momentarily empty.
-			if conns > closes+int64(clients) {
+			// One client: exactly a replacement for each close. More clients:
+			// a request that finds the pool empty while a replacement is being
+			// dialled dials too (net/http's dial race); the extra connections
+			// stay in the pool, which never grows beyond the cap.
+			limit := closes + 1
+			if clients > 1 {
+				limit = closes + pve.DefaultMaxConnsPerEndpoint
+			}
+			if conns > limit {
 				t.Errorf("%d new connections for %d server closes", conns, closes)
 			}
 		})
