@@ -275,14 +275,20 @@ func (p *Proxy) Heal() {
 // ResetAll resets every open client connection now.
 func (p *Proxy) ResetAll() {
 	p.mu.Lock()
-	list := make([]*conn, 0, len(p.conns))
-	for c := range p.conns {
-		list = append(list, c)
-	}
+	list := p.connsLocked()
 	p.mu.Unlock()
 	for _, c := range list {
 		c.abort(endReset)
 	}
+}
+
+// connsLocked lists the open connections; p.mu must be held.
+func (p *Proxy) connsLocked() []*conn {
+	list := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		list = append(list, c)
+	}
+	return list
 }
 
 // Close stops the proxy: the listener and every connection are closed,
@@ -296,10 +302,7 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	close(p.done)
-	list := make([]*conn, 0, len(p.conns))
-	for c := range p.conns {
-		list = append(list, c)
-	}
+	list := p.connsLocked()
 	p.mu.Unlock()
 	err := p.ln.Close()
 	for _, c := range list {
