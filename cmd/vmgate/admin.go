@@ -14,11 +14,15 @@ import (
 )
 
 // adminCmd works directly on the database, for bootstrap and recovery. It takes the
-// same --database/--data-dir as the server (and their VMGATE_* variables).
+// same --database/--data-dir/--secret-key-file as the server (and their VMGATE_*
+// variables).
 type adminCmd struct {
-	Database string       `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
-	DataDir  string       `env:"VMGATE_DATA_DIR" default:"." help:"Directory of the SQLite database."`
-	User     adminUserCmd `cmd:"" help:"Create, list or disable users."`
+	Database              string       `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
+	DataDir               string       `env:"VMGATE_DATA_DIR" default:"." help:"Directory of the SQLite database."`
+	SecretKeyFile         string       `env:"VMGATE_SECRET_KEY_FILE" help:"The server's key file (default: <data-dir>/vmgate.key); never created here."`
+	PreviousSecretKeyFile string       `env:"VMGATE_PREVIOUS_SECRET_KEY_FILE" help:"The key file of a rotation not yet finished, as the server takes it."`
+	User                  adminUserCmd `cmd:"" help:"Create, list or disable users."`
+	Keys                  adminKeysCmd `cmd:"" help:"Rotate the JWT signing key or the key file that seals secrets."`
 }
 
 type adminUserCmd struct {
@@ -29,10 +33,11 @@ type adminUserCmd struct {
 
 // withStore opens the database the server would use, runs fn and closes it.
 func (a *adminCmd) withStore(fn func(ctx context.Context, st store.Store) error) error {
-	s := serverCmd{Database: a.Database, DataDir: a.DataDir}
+	s := serverCmd{Database: a.Database, DataDir: a.DataDir, SecretKeyFile: a.SecretKeyFile}
 	if _, err := s.paths(); err != nil {
 		return err
 	}
+	a.SecretKeyFile = s.SecretKeyFile
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := store.Open(ctx, s.Database)

@@ -5,9 +5,13 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,5 +123,118 @@ func TestDatabaseCopyMintsNoToken(t *testing.T) {
 		if got := me(forge(t, tok.Token, kid, opened)); got != http.StatusOK {
 			t.Errorf("a token signed with the opened key %s: %d, want 200 (the forgery itself is wrong)", kid, got)
 		}
+	}
+}
+
+// kidOf returns the kid in a token's header.
+func kidOf(t *testing.T, raw string) string {
+	t.Helper()
+	h, _, _ := strings.Cut(raw, ".")
+	b, err := base64.RawURLEncoding.DecodeString(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head struct {
+		KID string `json:"kid"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		t.Fatal(err)
+	}
+	return head.KID
+}
+
+// admin runs `vmgate admin --data-dir dir args...` and returns its output.
+func admin(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"admin", "--data-dir", dir}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("vmgate admin %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestKeyRotationOnRealBinary (SECURITY.md 26) with the real binary, a registered
+// cluster and a SQLite database: `admin keys rotate-signing` while the server runs
+// makes it sign with the new key within seconds, tokens of the old key still
+// valid; `admin keys rotate-seal` with the server stopped re-seals everything, and
+// the restarted server opens the cluster's secret and the signing keys with the
+// new key file (a token from before the restart works, PVE answers); the old key
+// file alone no longer starts vmgate; both rotations are in the audit trail.
+func TestKeyRotationOnRealBinary(t *testing.T) {
+	const pw = "rotate every key please"
+	dir, srv, c, clusterID := startLab(t, pw, "--auth-delay", "0s")
+	base, t0 := c.BaseURL, c.Token
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	out := admin(t, dir, "keys", "rotate-signing")
+	m := regexp.MustCompile(`new signing key (\S+) signs`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("rotate-signing said:\n%s", out)
+	}
+	// A second session, refreshed until its token is signed with the new key.
+	other := checkedClient(t, base, "")
+	t1, err := other.Login(ctx, "ops@example.com", pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if t1, err = other.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if kidOf(t, t1.Token) == m[1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still signs with %s, not %s", kidOf(t, t1.Token), m[1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := checkedClient(t, base, t0).Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+		t.Fatalf("a token of the old key after the rotation: %v", err)
+	}
+
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	if err := waitOrKill(srv.cmd, 30*time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	oldKey, err := seal.ReadKey(filepath.Join(dir, "vmgate.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = admin(t, dir, "keys", "rotate-seal", "--new-key-file", filepath.Join(dir, "new.key"))
+	oldFile := filepath.Join(dir, "vmgate.key."+seal.KeyID(oldKey)+".old")
+	if !strings.Contains(out, "sealed 3 secret(s) again") || !strings.Contains(out, oldFile) {
+		t.Fatalf("rotate-seal said:\n%s", out)
+	}
+
+	srv2 := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	c2 := checkedClient(t, srv2.line(t, listening)[1], t1.Token)
+	if _, err := c2.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+		t.Fatalf("a token from before the rotation of the key file: %v\n%s", err, srv2.log())
+	}
+	if _, err := c2.Do(ctx, http.MethodGet, fmt.Sprintf("/api/v1/pve/clusters/%d/vms", clusterID), nil, nil, nil); err != nil {
+		t.Fatalf("the cluster's resealed token secret: %v\n%s", err, srv2.log())
+	}
+	var recs []struct {
+		Action string `json:"action"`
+		Result string `json:"result"`
+	}
+	if _, err := c2.Do(ctx, http.MethodGet, "/api/v1/audit", nil, nil, &recs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, r := range recs {
+		seen[r.Action] = r.Result
+	}
+	if seen["keys.rotate_signing"] != "ok" || seen["keys.rotate_seal"] != "ok" {
+		t.Fatalf("audit trail: %+v", recs)
+	}
+
+	refused := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--secret-key-file", oldFile)
+	out2, err := refused.CombinedOutput()
+	if err == nil || !strings.Contains(string(out2), seal.KeyID(oldKey)) {
+		t.Fatalf("a server with the old key file: %v\n%s", err, out2)
 	}
 }

@@ -234,31 +234,32 @@ type simInfo struct {
 	Token       string `json:"token"`
 }
 
-// TestKill9DuringMigration starts an emulated cluster in its own process, a vmgate
-// server on a kept database, registers the cluster, starts a live migration, kills
-// vmgate with SIGKILL and starts it again: the task query must show the migration's
-// real end, learnt from PVE after the restart.
-func TestKill9DuringMigration(t *testing.T) {
-	sim := start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", "4", "--auth-delay", "0s")
+// startSim runs `vmgate pvesim --listen 127.0.0.1:0` with more args and returns
+// what it prints first.
+func startSim(t *testing.T, args ...string) simInfo {
+	t.Helper()
+	sim := start(t, nil, append([]string{"pvesim", "--listen", "127.0.0.1:0"}, args...)...)
 	var info simInfo
 	first := sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]
 	if err := json.Unmarshal([]byte(first), &info); err != nil {
 		t.Fatalf("pvesim's first line %q: %v", first, err)
 	}
+	return info
+}
 
-	dir := t.TempDir()
-	const pw = "kill nine recovery pass"
-	create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "ops@example.com", "--role", "admin", "--password-stdin")
-	create.Stdin = strings.NewReader(pw + "\n")
-	if out, err := create.CombinedOutput(); err != nil {
-		t.Fatalf("admin user create: %v\n%s", err, out)
-	}
-
-	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
-	base := srv.line(t, listening)[1]
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+// startLab starts an emulated cluster (pvesim with simArgs) and a vmgate server
+// on a fresh data directory, logs in as an admin created with password pw, and
+// registers the cluster. It returns the data directory, the server, the logged-in
+// client and the cluster's id.
+func startLab(t *testing.T, pw string, simArgs ...string) (dir string, srv *proc, c *cli.Client, clusterID int64) {
+	t.Helper()
+	info := startSim(t, simArgs...)
+	dir = t.TempDir()
+	createAdmin(t, dir, "ops@example.com", pw)
+	srv = start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	c = checkedClient(t, srv.line(t, listening)[1], "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := checkedClient(t, base, "")
 	if _, err := c.Login(ctx, "ops@example.com", pw); err != nil {
 		t.Fatalf("login: %v", err)
 	}
@@ -272,7 +273,28 @@ func TestKill9DuringMigration(t *testing.T) {
 	}, &cl); err != nil {
 		t.Fatalf("register the cluster: %v", err)
 	}
-	upid, err := c.Migrate(ctx, cl.ID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	return dir, srv, c, cl.ID
+}
+
+// createAdmin runs `vmgate admin user create` for an admin on the database in dir.
+func createAdmin(t *testing.T, dir, email, password string) {
+	t.Helper()
+	create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", email, "--role", "admin", "--password-stdin")
+	create.Stdin = strings.NewReader(password + "\n")
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("admin user create: %v\n%s", err, out)
+	}
+}
+
+// TestKill9DuringMigration starts an emulated cluster in its own process, a vmgate
+// server on a kept database, registers the cluster, starts a live migration, kills
+// vmgate with SIGKILL and starts it again: the task query must show the migration's
+// real end, learnt from PVE after the restart.
+func TestKill9DuringMigration(t *testing.T) {
+	dir, srv, c, clusterID := startLab(t, "kill nine recovery pass", "--speed", "4", "--auth-delay", "0s")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	upid, err := c.Migrate(ctx, clusterID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
@@ -304,7 +326,7 @@ func TestKill9DuringMigration(t *testing.T) {
 	var vm struct {
 		Node string `json:"node"`
 	}
-	if _, err := c.Do(ctx, http.MethodGet, cli.VMPath(cl.ID, "pve2", 100), nil, nil, &vm); err != nil || vm.Node != "pve2" {
+	if _, err := c.Do(ctx, http.MethodGet, cli.VMPath(clusterID, "pve2", 100), nil, nil, &vm); err != nil || vm.Node != "pve2" {
 		t.Errorf("VM 100 after the migration: %+v %v, want on pve2", vm, err)
 	}
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,18 +22,10 @@ import (
 // operations, the administration of users, clusters and grants. It fails if some
 // operation of the document was not seen succeeding.
 func TestEveryOperationOnRealBinary(t *testing.T) {
-	sim := start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", "50", "--auth-delay", "0s")
-	var info simInfo
-	if err := json.Unmarshal([]byte(sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]), &info); err != nil {
-		t.Fatalf("pvesim's first line: %v", err)
-	}
+	info := startSim(t, "--speed", "50", "--auth-delay", "0s")
 	dir := t.TempDir()
 	const adminPW, opPW, opPW2 = "walk every route please", "velvet tundra orchestra 42", "granite meadow lantern 77"
-	create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "root@example.com", "--role", "admin", "--password-stdin")
-	create.Stdin = strings.NewReader(adminPW + "\n")
-	if out, err := create.CombinedOutput(); err != nil {
-		t.Fatalf("admin user create: %v\n%s", err, out)
-	}
+	createAdmin(t, dir, "root@example.com", adminPW)
 	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
 	base := srv.line(t, listening)[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

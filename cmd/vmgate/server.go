@@ -56,6 +56,9 @@ type serverCmd struct {
 	MetricsPublic  bool          `env:"VMGATE_METRICS_PUBLIC" help:"Serve /metrics on the main listener to every client (default: loopback clients only)."`
 	RequestTimeout time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
 
+	// A rotation of the key file (admin keys rotate-seal, docs/deploy.md).
+	PreviousSecretKeyFile string `env:"VMGATE_PREVIOUS_SECRET_KEY_FILE" help:"During a rotation of the key file: the old key file, which then only opens what it sealed."`
+
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
 	LoginQueue          int `env:"VMGATE_LOGIN_QUEUE" help:"Logins that may wait for a hashing slot (default: about 1 s of expected wait)."`
@@ -138,7 +141,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	sealer, err := seal.New(key)
+	sealer, err := newSealer(key, c.PreviousSecretKeyFile)
 	if err != nil {
 		st.Close()
 		return nil, err
