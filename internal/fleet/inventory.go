@@ -70,6 +70,8 @@ type VMStatusView struct {
 	Uptime    int64
 	CPUs      float64 // a CPU limit may be fractional
 	MaxMem    int64
+	CPU       float64 // the share of CPUs in use now (0–1)
+	Mem       int64   // memory in use now
 }
 
 // Clusters lists the clusters the actor may see, by ID, each with the actor's role
@@ -188,7 +190,7 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 	}
 	return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
 		Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,
-		CPUs: st.CPUs, MaxMem: st.MaxMem}, nil
+		CPUs: st.CPUs, MaxMem: st.MaxMem, CPU: st.CPU, Mem: st.Mem}, nil
 }
 
 // vmNotOn is the 404 for a VM PVE says is not on node, from a fresh look at where
