@@ -70,8 +70,12 @@ type TaskFilter struct {
 	ClusterIDs []int64 // only these clusters; nil = all (an empty non-nil list matches nothing)
 	ClusterID  int64   // 0 = any
 	VMID       int64   // 0 = any
-	BeforeID   int64   // paging by row id; 0 = from the newest
-	Limit      int     // default 50, max 500
+	UserID     int64   // 0 = anyone's; else the tasks this vmgate user started
+	// Result keeps the tasks whose result is this one (ResultRunning, ResultOK,
+	// ResultWarnings, ResultFailed); "" keeps every task.
+	Result   string
+	BeforeID int64 // paging by row id; 0 = from the newest
+	Limit    int   // default 50, max 500
 }
 
 // haRealTypes maps an HA stand-in task type to the types of the task the HA stack
@@ -699,27 +703,62 @@ func (s *Service) TaskLog(ctx context.Context, upid string, clusterHint int64, s
 // Tasks lists the tasks vmgate started, newest first, from the store (running ones
 // as last read). Rows whose task PVE never started (no UPID) are left out.
 func (s *Service) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
-	rows, err := s.store.ListTasks(ctx, store.TaskFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
-		VMID: f.VMID, BeforeID: f.BeforeID, Limit: f.Limit})
-	if err != nil {
-		return nil, err
+	tasks, _, err := s.TaskPage(ctx, f)
+	return tasks, err
+}
+
+// maxTaskScan bounds the rows one TaskPage reads looking for tasks of a Result.
+const maxTaskScan = 5000
+
+// TaskPage is Tasks with the BeforeID of the next page (0 when there is none). A
+// Result filter is applied to the views (a task's result is read from its exit
+// status here, and nowhere else); looking for it, one call reads at most
+// maxTaskScan rows, so a page may come back short with a next page to read.
+func (s *Service) TaskPage(ctx context.Context, f TaskFilter) (tasks []TaskView, next int64, err error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
 	}
-	out := make([]TaskView, 0, len(rows))
-	for _, r := range rows {
-		if r.UPID == "" {
-			continue
+	limit = min(limit, 500)
+	batch := limit
+	if f.Result != "" {
+		batch = 500
+	}
+	out := make([]TaskView, 0, limit)
+	before := f.BeforeID
+	for scanned := 0; scanned < maxTaskScan; {
+		rows, err := s.store.ListTasks(ctx, store.TaskFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
+			VMID: f.VMID, UserID: f.UserID, BeforeID: before, Limit: batch})
+		if err != nil {
+			return nil, 0, err
 		}
-		v := rowView(r)
-		if !r.Finished() {
-			if t := s.trackerOf(r.UPID); t != nil {
-				if tv, ok := t.cached(s.now(), time.Duration(1<<62)); ok {
-					v = tv
+		for _, r := range rows {
+			before = r.ID
+			scanned++
+			if r.UPID == "" {
+				continue
+			}
+			v := rowView(r)
+			if !r.Finished() {
+				if t := s.trackerOf(r.UPID); t != nil {
+					if tv, ok := t.cached(s.now(), time.Duration(1<<62)); ok {
+						v = tv
+					}
 				}
 			}
+			if f.Result != "" && v.Result != f.Result {
+				continue
+			}
+			out = append(out, v)
+			if len(out) == limit {
+				return out, r.ID, nil
+			}
 		}
-		out = append(out, v)
+		if len(rows) < batch {
+			return out, 0, nil
+		}
 	}
-	return out, nil
+	return out, before, nil
 }
 
 // memoryHintOf reads the VM memory size a migration recorded in its task params

@@ -191,3 +191,46 @@ func TestTasksList(t *testing.T) {
 		t.Errorf("another cluster: %+v", list)
 	}
 }
+
+// TestTaskPage: the tasks of one user, of one result, a page at a time with the
+// cursor of the next page.
+func TestTaskPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	other := Actor{UserID: 8, Email: "other@example.com"}
+	var started []string
+	for _, vmid := range []int64{101, 105} {
+		o, err := e.svc.Start(ctx, e.actor, vm(map[int64]string{101: "pve1", 105: "pve3"}[vmid], vmid), PowerOptions{Wait: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started = append(started, o.TaskID)
+	}
+	// A graceful stop the guest of VM 104 ignores fails.
+	timeout := 1
+	failed, err := e.svc.Stop(ctx, other, vm("pve3", 104), StopOptions{Timeout: &timeout, Wait: 10 * time.Second})
+	if errs.KindOf(err) != errs.Conflict || failed.TaskID == "" {
+		t.Fatalf("stop of 104: %v", err)
+	}
+
+	mine, next, err := e.svc.TaskPage(ctx, TaskFilter{UserID: e.actor.UserID})
+	if err != nil || len(mine) != 2 || next != 0 || mine[0].TaskID != started[1] || mine[1].TaskID != started[0] {
+		t.Fatalf("mine: %+v next %d %v", mine, next, err)
+	}
+	bad, _, err := e.svc.TaskPage(ctx, TaskFilter{Result: ResultFailed})
+	if err != nil || len(bad) != 1 || bad[0].TaskID != failed.TaskID || bad[0].StartedBy != other.Email {
+		t.Fatalf("failed: %+v %v", bad, err)
+	}
+	if ok, _, _ := e.svc.TaskPage(ctx, TaskFilter{Result: ResultOK, UserID: other.UserID}); len(ok) != 0 {
+		t.Fatalf("ok tasks of the other user: %+v", ok)
+	}
+	first, next, err := e.svc.TaskPage(ctx, TaskFilter{Limit: 2})
+	if err != nil || len(first) != 2 || next == 0 || first[0].TaskID != failed.TaskID {
+		t.Fatalf("first page: %+v next %d %v", first, next, err)
+	}
+	rest, next2, err := e.svc.TaskPage(ctx, TaskFilter{Limit: 2, BeforeID: next})
+	if err != nil || len(rest) != 1 || next2 != 0 || rest[0].TaskID != started[0] {
+		t.Fatalf("second page: %+v next %d %v", rest, next2, err)
+	}
+}
