@@ -120,7 +120,7 @@ func (u *UI) funcs() template.FuncMap {
 		"pct":      func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) + "%" },
 		"barWidth": func(part, whole float64) string { return strconv.FormatFloat(ratio(part, whole)*100, 'f', 1, 64) },
 		"uptime":   humanDuration,
-		"when":     func(t time.Time) string { return u.when(t) },
+		"when":     when,
 		"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"vmURL":    vmURL,
 		"taskURL":  taskURL,
@@ -132,15 +132,18 @@ func (u *UI) funcs() template.FuncMap {
 			}
 			return f[5] + " " + f[6] + " on " + f[1]
 		},
-		"cpu":     func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
-		"cores":   func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
-		"itoa":    func(n int64) string { return strconv.FormatInt(n, 10) },
-		"join":    strings.Join,
-		"add":     func(a, b int) int { return a + b },
-		"query":   queryWith,
-		"eq1":     func(a, b string) bool { return a == b },
-		"ucfirst": ucfirst,
-		"float":   func(n int64) float64 { return float64(n) },
+		"cpu":      func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"cores":    func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+		"itoa":     func(n int64) string { return strconv.FormatInt(n, 10) },
+		"join":     strings.Join,
+		"add":      func(a, b int) int { return a + b },
+		"query":    queryWith,
+		"sortLink": sortLink,
+		"sortMark": sortMark,
+		"list":     func(s ...string) []string { return s },
+		"int64":    func(n int) int64 { return int64(n) },
+		"ucfirst":  ucfirst,
+		"float":    func(n int64) float64 { return float64(n) },
 	}
 }
 
@@ -213,7 +216,7 @@ func humanDuration(secs int64) string {
 }
 
 // when writes a time as the UI shows it: UTC, to the second.
-func (u *UI) when(t time.Time) string {
+func when(t time.Time) string {
 	if t.IsZero() {
 		return "–"
 	}

@@ -35,6 +35,7 @@ type route struct {
 // a same-site Origin and, past log-in, the session's CSRF token (wrap); pages are
 // GETs that change nothing.
 func (u *UI) routes() []route {
+	const vm = "/vms/{clusterId}/{node}/{vmid}"
 	return []route{
 		{"GET", "/static/{file}", public, u.static},
 		{"GET", "/login", public, u.loginPage},
@@ -42,6 +43,20 @@ func (u *UI) routes() []route {
 		{"POST", "/logout", authed, u.logout},
 
 		{"GET", "/{$}", authed, u.fleetPage},
+		{"GET", "/vms", authed, u.vmsPage},
+		{"GET", vm, authed, u.vmPage},
+		{"POST", vm + "/start", authed, u.vmStart},
+		{"POST", vm + "/stop", authed, u.vmStop},
+		{"GET", vm + "/force-stop", authed, u.forceStopPage},
+		{"POST", vm + "/force-stop", authed, u.vmForceStop},
+		{"POST", vm + "/reboot", authed, u.vmReboot},
+		{"GET", vm + "/migrate", authed, u.migratePage},
+		{"POST", vm + "/migrate", authed, u.vmMigrate},
+
+		{"GET", "/tasks", authed, u.tasksPage},
+		{"GET", "/tasks/{taskId}", authed, u.taskPage},
+		{"GET", "/tasks/{taskId}/events", authed, u.taskEvents},
+		{"GET", "/tasks/{taskId}/log", authed, u.taskLog},
 
 		{"GET", "/account", authed, u.accountPage},
 		{"POST", "/account/password", authed, u.changePassword},

@@ -95,6 +95,7 @@ type VMs interface {
 	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
 	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
 	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
+	TaskPage(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, int64, error)
 }
 
 // AuditTrail is what the admin's audit page reads; *audit.Trail is one.

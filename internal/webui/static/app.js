@@ -1,9 +1,183 @@
 // vmgate web UI: the little the pages need beyond HTML. No framework, no inline
-// script (the Content-Security-Policy forbids it).
+// script, no style attribute (the Content-Security-Policy forbids them): the script
+// changes text, attributes and SVG shapes only.
 "use strict";
 
-// A page restored from the back/forward cache may belong to a session that has
-// ended (logout): load it again, so the server decides what it shows.
-window.addEventListener("pageshow", function (e) {
-  if (e.persisted) { window.location.reload(); }
-});
+(function () {
+  // A page restored from the back/forward cache may belong to a session that has
+  // ended (logout): load it again, so the server decides what it shows.
+  window.addEventListener("pageshow", function (e) {
+    if (e.persisted) { window.location.reload(); }
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    autosubmit();
+    submitOnce();
+    var task = document.getElementById("task");
+    if (task && task.dataset.events) { followTask(task.dataset.events); }
+  });
+
+  // Filters apply as soon as a choice changes (the Apply button stays for
+  // keyboards and browsers without script).
+  function autosubmit() {
+    document.querySelectorAll("[data-autosubmit]").forEach(function (el) {
+      el.addEventListener("change", function () {
+        if (el.form) { el.form.requestSubmit(); }
+      });
+    });
+  }
+
+  // A form sent once is not sent again by a second click while the first is on its
+  // way (a double click on Start would start nothing twice, but says so loudly).
+  function submitOnce() {
+    document.querySelectorAll("form[method=post]").forEach(function (form) {
+      form.addEventListener("submit", function () {
+        window.setTimeout(function () {
+          form.querySelectorAll("button[type=submit]").forEach(function (b) {
+            b.disabled = true;
+            b.setAttribute("aria-busy", "true");
+          });
+        }, 0);
+      });
+    });
+  }
+
+  function byId(id) { return document.getElementById(id); }
+
+  function setText(id, text) {
+    var el = byId(id);
+    if (el && el.textContent !== text) { el.textContent = text; }
+  }
+
+  // humanBytes matches the server's binary units, for the chart's peak label.
+  function humanBytes(n) {
+    var units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    var i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i === 0 ? String(n) : n.toFixed(1)) + " " + units[i];
+  }
+
+  // followTask keeps a task page up to date from the UI's event stream: result,
+  // progress bar, figures, the rate chart and the log.
+  function followTask(url) {
+    var samples = [];
+    var source = new EventSource(url);
+    source.addEventListener("task", function (e) {
+      var t;
+      try { t = JSON.parse(e.data); } catch (err) { return; }
+      showTask(t, samples);
+    });
+    source.addEventListener("end", function () {
+      source.close();
+    });
+    source.addEventListener("session", function () {
+      source.close();
+      window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
+    });
+    source.addEventListener("error", function () {
+      if (source.readyState === EventSource.CLOSED) {
+        // The server refused the stream (the session ended, or the task is gone):
+        // the page itself says which.
+        window.setTimeout(function () { window.location.reload(); }, 3000);
+      }
+    });
+  }
+
+  var resultWords = { ok: "ok", warnings: "warnings", failed: "failed", running: "running" };
+  var resultClass = { ok: "badge-ok", warnings: "badge-warn", failed: "badge-bad", running: "badge-running" };
+
+  function showTask(t, samples) {
+    var res = byId("task-result");
+    if (res) {
+      var badge = res.querySelector(".badge");
+      var word = resultWords[t.result] || t.result;
+      if (badge && badge.textContent !== word) {
+        badge.textContent = word;
+        badge.className = "badge " + (resultClass[t.result] || "");
+      }
+    }
+    setText("task-exit", t.exitStatus || "–");
+    if (t.ended) { setText("task-ended", t.ended); }
+    var errEl = byId("task-error");
+    if (errEl) {
+      errEl.textContent = t.error || "";
+      errEl.hidden = !t.error;
+    }
+    if (t.newNode) {
+      var moved = byId("task-moved");
+      var link = byId("task-moved-link");
+      if (link) {
+        link.textContent = t.newNode;
+        link.setAttribute("href", t.vmUrl);
+      }
+      if (moved) { moved.hidden = false; }
+    }
+    if (t.migration) { showProgress(t, samples); }
+    if (t.log && t.log.length) { appendLog(t.log); }
+  }
+
+  function showProgress(t, samples) {
+    if (t.hasProgress) {
+      var bar = byId("task-bar");
+      var pct = String(t.percent);
+      if (bar && bar.getAttribute("aria-valuenow") !== pct) {
+        bar.setAttribute("aria-valuenow", pct);
+        bar.setAttribute("aria-valuetext", t.percentText + (t.phase ? ", " + t.phase : ""));
+        byId("task-bar-fg").setAttribute("width", pct);
+      }
+      setText("task-pct", t.percentText);
+      setText("task-phase", t.phase || "");
+      setText("task-transferred", t.transferred || "–");
+      setText("task-total", t.total || "–");
+    }
+    setText("task-rate", t.rate || "–");
+    setText("task-eta", t.eta || "–");
+    if (t.rateBytes > 0) {
+      samples.push([t.elapsed, t.rateBytes]);
+      if (samples.length > 600) { samples.shift(); }
+      drawChart(samples);
+    }
+  }
+
+  // drawChart draws the rate samples as a line and an area in a 300×100 box.
+  function drawChart(samples) {
+    var line = byId("task-chart-line");
+    var area = byId("task-chart-area");
+    if (!line || !area) { return; }
+    byId("task-chart-box").hidden = false;
+    if (samples.length === 1) {
+      // One sample draws a level line: the rate so far.
+      samples = [[samples[0][0] - 1, samples[0][1]], samples[0]];
+    }
+    var x0 = samples[0][0];
+    var span = Math.max(10, samples[samples.length - 1][0] - x0);
+    var peak = 0;
+    samples.forEach(function (s) { peak = Math.max(peak, s[1]); });
+    var top = peak * 1.1;
+    var pts = samples.map(function (s) {
+      var x = ((s[0] - x0) / span) * 300;
+      var y = 100 - (s[1] / top) * 100;
+      return x.toFixed(1) + "," + y.toFixed(1);
+    });
+    line.setAttribute("points", pts.join(" "));
+    var lastX = (((samples[samples.length - 1][0] - x0) / span) * 300).toFixed(1);
+    area.setAttribute("points", "0,100 " + pts.join(" ") + " " + lastX + ",100");
+    setText("task-chart-max", humanBytes(peak) + "/s");
+    setText("task-chart-span", Math.round(span) + " s");
+  }
+
+  function appendLog(lines) {
+    var log = byId("task-log");
+    if (!log) { return; }
+    var atEnd = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+    var text = "";
+    lines.forEach(function (l) { text += l.T + "\n"; });
+    log.appendChild(document.createTextNode(text));
+    var count = byId("task-log-count");
+    if (count) {
+      var n = parseInt(count.textContent, 10) || 0;
+      count.textContent = (n + lines.length) + " lines";
+    }
+    if (atEnd) { log.scrollTop = log.scrollHeight; }
+  }
+}());

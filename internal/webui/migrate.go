@@ -1,0 +1,148 @@
+package webui
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// migrateView is the migrate page's data: PVE's pre-check as a form.
+type migrateView struct {
+	VM       vmops.VMRef
+	Name     string
+	Check    vmops.Precheck
+	Target   string // the node chosen, when the page was asked for one
+	Blocked  []blockedNode
+	Disks    []vmops.LocalDisk // local disks that would move with the VM
+	CanGo    bool              // at least one node is allowed
+	Online   bool              // the VM runs, so an online (live) migration is possible
+	CheckErr string
+}
+
+// blockedNode is a node PVE's pre-check refuses, with its reasons in words.
+type blockedNode struct {
+	Node    string
+	Reasons []string
+}
+
+// migratePage shows where the VM may go, from PVE's own pre-check: the allowed
+// target nodes, the others with PVE's reasons, the local disks (and the choice to
+// copy them), online or offline.
+func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	target := r.URL.Query().Get("target")
+	if target != "" && (!validNode(target) || target == vm.Node) {
+		target = ""
+	}
+	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		return err
+	}
+	v := migrateView{VM: vm, Target: target}
+	if st, err := u.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID); err == nil {
+		v.Name = st.Name
+	} else if e, ok := errs.As(err); ok && e.Kind == errs.NotFound {
+		if node, _ := e.Details["node"].(string); node != "" && validNode(node) {
+			redirect(w, r, vmURL(vm.ClusterID, node, vm.VMID)+"/migrate")
+			return nil
+		}
+		return err
+	}
+	pc, err := u.vms.MigrateCheck(r.Context(), vm, "")
+	if err != nil {
+		if k := errs.KindOf(err); k == errs.Internal || k == errs.NotFound {
+			return err
+		}
+		v.CheckErr = errorText(err)
+	}
+	v.Check = pc
+	v.Online = pc.Running
+	v.CanGo = len(pc.AllowedNodes) > 0
+	for _, node := range sortedKeysOf(pc.NotAllowedNodes) {
+		na := pc.NotAllowedNodes[node]
+		b := blockedNode{Node: node}
+		for _, s := range na.UnavailableStorages {
+			b.Reasons = append(b.Reasons, "storage "+s+" is not available there")
+		}
+		for _, s := range na.UnavailableResources {
+			b.Reasons = append(b.Reasons, "resource "+s+" is not available there")
+		}
+		for _, h := range na.BlockingHAResources {
+			b.Reasons = append(b.Reasons, "HA resource "+h.SID+" keeps it off ("+h.Cause+")")
+		}
+		if len(b.Reasons) == 0 {
+			b.Reasons = []string{"PVE does not allow it"}
+		}
+		v.Blocked = append(v.Blocked, b)
+	}
+	for _, d := range pc.LocalDisks {
+		if !d.CDROM {
+			v.Disks = append(v.Disks, d)
+		}
+	}
+	u.render(w, r, http.StatusOK, "migrate", u.page(w, r, "Migrate VM "+itoa(vm.VMID), "vms", v))
+	return nil
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// vmMigrate starts a migration (vmops.Migrate: pre-check, task, audit) and goes to
+// its live view; a refusal goes back to the form with PVE's reason.
+func (u *UI) vmMigrate(w http.ResponseWriter, r *http.Request) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	back := vmURL(vm.ClusterID, vm.Node, vm.VMID) + "/migrate"
+	target := r.PostFormValue("target")
+	switch {
+	case target == "":
+		return u.backWith(w, r, back, "Choose a target node.")
+	case !validNode(target):
+		return u.backWith(w, r, back, "The target is not a node name.")
+	case target == vm.Node:
+		return u.backWith(w, r, back, "The target must be another node than the VM's.")
+	}
+	back += "?target=" + url.QueryEscape(target)
+	online := r.PostFormValue("mode") != "offline"
+	req := vmops.MigrateRequest{Target: target, Online: &online, WithLocalDisks: r.PostFormValue("withLocalDisks") == "on"}
+	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		return err
+	}
+	upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
+	if err != nil {
+		e, ok := errs.As(err)
+		if !ok || e.Kind == errs.Internal {
+			return err
+		}
+		msg := "The migration was refused (" + e.ReasonOrDefault() + "): " + e.Message
+		if !strings.HasSuffix(msg, ".") {
+			msg += "."
+		}
+		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: msg})
+		redirect(w, r, back)
+		return nil
+	}
+	redirect(w, r, taskURL(upid))
+	return nil
+}
+
+func (u *UI) backWith(w http.ResponseWriter, r *http.Request, to, msg string) error {
+	u.setNotice(w, r, notice{Kind: "error", Message: msg})
+	redirect(w, r, to)
+	return nil
+}

@@ -1,0 +1,208 @@
+package webui
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+func validNode(n string) bool { return vmops.ValidNode(n) }
+
+// pathVM reads and validates {clusterId}/{node}/{vmid} (SECURITY.md 20) before
+// anything else happens.
+func pathVM(r *http.Request) (vmops.VMRef, error) {
+	id, err := strconv.ParseInt(r.PathValue("clusterId"), 10, 64)
+	if err != nil || id < 1 {
+		return vmops.VMRef{}, errVMPath("cluster")
+	}
+	node := r.PathValue("node")
+	if !validNode(node) {
+		return vmops.VMRef{}, errVMPath("node")
+	}
+	vmid, err := strconv.ParseInt(r.PathValue("vmid"), 10, 64)
+	if err != nil || vmid < vmops.MinVMID || vmid > vmops.MaxVMID {
+		return vmops.VMRef{}, errVMPath("vmid")
+	}
+	return vmops.VMRef{ClusterID: id, Node: node, VMID: vmid}, nil
+}
+
+// attempt names what a request tries, for the audit row of a refusal.
+func attempt(r *http.Request) string { return "UI " + r.Method + " " + r.URL.Path }
+
+// vmView is the VM page's data.
+type vmView struct {
+	VM          vmops.VMRef
+	Status      fleet.VMStatusView
+	ClusterName string
+	CanAct      bool // the caller's grant allows power and migration
+	Tasks       []vmops.TaskView
+	TasksErr    string
+	// Offer is what the buttons offer: start while stopped; stop, force stop,
+	// reboot and migrate while running; a paused VM can only be forced off.
+	Offer struct{ Start, Stop, ForceStop, Reboot, Migrate bool }
+}
+
+// vmPage shows a VM: its state, the actions the caller's role and the VM's state
+// allow, and its recent tasks. A VM that is no longer on the node of the address
+// (it migrated) is shown at its new node.
+func (u *UI) vmPage(w http.ResponseWriter, r *http.Request) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantViewer, attempt(r)); err != nil {
+		return err
+	}
+	st, err := u.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID)
+	if err != nil {
+		if e, ok := errs.As(err); ok && e.Kind == errs.NotFound {
+			if node, _ := e.Details["node"].(string); node != "" && validNode(node) {
+				u.carryNotice(w, r)
+				redirect(w, r, vmURL(vm.ClusterID, node, vm.VMID))
+				return nil
+			}
+		}
+		return err
+	}
+	v := vmView{VM: vm, Status: st}
+	v.CanAct = u.canAct(r.Context(), r, vm.ClusterID)
+	if v.CanAct {
+		running := st.Status == "running"
+		paused := running && st.QMPStatus != "" && st.QMPStatus != "running"
+		v.Offer.Start = !running
+		v.Offer.Stop = running && !paused
+		v.Offer.ForceStop = running
+		v.Offer.Reboot = running && !paused
+		v.Offer.Migrate = true // PVE's pre-check says where to; a stopped VM migrates offline
+	}
+	if cs, err := u.fleet.Clusters(r.Context(), actor(r)); err == nil {
+		if i := slices.IndexFunc(cs, func(c fleet.ClusterView) bool { return c.ID == vm.ClusterID }); i >= 0 {
+			v.ClusterName = cs[i].Name
+		}
+	}
+	v.Tasks, err = u.vms.Tasks(r.Context(), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
+	if err != nil {
+		v.TasksErr = errorText(err)
+	}
+	title := "VM " + itoa(vm.VMID)
+	if st.Name != "" {
+		title += " " + st.Name
+	}
+	u.render(w, r, http.StatusOK, "vm", u.page(w, r, title, "vms", v))
+	return nil
+}
+
+// carryNotice keeps a notice for the page a redirect leads to.
+func (u *UI) carryNotice(w http.ResponseWriter, r *http.Request) {
+	if n := u.takeNotice(w, r); n != nil {
+		u.setNotice(w, r, *n)
+	}
+}
+
+// canAct says whether the caller's grant allows VM actions on the cluster. It only
+// asks (fleet.Authorize); a refusal here is no attempt and is not audited.
+func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool {
+	_, err := u.fleet.Authorize(ctx, actor(r), clusterID, fleet.GrantOperator)
+	return err == nil
+}
+
+// The power actions: each checks the operator grant (audited when refused), runs
+// the operation through vmops (state checks, task, audit, wait) and goes back to
+// the VM's page, which shows the outcome from the task.
+
+func (u *UI) vmStart(w http.ResponseWriter, r *http.Request) error {
+	return u.power(w, r, "start", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+		return u.vms.Start(ctx, vmActor(r), vm, vmops.PowerOptions{Wait: u.powerWait})
+	})
+}
+
+func (u *UI) vmStop(w http.ResponseWriter, r *http.Request) error {
+	return u.power(w, r, "stop", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+		return u.vms.Stop(ctx, vmActor(r), vm, vmops.StopOptions{Wait: u.powerWait})
+	})
+}
+
+func (u *UI) vmForceStop(w http.ResponseWriter, r *http.Request) error {
+	return u.power(w, r, "force stop", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+		return u.vms.Stop(ctx, vmActor(r), vm, vmops.StopOptions{Force: true, Wait: u.powerWait})
+	})
+}
+
+func (u *UI) vmReboot(w http.ResponseWriter, r *http.Request) error {
+	return u.power(w, r, "reboot", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+		return u.vms.Reboot(ctx, vmActor(r), vm, vmops.PowerOptions{Wait: u.powerWait})
+	})
+}
+
+// done says in words that an action ended well.
+var done = map[string]string{"start": "started", "stop": "shut down", "force stop": "powered off", "reboot": "rebooted"}
+
+func (u *UI) power(w http.ResponseWriter, r *http.Request, action string,
+	op func(context.Context, vmops.VMRef) (vmops.Outcome, error)) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		return err
+	}
+	out, err := op(r.Context(), vm)
+	n := outcomeNotice(action, vm, out, err)
+	if n.Kind == "" {
+		return err
+	}
+	u.setNotice(w, r, n)
+	redirect(w, r, vmURL(vm.ClusterID, vm.Node, vm.VMID))
+	return nil
+}
+
+// outcomeNotice says how a power action ended, from its task: ok, still running
+// (with the task), or failed with PVE's reason. An error the page cannot explain
+// (a bug) gives no notice: the error page shows it.
+func outcomeNotice(action string, vm vmops.VMRef, out vmops.Outcome, err error) notice {
+	what := ucfirst(action) + " of VM " + itoa(vm.VMID)
+	switch {
+	case err == nil && out.Running:
+		return notice{Kind: "info", TaskID: out.TaskID,
+			Message: what + " is still running. Its task page follows it to the end."}
+	case err == nil:
+		return notice{Kind: "ok", TaskID: out.TaskID, Message: "VM " + itoa(vm.VMID) + " " + done[action] + "."}
+	}
+	e, ok := errs.As(err)
+	if !ok || e.Kind == errs.Internal {
+		return notice{}
+	}
+	n := notice{Kind: "error", Reason: e.ReasonOrDefault(), TaskID: out.TaskID, Message: what + " failed: " + e.Message}
+	if id, _ := e.Details["taskId"].(string); id != "" && n.TaskID == "" {
+		n.TaskID = id
+	}
+	switch e.Reason {
+	case "shutdown_timeout":
+		n.Message = "VM " + itoa(vm.VMID) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
+			"Force stop powers it off at once."
+	case "vm_running", "vm_stopped", "vm_paused", "vm_locked":
+		n.Message = what + " was refused (" + e.Reason + "): " + e.Message + "."
+	}
+	n.Message = strings.ReplaceAll(n.Message, "..", ".")
+	return n
+}
+
+// forceStopPage asks before a forced stop: it powers the VM off like pulling the
+// plug.
+func (u *UI) forceStopPage(w http.ResponseWriter, r *http.Request) error {
+	vm, err := pathVM(r)
+	if err != nil {
+		return err
+	}
+	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		return err
+	}
+	u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop VM "+itoa(vm.VMID), "vms", vm))
+	return nil
+}
