@@ -67,6 +67,18 @@ func TestTLSOnRealBinary(t *testing.T) {
 		checkHSTS(t, "an error answer", ae.Header)
 	}
 
+	// The web UI's answers (a page, a redirect, a 404) carry HSTS too.
+	ui := &http.Client{Transport: newTransport(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/", "/login", "/no-such-page"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		resp, err := ui.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		checkHSTS(t, "GET "+path+" ("+resp.Status+")", resp.Header)
+	}
+
 	// The CLI, trusting the self-signed certificate through --ca-file.
 	session := filepath.Join(t.TempDir(), "session.json")
 	env := append(os.Environ(), "VMGATE_SESSION_FILE="+session)
