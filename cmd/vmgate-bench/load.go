@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/pvesim"
 )
 
 // maxRequestsPerLoop bounds every load loop in count, whatever its duration says.
@@ -260,21 +261,12 @@ func pinnedTLS(fingerprint string) *tls.Config {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("no certificate")
 			}
-			if got := fingerprintOf(cs.PeerCertificates[0].Raw); got != want {
+			if got := pvesim.Fingerprint(cs.PeerCertificates[0].Raw); got != want {
 				return fmt.Errorf("certificate %s is not the pinned %s", got, want)
 			}
 			return nil
 		},
 	}
-}
-
-func fingerprintOf(der []byte) string {
-	sum := sha256.Sum256(der)
-	parts := make([]string, len(sum))
-	for i, b := range sum {
-		parts[i] = fmt.Sprintf("%02X", b)
-	}
-	return strings.Join(parts, ":")
 }
 
 // sourceAddrs hands out loopback source addresses 127.<octet>.x.y, a new one each

@@ -57,6 +57,25 @@ func formatCounts(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
+// countPVE runs load and counts the requests emulator e received meanwhile, per
+// route and in all. A load with no success is an error.
+func (b *bench) countPVE(ctx context.Context, e *emulator, load func() loadResult) (loadResult, map[string]int, int, error) {
+	before, err := b.emulatorRequests(ctx, e)
+	if err != nil {
+		return loadResult{}, nil, 0, err
+	}
+	res := load()
+	after, err := b.emulatorRequests(ctx, e)
+	if err != nil {
+		return res, nil, 0, err
+	}
+	if res.ok == 0 {
+		return res, nil, 0, fmt.Errorf("no request succeeded%s", res.errSummary())
+	}
+	delta, sum := countsDelta(before, after)
+	return res, delta, sum, nil
+}
+
 // measureStatus: the proxied VM status read against the bare proxy and the
 // emulator, closed loop; the throughput goal and the CPU-per-request goal.
 func (b *bench) measureStatus(ctx context.Context) error {
@@ -78,27 +97,18 @@ func (b *bench) measureStatus(ctx context.Context) error {
 	cpus := make([][]float64, len(sides))
 	for r := range b.cfg.rounds {
 		for i, s := range sides {
-			before, err := b.emulatorRequests(ctx, b.small)
-			if err != nil {
-				return err
-			}
 			c0, err := cpuTime(s.pid)
 			if err != nil {
 				return err
 			}
-			res := closedLoop(ctx, b.cfg.clients, b.cfg.duration, s.do)
+			res, _, pve, err := b.countPVE(ctx, b.small, func() loadResult { return closedLoop(ctx, b.cfg.clients, b.cfg.duration, s.do) })
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
 			c1, err := cpuTime(s.pid)
 			if err != nil {
 				return err
 			}
-			after, err := b.emulatorRequests(ctx, b.small)
-			if err != nil {
-				return err
-			}
-			if res.ok == 0 {
-				return fmt.Errorf("%s: no request succeeded%s", s.name, res.errSummary())
-			}
-			_, pve := countsDelta(before, after)
 			cpu := float64(c1-c0) / float64(res.ok)
 			rates[i] = append(rates[i], res.rate())
 			cpus[i] = append(cpus[i], cpu)
@@ -205,19 +215,10 @@ func (b *bench) measureTask(ctx context.Context) error {
 	var vmgateReqs int64
 	for r := range b.cfg.rounds {
 		for i, s := range sides {
-			before, err := b.emulatorRequests(ctx, b.small)
+			res, _, pve, err := b.countPVE(ctx, b.small, func() loadResult { return closedLoop(ctx, b.cfg.clients, b.cfg.duration, s.do) })
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", s.name, err)
 			}
-			res := closedLoop(ctx, b.cfg.clients, b.cfg.duration, s.do)
-			after, err := b.emulatorRequests(ctx, b.small)
-			if err != nil {
-				return err
-			}
-			if res.ok == 0 {
-				return fmt.Errorf("%s: no request succeeded%s", s.name, res.errSummary())
-			}
-			_, pve := countsDelta(before, after)
 			if i == 0 {
 				pveCalls += pve
 				vmgateReqs += res.ok
@@ -423,19 +424,10 @@ func (b *bench) measureList(ctx context.Context) error {
 		if err := lst.do(ctx, 0); err != nil {
 			return err
 		}
-		before, err := b.emulatorRequests(ctx, b.big)
+		res, delta, reads, err := b.countPVE(ctx, b.big, func() loadResult { return closedLoop(ctx, b.cfg.listers, b.cfg.duration, lst.do) })
 		if err != nil {
-			return err
+			return fmt.Errorf("listers: %w", err)
 		}
-		res := closedLoop(ctx, b.cfg.listers, b.cfg.duration, lst.do)
-		after, err := b.emulatorRequests(ctx, b.big)
-		if err != nil {
-			return err
-		}
-		if res.ok == 0 {
-			return fmt.Errorf("listers: no request succeeded%s", res.errSummary())
-		}
-		delta, reads := countsDelta(before, after)
 		rps := float64(reads) / res.elapsed.Seconds()
 		coldP50 = append(coldP50, float64(percentile(cold, 50)))
 		freshP50 = append(freshP50, float64(percentile(fresh, 50)))
