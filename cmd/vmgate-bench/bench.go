@@ -23,6 +23,7 @@ import (
 type bench struct {
 	cfg   config
 	args  []string
+	began time.Time
 	out   io.Writer    // stdout and report, both
 	text  bytes.Buffer // everything printed, for -markdown
 	tmp   string
@@ -138,7 +139,7 @@ func newBench(cfg config, stdout io.Writer, args []string) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, args: args, tmp: tmp, procs: &procSet{dir: tmp}, goals: goalList(cfg)}
+	b := &bench{cfg: cfg, args: args, began: time.Now(), tmp: tmp, procs: &procSet{dir: tmp}, goals: goalList(cfg)}
 	b.out = io.MultiWriter(stdout, &b.text)
 	return b, nil
 }

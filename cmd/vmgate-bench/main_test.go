@@ -148,3 +148,18 @@ func TestProcReaders(t *testing.T) {
 		t.Error("a missing field read without error")
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"-rounds":                 "-rounds",
+		"status,login":            "status,login",
+		"":                        "''",
+		"a b":                     "'a b'",
+		"postgres://h/db?x=1&y=2": "'postgres://h/db?x=1&y=2'",
+		"it's":                    `'it'\''s'`,
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

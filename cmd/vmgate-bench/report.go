@@ -12,8 +12,8 @@ import (
 
 // printMachine says where and when the figures were taken: they mean little without.
 func (b *bench) printMachine() {
-	b.printf("vmgate-bench %s\n", strings.Join(b.args, " "))
-	b.printf("date:    %s\n", time.Now().Format(time.RFC3339))
+	b.printf("%s\n", b.command())
+	b.printf("date:    %s\n", b.began.Format(time.RFC3339))
 	b.printf("machine: %s, %d cores, GOMAXPROCS %d, %s, Linux %s\n", cpuModel(), runtime.NumCPU(),
 		runtime.GOMAXPROCS(0), runtime.Version(), readTrim("/proc/sys/kernel/osrelease"))
 	b.printf("load:    %s (1, 5, 15 min; other work on the machine skews every figure)\n", loadAvg())
@@ -62,6 +62,23 @@ func gitRevision() string {
 	return rev
 }
 
+// command is the command line as one would type it again.
+func (b *bench) command() string {
+	words := []string{"go", "run", "./cmd/vmgate-bench"}
+	for _, a := range b.args {
+		words = append(words, shellQuote(a))
+	}
+	return strings.Join(words, " ")
+}
+
+// shellQuote single-quotes a word that a shell would otherwise split or expand.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,=@%+-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // printVerdict prints one line per goal: state, goal, the figure against the goal,
 // and the raw figures behind it.
 func (b *bench) printVerdict() {
@@ -96,11 +113,7 @@ func (b *bench) writeMarkdown() error {
 	if err != nil {
 		return err
 	}
-	cmd := "go run ./cmd/vmgate-bench"
-	if len(b.args) > 0 {
-		cmd += " " + strings.Join(b.args, " ")
-	}
-	_, err = fmt.Fprintf(f, "\n### Run of %s\n\n`%s`\n\n```text\n%s```\n", time.Now().Format("2006-01-02 15:04 MST"), cmd, b.text.String())
+	_, err = fmt.Fprintf(f, "\n### Run of %s\n\n```text\n%s```\n", b.began.Format("2006-01-02 15:04 MST"), b.text.String())
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
