@@ -167,6 +167,7 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		t.Fatalf("logout: %v", err)
 	}
 	do(admin, "GET", "/api/v1/audit", url.Values{"limit": {"50"}}, nil, nil)
+	do(admin, "GET", "/api/v1/audit", url.Values{"action": {"auth.session_revoked"}, "user": {strconv.FormatInt(user.ID, 10)}}, nil, nil)
 	do(admin, "DELETE", grantPath, nil, nil, nil)
 	do(admin, "DELETE", userPath, nil, nil, nil)
 	do(admin, "DELETE", clusterPath, nil, nil, nil)

@@ -54,6 +54,7 @@ type serverCmd struct {
 	StoreTimeout   time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
 	MetricsListen  string        `env:"VMGATE_METRICS_LISTEN" help:"Also serve /metrics, to every peer, on this address of its own (host:port); firewall it."`
 	MetricsPublic  bool          `env:"VMGATE_METRICS_PUBLIC" help:"Serve /metrics on the main listener to every client (default: loopback clients only)."`
+	AuditRetention time.Duration `default:"9600h" env:"VMGATE_AUDIT_RETENTION" help:"Keep audit records this long (default 400 days); older ones are pruned hourly, leaving a checkpoint the rest verifies from."`
 	RequestTimeout time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
 
 	// A rotation of the key file (admin keys rotate-seal, docs/deploy.md).
@@ -273,8 +274,12 @@ func (c *serverCmd) Run() error {
 
 	bg, cancelBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	prune := func(ctx context.Context) error { return pruneEvery(ctx, a.store, time.Hour, log) }
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, prune} {
+	prune := func(ctx context.Context) error {
+		return pruneEvery(ctx, a.store, time.Hour, store.PruneOptions{AuditOlderThan: c.AuditRetention}, log)
+	}
+	// The trail's Run writes the denials it folds; at the end it writes every
+	// count still open, before the store closes.
+	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, prune, a.trail.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -417,20 +422,27 @@ func startCPUProfile(path string) (stop func(), err error) {
 }
 
 // pruneEvery deletes what no one needs any more — the change feed past a
-// day, sessions ended a week ago, expired idempotency keys — once at start and then
-// every interval, so the database does not grow with every login.
-func pruneEvery(ctx context.Context, st store.Store, every time.Duration, log *slog.Logger) error {
+// day, sessions ended a week ago, expired idempotency keys, audit records past
+// their retention — once at start and then every interval, so the database does
+// not grow with every login. Each round also logs the audit chain's head: a copy
+// of it outside the database is what reveals a chain rewritten from some row on
+// (docs/decisions/0016).
+func pruneEvery(ctx context.Context, st store.Store, every time.Duration, opts store.PruneOptions, log *slog.Logger) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		res, err := st.Prune(ctx, time.Now(), store.PruneOptions{})
+		res, err := st.Prune(ctx, time.Now(), opts)
 		switch {
 		case errors.Is(err, context.Canceled):
 			return err
 		case err != nil:
 			log.Error("prune failed", "error", err)
-		case res.Changes+res.Sessions+res.IdempotencyKeys > 0:
-			log.Info("pruned", "changes", res.Changes, "sessions", res.Sessions, "idempotency_keys", res.IdempotencyKeys)
+		case res.Changes+res.Sessions+res.IdempotencyKeys+res.Audit > 0:
+			log.Info("pruned", "changes", res.Changes, "sessions", res.Sessions, "idempotency_keys", res.IdempotencyKeys,
+				"audit_records", res.Audit)
+		}
+		if c, err := st.AuditChain(ctx); err == nil {
+			log.Info("audit chain head", "id", c.HeadID, "chain", c.HeadChain, "checkpoint", c.CheckpointID)
 		}
 		select {
 		case <-ctx.Done():

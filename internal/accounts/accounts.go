@@ -143,7 +143,8 @@ func (s *Service) ChangePassword(ctx context.Context, p auth.Principal, current,
 		return errs.R(errs.Invalid, "invalid_request", "currentPassword and newPassword are required")
 	}
 	err := s.auth.ChangePassword(ctx, p, current, next)
-	s.audit.Record(ctx, store.AuditRecord{Action: "user.password_change", Target: userTarget(p.UserID), Result: audit.Result(err)})
+	s.audit.Record(ctx, store.AuditRecord{Action: "user.password_change", Target: userTarget(p.UserID), Result: audit.Result(err),
+		Reason: audit.Reason(err)})
 	return err
 }
 
@@ -154,8 +155,9 @@ func (s *Service) RequireAdmin(ctx context.Context, p auth.Principal, attempt st
 	if p.Role == RoleAdmin {
 		return nil
 	}
-	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", Target: attempt, Result: "denied"})
-	return errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
+	err := errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
+	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", Target: attempt, Result: "denied", Reason: err.Message})
+	return err
 }
 
 // Users lists every user by id.

@@ -11,10 +11,33 @@
 // needs to be told the client address.
 //
 // Some records carry their own attribution and are written as given with
-// Trail.Append: auth's security events name the user and address they are about (a
-// failed login has no authenticated actor), a task's end names who started it
-// although nobody may be asking any more, and a certificate mismatch is noticed by
-// vmgate itself.
+// Trail.Append: a task's end names who started it although nobody may be asking
+// any more, and a certificate mismatch is noticed by vmgate itself. auth's security
+// events go through Record like the use cases' (a failed login names no actor:
+// nobody has authenticated).
+//
+// # What every record holds
+//
+// The actor (user id and e-mail, none for a failed login or vmgate's own records),
+// the actor's session, the client address, the request id, the action, its target,
+// the result and the reason for it (Record fills the reason of a result that is
+// not "ok" with the result itself when the use case gave none).
+//
+// # The chain
+//
+// The store chains the records: each row carries a SHA-256 over its canonical form
+// and the row before's value (store.AuditChainValue), and Verify walks the chain
+// and names the first row that was changed, inserted or removed. Retention prunes
+// the oldest rows and leaves a checkpoint the rest verifies from.
+//
+// # Folded denials
+//
+// A session that is refused again and again (access.denied, or any record whose
+// result is "denied") could otherwise add a row per request. The first denial of a
+// session and action in each minute is written at once; the ones after it in that
+// minute are counted in memory and written as one row whose Count says how many
+// it stands for, when the minute is over (Run), on Flush, or when the table of
+// counts is full (the oldest first): never dropped silently. See fold.go.
 package audit
 
 import (
@@ -70,32 +93,54 @@ func FactsFrom(ctx context.Context) Facts {
 // Store is what a Trail needs of the store; every store.Store is one.
 type Store interface {
 	AppendAudit(ctx context.Context, a store.AuditRecord) (store.AuditRecord, error)
-	ListAudit(ctx context.Context, limit int, before int64) ([]store.AuditRecord, error)
+	QueryAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditRecord, error)
 }
 
 // Options tune a Trail; the zero Options are fine.
 type Options struct {
 	Logger *slog.Logger     // where a failed write is reported; default: discard
 	Now    func() time.Time // the time of a record that has none; default time.Now
+	// FoldWindow is the span over which one session's denials are folded into a
+	// counted row (default 1 min).
+	FoldWindow time.Duration
+	// MaxFolds bounds the sessions whose denials are being counted at once
+	// (default 10 000); beyond it the oldest count is written early.
+	MaxFolds int
+	// FlushEvery is how often Run writes the counts of windows that are over
+	// (default 10 s).
+	FlushEvery time.Duration
 }
 
 // Trail writes and lists audit records. It is safe for concurrent use. A nil *Trail
 // drops every record, so a use case built without one still runs.
 type Trail struct {
-	st  Store
-	log *slog.Logger
-	now func() time.Time
+	st    Store
+	log   *slog.Logger
+	now   func() time.Time
+	folds *folder
+	every time.Duration
 }
 
-// New returns the trail kept in st.
+// New returns the trail kept in st. Run it (in the background) so that folded
+// denials are written when their minute is over, and Flush it at shutdown.
 func New(st Store, o Options) *Trail {
-	t := &Trail{st: st, log: o.Logger, now: o.Now}
+	t := &Trail{st: st, log: o.Logger, now: o.Now, every: o.FlushEvery}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
 	if t.now == nil {
 		t.now = time.Now
 	}
+	if t.every <= 0 {
+		t.every = 10 * time.Second
+	}
+	if o.FoldWindow <= 0 {
+		o.FoldWindow = time.Minute
+	}
+	if o.MaxFolds <= 0 {
+		o.MaxFolds = 10_000
+	}
+	t.folds = newFolder(o.FoldWindow, o.MaxFolds)
 	return t
 }
 
@@ -134,7 +179,10 @@ func (t *Trail) Record(ctx context.Context, rec store.AuditRecord) {
 }
 
 // Append writes rec as given (a zero At is now), for records that carry their own
-// attribution or none; see the package doc. Failures are logged as with Record.
+// attribution or none; see the package doc. A result other than "ok" without a
+// reason gets the result as its reason. A repeated denial of one session may be
+// folded into a counted row (see the package doc). Failures are logged as with
+// Record.
 func (t *Trail) Append(ctx context.Context, rec store.AuditRecord) {
 	if t == nil {
 		return
@@ -142,6 +190,23 @@ func (t *Trail) Append(ctx context.Context, rec store.AuditRecord) {
 	if rec.At.IsZero() {
 		rec.At = t.now()
 	}
+	if rec.Reason == "" && rec.Result != "ok" {
+		rec.Reason = rec.Result
+	}
+	if foldable(rec) {
+		write, flushed := t.folds.add(rec)
+		for _, f := range flushed {
+			t.write(ctx, f)
+		}
+		if !write {
+			return
+		}
+	}
+	t.write(ctx, rec)
+}
+
+// write stores rec; a failure is logged.
+func (t *Trail) write(ctx context.Context, rec store.AuditRecord) {
 	if _, err := t.st.AppendAudit(context.WithoutCancel(ctx), rec); err != nil {
 		t.log.LogAttrs(ctx, slog.LevelError, "audit write failed", slog.String("action", rec.Action),
 			slog.String("request_id", rec.RequestID), slog.String("error", err.Error()))
@@ -162,15 +227,34 @@ type Entry struct {
 	Target    string
 	Params    string // JSON
 	Result    string
+	Reason    string
 	UPID      string
 	Address   string
 	RequestID string
+	Count     int64 // how many events the record stands for (more than 1: folded denials)
+}
+
+// Filter selects records for Query; zero fields do not filter.
+type Filter struct {
+	UserID    int64  // the actor
+	Action    string // exact
+	ClusterID int64
+	Result    string // exact
+	From, To  time.Time
+	Before    int64 // paging: only records with a smaller id (0: from the newest)
+	Limit     int   // default 50, at most 1000
 }
 
 // List returns up to limit records, newest first, with ids below before (0: from the
-// newest). The store caps limit (at 500 today).
+// newest).
 func (t *Trail) List(ctx context.Context, limit int, before int64) ([]Entry, error) {
-	recs, err := t.st.ListAudit(ctx, limit, before)
+	return t.Query(ctx, Filter{Limit: limit, Before: before})
+}
+
+// Query returns the records f selects, newest first.
+func (t *Trail) Query(ctx context.Context, f Filter) ([]Entry, error) {
+	recs, err := t.st.QueryAudit(ctx, store.AuditFilter{UserID: f.UserID, Action: f.Action, ClusterID: f.ClusterID,
+		Result: f.Result, From: f.From, To: f.To, BeforeID: f.Before, Limit: f.Limit})
 	if err != nil {
 		return nil, err
 	}
@@ -178,9 +262,21 @@ func (t *Trail) List(ctx context.Context, limit int, before int64) ([]Entry, err
 	for _, a := range recs {
 		out = append(out, Entry{ID: a.ID, At: a.At, UserID: a.UserID, UserEmail: a.UserEmail, SessionID: a.SessionID,
 			Action: a.Action, ClusterID: a.ClusterID, Node: a.Node, VMID: a.VMID, Target: a.Target, Params: a.Params,
-			Result: a.Result, UPID: a.UPID, Address: a.Address, RequestID: a.RequestID})
+			Result: a.Result, Reason: a.Reason, UPID: a.UPID, Address: a.Address, RequestID: a.RequestID, Count: a.Count})
 	}
 	return out, nil
+}
+
+// Reason is a record's reason for the error an action ended with: "" for nil, the
+// client-safe message of an *errs.Error, "internal error" for anything else.
+func Reason(err error) string {
+	if err == nil {
+		return ""
+	}
+	if e, ok := errs.As(err); ok {
+		return e.Message
+	}
+	return "internal error"
 }
 
 // Result is a record's result for the error an action ended with: "ok" for nil, the

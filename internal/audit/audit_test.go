@@ -61,7 +61,10 @@ func TestRecordAttribution(t *testing.T) {
 		if !got.At.Equal(now) {
 			t.Errorf("%s: at %v, want %v", got.Action, got.At, now)
 		}
-		got.ID, got.At = 0, time.Time{}
+		if got.Count != 1 {
+			t.Errorf("%s: count %d", got.Action, got.Count)
+		}
+		got.ID, got.At, got.Count = 0, time.Time{}, 0
 		if got != want[i] {
 			t.Errorf("record %d:\n got %+v\nwant %+v", i, got, want[i])
 		}

@@ -265,7 +265,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	release()
 	if !match || !known || u.Disabled {
 		s.cfg.LoginOutcome(OutcomeBadCredentials)
-		s.passwordFailed(ctx, "auth.login_failed", email, u.ID, addr, now)
+		s.passwordFailed(ctx, "auth.login_failed", loginFailure(known, match), email, u.ID, addr, now)
 		return Token{}, store.User{}, errCredentials()
 	}
 	s.throttle.succeeded(email, network, now)
@@ -283,7 +283,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	s.seen.seen(sess.ID, now)
 	s.cfg.LoginOutcome(OutcomeOK)
 	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
-		Address: addr, Result: "ok"})
+		Address: addr, Target: "session:" + sess.ID, Result: "ok"})
 	return tok, u, nil
 }
 
@@ -321,31 +321,53 @@ func sleep(ctx context.Context, d time.Duration) {
 // a connection).
 const maxPausedRefusals = 1024
 
+// loginFailure is the reason an audit record gives for a refused login; the
+// client sees one answer for all of them.
+func loginFailure(known, match bool) string {
+	switch {
+	case !known:
+		return "unknown_email"
+	case !match:
+		return "wrong_password"
+	}
+	return "user_disabled"
+}
+
 // network is the client network addr belongs to, the unit of throttling.
 func (s *Service) network(addr string) string {
 	return clientNetwork(addr, s.cfg.IPv4Prefix, s.cfg.IPv6Prefix)
 }
 
 // passwordFailed counts a wrong password against the e-mail, known or not, from
-// addr's network, and audits it as action (none when empty) and the delays it may
-// start: auth.lockout, with the network and the scope ("network": this account
-// from this network; "account": this account from every network it has not
-// logged in from).
-func (s *Service) passwordFailed(ctx context.Context, action, email string, userID int64, addr string, now time.Time) {
+// addr's network, and audits it as action (none when empty) for why, and the
+// delays it may start: auth.lockout, with the network and the scope ("network":
+// this account from this network; "account": this account from every network it
+// has not logged in from). The records name no actor, nobody having
+// authenticated: the account tried is their target, "user:" and the e-mail as
+// typed (when it looks like one), with the user id in params when it exists.
+func (s *Service) passwordFailed(ctx context.Context, action, why, email string, userID int64, addr string, now time.Time) {
 	network := s.network(addr)
 	n, delay, block := s.throttle.fail(email, network, now)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "wrong password", slog.String("address", addr), slog.String("network", network),
 		slog.Int64("user", userID), slog.Int("failures", n))
+	target := "user:" + auditEmail(email)
+	params := func(m map[string]any) string {
+		m["network"] = network
+		if userID != 0 {
+			m["userId"] = userID
+		}
+		return jsonParams(m)
+	}
 	if action != "" {
-		s.audit(ctx, store.AuditRecord{Action: action, UserID: userID, UserEmail: auditEmail(email),
-			Address: addr, Result: OutcomeBadCredentials, Params: jsonParams(map[string]any{"network": network})})
+		s.audit(ctx, store.AuditRecord{Action: action, Target: target, Address: addr, Result: OutcomeBadCredentials,
+			Reason: why, Params: params(map[string]any{})})
 	}
 	lockout := func(scope string, d time.Duration) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "login lockout", slog.String("scope", scope), slog.String("address", addr),
 			slog.String("network", network), slog.Int64("user", userID), slog.Int("failures", n), slog.Duration("for", d))
-		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", UserID: userID, UserEmail: auditEmail(email),
-			Address: addr, Result: "locked", Params: jsonParams(map[string]any{"scope": scope, "network": network,
-				"failures": n, "seconds": d.Seconds()})})
+		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", Target: target, Address: addr, Result: "locked",
+			Reason: fmt.Sprintf("%d wrong passwords: logins wait %s (%s)", n, d.Round(time.Second), scope),
+			Params: params(map[string]any{"scope": scope, "failures": n, "seconds": d.Seconds()})})
 	}
 	if delay > 0 {
 		lockout(scopeNetwork, delay)
@@ -515,7 +537,9 @@ func (s *Service) refreshLost(ctx context.Context, v verified, sess store.Sessio
 			slog.String("session", sess.ID), slog.String("address", addr), slog.Int64("gen", v.gen),
 			slog.Int64("current", sess.Generation))
 		s.audit(ctx, store.AuditRecord{Action: "auth.token_reuse", UserID: sess.UserID, SessionID: sess.ID,
-			Address: addr, Result: "revoked", Params: jsonParams(map[string]any{"gen": v.gen, "current": sess.Generation})})
+			Address: addr, Target: "session:" + sess.ID, Result: "revoked",
+			Reason: "a rotated token was presented again: the session is taken as stolen",
+			Params: jsonParams(map[string]any{"gen": v.gen, "current": sess.Generation})})
 		return errToken(errors.New("rotated token reused"))
 	default: // a generation ahead of the store: not one we issued
 		return errToken(errors.New("generation ahead of session"))
@@ -539,7 +563,7 @@ func (s *Service) Logout(ctx context.Context, p Principal) error {
 	}
 	s.cache.revoke(p.SessionID)
 	s.audit(ctx, store.AuditRecord{Action: "auth.logout", UserID: p.UserID, UserEmail: p.Email, SessionID: p.SessionID,
-		Result: "ok"})
+		Target: "session:" + p.SessionID, Result: "ok", Reason: WhyLogout})
 	return nil
 }
 
@@ -576,7 +600,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	}
 	release()
 	if !match {
-		s.passwordFailed(ctx, "", key, u.ID, addr, now) // the accounts use case audits the change itself
+		s.passwordFailed(ctx, "", "", key, u.ID, addr, now) // the accounts use case audits the change itself
 		return errs.R(errs.Forbidden, "forbidden", "the current password is not correct")
 	}
 	if err != nil {
@@ -625,7 +649,7 @@ func (s *Service) revokeUserSessions(ctx context.Context, userID int64, keep, wh
 	if len(ids) > 0 {
 		// The actor is whoever asked (ctx): the user's sessions are the target.
 		s.audit(ctx, store.AuditRecord{Action: "auth.sessions_revoked", Target: "user:" + strconv.FormatInt(userID, 10),
-			Result: "ok", Params: jsonParams(map[string]any{"why": why, "sessions": len(ids)})})
+			Result: "ok", Reason: why, Params: jsonParams(map[string]any{"why": why, "sessions": len(ids)})})
 	}
 	return nil
 }

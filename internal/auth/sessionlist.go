@@ -71,7 +71,7 @@ func (s *Service) EndSession(ctx context.Context, userID int64, sid, why string)
 		return fmt.Errorf("end session: %w", err)
 	}
 	s.cache.revoke(sid)
-	s.audit(ctx, store.AuditRecord{Action: "auth.session_revoked", Target: "session:" + sid, Result: "ok",
+	s.audit(ctx, store.AuditRecord{Action: "auth.session_revoked", Target: "session:" + sid, Result: "ok", Reason: why,
 		Params: jsonParams(map[string]any{"userId": userID, "why": why})})
 	return nil
 }

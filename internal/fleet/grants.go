@@ -61,7 +61,7 @@ func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, a
 	_, err := s.Authorize(ctx, a, clusterID, need)
 	if k := errs.KindOf(err); err != nil && (k == errs.NotFound || k == errs.Forbidden) {
 		s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", ClusterID: clusterID, Target: attempt,
-			Params: audit.Params(map[string]string{"need": need}), Result: "denied"})
+			Params: audit.Params(map[string]string{"need": need}), Result: "denied", Reason: audit.Reason(err)})
 	}
 	return err
 }

@@ -58,7 +58,7 @@ type Accounts interface {
 
 // AuditTrail is what the HTTP layer needs of the audit trail; *audit.Trail is one.
 type AuditTrail interface {
-	List(ctx context.Context, limit int, before int64) ([]audit.Entry, error)
+	Query(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
 }
 
 // Pinger is a dependency /readyz checks.

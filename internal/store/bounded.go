@@ -293,6 +293,21 @@ func (b *bounded) ListAudit(ctx context.Context, limit int, before int64) ([]Aud
 	return call(b, ctx, func(ctx context.Context) ([]AuditRecord, error) { return b.s.ListAudit(ctx, limit, before) })
 }
 
+// QueryAudit implements Store.
+func (b *bounded) QueryAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) {
+	return call(b, ctx, func(ctx context.Context) ([]AuditRecord, error) { return b.s.QueryAudit(ctx, f) })
+}
+
+// AuditRange implements Store.
+func (b *bounded) AuditRange(ctx context.Context, after int64, limit int) ([]AuditRecord, error) {
+	return call(b, ctx, func(ctx context.Context) ([]AuditRecord, error) { return b.s.AuditRange(ctx, after, limit) })
+}
+
+// AuditChain implements Store.
+func (b *bounded) AuditChain(ctx context.Context) (AuditChainState, error) {
+	return call(b, ctx, b.s.AuditChain)
+}
+
 // ClaimIdempotencyKey implements Store.
 func (b *bounded) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) (IdempotencyRecord, bool, error) {
 	return call2(b, ctx, func(ctx context.Context) (IdempotencyRecord, bool, error) { return b.s.ClaimIdempotencyKey(ctx, r) })

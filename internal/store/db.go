@@ -105,6 +105,10 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.adoptAuditChain(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s store: chain the audit records: %w", s.d.name, err)
+	}
 	s.feed = newChangeFeed(s, o)
 	if s.pgConfig != nil {
 		if err := s.listenPostgres(ctx, o); err != nil {
@@ -130,6 +134,9 @@ type dialect struct {
 	// lockTable, when set, is a format for taking a table's write lock inside a
 	// transaction (%s is the table). SQLite needs none for the same reason.
 	lockTable string
+	// forUpdate is appended to a SELECT of one row to lock it until the end of
+	// the transaction; SQLite needs none (its write transactions exclude each other).
+	forUpdate string
 	// timeArg turns a time into the engine's column value; zero is NULL.
 	timeArg func(time.Time) any
 	// constraint classifies a constraint violation; any other error is noViolation.

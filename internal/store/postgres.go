@@ -31,6 +31,7 @@ var postgresDialect = dialect{
 	migrationLock: `SELECT pg_advisory_xact_lock(hashtext('vmgate schema_migrations'))`,
 	// EXCLUSIVE blocks other writers of the table but not its readers.
 	lockTable: `LOCK TABLE %s IN EXCLUSIVE MODE`,
+	forUpdate: ` FOR UPDATE`,
 	timeArg: func(v time.Time) any {
 		if v.IsZero() {
 			return nil

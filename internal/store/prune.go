@@ -23,6 +23,9 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 	if p.Batch <= 0 {
 		p.Batch = DefaultPruneBatch
 	}
+	if p.AuditOlderThan <= 0 {
+		p.AuditOlderThan = DefaultPruneAudit
+	}
 	var (
 		res PruneResult
 		err error
@@ -55,6 +58,10 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 		WHERE expires_at <= $1 AND (user_id, idem_key) IN (
 			SELECT user_id, idem_key FROM idempotency_keys WHERE expires_at <= $1 LIMIT $2)`,
 		s.t(now), p.Batch)
+	if err != nil {
+		return res, err
+	}
+	res.Audit, err = s.pruneAudit(ctx, now.Add(-p.AuditOlderThan), now, p.Batch)
 	return res, err
 }
 

@@ -268,9 +268,11 @@ type TaskFilter struct {
 	ExcludeRefused bool
 }
 
-// AuditRecord is one append-only audit entry.
+// AuditRecord is one append-only audit entry. Its actor is UserID and UserEmail
+// (none for a failed login or a record vmgate makes itself) with SessionID; the
+// rows form one hash chain (AuditChainValue).
 type AuditRecord struct {
-	ID        int64
+	ID        int64 // set by AppendAudit: the head's id + 1
 	At        time.Time
 	UserID    int64  // 0 when unauthenticated
 	UserEmail string // as known at the time
@@ -282,9 +284,36 @@ type AuditRecord struct {
 	Target    string // free-form object of the action (user id, grant, ...)
 	Params    string // JSON, never secrets
 	Result    string // "ok", "denied", "failed", or an error reason
+	Reason    string // why the result is what it is (a refusal's cause, a revocation's why); "" for a plain "ok"
 	UPID      string
 	Address   string
 	RequestID string
+	// Count is how many events the record stands for: 1, or more for a row that
+	// folds repeated denials of one session in one minute (internal/audit).
+	Count int64
+	Prev  string // the chain value of the row before; set by AppendAudit
+	Chain string // this row's chain value (AuditChainValue); set by AppendAudit
+}
+
+// AuditFilter selects audit records for QueryAudit; zero fields do not filter.
+type AuditFilter struct {
+	UserID    int64  // the actor
+	Action    string // exact
+	ClusterID int64
+	Result    string // exact
+	From, To  time.Time
+	BeforeID  int64 // paging: only records with ID < BeforeID
+	Limit     int   // default 50, max 1000
+}
+
+// AuditChainState is the chain's bookkeeping: its head (the newest row) and its
+// checkpoint (the last row retention pruned; the first row left must follow it).
+type AuditChainState struct {
+	HeadID          int64
+	HeadChain       string
+	CheckpointID    int64 // 0: nothing pruned yet
+	CheckpointChain string
+	CheckpointAt    time.Time
 }
 
 // Idempotency record states.
@@ -321,6 +350,7 @@ const (
 	DefaultPruneChanges  = 24 * time.Hour
 	DefaultPruneSessions = 7 * 24 * time.Hour
 	DefaultPruneBatch    = 1000
+	DefaultPruneAudit    = 400 * 24 * time.Hour
 )
 
 // PruneOptions says what Prune deletes. Zero or negative fields take their defaults.
@@ -331,6 +361,9 @@ type PruneOptions struct {
 	// SessionsEndedBefore: sessions that expired or were revoked longer ago than this
 	// go (default DefaultPruneSessions, a week).
 	SessionsEndedBefore time.Duration
+	// AuditOlderThan: audit records older than this go, oldest first, leaving a
+	// checkpoint the rest verifies from (default DefaultPruneAudit, 400 days).
+	AuditOlderThan time.Duration
 	// Batch is how many rows one DELETE removes at most (default DefaultPruneBatch).
 	// Each batch commits on its own, so a large backlog never holds the write lock
 	// (all of SQLite's) for long.
@@ -342,6 +375,7 @@ type PruneResult struct {
 	Changes         int64 // change feed entries
 	Sessions        int64
 	IdempotencyKeys int64
+	Audit           int64 // audit records past the retention
 }
 
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
@@ -422,9 +456,19 @@ type Store interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) // newest first
 	UnfinishedTasks(ctx context.Context) ([]Task, error)         // pending or running, oldest first
 
+	// AppendAudit appends a to the audit chain: in one transaction under the
+	// chain's lock (serialized across replicas) it gets the next ID, Prev and its
+	// Chain value. It returns the record as stored.
 	AppendAudit(ctx context.Context, a AuditRecord) (AuditRecord, error)
 	// ListAudit returns records newest first with ID < before (0 = from the newest).
 	ListAudit(ctx context.Context, limit int, before int64) ([]AuditRecord, error)
+	// QueryAudit returns the records f selects, newest first.
+	QueryAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error)
+	// AuditRange returns records with ID > after, oldest first, at most limit
+	// (1000 when 0 or less): what a verifier walks.
+	AuditRange(ctx context.Context, after int64, limit int) ([]AuditRecord, error)
+	// AuditChain returns the chain's head and checkpoint.
+	AuditChain(ctx context.Context) (AuditChainState, error)
 
 	// ClaimIdempotencyKey inserts r if no unexpired record for (UserID, Key) exists and
 	// returns (r, true). Otherwise it returns the existing record and false. Expired
@@ -471,8 +515,9 @@ type Store interface {
 
 	// Prune deletes what nobody needs any more, judged at now: change feed
 	// entries older than p.ChangesOlderThan, sessions that ended (expired or were
-	// revoked) more than p.SessionsEndedBefore ago, and idempotency keys past their
-	// ExpiresAt. It deletes in batches of p.Batch rows, each its own transaction,
+	// revoked) more than p.SessionsEndedBefore ago, idempotency keys past their
+	// ExpiresAt, and audit records older than p.AuditOlderThan (the oldest first,
+	// moving the chain's checkpoint in the same transaction). It deletes in batches of p.Batch rows, each its own transaction,
 	// until none is left, and may run on every replica at once.
 	//
 	// The feed only ever loses its head: an entry goes only with every entry of a

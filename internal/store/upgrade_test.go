@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -33,6 +34,8 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 			SELECT id, 'old-key', 'h', 'in_progress', $1, $1 FROM users`,
 		`INSERT INTO tasks (upid, cluster_id, user_id, op, vmid, status, created_at)
 			VALUES ('UPID:pve1:1:2:3:qmstart:100:x:', 1, 1, 'start', 100, 'running', $1)`,
+		`INSERT INTO audit (at, action, result, target) VALUES ($1, 'user.create', 'ok', 'user:1')`,
+		`INSERT INTO audit (at, action, result, user_id) VALUES ($1, 'vm.start', 'vm_running', 1)`,
 	} {
 		if _, err := db.ExecContext(ctx, q, created); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -74,6 +77,14 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	task, err := s.TaskByUPID(ctx, "UPID:pve1:1:2:3:qmstart:100:x:")
 	if err != nil || !task.UpdatedAt.Equal(task.CreatedAt) || task.IdemKey != "" || !task.OutcomeUnknownAt.IsZero() {
 		t.Fatalf("old task row after the upgrade: %+v %v", task, err)
+	}
+	// The audit rows written before the chain are chained at the first start (0016),
+	// and new rows follow them.
+	if _, err := s.AppendAudit(ctx, store.AuditRecord{Action: "x.after"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := audit.Verify(ctx, s); err != nil || v.Rows != 3 || v.HeadID != 3 {
+		t.Fatalf("audit chain after the upgrade: %+v %v", v, err)
 	}
 	// New changes follow the old ones.
 	if err := s.DeleteUser(ctx, u.ID); err != nil {

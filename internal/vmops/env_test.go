@@ -56,7 +56,7 @@ func (a *auditLog) AppendAudit(_ context.Context, r store.AuditRecord) (store.Au
 	return r, nil
 }
 
-func (a *auditLog) ListAudit(context.Context, int, int64) ([]store.AuditRecord, error) {
+func (a *auditLog) QueryAudit(context.Context, store.AuditFilter) ([]store.AuditRecord, error) {
 	return nil, errors.New("auditLog: not listed in tests")
 }
 

@@ -45,6 +45,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListTasks", testListTasks},
 		{"TaskOutcome", testTaskOutcome},
 		{"Audit", testAudit},
+		{"AuditChain", testAuditChain},
+		{"AuditChainRace", testAuditChainRace},
+		{"AuditQuery", testAuditQuery},
+		{"AuditPrune", testAuditPrune},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyRace", testIdempotencyRace},
 		{"IdempotencyLease", testIdempotencyLease},
@@ -1080,7 +1084,10 @@ func testAudit(t *testing.T, s store.Store) {
 		UPID: "UPID:pve1:1:2:3:qmigrate:100:x:", Address: "192.0.2.7", RequestID: "req-1"}
 	first, err := s.AppendAudit(ctx, full)
 	ok(t, err, "append")
-	full.ID = first.ID
+	full.ID, full.Count, full.Chain = first.ID, 1, store.AuditChainValue(store.AuditRecord{ID: first.ID, At: full.At,
+		UserID: 4, UserEmail: "a@example.com", SessionID: "sid", Action: "vm.migrate", ClusterID: 2, Node: "pve1",
+		VMID: 100, Target: "pve2", Params: `{"online":true}`, Result: "ok", UPID: "UPID:pve1:1:2:3:qmigrate:100:x:",
+		Address: "192.0.2.7", RequestID: "req-1", Count: 1})
 	same(t, first, full, "appended record")
 
 	var all []store.AuditRecord // newest first
