@@ -126,7 +126,7 @@ func TestDenialsAreFolded(t *testing.T) {
 	}
 }
 
-// TestFoldsAreBoundedAndFlushed: a full table writes its oldest count early; Flush
+// TestFoldsAreBoundedAndFlushed (SECURITY.md 30): a full table writes its oldest count early; Flush
 // and the end of Run write every count; nothing is lost.
 func TestFoldsAreBoundedAndFlushed(t *testing.T) {
 	t.Parallel()

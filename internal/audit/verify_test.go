@@ -42,7 +42,7 @@ func exec(t *testing.T, db *sql.DB, q string, args ...any) {
 	}
 }
 
-// TestVerifyIntact: an untouched chain verifies, before and after retention
+// TestVerifyIntact (SECURITY.md 30): an untouched chain verifies, before and after retention
 // pruned its head.
 func TestVerifyIntact(t *testing.T) {
 	t.Parallel()
@@ -152,7 +152,7 @@ func TestVerifyNamesTheFirstBrokenRow(t *testing.T) {
 	}
 }
 
-// TestVerifyWhileAppending: rows appended while Verify walks are not taken for
+// TestVerifyWhileAppending (SECURITY.md 30): rows appended while Verify walks are not taken for
 // insertions.
 func TestVerifyWhileAppending(t *testing.T) {
 	t.Parallel()

@@ -50,7 +50,7 @@ func TestSessionListShowsActivity(t *testing.T) {
 	}
 }
 
-// TestLastSeenIsWrittenAtMostOncePerInterval: a session used on every request is
+// TestLastSeenIsWrittenAtMostOncePerInterval (SECURITY.md 29): a session used on every request is
 // written to the store once per SeenInterval, not per request, and its
 // LastSeenAt follows; a refresh writes it as part of the rotation.
 func TestLastSeenIsWrittenAtMostOncePerInterval(t *testing.T) {

@@ -197,7 +197,7 @@ func TestRepeatedDenialsAreFoldedOverHTTP(t *testing.T) {
 	}
 }
 
-// TestAuditFiltersOverHTTP: GET /audit filters by user, action, cluster, result
+// TestAuditFiltersOverHTTP (SECURITY.md 30): GET /audit filters by user, action, cluster, result
 // and time, pages by cursor, and refuses what it cannot read.
 func TestAuditFiltersOverHTTP(t *testing.T) {
 	e := newTestEnv(t)

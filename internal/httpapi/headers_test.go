@@ -228,7 +228,7 @@ func (e *testEnv) auditRecords() []string {
 	return out
 }
 
-// TestStrictKeysAtEveryDepth: checkKeys follows the target type into nested
+// TestStrictKeysAtEveryDepth (SECURITY.md 31): checkKeys follows the target type into nested
 // objects, arrays, maps and embedded structs.
 func TestStrictKeysAtEveryDepth(t *testing.T) {
 	type Inner struct {
@@ -359,7 +359,7 @@ func TestMetricsOnlyForLoopback(t *testing.T) {
 	}
 }
 
-// TestUIHook: with a UI handler, paths that are not the API's go to it untouched
+// TestUIHook (SECURITY.md 31): with a UI handler, paths that are not the API's go to it untouched
 // (it sets its own CSP); the API's paths keep the API's answers and headers.
 func TestUIHook(t *testing.T) {
 	e := newTestEnv(t)

@@ -131,7 +131,7 @@ var deadTokens = []deadToken{
 	}},
 }
 
-// TestDeadTokensFailOnEveryRoute: every way a token dies makes it fail on every
+// TestDeadTokensFailOnEveryRoute (SECURITY.md 6, 7, 10, 11, 29): every way a token dies makes it fail on every
 // route with the exact answer of a request without a token, while a live token of
 // the same kind of user gets past authentication on each of them.
 func TestDeadTokensFailOnEveryRoute(t *testing.T) {
