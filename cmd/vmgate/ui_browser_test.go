@@ -549,6 +549,27 @@ func TestUIBrowserWalk(t *testing.T) {
 	b.waitText("qmigrate")
 	b.shot("tasks")
 
+	// The admin pages: create an operator, grant them the cluster, see it audited.
+	b.open("/admin/users")
+	b.typeInto("textbox", "E-mail", "otto@example.com")
+	b.typeInto("textbox", "Name", "Otto")
+	b.typeInto("textbox", "Password", "copper meadow 5 herons")
+	b.click("button", "Create user")
+	b.waitText("User otto@example.com created.")
+	b.shot("admin-user")
+	b.open("/admin/grants")
+	b.choose("User", eval[string](b, `[...document.querySelectorAll("#grant-user option")].find(o => o.text === "otto@example.com").value`))
+	b.choose("Role", "operator")
+	b.click("button", "Save grant")
+	b.waitText("Grant saved.")
+	b.shot("admin-grants")
+	b.open("/admin/clusters/1")
+	b.waitText("Endpoints vmgate knows")
+	b.shot("admin-cluster")
+	b.open("/admin/audit?action=grant.put")
+	b.waitText("grant.put")
+	b.shot("admin-audit")
+
 	// A POST without the CSRF token is refused, one with it is not.
 	if got := b.post("/vms/1/pve1/101/reboot", false); got != 403 {
 		t.Errorf("a POST without the CSRF token answered %d, want 403", got)

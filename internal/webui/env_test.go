@@ -266,11 +266,17 @@ func (b *browser) post(path string, form url.Values) page {
 	return b.do(req)
 }
 
-// login logs in through the form and checks that it worked.
+// login logs in through the form with the test users' password and checks that
+// it worked.
 func (b *browser) login(email string) {
 	b.e.t.Helper()
+	b.loginWith(email, password)
+}
+
+func (b *browser) loginWith(email, pw string) {
+	b.e.t.Helper()
 	b.get("/login")
-	p := b.post("/login", url.Values{"email": {email}, "password": {password}})
+	p := b.post("/login", url.Values{"email": {email}, "password": {pw}})
 	if p.status != http.StatusSeeOther {
 		b.e.t.Fatalf("login as %s: %d\n%s", email, p.status, p.body)
 	}

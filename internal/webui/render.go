@@ -132,18 +132,19 @@ func (u *UI) funcs() template.FuncMap {
 			}
 			return f[5] + " " + f[6] + " on " + f[1]
 		},
-		"cpu":      func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
-		"cores":    func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
-		"itoa":     func(n int64) string { return strconv.FormatInt(n, 10) },
-		"join":     strings.Join,
-		"add":      func(a, b int) int { return a + b },
-		"query":    queryWith,
-		"sortLink": sortLink,
-		"sortMark": sortMark,
-		"list":     func(s ...string) []string { return s },
-		"int64":    func(n int) int64 { return int64(n) },
-		"ucfirst":  ucfirst,
-		"float":    func(n int64) float64 { return float64(n) },
+		"cpu":          func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"cores":        func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+		"itoa":         func(n int64) string { return strconv.FormatInt(n, 10) },
+		"join":         strings.Join,
+		"add":          func(a, b int) int { return a + b },
+		"query":        queryWith,
+		"sortLink":     sortLink,
+		"auditActions": func() []string { return auditActions },
+		"sortMark":     sortMark,
+		"list":         func(s ...string) []string { return s },
+		"int64":        func(n int) int64 { return int64(n) },
+		"ucfirst":      ucfirst,
+		"float":        func(n int64) float64 { return float64(n) },
 	}
 }
 

@@ -60,6 +60,20 @@ func (u *UI) routes() []route {
 
 		{"GET", "/account", authed, u.accountPage},
 		{"POST", "/account/password", authed, u.changePassword},
+
+		{"GET", "/admin/users", admin, u.usersPage},
+		{"POST", "/admin/users", admin, u.createUser},
+		{"GET", "/admin/users/{id}", admin, u.userPage},
+		{"POST", "/admin/users/{id}", admin, u.updateUser},
+		{"POST", "/admin/users/{id}/delete", admin, u.deleteUser},
+		{"GET", "/admin/clusters", admin, u.clustersPage},
+		{"POST", "/admin/clusters", admin, u.createCluster},
+		{"GET", "/admin/clusters/{clusterId}", admin, u.clusterPage},
+		{"POST", "/admin/clusters/{clusterId}", admin, u.updateCluster},
+		{"POST", "/admin/clusters/{clusterId}/delete", admin, u.deleteCluster},
+		{"GET", "/admin/grants", admin, u.grantsPage},
+		{"POST", "/admin/grants", admin, u.putGrant},
+		{"GET", "/admin/audit", admin, u.auditPage},
 	}
 }
 

@@ -100,7 +100,7 @@ type VMs interface {
 
 // AuditTrail is what the admin's audit page reads; *audit.Trail is one.
 type AuditTrail interface {
-	List(ctx context.Context, limit int, before int64) ([]audit.Entry, error)
+	Query(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
 }
 
 // Config is what New needs. Sessions, Accounts, Fleet, VMs, Audit, Secret and
