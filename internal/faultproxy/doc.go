@@ -57,9 +57,11 @@
 // connection as on a kept-alive one.
 //
 // Stats counts connections accepted and open, upstream dials, bytes
-// forwarded each way, resets and cuts; Waiting says how many chunks are
-// waiting for a gate or a latency, so tests can order their steps on it
-// instead of sleeping.
+// forwarded each way, requests, resets and cuts; Waiting says how many chunks
+// are waiting for a gate or a latency, so tests can order their steps on it
+// instead of sleeping. Options.OnRequest is called with each request's number
+// before the request is checked against the faults, so a test can switch a
+// fault on for exactly the n-th request (the write after a read).
 //
 // # Lifetime
 //

@@ -57,6 +57,13 @@ type Options struct {
 	DialTimeout time.Duration
 	// CloseTimeout bounds how long Close waits for the proxy's goroutines [5s].
 	CloseTimeout time.Duration
+	// OnRequest, when set, is called with the request's number (1, 2, ... over
+	// the proxy's life) each time a request (see "Requests and answers") is about
+	// to be checked against the faults, before any of it is forwarded. A fault it
+	// switches on therefore applies to that very request and its answer: a test
+	// can fault the n-th request exactly, e.g. a write that follows a read, with
+	// no race. It runs on a connection's goroutine and must not block.
+	OnRequest func(n int64)
 }
 
 // Stats counts what a proxy did since New.
@@ -69,6 +76,7 @@ type Stats struct {
 	BytesToClient   int64 // bytes forwarded to clients
 	Resets          int64 // client connections reset by a fault (ResetBeforeForwarding, ResetAfterForwarding, ResetAll)
 	Cuts            int64 // connections closed by CutAfter
+	Requests        int64 // requests seen (see "Requests and answers")
 }
 
 // counted is a fault that strikes a limited number of times (0: unlimited).
@@ -117,6 +125,7 @@ type Proxy struct {
 	clock    Clock
 	dialTO   time.Duration
 	closeTO  time.Duration
+	onReq    func(int64)
 
 	mu      sync.Mutex
 	f       faults
@@ -128,7 +137,7 @@ type Proxy struct {
 	wg      sync.WaitGroup
 	waiting atomic.Int64
 
-	accepted, open, dials, dialErrors, bytesUp, bytesDown, resets, cuts atomic.Int64
+	accepted, open, dials, dialErrors, bytesUp, bytesDown, resets, cuts, requests atomic.Int64
 }
 
 // New starts a proxy that forwards every connection it accepts to upstream
@@ -159,6 +168,7 @@ func New(upstream string, opts Options) (*Proxy, error) {
 		clock:    opts.Clock,
 		dialTO:   opts.DialTimeout,
 		closeTO:  opts.CloseTimeout,
+		onReq:    opts.OnRequest,
 		changed:  make(chan struct{}),
 		conns:    map[*conn]bool{},
 		done:     make(chan struct{}),
@@ -179,6 +189,7 @@ func (p *Proxy) Stats() Stats {
 	return Stats{
 		Accepted: p.accepted.Load(), Open: p.open.Load(), Dials: p.dials.Load(), DialErrors: p.dialErrors.Load(),
 		BytesToUpstream: p.bytesUp.Load(), BytesToClient: p.bytesDown.Load(), Resets: p.resets.Load(), Cuts: p.cuts.Load(),
+		Requests: p.requests.Load(),
 	}
 }
 
@@ -484,6 +495,12 @@ func (c *conn) forward(ch chunk, dir int) bool {
 	var request, answer bool // what the chunk carries (see classify)
 	if !ch.eof {
 		request, answer = c.classify(ch.b, dir)
+	}
+	if request {
+		n := p.requests.Add(1)
+		if p.onReq != nil {
+			p.onReq(n)
+		}
 	}
 	for {
 		p.mu.Lock()

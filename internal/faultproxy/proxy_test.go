@@ -218,7 +218,7 @@ func TestTransparent(t *testing.T) {
 	}
 	poll(t, "the connection to close", func() bool { return p.Stats().Open == 0 })
 	s := p.Stats()
-	want := Stats{Accepted: 1, Dials: 1, BytesToUpstream: 17, BytesToClient: 17}
+	want := Stats{Accepted: 1, Dials: 1, BytesToUpstream: 17, BytesToClient: 17, Requests: 2} // plain: each chunk is a request
 	if s != want {
 		t.Errorf("stats %+v, want %+v", s, want)
 	}
@@ -628,5 +628,44 @@ func TestPerDirection(t *testing.T) {
 	}
 	if s := p.Stats(); s.Cuts != 1 || s.BytesToUpstream != 5 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestOnRequest: the hook sees every request with its number before any of it
+// is forwarded, so a fault it switches on applies to exactly that request: here
+// the second request (a write after a read, over TLS on one kept-alive
+// connection) is forwarded and its answer reset, the first is untouched.
+func TestOnRequest(t *testing.T) {
+	t.Parallel()
+	up := newHTTP(t, true, "done")
+	var p *Proxy
+	var seen []int64
+	var mu sync.Mutex
+	p = newProxy(t, up.addr(), Options{OnRequest: func(n int64) {
+		mu.Lock()
+		seen = append(seen, n)
+		mu.Unlock()
+		if n == 2 {
+			p.ResetAfterForwarding(1)
+		}
+	}})
+	hc := up.client(t, tls.VersionTLS13)
+	url := scheme(true) + p.Addr() + "/act"
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatalf("the first request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := hc.Post(url, "text/plain", strings.NewReader("x")); !isReset(err) {
+		t.Fatalf("the second request: err = %v, want a connection reset", err)
+	}
+	if n := up.count("POST"); n != 1 {
+		t.Errorf("the upstream got %d POSTs, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != 1 || seen[1] != 2 || p.Stats().Requests != 2 {
+		t.Errorf("requests seen %v, stats %+v", seen, p.Stats())
 	}
 }
