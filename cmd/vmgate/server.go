@@ -37,25 +37,26 @@ import (
 
 // serverCmd runs vmgate. Every flag has a VMGATE_* environment variable.
 type serverCmd struct {
-	Listen         string        `default:"127.0.0.1:8080" env:"VMGATE_LISTEN" help:"Address to listen on (host:port; port 0 picks a free one)."`
-	TLSCert        string        `env:"VMGATE_TLS_CERT" help:"PEM certificate (with its chain) to serve HTTPS with; reloaded on SIGHUP and when the file changes."`
-	TLSKey         string        `env:"VMGATE_TLS_KEY" help:"PEM private key of --tls-cert."`
-	PlainHTTP      bool          `env:"VMGATE_PLAIN_HTTP" help:"Allow plain HTTP on an address that is not loopback: only behind a TLS-terminating proxy."`
-	Database       string        `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
-	DataDir        string        `env:"VMGATE_DATA_DIR" help:"Directory for the SQLite database and the secret key (default: current directory; in dev mode a fresh temporary one)."`
-	SecretKeyFile  string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets and JWT signing keys; created 0600 if absent (default: <data-dir>/vmgate.key)."`
-	TokenTTL       time.Duration `default:"1h" env:"VMGATE_TOKEN_TTL" help:"Lifetime of an access token."`
-	SessionMax     time.Duration `default:"24h" env:"VMGATE_SESSION_MAX" help:"Longest life of a session from login."`
-	TrustedProxies []string      `env:"VMGATE_TRUSTED_PROXIES" help:"Addresses or CIDRs whose X-Forwarded-For or Forwarded header is believed."`
-	LogFormat      string        `default:"text" enum:"text,json" env:"VMGATE_LOG_FORMAT" help:"Log format: text or json."`
-	LogLevel       string        `default:"info" enum:"debug,info,warn,error" env:"VMGATE_LOG_LEVEL" help:"Log level."`
-	Dev            bool          `env:"VMGATE_DEV" help:"Development mode: an embedded emulated PVE cluster and a fresh database."`
-	DevSpeed       float64       `default:"1" env:"VMGATE_DEV_SPEED" help:"Dev mode: the emulator's time multiplier (1: a live migration of VM 100 takes about 20 s)."`
-	StoreTimeout   time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
-	MetricsListen  string        `env:"VMGATE_METRICS_LISTEN" help:"Also serve /metrics, to every peer, on this address of its own (host:port); firewall it."`
-	MetricsPublic  bool          `env:"VMGATE_METRICS_PUBLIC" help:"Serve /metrics on the main listener to every client (default: loopback clients only)."`
-	AuditRetention time.Duration `default:"9600h" env:"VMGATE_AUDIT_RETENTION" help:"Keep audit records this long (default 400 days); older ones are pruned hourly, leaving a checkpoint the rest verifies from."`
-	RequestTimeout time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
+	Listen          string        `default:"127.0.0.1:8080" env:"VMGATE_LISTEN" help:"Address to listen on (host:port; port 0 picks a free one)."`
+	TLSCert         string        `env:"VMGATE_TLS_CERT" help:"PEM certificate (with its chain) to serve HTTPS with; reloaded on SIGHUP and when the file changes."`
+	TLSKey          string        `env:"VMGATE_TLS_KEY" help:"PEM private key of --tls-cert."`
+	PlainHTTP       bool          `env:"VMGATE_PLAIN_HTTP" help:"Allow plain HTTP on an address that is not loopback: only behind a TLS-terminating proxy."`
+	Database        string        `env:"VMGATE_DATABASE" help:"sqlite:///path/vmgate.db or postgres://... (default: <data-dir>/vmgate.db)."`
+	DataDir         string        `env:"VMGATE_DATA_DIR" help:"Directory for the SQLite database and the secret key (default: current directory; in dev mode a fresh temporary one)."`
+	SecretKeyFile   string        `env:"VMGATE_SECRET_KEY_FILE" help:"AES-256 key sealing cluster token secrets and JWT signing keys; created 0600 if absent (default: <data-dir>/vmgate.key)."`
+	TokenTTL        time.Duration `default:"1h" env:"VMGATE_TOKEN_TTL" help:"Lifetime of an access token."`
+	SessionMax      time.Duration `default:"24h" env:"VMGATE_SESSION_MAX" help:"Longest life of a session from login."`
+	TrustedProxies  []string      `env:"VMGATE_TRUSTED_PROXIES" help:"Addresses or CIDRs whose X-Forwarded-For or Forwarded header is believed."`
+	LogFormat       string        `default:"text" enum:"text,json" env:"VMGATE_LOG_FORMAT" help:"Log format: text or json."`
+	LogLevel        string        `default:"info" enum:"debug,info,warn,error" env:"VMGATE_LOG_LEVEL" help:"Log level."`
+	Dev             bool          `env:"VMGATE_DEV" help:"Development mode: an embedded emulated PVE cluster and a fresh database."`
+	DevSpeed        float64       `default:"1" env:"VMGATE_DEV_SPEED" help:"Dev mode: the emulator's time multiplier (1: a live migration of VM 100 takes about 20 s)."`
+	StoreTimeout    time.Duration `default:"5s" env:"VMGATE_STORE_TIMEOUT" help:"Longest wait for one database call (connecting included); past it a request answers 503 store_unavailable."`
+	MetricsListen   string        `env:"VMGATE_METRICS_LISTEN" help:"Also serve /metrics, to every peer, on this address of its own (host:port); firewall it."`
+	MetricsPublic   bool          `env:"VMGATE_METRICS_PUBLIC" help:"Serve /metrics on the main listener to every client (default: loopback clients only)."`
+	AuditRetention  time.Duration `default:"9600h" env:"VMGATE_AUDIT_RETENTION" help:"Keep audit records this long (default 400 days); older ones are pruned hourly, leaving a checkpoint the rest verifies from."`
+	RequestTimeout  time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
+	ShutdownTimeout time.Duration `default:"25s" env:"VMGATE_SHUTDOWN_TIMEOUT" help:"On SIGTERM, how long requests still running (writes to PVE) may take to finish; long-polls and event streams end at once."`
 
 	// A rotation of the key file (admin keys rotate-seal, docs/deploy.md).
 	PreviousSecretKeyFile string `env:"VMGATE_PREVIOUS_SECRET_KEY_FILE" help:"During a rotation of the key file: the old key file, which then only opens what it sealed."`
@@ -183,7 +184,9 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail})
+	// A key whose holder died, or whose outcome became known later, is finished
+	// with the answer the API would have given (httpapi.KeyAnswer).
+	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer})
 	// The embedded OpenAPI YAML becomes the served JSON once, at start.
 	spec, err := api.OpenAPIJSON()
 	if err != nil {
@@ -247,7 +250,9 @@ func (c *serverCmd) Run() error {
 
 	var sim *pvesim.Server
 	if c.Dev {
-		if sim, err = c.startDev(ctx, a, log); err != nil {
+		// The emulator outlives the signal: it closes (deferred) only after the
+		// HTTP server has drained, so that requests still running reach it.
+		if sim, err = c.startDev(ctx, context.WithoutCancel(ctx), a, log); err != nil {
 			return err
 		}
 		defer sim.Close()
@@ -303,20 +308,43 @@ func (c *serverCmd) Run() error {
 	select {
 	case err = <-served:
 	case <-ctx.Done():
-		_ = sdNotify("STOPPING=1")
-		log.Info("shutting down: draining requests")
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = hs.Shutdown(sctx)
-		cancel()
+		err = c.shutdown(a, hs, log)
 	}
 	if ms != nil {
 		ms.Close()
 	}
 	cancelBG()
 	wg.Wait()
+	// Followers and searches stop; the tasks they follow stay in the store for
+	// the next process or another replica (docs/decisions: graceful stop).
+	a.vms.Close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	return err
+}
+
+// shutdown stops serving on SIGTERM: no new connections; every long-poll
+// answers at once with what it has and every event stream ends with "event:
+// shutdown" (vmops.Drain); requests still writing to PVE get --shutdown-timeout
+// to finish. Past it the rest are cut, logged, and the stop still succeeds (exit
+// 0): their task rows are reconciled from PVE by the next process, so a service
+// manager sees a clean stop either way.
+func (c *serverCmd) shutdown(a *app, hs *http.Server, log *slog.Logger) error {
+	_ = sdNotify("STOPPING=1")
+	began := time.Now()
+	log.Info("shutting down: ending long-polls and event streams, draining requests", "timeout", c.ShutdownTimeout)
+	a.vms.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Error("shutdown: requests still running after --shutdown-timeout were cut; their tasks are reconciled from PVE on the next start",
+			"timeout", c.ShutdownTimeout)
+		hs.Close()
+		err = nil
+	}
+	log.Info("shut down", "took", time.Since(began).Round(time.Millisecond))
 	return err
 }
 
@@ -335,9 +363,9 @@ func devPassword() (string, bool) {
 // startDev starts the embedded emulator, makes sure the dev admin exists and
 // registers the emulated cluster as cluster 1 "dev" through the same code path as
 // POST /api/v1/clusters (so its fingerprint is pinned).
-func (c *serverCmd) startDev(ctx context.Context, a *app, log *slog.Logger) (_ *pvesim.Server, err error) {
+func (c *serverCmd) startDev(ctx, serveCtx context.Context, a *app, log *slog.Logger) (_ *pvesim.Server, err error) {
 	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed})
-	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	srv, err := sim.Serve(serveCtx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
 		return nil, fmt.Errorf("start the emulated cluster: %w", err)
 	}

@@ -259,7 +259,7 @@ const runningTask = `{"code":200,"message":"success","data":{"taskId":"UPID:pve1
 	`"clusterId":1,"node":"pve1","type":"qmigrate","vmid":100,"pveUser":"vmgate@pve!gw","startedBy":null,"status":"running",` +
 	`"exitStatus":null,"result":"running","error":null,"startTime":"2026-11-22T10:00:00Z","endTime":null,"target":"pve2",` +
 	`"progress":{"percent":42.1,"transferredBytes":1808939008,"totalBytes":4294967296,"bytesPerSecond":614924697,"phase":"memory"},` +
-	`"followTaskId":null}}`
+	`"followTaskId":null,"operationId":17,"stale":false,"staleSince":null}}`
 
 func check(t *testing.T, method, path string, status int, hdr http.Header, body string) error {
 	t.Helper()
@@ -285,6 +285,8 @@ func TestNulls(t *testing.T) {
 		{"an absent followTaskId", `,"followTaskId":null`, ``},
 		{"a running task with an end", `"endTime":null`, `"endTime":"2026-11-22T10:01:00Z"`},
 		{"a running task with result ok", `"result":"running"`, `"result":"ok"`},
+		{"a stale task without staleSince", `"stale":false`, `"stale":true`},
+		{"a pending task with a UPID", `"status":"running","exitStatus":null,"result":"running"`, `"status":"pending","exitStatus":null,"result":"unknown"`},
 		{"an endTime that is no time", `"endTime":null`, `"endTime":"yesterday"`},
 		{"an unknown field", `"node":"pve1"`, `"node":"pve1","secret":"x"`},
 		{"a code that is not the status", `"code":200`, `"code":201`},
@@ -351,6 +353,7 @@ func TestCheckEventStream(t *testing.T) {
 		{"a task with a forbidden null", "event: task\ndata: " + strings.Replace(task, `"node":"pve1"`, `"node":null`, 1) + "\n\n", false},
 		{"an event the document does not name", "event: progress\ndata: {}\n\n", false},
 		{"an end with data", "event: end\ndata: {\"x\":1}\n\n", false},
+		{"a task and a shutdown", "event: task\ndata: " + task + "\n\nevent: shutdown\nretry: 2000\ndata: {\"reason\":\"shutdown\",\"retryMs\":2000}\n\n", true},
 	} {
 		err := mustDoc(t).Check(httptest.NewRequest("GET", path, nil), 200, sse, []byte(c.body))
 		if (err == nil) != c.ok {

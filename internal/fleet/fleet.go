@@ -68,6 +68,8 @@ type Service struct {
 	// tlsSeen remembers certificate mismatches already audited, so a node that keeps
 	// presenting the wrong certificate is recorded once, not on every request.
 	tlsSeen map[string]bool
+
+	lastVM lastKnownVMs // for stale answers (lastknown.go)
 }
 
 // New builds the fleet. It fails when the seal key is missing or when clusters are

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
@@ -72,6 +73,10 @@ type VMStatusView struct {
 	MaxMem    int64
 	CPU       float64 // the share of CPUs in use now (0–1)
 	Mem       int64   // memory in use now
+	// Stale is set when PVE could not be asked and this is the last status vmgate
+	// read, at StaleSince.
+	Stale      bool
+	StaleSince time.Time
 }
 
 // Clusters lists the clusters the actor may see, by ID, each with the actor's role
@@ -168,8 +173,10 @@ func splitTags(s string) []string {
 }
 
 // VMStatus reads a VM's current status on a node. A VM that is not on that node is
-// NotFound, saying on which node it is when the cluster shows it elsewhere. The caller
-// has authorized.
+// NotFound, saying on which node it is when the cluster shows it elsewhere. When PVE
+// cannot be asked (the node is cut off, no endpoint answers) the last status this
+// process read answers, marked stale; without one the read is 503 (504 on a
+// timeout), never 409. The caller has authorized.
 func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
 	if !pve.ValidNode(node) {
 		return VMStatusView{}, invalid("node %q is not a PVE node name", quoteSafe(node))
@@ -181,16 +188,20 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 	if err != nil {
 		return VMStatusView{}, err
 	}
-	st, err := cl.VMStatus(ctx, node, int(vmid))
-	if err != nil {
-		if pve.IsNotFound(err) {
-			return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)
+	// While the VM's node cannot be reached, its last known status answers, marked
+	// stale (lastknown.go).
+	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, vmid}, func(ctx context.Context) (VMStatusView, error) {
+		st, err := cl.VMStatus(ctx, node, int(vmid))
+		if err != nil {
+			if pve.IsNotFound(err) {
+				return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)
+			}
+			return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
 		}
-		return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
-	}
-	return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
-		Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,
-		CPUs: st.CPUs, MaxMem: st.MaxMem, CPU: st.CPU, Mem: st.Mem}, nil
+		return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+			Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,
+			CPUs: st.CPUs, MaxMem: st.MaxMem, CPU: st.CPU, Mem: st.Mem}, nil
+	})
 }
 
 // vmNotOn is the 404 for a VM PVE says is not on node, from a fresh look at where

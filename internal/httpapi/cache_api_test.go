@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/time/rate"
@@ -85,7 +86,11 @@ func TestNextRequestSeesChanges(t *testing.T) {
 			if _, err := e.store.UpdateCluster(ctx, row); err != nil {
 				t.Fatal(err)
 			}
-			expect("vera", "GET", vm, "", http.StatusServiceUnavailable)
+			// The new endpoint does not answer: the VM's last known status, marked
+			// stale (issue 10), where a stale client would have answered fresh.
+			if w := e.do("vera", "GET", vm, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"stale":true`) {
+				t.Fatalf("GET %s with the endpoints moved to a dead one: %d %s, want the last status marked stale", vm, w.Code, w.Body)
+			}
 			row.Endpoints = good
 			if _, err := e.store.UpdateCluster(ctx, row); err != nil {
 				t.Fatal(err)

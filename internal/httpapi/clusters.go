@@ -291,6 +291,9 @@ type vmStatusJSON struct {
 	Uptime    int64   `json:"uptime"`
 	CPUs      float64 `json:"cpus"`
 	MaxMem    int64   `json:"maxMem"`
+	// Stale: PVE could not be asked; this is what vmgate last read, at StaleSince.
+	Stale      bool       `json:"stale"`
+	StaleSince *time.Time `json:"staleSince"`
 }
 
 type haJSON struct {
@@ -313,7 +316,13 @@ func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeData(w, vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
-		Lock: st.Lock, HA: haJSON{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem})
+	out := vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+		Lock: st.Lock, HA: haJSON{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem,
+		Stale: st.Stale}
+	if st.Stale {
+		since := st.StaleSince.UTC()
+		out.StaleSince = &since
+	}
+	writeData(w, out)
 	return nil
 }

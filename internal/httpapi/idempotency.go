@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 const maxIdempotencyKey = 255
 
 // replayedHeaders are the headers of a first answer that a replay repeats.
-var replayedHeaders = []string{"X-Task-Id", "Location"}
+var replayedHeaders = []string{"X-Task-Id", "Location", "X-Operation-Id"}
 
 // idempotencyKey reads the Idempotency-Key header: absent is fine, present must be
 // one value of 1 to 255 printable ASCII characters.
@@ -73,13 +74,13 @@ func requestHash(r *http.Request, body []byte) string {
 // claims nothing. An answer that started nothing (a 4xx before PVE was asked, a 503
 // because the cluster is down) releases the key so that a retry runs again; an answer
 // that started a task, or may have (an ambiguous write), is kept.
-func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte, act func(w http.ResponseWriter) error) error {
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte, act func(w http.ResponseWriter, r *http.Request) error) error {
 	key, present, err := idempotencyKey(r)
 	if err != nil {
 		return err
 	}
 	if !present {
-		return act(w)
+		return act(w, r)
 	}
 	p := principal(r)
 	hash := requestHash(r, body)
@@ -93,24 +94,37 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 			return errs.R(errs.Unprocessable, "idempotency_key_reused",
 				"Idempotency-Key %q was used for a different request in the last 24 hours", safeText(key))
 		case !got.Done:
-			return errs.R(errs.Conflict, "in_progress",
+			e := errs.R(errs.Conflict, "in_progress",
 				"the first request with Idempotency-Key %q is still running (since %s)", safeText(key), got.Since.UTC().Format(time.RFC3339))
+			if got.OperationID != 0 {
+				e.Message += fmt.Sprintf("; follow operation %d", got.OperationID)
+				w.Header().Set("X-Operation-Id", strconv.FormatInt(got.OperationID, 10))
+				w.Header().Set("Location", taskPath(strconv.FormatInt(got.OperationID, 10)))
+			}
+			return e
 		}
 		replay(w, got.Answer)
 		return nil
 	}
 
 	cw := &captureWriter{header: http.Header{}}
-	actErr := act(cw)
+	// The task row the request writes names the key, so that whoever finishes the
+	// key later learns what it asked (vmops.WithIdempotencyKey).
+	actErr := act(cw, r.WithContext(vmops.WithIdempotencyKey(r.Context(), key)))
 	if actErr != nil {
 		writeError(cw, r, actErr)
 	}
 	ctx := context.WithoutCancel(r.Context())
-	if cw.header.Get("X-Task-Id") == "" && cw.status >= 400 && !errors.Is(actErr, vmops.ErrMaybeStarted) {
+	switch {
+	case errors.Is(actErr, vmops.ErrMaybeStarted):
+		// Its outcome is unknown: the key stays in progress until vmgate has found
+		// the task (or that there is none), and then holds the real answer.
+		s.vms.HoldKey(ctx, p.UserID, key)
+	case cw.header.Get("X-Task-Id") == "" && cw.status >= 400:
 		if err := s.vms.ReleaseKey(ctx, p.UserID, key); err != nil {
 			logFrom(r).Error("idempotency key release failed", slog.String("error", err.Error()))
 		}
-	} else {
+	default:
 		hdr := map[string]string{}
 		for _, h := range replayedHeaders {
 			if v := cw.header.Get(h); v != "" {
@@ -123,6 +137,30 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 	cw.copyTo(w)
 	return nil
+}
+
+// KeyAnswer renders what a request with an Idempotency-Key answers, for a key
+// vmops finishes on the request's behalf (vmops.Config.Answers): its holder died,
+// or its outcome became known only after it had answered outcome_unknown. It is
+// the answer the handler gives, through the same rendering.
+func KeyAnswer(o vmops.KeyOutcome) vmops.Answer {
+	cw := &captureWriter{header: http.Header{}}
+	var err error
+	if o.Op == vmops.OpMigrate {
+		err = renderMigrate(cw, o.Outcome.TaskID, o.Err)
+	} else {
+		err = renderPower(cw, o.Outcome, o.Err)
+	}
+	if err != nil {
+		writeError(cw, (&http.Request{}).WithContext(context.Background()), err)
+	}
+	hdr := map[string]string{}
+	for _, h := range replayedHeaders {
+		if v := cw.header.Get(h); v != "" {
+			hdr[h] = v
+		}
+	}
+	return vmops.Answer{Status: cw.status, Headers: hdr, Body: cw.body.Bytes()}
 }
 
 // replay writes a stored first answer again.

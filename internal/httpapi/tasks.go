@@ -16,12 +16,13 @@ import (
 // taskJSON is a task as DESIGN §3.3 shows it. Every key is always present; what is
 // not known (yet) is null.
 type taskJSON struct {
-	TaskID       string        `json:"taskId"`
+	TaskID       *string       `json:"taskId"`
+	OperationID  *int64        `json:"operationId"`
 	ClusterID    int64         `json:"clusterId"`
 	Node         string        `json:"node"`
 	Type         string        `json:"type"`
 	VMID         *int64        `json:"vmid"`
-	PVEUser      string        `json:"pveUser"`
+	PVEUser      *string       `json:"pveUser"`
 	StartedBy    *string       `json:"startedBy"`
 	Status       string        `json:"status"`
 	ExitStatus   *string       `json:"exitStatus"`
@@ -32,6 +33,8 @@ type taskJSON struct {
 	Target       *string       `json:"target"`
 	Progress     *progressJSON `json:"progress"`
 	FollowTaskID *string       `json:"followTaskId"`
+	Stale        bool          `json:"stale"`
+	StaleSince   *time.Time    `json:"staleSince"`
 }
 
 type progressJSON struct {
@@ -50,13 +53,21 @@ func strOrNull(s string) *string {
 }
 
 func toTaskJSON(v vmops.TaskView) taskJSON {
-	out := taskJSON{TaskID: v.TaskID, ClusterID: v.ClusterID, Node: v.Node, Type: v.Type, PVEUser: v.PVEUser,
-		StartedBy: strOrNull(v.StartedBy), Status: v.Status, ExitStatus: strOrNull(v.ExitStatus), Result: v.Result,
-		Error: strOrNull(v.Error), StartTime: v.StartTime.UTC(), Target: strOrNull(v.Target),
-		FollowTaskID: strOrNull(v.FollowTaskID)}
+	out := taskJSON{TaskID: strOrNull(v.TaskID), ClusterID: v.ClusterID, Node: v.Node, Type: v.Type,
+		PVEUser: strOrNull(v.PVEUser), StartedBy: strOrNull(v.StartedBy), Status: v.Status,
+		ExitStatus: strOrNull(v.ExitStatus), Result: v.Result, Error: strOrNull(v.Error), StartTime: v.StartTime.UTC(),
+		Target: strOrNull(v.Target), FollowTaskID: strOrNull(v.FollowTaskID), Stale: v.Stale}
 	if v.VMID != 0 {
 		id := v.VMID
 		out.VMID = &id
+	}
+	if v.OperationID != 0 {
+		id := v.OperationID
+		out.OperationID = &id
+	}
+	if v.Stale {
+		since := v.StaleSince.UTC()
+		out.StaleSince = &since
 	}
 	if v.Finished() && !v.EndTime.IsZero() {
 		end := v.EndTime.UTC()
@@ -69,12 +80,13 @@ func toTaskJSON(v vmops.TaskView) taskJSON {
 	return out
 }
 
-// pathTask reads and validates {taskId}: a UPID exactly as PVE writes it.
+// pathTask reads and validates {taskId}: a UPID exactly as PVE writes it, or
+// vmgate's operation id (the task row an outcome_unknown answer names).
 func pathTask(r *http.Request) (string, error) {
 	id := r.PathValue("taskId")
 	if !vmops.ValidTaskID(id) {
 		return "", errs.R(errs.Invalid, "invalid_request",
-			"the task id is not a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:)")
+			"the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor an operation id")
 	}
 	return id, nil
 }
@@ -167,8 +179,14 @@ const sseWriteTimeout = 30 * time.Second
 // ssePing is how often a quiet stream sends a comment, so that proxies keep it open.
 const ssePing = 15 * time.Second
 
+// shutdownRetry is the reconnection delay an event stream's last event suggests
+// when vmgate shuts down: a rolling restart's replacement (or another replica)
+// is usually there by then.
+const shutdownRetry = 2 * time.Second
+
 // taskEvents streams the task's view as server-sent events ("event: task") each
-// time it changes, until the task ends ("event: end") or the client goes away.
+// time it changes, until the task ends ("event: end"), the client goes away, or
+// vmgate shuts down ("event: shutdown" with a retry hint: reconnect and go on).
 // Errors found before the first event are answered as usual.
 func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	upid, err := pathTask(r)
@@ -235,7 +253,13 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if !started {
 		return err
 	}
-	if err == nil && ctx.Err() == nil {
+	switch {
+	case errors.Is(err, vmops.ErrDraining):
+		// The SSE retry field is the client's reconnection delay; the data says the
+		// same for clients that read only data.
+		ms := shutdownRetry.Milliseconds()
+		_ = write(fmt.Sprintf("event: shutdown\nretry: %d\ndata: {\"reason\":\"shutdown\",\"retryMs\":%d}\n\n", ms, ms))
+	case err == nil && ctx.Err() == nil:
 		_ = write("event: end\ndata: {}\n\n")
 	}
 	return nil

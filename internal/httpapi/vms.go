@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -33,6 +34,7 @@ type VMs interface {
 	ClaimKey(ctx context.Context, userID int64, key, requestHash string) (vmops.KeyClaim, error)
 	KeepAnswer(ctx context.Context, userID int64, key string, a vmops.Answer) error
 	ReleaseKey(ctx context.Context, userID int64, key string) error
+	HoldKey(ctx context.Context, userID int64, key string)
 }
 
 // vmRoutes are the VM operations and the task queries. Every one needs a token;
@@ -175,22 +177,52 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, withForce bool,
 	if err := s.authorize(r, vm.ClusterID, fleet.GrantOperator); err != nil {
 		return err
 	}
-	return s.idempotent(w, r, nil, func(w http.ResponseWriter) error {
+	return s.idempotent(w, r, nil, func(w http.ResponseWriter, r *http.Request) error {
 		out, err := op(r.Context(), vmActor(r), vm, q)
-		if out.TaskID != "" {
-			w.Header().Set("X-Task-Id", out.TaskID)
-		}
-		if err != nil {
-			return err
-		}
-		if out.Running {
-			w.Header().Set("Location", taskPath(out.TaskID))
-			writeAccepted(w, "accepted: the task is still running", nil)
-			return nil
-		}
-		writeOK(w)
-		return nil
+		return renderPower(w, out, err)
 	})
+}
+
+// renderPower answers a power operation: 200 when its task ended well, 202 with
+// Location while it runs, the mapped error when it failed. Every answer that
+// started a task carries X-Task-Id; one whose outcome is unknown X-Operation-Id
+// and Location (operationHeaders).
+func renderPower(w http.ResponseWriter, out vmops.Outcome, err error) error {
+	if out.TaskID != "" {
+		w.Header().Set("X-Task-Id", out.TaskID)
+	}
+	if err != nil {
+		operationHeaders(w, err)
+		return err
+	}
+	if out.Running {
+		w.Header().Set("Location", taskPath(out.TaskID))
+		writeAccepted(w, "accepted: the task is still running", nil)
+		return nil
+	}
+	writeOK(w)
+	return nil
+}
+
+// renderMigrate answers a migration: its task id at once.
+func renderMigrate(w http.ResponseWriter, upid string, err error) error {
+	if err != nil {
+		operationHeaders(w, err)
+		return err
+	}
+	w.Header().Set("X-Task-Id", upid)
+	writeData(w, map[string]string{"taskId": upid})
+	return nil
+}
+
+// operationHeaders names, on an outcome_unknown answer, vmgate's task row
+// (X-Operation-Id) and where to follow it (Location): vmgate keeps looking for the
+// task and fills the row (issue 10).
+func operationHeaders(w http.ResponseWriter, err error) {
+	if id, ok := vmops.OperationOf(err); ok {
+		w.Header().Set("X-Operation-Id", strconv.FormatInt(id, 10))
+		w.Header().Set("Location", taskPath(strconv.FormatInt(id, 10)))
+	}
 }
 
 // storageMapPattern is PVE's storage-pair-list, loosely: storage ids, ':' and ','
@@ -254,14 +286,9 @@ func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.authorize(r, vm.ClusterID, fleet.GrantOperator); err != nil {
 		return err
 	}
-	return s.idempotent(w, r, body, func(w http.ResponseWriter) error {
+	return s.idempotent(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
 		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
-		if err != nil {
-			return err
-		}
-		w.Header().Set("X-Task-Id", upid)
-		writeData(w, map[string]string{"taskId": upid})
-		return nil
+		return renderMigrate(w, upid, err)
 	})
 }
 

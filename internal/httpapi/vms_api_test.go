@@ -155,7 +155,7 @@ func TestMigrationHTTP(t *testing.T) {
 		time.Sleep(vmPoll)
 	}
 	if last.Result != "ok" || last.Progress.Percent != 100 || last.Progress.Phase != "done" || last.EndTime == nil ||
-		last.Target == nil || *last.Target != "pve2" || last.Node != "pve1" || last.PVEUser != pvesim.DevTokenID {
+		last.Target == nil || *last.Target != "pve2" || last.Node != "pve1" || last.PVEUser == nil || *last.PVEUser != pvesim.DevTokenID {
 		t.Fatalf("final task %+v %+v", last, last.Progress)
 	}
 	intermediate := 0
@@ -209,7 +209,7 @@ func TestMigrationHTTP(t *testing.T) {
 	// The task list.
 	a = e.call("view", "GET", "/api/v1/pve/tasks?vmid=100", "").expect(t, 200, "")
 	var list []taskJSON
-	if err := json.Unmarshal(a.env.Data, &list); err != nil || len(list) != 1 || list[0].TaskID != upid {
+	if err := json.Unmarshal(a.env.Data, &list); err != nil || len(list) != 1 || list[0].TaskID == nil || *list[0].TaskID != upid {
 		t.Errorf("task list %s", a.raw)
 	}
 	a = e.call("nobody", "GET", "/api/v1/pve/tasks", "").expect(t, 200, "")

@@ -75,7 +75,7 @@ func newVMEnv(t testing.TB, speed float64) *vmEnv {
 func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	e.t.Helper()
 	cfg := vmops.Config{Store: e.store, Clients: e.fleet, Audit: e.trail, PollInterval: vmPoll, HAGrace: 10 * time.Second,
-		Sweep: 20 * time.Millisecond}
+		Sweep: 20 * time.Millisecond, Answers: KeyAnswer}
 	if tweak != nil {
 		tweak(&cfg)
 	}

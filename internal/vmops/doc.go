@@ -16,7 +16,13 @@
 // in the context (internal/audit); a task's end is recorded as the task row has it.
 // Front ends get the package's own view types (TaskView, Precheck, ...) and
 // validators (ValidNode, ValidTaskID), never PVE's types. The Idempotency-Keys of VM
-// writes are kept here too (ClaimKey, KeepAnswer, ReleaseKey).
+// writes are kept here too (ClaimKey, KeepAnswer, ReleaseKey, HoldKey), held by a
+// renewed lease and taken over from a holder that died (idempotency.go).
+//
+// When a dependency fails (issue 10): a write whose outcome is unknown is
+// ReasonOutcomeUnknown naming its task row, which is searched for in the node's
+// task list at once and every SearchEvery (outcome.go); a read PVE cannot serve
+// answers the last view, marked Stale; Drain ends every wait for a shutdown.
 //
 // The package knows no HTTP: errors are *errs.Error values whose kind and reason the
 // HTTP layer maps to a status.

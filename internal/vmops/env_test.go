@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
@@ -25,6 +26,7 @@ type env struct {
 	t      *testing.T
 	sim    *pvesim.Cluster
 	client *pve.Client
+	proxy  *faultproxy.Proxy // between client and pve1 with envOpts.proxy
 	store  store.Store
 	dbPath string
 	svc    *Service
@@ -36,6 +38,12 @@ type envOpts struct {
 	speed  float64 // emulated seconds per real second (default 1000)
 	manual bool    // the emulator's clock moves only with Advance
 	cfg    func(*Config)
+	// proxy puts a fault proxy between the client and pve1, the client's only
+	// endpoint, and gives the client pveTimeout (default 10 s) as its deadline.
+	proxy      bool
+	pveTimeout time.Duration
+	// storeDSN opens the store there instead of a fresh SQLite file.
+	storeDSN string
 }
 
 // clientsFunc adapts a function to Clients.
@@ -97,16 +105,40 @@ func newEnv(t *testing.T, o envOpts) *env {
 	t.Cleanup(func() { srv.Close() })
 	ep := srv.Endpoints()[0]
 	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
-	cl, err := pve.New(pve.Config{Endpoints: []pve.Endpoint{{URL: ep.URL, Fingerprint: ep.Fingerprint}},
-		TokenID: tokenID, TokenSecret: secret, Timeout: 10 * time.Second})
+	e := &env{t: t, sim: sim, audit: &auditLog{}, actor: Actor{UserID: 7, Email: "ops@example.com"}}
+	url := ep.URL
+	if o.proxy {
+		p, err := faultproxy.New(strings.TrimPrefix(ep.URL, "https://"), faultproxy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		e.proxy, url = p, "https://"+p.Addr()
+	}
+	if o.pveTimeout == 0 {
+		o.pveTimeout = 10 * time.Second
+	}
+	// A short breaker cooldown: after a healed fault the single endpoint is tried
+	// again soon (the default keeps it closed for 30 s).
+	cl, err := pve.New(pve.Config{Endpoints: []pve.Endpoint{{URL: url, Fingerprint: ep.Fingerprint}},
+		TokenID: tokenID, TokenSecret: secret, Timeout: o.pveTimeout, AttemptTimeout: o.pveTimeout,
+		BreakerCooldown: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	e := &env{t: t, sim: sim, client: cl, audit: &auditLog{},
-		actor: Actor{UserID: 7, Email: "ops@example.com"}}
+	e.client = cl
 	e.dbPath = filepath.Join(t.TempDir(), "vmgate.db")
-	e.store = e.openStore()
+	if o.storeDSN != "" {
+		st, err := store.OpenWith(context.Background(), o.storeDSN, store.Options{Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		e.store = st
+	} else {
+		e.store = e.openStore()
+	}
 	e.svc = e.newService(o.cfg)
 	return e
 }
@@ -142,6 +174,8 @@ func (e *env) newService(tweak func(*Config)) *Service {
 		HAGrace:      5 * time.Second,
 		LostGrace:    time.Minute,
 		Sweep:        50 * time.Millisecond,
+		SearchEvery:  10 * time.Millisecond,
+		KeySweep:     10 * time.Millisecond,
 	}
 	if tweak != nil {
 		tweak(&cfg)
@@ -224,11 +258,17 @@ type hookAPI struct {
 	pveAPI
 	beforeWrite func()
 	loseAnswer  bool
+	// dropWrite answers as if the connection broke, without the write reaching
+	// PVE (which may still get it later: the test sends it itself).
+	dropWrite bool
 }
 
 func (h *hookAPI) write(call func() (pve.UPID, error)) (pve.UPID, error) {
 	if h.beforeWrite != nil {
 		h.beforeWrite()
+	}
+	if h.dropWrite {
+		return pve.UPID{}, &pve.AmbiguousError{Method: "POST", Err: errors.New("connection reset")}
 	}
 	u, err := call()
 	if err == nil && h.loseAnswer {

@@ -191,7 +191,8 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 func (s *Service) startTask(ctx context.Context, a Actor, vm VMRef, op, target string, params map[string]any,
 	call func(context.Context) (pve.UPID, error)) (pve.UPID, store.Task, error) {
 	row, err := s.store.CreateTask(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
-		Op: op, Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending})
+		Op: op, Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
+		IdemKey: idempotencyKeyOf(ctx)})
 	if err != nil {
 		return pve.UPID{}, store.Task{}, fmt.Errorf("record the %s task: %w", op, err)
 	}
@@ -203,14 +204,23 @@ func (s *Service) startTask(ctx context.Context, a Actor, vm VMRef, op, target s
 		delete(s.starting, row.ID)
 		s.mu.Unlock()
 	}()
-	// The write must not be abandoned half-way because the client went away.
+	// The write must not be abandoned half-way because the client went away (or
+	// the request's deadline passed): the PVE client bounds it itself.
 	upid, callErr := call(context.WithoutCancel(ctx))
 	wctx := context.WithoutCancel(ctx)
 	if callErr != nil {
 		var amb *pve.AmbiguousError
 		if errors.As(callErr, &amb) {
-			// PVE may have started it: leave the row pending for Run to find.
-			return pve.UPID{}, row, callErr
+			// PVE may have started it: the row stays pending, marked, and is
+			// searched for at once and then every SearchEvery (outcome.go).
+			row.OutcomeUnknownAt = s.now()
+			if updated, err := s.store.UpdateTask(wctx, row); err == nil {
+				row = updated
+			} else {
+				s.log.Warn("task update failed", "task", row.ID, "error", err.Error())
+			}
+			s.startSearch(row)
+			return pve.UPID{}, row, outcomeUnknown(op, row, callErr)
 		}
 		row.Status, row.Error, row.EndedAt = store.TaskLost, truncateText(callErr.Error(), 500), s.now()
 		if _, err := s.store.UpdateTask(wctx, row); err != nil {
@@ -235,19 +245,9 @@ func truncateText(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// mapStartError turns PVE's synchronous refusal of a write into the caller's error.
+// mapStartError turns PVE's synchronous refusal of a write into the caller's error
+// (an unknown outcome is already outcome_unknown, from startTask).
 func (s *Service) mapStartError(ctx context.Context, api pveAPI, vm VMRef, op string, err error) error {
-	var amb *pve.AmbiguousError
-	if errors.As(err, &amb) {
-		e, _ := errs.As(upstream(err))
-		if e == nil {
-			e = errs.E(errs.Upstream, "the request to PVE failed")
-		}
-		out := *e
-		out.Message = "vmgate could not tell whether PVE started the " + op + " task; check the VM's tasks before retrying"
-		out.Err = fmt.Errorf("%w: %w", ErrMaybeStarted, err)
-		return &out
-	}
 	if e, ok := errs.As(err); ok {
 		return e
 	}

@@ -3,14 +3,10 @@ package vmops
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
-	"github.com/vmgate/vmgate/internal/store"
 )
 
 // opTypes are the PVE task types an operation's task can have (HA-managed VMs
@@ -29,21 +25,29 @@ const pendingSlack = 5 * time.Second
 
 // Run reconciles the tasks left unfinished (by a crash, a kill -9 or a restart)
 // and keeps doing so every Sweep until ctx ends: a row still waiting for its UPID
-// is matched with the task in its node's task list (or marked lost once LostGrace
-// has passed without one); a running task gets a follower that reads it until it
-// ends and records its end. Run returns when ctx ends.
+// is searched for in its node's task list (outcome.go: every SearchEvery until
+// found, or lost once LostGrace has passed without it); a running task gets a
+// follower that reads it until it ends and records its end. Every KeySweep it
+// takes over the Idempotency-Keys whose holder's lease ran out (idempotency.go).
+// Run returns when ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.sweep)
 	defer tick.Stop()
+	keys := time.NewTicker(s.keySweep)
+	defer keys.Stop()
+	s.reconcile(ctx)
+	s.takeOverKeys(ctx)
 	for {
-		s.reconcile(ctx)
-		s.evictIdle(10 * time.Minute)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.bgCtx.Done():
 			return nil
+		case <-keys.C:
+			s.takeOverKeys(ctx)
 		case <-tick.C:
+			s.reconcile(ctx)
+			s.evictIdle(10 * time.Minute)
 		}
 	}
 }
@@ -66,7 +70,7 @@ func (s *Service) reconcile(ctx context.Context) {
 			mine := s.starting[r.ID]
 			s.mu.Unlock()
 			if !mine {
-				s.resolvePending(ctx, r)
+				s.startSearch(r) // outcome.go
 			}
 			continue
 		}
@@ -77,72 +81,6 @@ func (s *Service) reconcile(ctx context.Context) {
 		}
 		s.startFollower(s.track(u, r.ClusterID, &r))
 	}
-}
-
-// resolvePending looks for the task of a row whose PVE call never recorded a UPID:
-// in the node's task list, by vmgate's token, of the operation's types, for the VM,
-// started at or after the row (less a little clock slack), and not recorded by
-// another row. The earliest match is taken.
-func (s *Service) resolvePending(ctx context.Context, r store.Task) {
-	log := s.log.With(slog.Int64("task", r.ID), slog.Int64("cluster", r.ClusterID), slog.Int64("vmid", r.VMID))
-	api, err := s.connect(ctx, r.ClusterID)
-	if err != nil {
-		log.Warn("reconcile: no client for the cluster", slog.String("error", err.Error()))
-		return
-	}
-	token := api.TokenID()
-	user, _, _ := strings.Cut(token, "!")
-	since := r.CreatedAt.Add(-pendingSlack)
-	list, err := api.NodeTasks(ctx, r.Node, pve.TaskListOptions{Source: "all", VMID: int(r.VMID),
-		UserFilter: user, Since: since, Limit: 200})
-	if err != nil {
-		log.Warn("reconcile: reading the node's task list failed", slog.String("error", err.Error()))
-		return
-	}
-	var best pve.UPID
-	found := false
-	for _, e := range list {
-		u := e.UPID
-		if u.IsZero() || u.User != token || u.ID != itoa(r.VMID) || !slices.Contains(opTypes[r.Op], u.Type) ||
-			u.StartTime.Before(since.Truncate(time.Second)) {
-			continue
-		}
-		if _, err := s.store.TaskByUPID(ctx, u.String()); err == nil {
-			continue // another row has it
-		}
-		if !found || u.StartTime.Before(best.StartTime) {
-			best, found = u, true
-		}
-	}
-	if found {
-		r.UPID, r.Node, r.Status, r.StartedAt = best.String(), best.Node, store.TaskRunning, best.StartTime
-		updated, err := s.store.UpdateTask(ctx, r)
-		if err != nil {
-			log.Warn("reconcile: recording the UPID failed", slog.String("error", err.Error()))
-			return
-		}
-		log.Info("reconcile: found the task of a pending row", slog.String("upid", updated.UPID))
-		s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: r.UserID, UserEmail: r.UserEmail,
-			Action: "task.reconciled", ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID, Target: r.Target,
-			Params: r.Params, Result: "found", UPID: updated.UPID})
-		s.startFollower(s.track(best, r.ClusterID, &updated))
-		return
-	}
-	if s.now().Sub(r.CreatedAt) < s.lost {
-		return
-	}
-	r.Status, r.EndedAt = store.TaskLost, s.now()
-	r.Error = "PVE has no task for this request: the call did not reach it"
-	if _, err := s.store.UpdateTask(ctx, r); err != nil {
-		if errs.KindOf(err) != errs.Conflict {
-			log.Warn("reconcile: marking the row lost failed", slog.String("error", err.Error()))
-		}
-		return
-	}
-	log.Warn("reconcile: no PVE task for a pending row; marked lost")
-	s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: r.UserID, UserEmail: r.UserEmail,
-		Action: "task.reconciled", ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID, Target: r.Target,
-		Params: r.Params, Result: "lost"})
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

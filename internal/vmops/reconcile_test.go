@@ -57,6 +57,9 @@ func TestReconcilePendingRow(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
 	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
+	// Closed first: it answers but starts no background search of its own, as
+	// if its process died right after the call.
+	e.svc.Close()
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
 	if !errors.Is(err, ErrMaybeStarted) {
 		t.Fatalf("error %v, want one wrapping ErrMaybeStarted", err)
@@ -89,7 +92,8 @@ func TestReconcilePendingRow(t *testing.T) {
 }
 
 // TestReconcileLost: a pending row with no task in PVE is marked lost after the
-// grace period.
+// grace period, and listed as lost (its outcome was unknown: someone may look
+// for it).
 func TestReconcileLost(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
@@ -107,10 +111,14 @@ func TestReconcileLost(t *testing.T) {
 		r, err := e.store.TaskByID(ctx, row.ID)
 		return err == nil && r.Status == store.TaskLost
 	})
+	// The audit record follows the row's update.
+	eventually(t, "the audit record", func() bool { _, ok := e.audit.last("task.reconciled"); return ok })
 	if rec, ok := e.audit.last("task.reconciled"); !ok || rec.Result != "lost" || rec.VMID != 105 {
 		t.Errorf("audit %+v", rec)
 	}
-	if list, _ := s2.Tasks(ctx, TaskFilter{}); len(list) != 0 {
-		t.Errorf("a lost row is listed: %+v", list)
+	list, _ := s2.Tasks(ctx, TaskFilter{})
+	if len(list) != 1 || list[0].OperationID != row.ID || list[0].Status != StatusStopped || list[0].Result != ResultLost ||
+		list[0].TaskID != "" {
+		t.Errorf("the lost row is listed as %+v", list)
 	}
 }

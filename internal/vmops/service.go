@@ -22,7 +22,9 @@ import (
 const (
 	DefaultPollInterval = time.Second
 	DefaultHAGrace      = 3 * time.Minute
-	DefaultLostGrace    = 2 * time.Minute
+	DefaultLostGrace    = 5 * time.Minute // how long vmgate looks for the task of an unknown outcome
+	DefaultSearchEvery  = 3 * time.Second // how often it looks meanwhile
+	DefaultKeySweep     = 5 * time.Second // how often it looks for Idempotency-Keys whose holder died
 	DefaultSweep        = 30 * time.Second
 	DefaultMaxFollowers = 64
 	DefaultWait         = 60 * time.Second // power operations' wait when the caller gives none
@@ -50,9 +52,34 @@ type Config struct {
 	// HAGrace is how long after an HA stand-in task ended vmgate looks for the task
 	// the HA stack runs before it calls the request failed [DefaultHAGrace].
 	HAGrace time.Duration
-	// LostGrace is how old a task row without a UPID must be before Run, finding no
-	// matching task in PVE's list, marks it lost [DefaultLostGrace].
+	// LostGrace is how old a task row without a UPID must be before vmgate,
+	// finding no matching task in PVE's list, marks it lost [DefaultLostGrace]:
+	// how long it keeps looking for the task of a request whose outcome it did not
+	// learn (issue 10: 5 minutes).
 	LostGrace time.Duration
+	// SearchEvery is how often it looks meanwhile, the first time at once
+	// [DefaultSearchEvery]: a task PVE has shows up in vmgate within it.
+	SearchEvery time.Duration
+	// StaleAfter is how long a task query waits for PVE when it holds a view it
+	// may answer with, marked stale, instead [fleet.StaleAfter].
+	StaleAfter time.Duration
+	// Owner names this process as the holder of the Idempotency-Keys it claims
+	// (store.IdempotencyRecord.Owner) [a random id per Service].
+	Owner string
+	// KeyLease is how long a claimed key's lease lasts without a heartbeat; the
+	// holder renews it every third of that [store.IdempotencyLease].
+	KeyLease time.Duration
+	// KeySweep is how often Run looks for keys whose holder's lease ran out, to
+	// take them over and finish them with the real answer [DefaultKeySweep].
+	KeySweep time.Duration
+	// Answers renders the answer a request with an Idempotency-Key would have
+	// given, for a key this process finishes on another's behalf (its holder
+	// died, or the outcome became known later). The front end's renderer
+	// (httpapi.KeyAnswer). Nil: such keys are left to their lease.
+	Answers func(KeyOutcome) Answer
+	// After is the clock the searches and heartbeats wait on [time.After]; tests
+	// drive it.
+	After func(time.Duration) <-chan time.Time
 	// Sweep is how often Run looks for unfinished tasks nobody follows [DefaultSweep].
 	Sweep time.Duration
 	// MaxFollowers bounds the background goroutines that follow running tasks to
@@ -84,13 +111,6 @@ const (
 // ValidNode reports whether name is a PVE node name; front ends check path values
 // with it before anything else (SECURITY.md 20).
 func ValidNode(name string) bool { return pve.ValidNode(name) }
-
-// ValidTaskID reports whether id is a task id as PVE writes it (a UPID,
-// UPID:node:pid:pstart:starttime:type:id:user:).
-func ValidTaskID(id string) bool {
-	_, err := pve.ParseUPID(id)
-	return err == nil
-}
 
 // pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests
 // may fake it.
@@ -130,6 +150,16 @@ type Service struct {
 	sweep   time.Duration
 	maxFol  int
 
+	searchEvery time.Duration
+	staleAfter  time.Duration
+	owner       string
+	keyLease    time.Duration
+	keySweep    time.Duration
+	answers     func(KeyOutcome) Answer
+	after       func(time.Duration) <-chan time.Time
+	draining    chan struct{} // closed by Drain
+	drainOnce   sync.Once
+
 	reads singleflight.Group // one PVE read per task at a time
 
 	bgCtx    context.Context
@@ -141,6 +171,8 @@ type Service struct {
 	migrating map[vmKey]bool      // migrations between their pre-check and PVE's answer
 	starting  map[int64]bool      // task rows whose PVE call is under way in this process
 	following map[string]bool     // UPIDs with a background follower
+	searching map[int64]bool      // task rows whose task this process looks for (outcome.go)
+	held      map[keyID]*heldKey  // Idempotency-Keys this process holds (idempotency.go)
 }
 
 type vmKey struct {
@@ -154,7 +186,9 @@ func New(cfg Config) *Service {
 		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, trail: cfg.Audit,
 		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
 		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{},
-		following: map[string]bool{},
+		following: map[string]bool{}, searching: map[int64]bool{}, held: map[keyID]*heldKey{},
+		searchEvery: cfg.SearchEvery, staleAfter: cfg.StaleAfter, owner: cfg.Owner, keyLease: cfg.KeyLease,
+		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
 	}
 	clients := cfg.Clients
 	s.connect = func(ctx context.Context, clusterID int64) (pveAPI, error) {
@@ -185,11 +219,62 @@ func New(cfg Config) *Service {
 	if s.maxFol <= 0 {
 		s.maxFol = DefaultMaxFollowers
 	}
+	if s.searchEvery <= 0 {
+		s.searchEvery = DefaultSearchEvery
+	}
+	if s.staleAfter <= 0 {
+		s.staleAfter = fleet.StaleAfter
+	}
+	if s.owner == "" {
+		s.owner = newOwner()
+	}
+	if s.keyLease <= 0 {
+		s.keyLease = store.IdempotencyLease
+	}
+	if s.keySweep <= 0 {
+		s.keySweep = DefaultKeySweep
+	}
+	if s.after == nil {
+		s.after = time.After
+	}
 	if s.trail == nil {
 		s.trail = audit.New(cfg.Store, audit.Options{Logger: s.log, Now: s.now})
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	return s
+}
+
+// ErrDraining is what a wait returns when the service drains for a shutdown
+// (Events returns it so the front end can tell its stream's client).
+var ErrDraining = errors.New("vmgate is shutting down")
+
+// Drain ends every wait now and from now on: a long-poll answers with the view it
+// has, a power operation's wait for its task answers 202, an event stream ends
+// (Events returns ErrDraining). PVE calls under way are not cut short; tasks
+// being followed stay in the store for the next process or another replica.
+// Call it when a shutdown begins, before the HTTP server drains.
+func (s *Service) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
+}
+
+// pause waits d, or less: ctx's error when ctx ends, ErrDraining when the
+// service drains.
+func (s *Service) pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-s.draining:
+		return ErrDraining
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.draining:
+		return ErrDraining
+	case <-t.C:
+		return nil
+	}
 }
 
 // Close stops following tasks and waits for the followers to return. Task rows

@@ -3,6 +3,7 @@ package vmops
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -12,42 +13,56 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// Task statuses and results as DESIGN §3.3 names them.
+// Task statuses and results as DESIGN §3.3 names them, and the two of a request
+// whose PVE call's outcome vmgate does not know (issue 10): pending while it
+// looks for the task in PVE's task list, lost once it gave up (PVE has none).
 const (
 	StatusRunning = "running"
 	StatusStopped = "stopped"
+	StatusPending = "pending" // vmgate does not know (yet) whether PVE started the task
 
 	ResultRunning  = "running"
 	ResultOK       = "ok"
 	ResultWarnings = "warnings"
 	ResultFailed   = "failed"
+	ResultUnknown  = "unknown" // with StatusPending
+	ResultLost     = "lost"    // stopped: PVE never started the task
 )
 
 // TaskView is a task as DESIGN §3.3 shows it.
 type TaskView struct {
-	TaskID     string // the UPID
-	ClusterID  int64
-	Node       string // the UPID's node (for a migration, the source)
-	Type       string // PVE's task type: qmstart, qmigrate, hastart, ...
-	VMID       int64  // 0 when the task's id is not a vmid
-	PVEUser    string // the UPID's user (vmgate's API token for tasks vmgate started)
-	StartedBy  string // the vmgate user's e-mail; empty for tasks vmgate did not start
-	Status     string // StatusRunning or StatusStopped
-	ExitStatus string // PVE's exit status once stopped (OK, WARNINGS: n, the error); empty while running
-	Result     string // ResultRunning, ResultOK, ResultWarnings or ResultFailed
-	Error      string // for a failed task: the log line that says why
-	StartTime  time.Time
-	EndTime    time.Time // zero while running
-	Target     string    // a migration's target node
-	Progress   *Progress // migrations only
+	// OperationID is vmgate's task row: every request that may start a task has
+	// one, written before PVE is called. 0 for a task vmgate did not start.
+	OperationID int64
+	TaskID      string // the UPID; "" while pending or when lost
+	ClusterID   int64
+	Node        string // the UPID's node (for a migration, the source)
+	Type        string // PVE's task type: qmstart, qmigrate, hastart, ...
+	VMID        int64  // 0 when the task's id is not a vmid
+	PVEUser     string // the UPID's user (vmgate's API token for tasks vmgate started)
+	StartedBy   string // the vmgate user's e-mail; empty for tasks vmgate did not start
+	Status      string // StatusRunning or StatusStopped
+	ExitStatus  string // PVE's exit status once stopped (OK, WARNINGS: n, the error); empty while running
+	Result      string // ResultRunning, ResultOK, ResultWarnings or ResultFailed
+	Error       string // for a failed task: the log line that says why
+	StartTime   time.Time
+	EndTime     time.Time // zero while running
+	Target      string    // a migration's target node
+	Progress    *Progress // migrations only
 	// FollowTaskID is, for an HA stand-in task (hastart, hastop, hamigrate), the
 	// task the HA stack ran for it, once found. The stand-in's view reports that
 	// task's status, result and progress.
 	FollowTaskID string
+	// Stale is set when PVE could not be asked (the task's node is cut off, no
+	// endpoint answers, PVE is slow): the view is the last one vmgate had, read
+	// at StaleSince.
+	Stale      bool
+	StaleSince time.Time
 }
 
 // Finished reports whether the view is final.
@@ -100,14 +115,51 @@ func resultOfExit(exit string) string {
 	}
 }
 
+// taskRef is what a task query names: a UPID, or vmgate's task row (its
+// OperationID), which answers before PVE's UPID is known.
+type taskRef struct {
+	upid pve.UPID
+	row  int64 // > 0 when the query named a row
+}
+
+// maxOperationID bounds a row id in a path (JSON's safe integers).
+const maxOperationID = 1<<53 - 1
+
+// ValidTaskID reports whether id is a task id a query accepts: a UPID as PVE
+// writes it (UPID:node:pid:pstart:starttime:type:id:user:), or vmgate's
+// operation id (a positive integer, no sign or leading zero).
+func ValidTaskID(id string) bool {
+	_, err := parseTaskRef(id)
+	return err == nil
+}
+
+// parseTaskRef reads a task query's id: a UPID or a row id.
+func parseTaskRef(s string) (taskRef, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && s[0] != '+' && s[0] != '0' && s[0] != '-' {
+		if n > maxOperationID {
+			return taskRef{}, errs.R(errs.Invalid, "invalid_request", "an operation id is an integer from 1 to %d", int64(maxOperationID))
+		}
+		return taskRef{row: n}, nil
+	}
+	u, err := parseUPID(s)
+	if err != nil {
+		return taskRef{}, err
+	}
+	return taskRef{upid: u}, nil
+}
+
 // parseUPID reads a task id for a query.
 func parseUPID(s string) (pve.UPID, error) {
 	u, err := pve.ParseUPID(s)
 	if err != nil {
 		return pve.UPID{}, &errs.Error{Kind: errs.Invalid, Reason: "invalid_request", Err: err,
-			Message: "the task id is not a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:)"}
+			Message: "the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor vmgate's operation id"}
 	}
 	return u, nil
+}
+
+func operationNotFound(id int64) error {
+	return errs.R(errs.NotFound, "not_found", "operation %d not found", id)
 }
 
 func taskNotFound(upid string) error {
@@ -138,6 +190,13 @@ type tracker struct {
 	missingAt time.Time // when PVE first said it does not know the task
 	savedAt   time.Time
 
+	// seed is the row's own view of a task vmgate started, as it was when the
+	// tracker was made, and seedAt when the row was last written: what a read
+	// answers (stale) while PVE cannot be asked and nothing was read yet.
+	// Immutable after track.
+	seed   TaskView
+	seedAt time.Time
+
 	mu     sync.Mutex
 	view   TaskView
 	readAt time.Time // zero until the first read
@@ -156,6 +215,20 @@ func (t *tracker) cached(now time.Time, maxAge time.Duration) (TaskView, bool) {
 		return t.view, true
 	}
 	return TaskView{}, false
+}
+
+// snapshot is the last view vmgate has of the task and when it was read: the
+// last read, else the row's own view. ok is false when there is neither.
+func (t *tracker) snapshot() (TaskView, time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.readAt.IsZero() {
+		return t.view, t.readAt, true
+	}
+	if !t.seedAt.IsZero() {
+		return t.seed, t.seedAt, true
+	}
+	return TaskView{}, time.Time{}, false
 }
 
 func (t *tracker) set(v TaskView, at time.Time) {
@@ -195,6 +268,12 @@ func (s *Service) track(upid pve.UPID, clusterID int64, row *store.Task) *tracke
 		t.row = &r
 		hint := memoryHintOf(r.Params)
 		t.own.parser.memoryHint, t.followLog.parser.memoryHint = hint, hint
+		if r.UPID != "" {
+			t.seed, t.seedAt = rowView(r), r.UpdatedAt
+			if t.seedAt.IsZero() {
+				t.seedAt = r.CreatedAt
+			}
+		}
 	}
 	s.tracked[key] = t
 	return t
@@ -269,6 +348,31 @@ func (s *Service) untrack(t *tracker) {
 // readTimeout bounds one shared PVE read of a task.
 const readTimeout = 20 * time.Second
 
+// viewOf is current for a query: when PVE cannot be asked and vmgate has a view
+// of the task (a read before, or the row of a task it started), it answers with
+// that view marked stale rather than an error (issue 10: a read during an outage
+// is 200 stale, never 409). With such a view it waits for PVE at most
+// StaleAfter; the read goes on for the next caller. Without one the error
+// stands (503 cluster_unavailable, 504 upstream_timeout).
+func (s *Service) viewOf(ctx context.Context, t *tracker) (TaskView, error) {
+	snap, at, have := t.snapshot()
+	rctx := ctx
+	if have && !snap.Finished() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, s.staleAfter)
+		defer cancel()
+	}
+	v, err := s.current(rctx, t)
+	if err == nil {
+		return v, nil
+	}
+	if have && ctx.Err() == nil && (fleet.Stale(err) || rctx.Err() != nil) {
+		snap.Stale, snap.StaleSince = true, at.UTC()
+		return snap, nil
+	}
+	return TaskView{}, err
+}
+
 // current returns the task's view, reading PVE at most once per poll interval
 // however many callers ask: a fresh enough view is answered from memory, and
 // concurrent callers that find it stale share one read.
@@ -325,7 +429,13 @@ func (s *Service) read(ctx context.Context, t *tracker) (TaskView, error) {
 	if v.Finished() && v.EndTime.IsZero() {
 		v.EndTime = s.endTime(ctx, api, t.upid)
 	}
-	s.save(ctx, t, v)
+	if !s.save(ctx, t, v) && v.Finished() {
+		// The end is not recorded (the store failed): answer it, but do not keep
+		// it as final, so that the next read, or Run's next sweep over the row
+		// still unfinished in the store, records it. No task is lost.
+		t.set(v, time.Time{})
+		return v, nil
+	}
 	t.set(v, s.now())
 	return v, nil
 }
@@ -387,7 +497,7 @@ func newView(upid pve.UPID, clusterID int64, row *store.Task, target string) Tas
 		PVEUser: upid.User, StartTime: upid.StartTime, Status: StatusRunning, Result: ResultRunning}
 	v.VMID, _ = strconv.ParseInt(upid.ID, 10, 64)
 	if row != nil {
-		v.StartedBy, v.Target = row.UserEmail, row.Target
+		v.OperationID, v.StartedBy, v.Target = row.ID, row.UserEmail, row.Target
 	}
 	if v.Target == "" {
 		v.Target = target
@@ -454,10 +564,11 @@ const progressSaveEvery = 5 * time.Second
 
 // save writes what changed of a task vmgate started: its end (once, with an audit
 // record of the result), the real task of an HA stand-in, and now and then a
-// running migration's progress.
-func (s *Service) save(ctx context.Context, t *tracker, v TaskView) {
+// running migration's progress. It reports false when a write was due and failed
+// (another writer having finished the row first counts as done).
+func (s *Service) save(ctx context.Context, t *tracker, v TaskView) bool {
 	if t.row == nil {
-		return
+		return true
 	}
 	row := *t.row
 	changedFollow := v.FollowTaskID != "" && row.FollowUPID != v.FollowTaskID
@@ -467,7 +578,7 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) {
 	case changedFollow:
 	case v.Progress != nil && now.Sub(t.savedAt) >= progressSaveEvery:
 	default:
-		return
+		return true
 	}
 	row.FollowUPID = v.FollowTaskID
 	if v.Progress != nil {
@@ -478,10 +589,11 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) {
 	}
 	updated, err := s.store.UpdateTask(ctx, row)
 	if err != nil {
-		if errs.KindOf(err) != errs.Conflict {
-			s.log.Warn("task update failed", slog.String("upid", v.TaskID), slog.String("error", err.Error()))
+		if errs.KindOf(err) == errs.Conflict {
+			return true
 		}
-		return
+		s.log.Warn("task update failed", slog.String("upid", v.TaskID), slog.String("error", err.Error()))
+		return false
 	}
 	t.row, t.savedAt = &updated, now
 	if v.Finished() {
@@ -497,15 +609,36 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) {
 			Action: "task.finished", ClusterID: row.ClusterID, Node: row.Node, VMID: row.VMID, Target: row.Target,
 			Params: jsonText(params), Result: result, UPID: row.UPID})
 	}
+	return true
 }
 
-// rowView is a finished task as its row keeps it: no PVE read.
+// rowView is a task as its row keeps it: no PVE read. A row without a UPID is a
+// request whose task vmgate has not found (pending) or that PVE never started
+// (lost); its type is the one PVE's task would have, its start the request's.
 func rowView(r store.Task) TaskView {
-	v := TaskView{TaskID: r.UPID, ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID, StartedBy: r.UserEmail,
-		Target: r.Target, StartTime: r.StartedAt, EndTime: r.EndedAt, Error: r.Error, FollowTaskID: r.FollowUPID,
-		ExitStatus: r.ExitStatus}
+	v := TaskView{OperationID: r.ID, TaskID: r.UPID, ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID,
+		StartedBy: r.UserEmail, Target: r.Target, StartTime: r.StartedAt, EndTime: r.EndedAt, Error: r.Error,
+		FollowTaskID: r.FollowUPID, ExitStatus: r.ExitStatus}
 	if u, err := pve.ParseUPID(r.UPID); err == nil {
 		v.Node, v.Type, v.PVEUser, v.StartTime = u.Node, u.Type, u.User, u.StartTime
+	}
+	if r.UPID == "" {
+		v.Type, v.StartTime, v.ExitStatus = expectedType(r), r.CreatedAt, ""
+		if r.Status == store.TaskLost {
+			v.Status, v.Result = StatusStopped, ResultLost
+			if v.EndTime.IsZero() {
+				v.EndTime = r.UpdatedAt
+			}
+		} else {
+			v.Status, v.Result, v.Error, v.EndTime = StatusPending, ResultUnknown, "", time.Time{}
+		}
+		if isMigration(v.Type) {
+			v.Progress = &Progress{Phase: PhaseStarting}
+			if v.Status == StatusStopped {
+				v.Progress.Phase = PhaseFailed
+			}
+		}
+		return v
 	}
 	if r.Finished() {
 		v.Status, v.Result = StatusStopped, resultOfExit(r.ExitStatus)
@@ -523,12 +656,29 @@ func rowView(r store.Task) TaskView {
 	return v
 }
 
+// expectedType is the type PVE's task for a row will have (the HA stand-in's
+// for an HA-managed VM).
+func expectedType(r store.Task) string {
+	types := opTypes[r.Op]
+	if len(types) == 0 {
+		return r.Op
+	}
+	var p struct {
+		HA bool `json:"ha"`
+	}
+	if json.Unmarshal([]byte(r.Params), &p) == nil && p.HA && len(types) > 1 {
+		return types[1]
+	}
+	return types[0]
+}
+
 // lookup returns a task's view: from memory when fresh, from the store when
-// finished, else from PVE. A task vmgate did not start needs clusterHint.
+// finished, else from PVE (or, when PVE cannot be asked, the last view marked
+// stale). A task vmgate did not start needs clusterHint.
 func (s *Service) lookup(ctx context.Context, upid pve.UPID, clusterHint int64) (TaskView, error) {
 	key := upid.String()
 	if t := s.trackerOf(key); t != nil {
-		return s.current(ctx, t)
+		return s.viewOf(ctx, t)
 	}
 	row, err := s.store.TaskByUPID(ctx, key)
 	switch {
@@ -536,26 +686,55 @@ func (s *Service) lookup(ctx context.Context, upid pve.UPID, clusterHint int64) 
 		if row.Finished() {
 			return rowView(row), nil
 		}
-		return s.current(ctx, s.track(upid, row.ClusterID, &row))
+		return s.viewOf(ctx, s.track(upid, row.ClusterID, &row))
 	case errs.KindOf(err) == errs.NotFound:
 		if clusterHint <= 0 {
 			return TaskView{}, errs.R(errs.NotFound, "not_found",
 				"task %s not found; for a task vmgate did not start, give its cluster (?clusterId=)", key)
 		}
-		return s.current(ctx, s.track(upid, clusterHint, nil))
+		return s.viewOf(ctx, s.track(upid, clusterHint, nil))
 	default:
 		return TaskView{}, err
 	}
 }
 
+// lookupRef is lookup for a UPID or a task row: a row whose UPID is known reads
+// as that task; one without answers from the row (pending or lost).
+func (s *Service) lookupRef(ctx context.Context, ref taskRef, clusterHint int64) (TaskView, error) {
+	if ref.row == 0 {
+		return s.lookup(ctx, ref.upid, clusterHint)
+	}
+	row, err := s.store.TaskByID(ctx, ref.row)
+	if err != nil {
+		if errs.KindOf(err) == errs.NotFound {
+			return TaskView{}, operationNotFound(ref.row)
+		}
+		return TaskView{}, err
+	}
+	u, err := pve.ParseUPID(row.UPID)
+	if err != nil {
+		return rowView(row), nil
+	}
+	return s.lookup(ctx, u, 0)
+}
+
 // TaskCluster says which cluster a task belongs to, so that the caller can be
 // authorized before the task is read: the cluster vmgate recorded for a task it
-// started, else clusterHint (0 = none given → NotFound).
-func (s *Service) TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error) {
-	u, err := parseUPID(upid)
+// started (by UPID or operation id), else clusterHint (0 = none given →
+// NotFound).
+func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64) (int64, error) {
+	ref, err := parseTaskRef(id)
 	if err != nil {
 		return 0, err
 	}
+	if ref.row > 0 {
+		row, err := s.store.TaskByID(ctx, ref.row)
+		if errs.KindOf(err) == errs.NotFound {
+			return 0, operationNotFound(ref.row)
+		}
+		return row.ClusterID, err
+	}
+	upid, u := id, ref.upid
 	if t := s.trackerOf(u.String()); t != nil {
 		return t.clusterID, nil
 	}
@@ -573,15 +752,16 @@ func (s *Service) TaskCluster(ctx context.Context, upid string, clusterHint int6
 	}
 }
 
-// Task returns a task's view (DESIGN §3.3). With wait > 0 (at most MaxTaskWait) it
-// answers as soon as the task ends, or with its state when wait has passed. The
+// Task returns a task's view (DESIGN §3.3) by UPID or operation id. With wait > 0
+// (at most MaxTaskWait) it answers as soon as the task ends, or with its state
+// when wait has passed (at once when the service drains for a shutdown). The
 // caller has authorized the user on TaskCluster's answer.
-func (s *Service) Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (TaskView, error) {
-	u, err := parseUPID(upid)
+func (s *Service) Task(ctx context.Context, id string, clusterHint int64, wait time.Duration) (TaskView, error) {
+	ref, err := parseTaskRef(id)
 	if err != nil {
 		return TaskView{}, err
 	}
-	return s.waitFor(ctx, func(ctx context.Context) (TaskView, error) { return s.lookup(ctx, u, clusterHint) },
+	return s.waitFor(ctx, func(ctx context.Context) (TaskView, error) { return s.lookupRef(ctx, ref, clusterHint) },
 		min(wait, MaxTaskWait))
 }
 
@@ -595,7 +775,7 @@ func (s *Service) waitFor(ctx context.Context, get func(context.Context) (TaskVi
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		if sleep(wctx, s.poll) != nil {
+		if s.pause(wctx, s.poll) != nil {
 			return v, nil
 		}
 		next, err := get(wctx)
@@ -628,22 +808,35 @@ func transient(err error) bool {
 }
 
 // Events calls emit with the task's view now and whenever it changes, until the
-// task ends (after emitting its final view), ctx ends, or emit fails.
-func (s *Service) Events(ctx context.Context, upid string, clusterHint int64, emit func(TaskView) error) error {
-	u, err := parseUPID(upid)
+// task ends (after emitting its final view), ctx ends, or emit fails. When the
+// service drains for a shutdown it returns ErrDraining at once, so that the
+// front end can end the stream with a word to the client.
+func (s *Service) Events(ctx context.Context, id string, clusterHint int64, emit func(TaskView) error) error {
+	ref, err := parseTaskRef(id)
 	if err != nil {
 		return err
 	}
 	var last *TaskView
+	// wait sleeps one poll interval: ErrDraining on a shutdown, errStreamDone
+	// when ctx ended.
+	wait := func() error {
+		if err := s.pause(ctx, s.poll); err != nil {
+			if errors.Is(err, ErrDraining) {
+				return err
+			}
+			return errStreamDone
+		}
+		return nil
+	}
 	for {
-		v, err := s.lookup(ctx, u, clusterHint)
+		v, err := s.lookupRef(ctx, ref, clusterHint)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
 			return nil
 		case last != nil && transient(err):
-			if sleep(ctx, s.poll) != nil {
-				return nil
+			if err := wait(); err != nil {
+				return ignoreDone(err)
 			}
 			continue
 		default:
@@ -658,19 +851,42 @@ func (s *Service) Events(ctx context.Context, upid string, clusterHint int64, em
 		if v.Finished() {
 			return nil
 		}
-		if sleep(ctx, s.poll) != nil {
-			return nil
+		if err := wait(); err != nil {
+			return ignoreDone(err)
 		}
 	}
 }
 
+// errStreamDone ends Events quietly (the client went away).
+var errStreamDone = errors.New("stream done")
+
+func ignoreDone(err error) error {
+	if errors.Is(err, errStreamDone) {
+		return nil
+	}
+	return err
+}
+
 // TaskLog reads lines of a task's log from PVE: up to limit lines (0 = all) after
-// line start.
-func (s *Service) TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (TaskLog, error) {
-	u, err := parseUPID(upid)
+// line start. An operation whose task is not known (pending, lost) has no lines.
+func (s *Service) TaskLog(ctx context.Context, id string, clusterHint int64, start, limit int) (TaskLog, error) {
+	ref, err := parseTaskRef(id)
 	if err != nil {
 		return TaskLog{}, err
 	}
+	if ref.row > 0 {
+		row, err := s.store.TaskByID(ctx, ref.row)
+		if err != nil {
+			if errs.KindOf(err) == errs.NotFound {
+				return TaskLog{}, operationNotFound(ref.row)
+			}
+			return TaskLog{}, err
+		}
+		if ref.upid, err = pve.ParseUPID(row.UPID); err != nil {
+			return TaskLog{Lines: []LogLine{}}, nil
+		}
+	}
+	u, upid := ref.upid, ref.upid.String()
 	clusterID, err := s.TaskCluster(ctx, upid, clusterHint)
 	if err != nil {
 		return TaskLog{}, err
@@ -701,7 +917,10 @@ func (s *Service) TaskLog(ctx context.Context, upid string, clusterHint int64, s
 }
 
 // Tasks lists the tasks vmgate started, newest first, from the store (running ones
-// as last read). Rows whose task PVE never started (no UPID) are left out.
+// as last read), from the moment their row exists: a request whose task vmgate is
+// still looking for is listed pending, one PVE never started after an unknown
+// outcome lost. Only rows PVE refused at once (nothing started, the caller was
+// told) are left out.
 func (s *Service) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 	tasks, _, err := s.TaskPage(ctx, f)
 	return tasks, err
@@ -728,21 +947,19 @@ func (s *Service) TaskPage(ctx context.Context, f TaskFilter) (tasks []TaskView,
 	before := f.BeforeID
 	for scanned := 0; scanned < maxTaskScan; {
 		rows, err := s.store.ListTasks(ctx, store.TaskFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
-			VMID: f.VMID, UserID: f.UserID, BeforeID: before, Limit: batch})
+			VMID: f.VMID, UserID: f.UserID, BeforeID: before, Limit: batch, ExcludeRefused: true})
 		if err != nil {
 			return nil, 0, err
 		}
 		for _, r := range rows {
 			before = r.ID
 			scanned++
-			if r.UPID == "" {
-				continue
-			}
 			v := rowView(r)
 			if !r.Finished() {
 				if t := s.trackerOf(r.UPID); t != nil {
 					if tv, ok := t.cached(s.now(), time.Duration(1<<62)); ok {
 						v = tv
+						v.OperationID = r.ID
 					}
 				}
 			}

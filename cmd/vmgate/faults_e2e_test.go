@@ -1,0 +1,289 @@
+package main
+
+// Issue 10 on the real binary: a graceful stop with an event stream, a long-poll
+// and a write open, and an Idempotency-Key whose holder is killed with SIGKILL.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/cli"
+)
+
+// e2eGuard bounds a wait that must end "in time" on the real binary: generous,
+// a guard against a hang, not a measure of speed (the tests log the figures).
+const e2eGuard = 60 * time.Second
+
+// lab is an emulated cluster in its own process and a vmgate server on a kept
+// data directory, with the cluster registered and an admin logged in.
+type lab struct {
+	sim     *proc
+	simInfo struct {
+		simInfo
+		Stats string `json:"stats"`
+	}
+	dir     string
+	srv     *proc
+	client  *cli.Client
+	cluster int64
+}
+
+const labPassword = "fault lab passphrase"
+
+// newLab starts pvesim (with its request counters) at speed and a server.
+func newLab(t *testing.T, ctx context.Context, speed string) *lab {
+	t.Helper()
+	l := &lab{dir: t.TempDir()}
+	l.sim = start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", speed, "--auth-delay", "0s", "--stats", "127.0.0.1:0")
+	first := l.sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]
+	if err := json.Unmarshal([]byte(first), &l.simInfo); err != nil || l.simInfo.Stats == "" {
+		t.Fatalf("pvesim's first line %q: %v", first, err)
+	}
+	create := exec.Command(binary, "admin", "--data-dir", l.dir, "user", "create", "--email", "ops@example.com", "--role", "admin", "--password-stdin")
+	create.Stdin = strings.NewReader(labPassword + "\n")
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("admin user create: %v\n%s", err, out)
+	}
+	l.startServer(t)
+	if _, err := l.client.Login(ctx, "ops@example.com", labPassword); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	tokenID, secret, _ := strings.Cut(l.simInfo.Token, "=")
+	var cl struct {
+		ID int64 `json:"id"`
+	}
+	if _, err := l.client.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{
+		"name": "lab", "endpoints": []string{l.simInfo.URL}, "tokenId": tokenID, "tokenSecret": secret,
+		"tlsFingerprint": l.simInfo.Fingerprint,
+	}, &cl); err != nil {
+		t.Fatalf("register the cluster: %v", err)
+	}
+	l.cluster = cl.ID
+	return l
+}
+
+// startServer starts (or restarts) the server on the lab's data directory.
+func (l *lab) startServer(t *testing.T) {
+	t.Helper()
+	l.srv = start(t, nil, "server", "--data-dir", l.dir, "--listen", "127.0.0.1:0", "--log-level", "debug")
+	base := l.srv.line(t, listening)[1]
+	if l.client == nil {
+		l.client = checkedClient(t, base, "")
+	} else {
+		l.client.BaseURL = base
+	}
+}
+
+// pvePOSTs is how many requests the emulator received for a POST route.
+func (l *lab) pvePOSTs(t *testing.T, route string) int {
+	t.Helper()
+	resp, err := http.Get(l.simInfo.Stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var counts map[string]int
+	if err := json.NewDecoder(resp.Body).Decode(&counts); err != nil {
+		t.Fatal(err)
+	}
+	return counts["POST "+route]
+}
+
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestGracefulStopOnRealBinary: SIGTERM with an event stream, a ?wait=60
+// long-poll and a power operation waiting for its task open. The process exits 0;
+// the stream's last event is "shutdown" (with its retry hint), after the task
+// events; the long-poll answers at once with the running migration; the power
+// operation answers 202 with its task. A restarted server follows the migration
+// to its end from the store. The stop's duration is logged (issue 10: under 2 s).
+func TestGracefulStopOnRealBinary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*e2eGuard)
+	defer cancel()
+	l := newLab(t, ctx, "4") // a live migration of VM 100 takes about 5 s: it runs through the stop
+	c := l.client
+	upid, err := c.Migrate(ctx, l.cluster, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+
+	// The event stream.
+	req, err := http.NewRequestWithContext(ctx, "GET", c.BaseURL+"/api/v1/pve/task/"+upid+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("event stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	type streamEnd struct {
+		events []string
+		retry  string
+	}
+	firstEvent := make(chan struct{})
+	ended := make(chan streamEnd, 1)
+	go func() {
+		var end streamEnd
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				if len(end.events) == 0 {
+					close(firstEvent)
+				}
+				end.events = append(end.events, name)
+			}
+			if r, ok := strings.CutPrefix(sc.Text(), "retry: "); ok {
+				end.retry = r
+			}
+		}
+		ended <- end
+	}()
+	<-firstEvent
+
+	// The long-poll and the power operation waiting for its task (VM 104's
+	// guest ignores ACPI: its shutdown runs until PVE gives up, 60 s).
+	type answer struct {
+		task cli.Task
+		err  error
+		hdr  http.Header
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		tk, err := c.Task(ctx, upid, 0, 60)
+		polled <- answer{task: tk, err: err}
+	}()
+	powered := make(chan answer, 1)
+	go func() {
+		r, err := c.Do(ctx, http.MethodPost, cli.VMPath(l.cluster, "pve3", 104)+"/stop", map[string][]string{"wait": {"60"}}, nil, nil)
+		a := answer{err: err}
+		if r != nil {
+			a.hdr = r.Header
+			a.task.Status = map[int]string{200: "done", 202: "accepted"}[r.Status]
+		}
+		powered <- a
+	}()
+	// Both are open once PVE has the shutdown task and the poll had time to arrive
+	// (either way each must be answered, not dropped).
+	for deadline := time.Now().Add(e2eGuard); l.pvePOSTs(t, "/nodes/{node}/qemu/{vmid}/status/shutdown") == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the power operation never reached PVE")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	began := time.Now()
+	l.srv.cmd.Process.Signal(syscall.SIGTERM)
+	err = waitOrKill(l.srv.cmd, e2eGuard)
+	took := time.Since(began)
+	t.Logf("SIGTERM to exit with a stream, a long-poll and a power wait open: %v", took.Round(time.Millisecond))
+	if code := exitStatus(err); code != 0 {
+		t.Fatalf("exit status %d (%v), want 0\n%s", code, err, l.srv.log())
+	}
+	if took > 20*time.Second {
+		t.Errorf("the stop took %v: something held it", took)
+	}
+	end := <-ended
+	if n := len(end.events); n < 2 || end.events[0] != "task" || end.events[n-1] != "shutdown" || end.retry == "" {
+		t.Errorf("the stream's events %v (retry %q), want task events and a last shutdown with a retry", end.events, end.retry)
+	}
+	for _, e := range end.events[:len(end.events)-1] {
+		if e != "task" {
+			t.Errorf("the stream's events %v: %q before the shutdown", end.events, e)
+		}
+	}
+	if p := <-polled; p.err != nil || p.task.Status != "running" {
+		t.Errorf("the long-poll: %+v %v, want the running migration", p.task, p.err)
+	}
+	if p := <-powered; p.err != nil || p.task.Status != "accepted" || p.hdr.Get("X-Task-Id") == "" {
+		t.Errorf("the power operation: %+v %v %v, want 202 with its task", p.task, p.err, p.hdr)
+	}
+
+	// The tasks stayed in the store: a restarted server follows the migration.
+	l.startServer(t)
+	var tk cli.Task
+	for deadline := time.Now().Add(e2eGuard); ; {
+		if tk, err = c.Task(ctx, upid, 0, 10); err != nil {
+			t.Fatalf("task after the restart: %v", err)
+		}
+		if tk.Status == "stopped" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if tk.Status != "stopped" || tk.Result != "ok" {
+		t.Fatalf("the migration after the restart reads %+v, want stopped/ok", tk)
+	}
+}
+
+// TestIdempotencyKeySurvivesKill9: a power operation with an Idempotency-Key is
+// waiting for its task when vmgate is killed with SIGKILL. After a restart a
+// retry with the key is 409 in_progress until the lease of the dead holder runs
+// out; then the restarted process takes the key over, finds the task from the
+// request's row and PVE, and the retry replays the real outcome (the graceful
+// stop PVE gave up on: 409 shutdown_timeout with its task). PVE saw one POST.
+func TestIdempotencyKeySurvivesKill9(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
+	defer cancel()
+	l := newLab(t, ctx, "1")
+	c := l.client
+	const route = "/nodes/{node}/qemu/{vmid}/status/shutdown"
+	path := cli.VMPath(l.cluster, "pve3", 104) + "/stop"
+	query := map[string][]string{"wait": {"60"}, "timeout": {"5"}} // the guest ignores ACPI: PVE gives up after 5 s
+	key := http.Header{"Idempotency-Key": {"stop-104-once"}}
+	go c.DoWithHeaders(ctx, http.MethodPost, path, query, key, nil, nil) // killed while it waits
+	for deadline := time.Now().Add(e2eGuard); l.pvePOSTs(t, route) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stop never reached PVE")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.srv.cmd.Process.Kill()
+	l.srv.cmd.Wait()
+	killed := time.Now()
+
+	l.startServer(t)
+	var r *cli.Response
+	var err error
+	inProgress := 0
+	for deadline := time.Now().Add(2 * e2eGuard); ; {
+		r, err = c.DoWithHeaders(ctx, http.MethodPost, path, query, key, nil, nil)
+		var ae *cli.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Reason != "in_progress" {
+			break
+		}
+		inProgress++
+		if time.Now().After(deadline) {
+			t.Fatalf("the key is still in progress %v after the kill", time.Since(killed))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("the retry got the real outcome %v after the kill (after %d answers in_progress)", time.Since(killed).Round(time.Second), inProgress)
+	var ae *cli.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Reason != "shutdown_timeout" ||
+		ae.Header.Get("Idempotent-Replayed") != "true" || ae.Header.Get("X-Task-Id") == "" {
+		t.Fatalf("the retry after the restart: %v %+v, want the replayed 409 shutdown_timeout with its task\n%s", r, err, l.srv.log())
+	}
+	if n := l.pvePOSTs(t, route); n != 1 {
+		t.Errorf("PVE received %d POSTs, want 1", n)
+	}
+}

@@ -1,0 +1,279 @@
+package httpapi
+
+// Issue 10 over HTTP: an ambiguous write answers 504 outcome_unknown naming its
+// operation, which is listed and queryable at once and gets its UPID once PVE's
+// answers come through again; a read while a node is cut off answers the last
+// snapshot marked stale (never 409); a shutdown's drain answers long-polls at
+// once and ends event streams with "event: shutdown". Each asserts the status
+// and reason, PVE's POST count and that no task is lost; time only as a guard.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/faultproxy"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+const routeStartVM = "/nodes/{node}/qemu/{vmid}/status/start"
+
+// newProxiedVMEnv is newVMEnv with the dev cluster registered through a fault
+// proxy in front of pve1 and a fleet whose PVE calls give up after pveTimeout.
+func newProxiedVMEnv(t *testing.T, speed float64, pveTimeout time.Duration, opts faultproxy.Options, tweak func(*vmops.Config)) (*vmEnv, *faultproxy.Proxy) {
+	t.Helper()
+	e := &vmEnv{testEnv: newTestEnv(t)}
+	ctx := context.Background()
+	sealer, err := seal.New(bytes.Repeat([]byte{5}, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fleet.New(ctx, fleet.Config{Store: e.store, Sealer: sealer, Audit: e.trail, PVETimeout: pveTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fl.Close)
+	e.fleet = fl
+	e.dev = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev"})
+	sctx, cancel := context.WithCancel(ctx)
+	srv, err := e.dev.Serve(sctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); srv.Close() })
+	ep := srv.Endpoints()[0]
+	p, err := faultproxy.New(strings.TrimPrefix(ep.URL, "https://"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	tokenID, secret, _ := strings.Cut(e.dev.DevToken(), "=")
+	cl, err := e.fleet.Register(ctx, fleet.ClusterSpec{Name: "dev", Endpoints: []string{"https://" + p.Addr()},
+		TokenID: tokenID, TokenSecret: secret, TLSFingerprint: ep.Fingerprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cid = cl.ID
+	e.addUser("root", accounts.RoleAdmin)
+	for _, u := range []struct{ name, role string }{{"op", fleet.GrantOperator}, {"view", fleet.GrantViewer}} {
+		e.addUser(u.name, accounts.RoleUser)
+		if _, err := e.fleet.PutGrant(ctx, e.users[u.name].ID, e.cid, u.role); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(tweak)
+	return e, p
+}
+
+// TestOutcomeUnknownOverHTTP: PVE starts the task but its answers are slower than
+// vmgate waits, the node's task list too: the start answers 504 outcome_unknown
+// with X-Operation-Id and Location; the operation is listed by /pve/tasks and
+// answers by its id at once (pending); a retry with the same Idempotency-Key is
+// 409 in_progress naming it. When PVE's answers come through again the
+// operation gets its UPID within a search interval, and the retry replays the
+// real answer. PVE saw one POST.
+func TestOutcomeUnknownOverHTTP(t *testing.T) {
+	// From the request after the next one on (the start's POST follows its read
+	// of the VM's state), PVE acts but its answers do not come back.
+	var slowFrom atomic.Int64
+	var p *faultproxy.Proxy
+	e, p := newProxiedVMEnv(t, 1000, time.Second, faultproxy.Options{OnRequest: func(n int64) {
+		if from := slowFrom.Load(); from > 0 && n == from {
+			p.Latency(faultproxy.ToClient, time.Hour)
+		}
+	}}, nil)
+	startPath := e.vmPath("pve1", 101) + "/start?wait=0"
+	slowFrom.Store(p.Stats().Requests + 2)
+	began := time.Now()
+	a := e.call("op", "POST", startPath, "", "Idempotency-Key: k-1").expect(t, http.StatusGatewayTimeout, vmops.ReasonOutcomeUnknown)
+	if d := time.Since(began); d > guard {
+		t.Errorf("the start took %v", d)
+	}
+	op := a.header.Get("X-Operation-Id")
+	if op == "" || a.header.Get("Location") != taskPath(op) || a.header.Get("X-Task-Id") != "" {
+		t.Fatalf("headers %v", a.header)
+	}
+	var body struct {
+		OperationID int64 `json:"operationId"`
+	}
+	if json.Unmarshal(a.raw, &body); itoa(body.OperationID) != op {
+		t.Errorf("body %s names no operation %s", a.raw, op)
+	}
+	if got := e.dev.TasksFor(101); len(got) != 1 {
+		t.Fatalf("PVE's tasks %+v: the start did not reach it", got)
+	}
+
+	// Listed and answering by its id from the moment it exists.
+	list := e.call("view", "GET", "/api/v1/pve/tasks?vmid=101", "").expect(t, 200, "")
+	var tasks []taskJSON
+	if err := json.Unmarshal(list.env.Data, &tasks); err != nil || len(tasks) != 1 || tasks[0].OperationID == nil ||
+		itoa(*tasks[0].OperationID) != op {
+		t.Fatalf("task list %s", list.raw)
+	}
+	v := taskJSONOf(t, e.call("view", "GET", taskPath(op), ""))
+	if v.Status != "pending" || v.Result != "unknown" || v.TaskID != nil {
+		t.Errorf("the operation while PVE's answers are held: %+v", v)
+	}
+	r := e.call("op", "POST", startPath, "", "Idempotency-Key: k-1").expect(t, http.StatusConflict, "in_progress")
+	if r.header.Get("X-Operation-Id") != op {
+		t.Errorf("the retry's 409 names operation %q, want %s", r.header.Get("X-Operation-Id"), op)
+	}
+
+	p.Heal()
+	healed := time.Now()
+	var upid string
+	for deadline := time.Now().Add(guard); upid == ""; {
+		if v = taskJSONOf(t, e.call("view", "GET", taskPath(op), "")); v.TaskID != nil {
+			upid = *v.TaskID
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the operation has no UPID %v after the heal: %+v", guard, v)
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("the operation had its UPID %v after PVE's answers came through again (search interval %v)",
+		time.Since(healed).Round(time.Millisecond), vmops.DefaultSearchEvery)
+	if want := e.dev.TasksFor(101)[0].UPID; upid != want || v.OperationID == nil || itoa(*v.OperationID) != op {
+		t.Fatalf("the operation found %s (%+v), PVE's task is %s", upid, v, want)
+	}
+	for deadline := time.Now().Add(guard); ; {
+		r = e.call("op", "POST", startPath, "", "Idempotency-Key: k-1")
+		if r.header.Get("Idempotent-Replayed") == "true" {
+			break
+		}
+		if r.status != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("the retry: %d %s", r.status, r.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if (r.status != 200 && r.status != 202) || r.header.Get("X-Task-Id") != upid {
+		t.Errorf("the retry replays %d %s (X-Task-Id %q), want the start's real answer for %s", r.status, r.raw,
+			r.header.Get("X-Task-Id"), upid)
+	}
+	if n := e.dev.Requests("POST", routeStartVM); n != 1 {
+		t.Errorf("PVE received %d POSTs, want 1", n)
+	}
+}
+
+// TestStaleReadsWhileNodeCutOff: with the node holding a migration cut off, the
+// task query answers its last view with stale and staleSince, and so does the
+// VM's status; a task vmgate never read answers 503 cluster_unavailable. No
+// read answers 409.
+func TestStaleReadsWhileNodeCutOff(t *testing.T) {
+	e := newVMEnv(t, 1) // real time: the migration runs through the test
+	a := e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve2"}`).expect(t, 200, "")
+	upid := a.header.Get("X-Task-Id")
+	if v := taskJSONOf(t, e.call("view", "GET", taskPath(upid), "")); v.Stale || v.StaleSince != nil {
+		t.Fatalf("a fresh view: %+v", v)
+	}
+	e.call("view", "GET", e.vmPath("pve1", 100), "").expect(t, 200, "")
+	foreign := e.call("op", "POST", e.vmPath("pve1", 101)+"/start?wait=0", "").header.Get("X-Task-Id")
+	if err := e.dev.SetNodeOnline("pve1", false); err != nil {
+		t.Fatal(err)
+	}
+	defer e.dev.SetNodeOnline("pve1", true)
+	var v taskJSON
+	for deadline := time.Now().Add(guard); ; {
+		a = e.call("view", "GET", taskPath(upid), "")
+		if a.status == http.StatusConflict {
+			t.Fatalf("a read answered 409: %s", a.raw)
+		}
+		if v = taskJSONOf(t, a); v.Stale {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stale answer with pve1 cut off: %+v", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v.StaleSince == nil || v.Status != "running" || v.TaskID == nil || *v.TaskID != upid {
+		t.Errorf("stale view %+v", v)
+	}
+	var st struct {
+		Stale      bool       `json:"stale"`
+		StaleSince *time.Time `json:"staleSince"`
+		Status     string     `json:"status"`
+	}
+	a = e.call("view", "GET", e.vmPath("pve1", 100), "").expect(t, 200, "")
+	if err := json.Unmarshal(a.env.Data, &st); err != nil || !st.Stale || st.StaleSince == nil || st.Status != "running" {
+		t.Errorf("the VM's status with its node cut off: %s", a.raw)
+	}
+	// A VM whose status vmgate never read: 503, never 409.
+	e.call("view", "GET", e.vmPath("pve1", 101), "").expect(t, http.StatusServiceUnavailable, "cluster_unavailable")
+	// A task vmgate started but never read: the row's own view, stale.
+	if v := taskJSONOf(t, e.call("view", "GET", taskPath(foreign), "")); v.TaskID == nil || *v.TaskID != foreign {
+		t.Errorf("a task never read: %+v", v)
+	}
+}
+
+// TestShutdownDrainOverHTTP: the drain answers an open long-poll at once with the
+// task as it is and ends an open event stream with "event: shutdown" carrying a
+// retry hint, after the task events.
+func TestShutdownDrainOverHTTP(t *testing.T) {
+	e := newVMEnv(t, 1)
+	upid := e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve2"}`).expect(t, 200, "").header.Get("X-Task-Id")
+	req, err := http.NewRequest("GET", e.srv.URL+taskPath(upid)+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.tokens["view"])
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := make(chan []string, 1)
+	first := make(chan struct{})
+	go func() {
+		var names []string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				if len(names) == 0 {
+					close(first)
+				}
+				names = append(names, name)
+			}
+			if strings.HasPrefix(sc.Text(), "retry: ") {
+				names = append(names, "retry")
+			}
+		}
+		events <- names
+	}()
+	<-first
+	poll := make(chan answer, 1)
+	go func() { poll <- e.call("view", "GET", taskPath(upid)+"?wait=60", "") }()
+	time.Sleep(50 * time.Millisecond) // let the long-poll start its wait (it answers right either way)
+	began := time.Now()
+	e.svc.Drain()
+	select {
+	case a := <-poll:
+		if v := taskJSONOf(t, a); v.Status != "running" {
+			t.Errorf("the long-poll after the drain: %+v", v)
+		}
+	case <-time.After(guard):
+		t.Fatal("the long-poll did not answer after the drain")
+	}
+	select {
+	case names := <-events:
+		if len(names) < 3 || names[0] != "task" || names[len(names)-2] != "shutdown" || names[len(names)-1] != "retry" {
+			t.Errorf("events %v, want task events and a last shutdown with its retry", names)
+		}
+	case <-time.After(guard):
+		t.Fatal("the event stream did not end after the drain")
+	}
+	t.Logf("the long-poll and the stream ended %v after the drain", time.Since(began).Round(time.Millisecond))
+	_, _ = io.Copy(io.Discard, resp.Body)
+}
