@@ -194,7 +194,8 @@ func TestClustersListsOnlyVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing listens behind these clusters.
-	want := []ClusterView{{c1.ID, "c1", "operator", StatusUnavailable}, {c2.ID, "c2", "viewer", StatusUnavailable}}
+	want := []ClusterView{{ID: c1.ID, Name: "c1", Role: "operator", Status: StatusUnavailable},
+		{ID: c2.ID, Name: "c2", Role: "viewer", Status: StatusUnavailable}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

@@ -2,9 +2,13 @@ package fleet
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/pve"
 )
 
 // A cluster's health is checked when a listing needs it and the last check is older
@@ -20,14 +24,21 @@ const (
 
 type healthEntry struct {
 	status   string
+	version  string // PVE's version, as the last endpoint that answered said it
 	at       time.Time
 	checking bool // a listing is checking it now; others use the last status
 }
 
+// health is a cluster's last known health: its status and PVE version.
+type health struct {
+	status  string
+	version string
+}
+
 // statuses returns the health of each cluster, checking the stale ones.
-func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]string {
+func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]health {
 	now := s.now()
-	out := make(map[int64]string, len(cs))
+	out := make(map[int64]health, len(cs))
 	var stale []*clusterRecord
 	s.mu.Lock()
 	for _, c := range cs {
@@ -35,7 +46,7 @@ func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]s
 		if !ok {
 			h.status = StatusUnknown
 		}
-		out[c.row.ID] = h.status
+		out[c.row.ID] = health{status: h.status, version: h.version}
 		if ok && (h.checking || now.Sub(h.at) < healthTTL) {
 			continue
 		}
@@ -50,7 +61,7 @@ func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]s
 	// The caller going away does not cut a check short: its result serves the next.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthWait)
 	defer cancel()
-	results := make([]string, len(stale))
+	results := make([]health, len(stale))
 	var wg sync.WaitGroup
 	for i, c := range stale {
 		wg.Go(func() { results[i] = s.check(ctx, c) })
@@ -62,37 +73,66 @@ func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]s
 		if _, gone := s.health[c.row.ID]; !gone {
 			continue // deleted meanwhile
 		}
-		s.health[c.row.ID] = healthEntry{status: results[i], at: s.now()}
+		s.health[c.row.ID] = healthEntry{status: results[i].status, version: results[i].version, at: s.now()}
 		out[c.row.ID] = results[i]
 	}
 	return out
 }
 
-// check asks every endpoint of a cluster for /version, one attempt each.
-func (s *Service) check(ctx context.Context, c *clusterRecord) string {
+// check asks every endpoint of a cluster for /version, one attempt each; the
+// version is the highest an endpoint said (nodes differ during an upgrade).
+func (s *Service) check(ctx context.Context, c *clusterRecord) health {
 	cl, err := s.clientFor(c)
 	if err != nil {
-		return StatusUnknown
+		return health{status: StatusUnknown}
 	}
 	eps := cl.Endpoints()
-	var up atomic.Int64
-	var wg sync.WaitGroup
+	var (
+		up      atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		highest pve.Version
+	)
 	for _, ep := range eps {
 		wg.Go(func() {
-			if _, err := cl.VersionAt(ctx, ep.URL); err == nil {
-				up.Add(1)
+			v, err := cl.VersionAt(ctx, ep.URL)
+			if err != nil {
+				return
 			}
+			up.Add(1)
+			mu.Lock()
+			if newer(v, highest) {
+				highest = v
+			}
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	h := health{version: highest.Version}
 	switch n := int(up.Load()); {
 	case n == len(eps):
-		return StatusOnline
+		h.status = StatusOnline
 	case n > 0:
-		return StatusDegraded
+		h.status = StatusDegraded
 	default:
-		return StatusUnavailable
+		h.status = StatusUnavailable
 	}
+	return h
+}
+
+// newer reports whether a is a later PVE version than b (a release comes after
+// its pre-releases).
+func newer(a, b pve.Version) bool {
+	if b.Version == "" {
+		return a.Version != ""
+	}
+	pre := func(p int) int {
+		if p == 0 {
+			return math.MaxInt
+		}
+		return p
+	}
+	return slices.Compare([]int{a.Major, a.Minor, a.Patch, pre(a.Pre)}, []int{b.Major, b.Minor, b.Patch, pre(b.Pre)}) > 0
 }
 
 // Unavailable lists, by ID, the clusters none of whose endpoints answered their
@@ -106,7 +146,7 @@ func (s *Service) Unavailable(ctx context.Context) ([]int64, error) {
 	status := s.statuses(ctx, cs.sorted)
 	var down []int64
 	for _, c := range cs.sorted {
-		if status[c.row.ID] == StatusUnavailable {
+		if status[c.row.ID].status == StatusUnavailable {
 			down = append(down, c.row.ID)
 		}
 	}

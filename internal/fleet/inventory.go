@@ -27,6 +27,9 @@ type ClusterView struct {
 	Name   string
 	Role   string // "admin", "operator" or "viewer"
 	Status string // StatusOnline, StatusDegraded, StatusUnavailable, StatusUnknown
+	// Version is PVE's version (pve-manager, e.g. 9.1.4) as the last health check
+	// found it; empty before the first answer.
+	Version string
 }
 
 // NodeView is one node of a cluster.
@@ -109,7 +112,8 @@ func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) 
 	out := make([]ClusterView, 0, len(visible))
 	for _, rec := range visible {
 		c := rec.row
-		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: role[c.ID], Status: status[c.ID]})
+		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: role[c.ID], Status: status[c.ID].status,
+			Version: status[c.ID].version})
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
@@ -258,8 +259,32 @@ func TestInventory(t *testing.T) {
 		t.Fatalf("missing VM: %v", err)
 	}
 	views, err := svc.Clusters(ctx, Actor{UserID: 1, Role: store.RoleAdmin})
-	if err != nil || len(views) != 1 || views[0].Status != StatusOnline {
+	if err != nil || len(views) != 1 || views[0].Status != StatusOnline || !strings.HasPrefix(views[0].Version, "9.") {
 		t.Fatalf("clusters %+v, %v", views, err)
+	}
+}
+
+// TestNewerVersion: a cluster's version is the highest its nodes report; a
+// release comes after its pre-releases.
+func TestNewerVersion(t *testing.T) {
+	t.Parallel()
+	v := func(s string, maj, min, patch, pre int) pve.Version {
+		return pve.Version{Version: s, Major: maj, Minor: min, Patch: patch, Pre: pre}
+	}
+	for _, c := range []struct {
+		a, b pve.Version
+		want bool
+	}{
+		{v("9.1.4", 9, 1, 4, 0), pve.Version{}, true},
+		{pve.Version{}, v("9.1.4", 9, 1, 4, 0), false},
+		{v("9.1.4", 9, 1, 4, 0), v("9.1.3", 9, 1, 3, 0), true},
+		{v("9.0.0", 9, 0, 0, 0), v("9.0.0~11", 9, 0, 0, 11), true},
+		{v("9.0.0~11", 9, 0, 0, 11), v("9.0.0", 9, 0, 0, 0), false},
+		{v("8.4.1", 8, 4, 1, 0), v("9.0.0~2", 9, 0, 0, 2), false},
+	} {
+		if got := newer(c.a, c.b); got != c.want {
+			t.Errorf("newer(%s, %s) = %v", c.a.Version, c.b.Version, got)
+		}
 	}
 }
 
