@@ -91,6 +91,7 @@ type userView struct {
 	User     accounts.User
 	Grants   []grantRow
 	Clusters []fleet.Cluster
+	Sessions []accounts.Session
 	Self     bool
 }
 
@@ -119,8 +120,34 @@ func (u *UI) userPage(w http.ResponseWriter, r *http.Request) error {
 	for _, g := range gs {
 		v.Grants = append(v.Grants, grantRow{Grant: g, ClusterName: clusterName(v.Clusters, g.ClusterID)})
 	}
+	if v.Sessions, err = u.accounts.UserSessions(r.Context(), principal(r), id); err != nil {
+		return err
+	}
 	u.renderAdmin(w, r, "user", "User "+usr.Email, "users", v)
 	return nil
+}
+
+// endUserSession is an admin ending one session of a user (accounts.EndUserSession:
+// at once, audited).
+func (u *UI) endUserSession(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	sid, err := pathSession(r)
+	if err != nil {
+		return err
+	}
+	back := "/admin/users/" + itoa(id)
+	if err := u.accounts.EndUserSession(r.Context(), id, sid); err != nil {
+		return u.refused(w, r, back, err)
+	}
+	if sid == principal(r).SessionID {
+		clearSession(w, r)
+		redirect(w, r, "/login")
+		return nil
+	}
+	return u.adminDone(w, r, back, "The session has ended; its tokens no longer work.")
 }
 
 func clusterName(cs []fleet.Cluster, id int64) string {

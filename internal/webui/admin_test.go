@@ -228,3 +228,62 @@ func TestAdminAuditLog(t *testing.T) {
 		t.Errorf("before 2000: %d rows", rows(p))
 	}
 }
+
+var endForms = regexp.MustCompile(`action="(/[^"]+/sessions/[A-Za-z0-9_-]+/end)"`)
+
+// TestSessionsUI (SECURITY.md 29): a user sees their sessions and ends another of
+// them (its browser is logged out at once) or their own (logging out); an admin
+// ends anyone's from the user's page.
+func TestSessionsUI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	a, b := e.browser(), e.browser()
+	a.login(opEmail)
+	b.login(opEmail)
+	p := a.get("/account").expect(t, 200)
+	forms := endForms.FindAllStringSubmatch(p.body, -1)
+	if len(forms) != 2 || strings.Count(p.body, `badge-ok">this one`) != 1 {
+		t.Fatalf("%d sessions listed:\n%s", len(forms), p.body)
+	}
+	// End b's session: the one not marked as this one.
+	bSID := b.sessionID()
+	a.post("/account/sessions/"+bSID+"/end", nil).expect(t, http.StatusSeeOther)
+	if p := b.get("/"); p.status != http.StatusSeeOther {
+		t.Fatalf("the ended session still answers %d", p.status)
+	}
+	if p := a.get("/account"); len(endForms.FindAllString(p.body, -1)) != 1 || !strings.Contains(p.body, "The session has ended") {
+		t.Fatalf("after ending b:\n%s", p.body)
+	}
+	// Another user's session is no session of mine: refused.
+	c := e.browser()
+	c.login(viewerEmail)
+	a.post("/account/sessions/"+c.sessionID()+"/end", nil).expect(t, http.StatusSeeOther)
+	c.get("/").expect(t, 200)
+	// Ending my own is logging out.
+	p = a.post("/account/sessions/"+a.sessionID()+"/end", nil).expect(t, http.StatusSeeOther)
+	if p.location() != "/login" || a.sessionCookie() != "" {
+		t.Fatalf("ending my own session: %s, cookie %q", p.location(), a.sessionCookie())
+	}
+
+	// An admin ends the viewer's session.
+	adm := e.browser()
+	adm.login(adminEmail)
+	page := "/admin/users/" + itoa(e.users[viewerEmail].ID)
+	if p := adm.get(page); len(endForms.FindAllString(p.body, -1)) != 1 {
+		t.Fatalf("the viewer's sessions on the admin page:\n%s", p.body)
+	}
+	adm.post(page+"/sessions/"+c.sessionID()+"/end", nil).expect(t, http.StatusSeeOther)
+	if p := c.get("/"); p.status != http.StatusSeeOther {
+		t.Fatalf("the session an admin ended still answers %d", p.status)
+	}
+}
+
+// sessionID is the session id the browser's cookie carries.
+func (b *browser) sessionID() string {
+	b.e.t.Helper()
+	p, err := b.e.auth.Authenticate(context.Background(), b.sessionCookie())
+	if err != nil {
+		b.e.t.Fatal(err)
+	}
+	return p.SessionID
+}

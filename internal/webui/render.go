@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/accounts"
 )
 
 //go:embed templates
@@ -132,13 +134,17 @@ func (u *UI) funcs() template.FuncMap {
 			}
 			return f[5] + " " + f[6] + " on " + f[1]
 		},
-		"cpu":          func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
-		"cores":        func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
-		"itoa":         func(n int64) string { return strconv.FormatInt(n, 10) },
-		"join":         strings.Join,
-		"add":          func(a, b int) int { return a + b },
-		"query":        queryWith,
-		"sortLink":     sortLink,
+		"cpu":      func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"cores":    func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+		"itoa":     func(n int64) string { return strconv.FormatInt(n, 10) },
+		"join":     strings.Join,
+		"add":      func(a, b int) int { return a + b },
+		"query":    queryWith,
+		"sortLink": sortLink,
+		"short":    func(s string) string { return s[:min(len(s), 6)] },
+		"sessionList": func(list []accounts.Session, action, csrf string) sessionList {
+			return sessionList{List: list, Action: action, CSRF: csrf}
+		},
 		"auditActions": func() []string { return auditActions },
 		"sortMark":     sortMark,
 		"list":         func(s ...string) []string { return s },
@@ -146,6 +152,13 @@ func (u *UI) funcs() template.FuncMap {
 		"ucfirst":      ucfirst,
 		"float":        func(n int64) float64 { return float64(n) },
 	}
+}
+
+// sessionList is what the "sessions" template needs.
+type sessionList struct {
+	List   []accounts.Session
+	Action string
+	CSRF   string
 }
 
 func ratio(part, whole float64) float64 {

@@ -60,12 +60,14 @@ func (u *UI) routes() []route {
 
 		{"GET", "/account", authed, u.accountPage},
 		{"POST", "/account/password", authed, u.changePassword},
+		{"POST", "/account/sessions/{sid}/end", authed, u.endMySession},
 
 		{"GET", "/admin/users", admin, u.usersPage},
 		{"POST", "/admin/users", admin, u.createUser},
 		{"GET", "/admin/users/{id}", admin, u.userPage},
 		{"POST", "/admin/users/{id}", admin, u.updateUser},
 		{"POST", "/admin/users/{id}/delete", admin, u.deleteUser},
+		{"POST", "/admin/users/{id}/sessions/{sid}/end", admin, u.endUserSession},
 		{"GET", "/admin/clusters", admin, u.clustersPage},
 		{"POST", "/admin/clusters", admin, u.createCluster},
 		{"GET", "/admin/clusters/{clusterId}", admin, u.clusterPage},

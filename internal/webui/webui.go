@@ -50,6 +50,10 @@ type Accounts interface {
 	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
 	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
 	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
+	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
+	EndMySession(ctx context.Context, p auth.Principal, sid string) error
+	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
+	EndUserSession(ctx context.Context, userID int64, sid string) error
 
 	Users(ctx context.Context) ([]accounts.User, error)
 	User(ctx context.Context, id int64) (accounts.User, error)
