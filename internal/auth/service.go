@@ -83,6 +83,7 @@ type Service struct {
 	addrs    *addressLimiter
 	throttle *loginThrottle
 	cache    *sessionCache
+	tokens   *tokenCache // tokens that verified, by their text
 	loads    singleflight.Group
 	seen     *seenWriter
 
@@ -107,6 +108,7 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		addrs:    newAddressLimiter(cfg.PerAddressRate, cfg.PerAddressBurst, cfg.MaxTracked),
 		throttle: newLoginThrottle(cfg),
 		cache:    newSessionCache(cfg.SessionCacheSize),
+		tokens:   newTokenCache(),
 		keysDue:  make(chan struct{}, 1),
 	}
 	s.seen = newSeenWriter(cfg.SeenInterval, cfg.SessionCacheSize, st.TouchSessions, cfg.Logger)
@@ -766,6 +768,7 @@ func (s *Service) sweep(ctx context.Context, now time.Time) {
 	s.sweepMu.Unlock()
 	s.retireKeys(ctx, now)
 	s.cache.sweep(now)
+	s.tokens.sweep(now)
 	s.addrs.sweep(now)
 	s.throttle.sweep(now)
 }

@@ -106,12 +106,21 @@ func (s *Service) issue(userID int64, sid string, gen int64, sessionEnd, now tim
 // strict base64, the one algorithm, typ, a known kid and no other header, the
 // signature, iss, aud, exp, nbf and iat, and our own claims. It never fetches
 // anything: there is no header it would follow.
+//
+// A token that passed is remembered by its text (tokenCache): its next use costs a
+// map lookup, the exp and the key's standing.
 func (s *Service) verify(raw string) (verified, error) {
 	if len(raw) > MaxTokenBytes {
 		return verified{}, errToken(errors.New("token too large"))
 	}
+	if t, ok := s.tokens.get(raw); ok {
+		if now := s.cfg.Now(); now.Before(t.v.exp) && s.kidVerifies(t.kid, now) {
+			return t.v, nil
+		}
+	}
 	var c tokenClaims
-	if _, err := s.parser.ParseWithClaims(raw, &c, s.keyFor); err != nil {
+	tok, err := s.parser.ParseWithClaims(raw, &c, s.keyFor)
+	if err != nil {
 		return verified{}, errToken(err)
 	}
 	// The library allows Leeway past exp too; we issue and check our own tokens, so a
@@ -128,7 +137,17 @@ func (s *Service) verify(raw string) (verified, error) {
 	case c.NotBefore == nil || c.IssuedAt == nil:
 		return verified{}, errToken(errors.New("missing nbf or iat"))
 	}
-	return verified{userID: uid, sid: c.SessionID, gen: *c.Generation, jti: c.ID, exp: c.ExpiresAt.Time}, nil
+	v := verified{userID: uid, sid: c.SessionID, gen: *c.Generation, jti: c.ID, exp: c.ExpiresAt.Time}
+	kid, _ := tok.Header["kid"].(string) // keyFor accepted it
+	s.tokens.put(raw, verifiedToken{v: v, kid: kid})
+	return v, nil
+}
+
+// kidVerifies reports whether the key kid still verifies at now: in the ring and
+// not retired (keyFor's test).
+func (s *Service) kidVerifies(kid string, now time.Time) bool {
+	key, ok := s.ring.Load().keys[kid]
+	return ok && (key.retireAt.IsZero() || !now.After(key.retireAt))
 }
 
 // keyFor picks the key by kid. A header may hold alg, typ and kid and nothing else:
@@ -145,7 +164,7 @@ func (s *Service) keyFor(t *jwt.Token) (any, error) {
 	if !ok {
 		return nil, &unknownKIDError{kid: kid}
 	}
-	if !key.retireAt.IsZero() && s.cfg.Now().After(key.retireAt) {
+	if !s.kidVerifies(kid, s.cfg.Now()) {
 		return nil, errors.New("retired kid")
 	}
 	return key.verify, nil

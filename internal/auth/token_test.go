@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // tokenFixture is a logged-in user, its real token decoded, and the signing key,
@@ -39,8 +40,11 @@ func TestAuthenticateRejectsForgedTokens(t *testing.T) {
 	t.Parallel()
 	f := newTokenFixture(t)
 	// Control: a token crafted here from the real header and claims is accepted, so
-	// each case below fails for its one difference alone.
+	// each case below fails for its one difference alone. The real token is
+	// accepted first too, so each forgery differs by its one difference from a
+	// token in the verified-token cache.
 	f.authOK(craft(t, f.header, f.claims, f.key))
+	f.authOK(f.raw)
 
 	head, body, sig := splitRaw(t, f.raw)
 	otherKey := []byte(strings.Repeat("k", 32))
@@ -322,4 +326,53 @@ func aliasLastChar(t *testing.T, sig string) string {
 		t.Fatalf("alias decodes strictly too")
 	}
 	return alias
+}
+
+// A token that verified is remembered by its text, so its next use skips the JWT
+// work; but the cache answers only for that exact text while its exp has not
+// passed and its key still verifies, and the session is checked on every use
+// (SECURITY.md 1, 2, 5, 26).
+func TestVerifiedTokenCache(t *testing.T) {
+	t.Parallel()
+	f := newTokenFixture(t)
+	f.authOK(f.raw)
+	if n := f.s.tokens.len(); n != 1 {
+		t.Fatalf("%d tokens cached after one use, want 1", n)
+	}
+	head, body, sig := splitRaw(t, f.raw)
+	for name, raw := range map[string]string{
+		"signature alias, same bits": head + "." + body + "." + aliasLastChar(t, sig),
+		"claims tampered":            head + "." + b64json(t, clone(f.claims, map[string]any{"sub": "2"})) + "." + sig,
+		"signature tampered":         head + "." + body + "." + flipMiddle(sig),
+	} {
+		_, err := f.s.Authenticate(context.Background(), raw)
+		if wantTokenError(t, err); f.s.tokens.len() != 1 {
+			t.Fatalf("%s: a refused token was cached", name)
+		}
+	}
+
+	// Its key retired: the cached token no longer passes.
+	ring := f.s.ring.Load()
+	retired := ring.keys[ring.signKID]
+	retired.retireAt = f.clock.Now().Add(-time.Second)
+	f.s.ring.Store(&keyring{keys: map[string]ringKey{ring.signKID: retired}, signKID: ring.signKID})
+	f.authFails(f.raw)
+	f.s.ring.Store(ring)
+	f.authOK(f.raw)
+
+	// Its session ends: refused, whatever the token cache says.
+	other := f.login("alice@example.com", alicePassword)
+	f.authOK(other.Raw)
+	if err := f.s.Logout(context.Background(), f.authOK(other.Raw)); err != nil {
+		t.Fatal(err)
+	}
+	f.authFails(other.Raw)
+
+	// Its exp passes: refused, and forgotten at the next sweep.
+	f.clock.Advance(f.s.cfg.TokenTTL)
+	f.authFails(f.raw)
+	f.s.sweep(context.Background(), f.clock.Now())
+	if n := f.s.tokens.len(); n != 0 {
+		t.Fatalf("%d expired tokens still cached after the sweep", n)
+	}
 }
