@@ -54,10 +54,16 @@ func ParseUPID(s string) (UPID, error) {
 	if !strings.HasSuffix(rest, ":") {
 		return fail("no trailing colon")
 	}
-	f := strings.Split(rest[:len(rest)-1], ":")
-	if len(f) != 7 {
-		return fail(fmt.Sprintf("%d fields, want 7", len(f)))
+	// Split into an array, not a slice: a UPID is parsed on every task request.
+	fields := rest[:len(rest)-1]
+	if n := strings.Count(fields, ":") + 1; n != 7 {
+		return fail(fmt.Sprintf("%d fields, want 7", n))
 	}
+	var f [7]string
+	for i := range 6 {
+		f[i], fields, _ = strings.Cut(fields, ":")
+	}
+	f[6] = fields
 	node, pid, pstart, start, typ, id, user := f[0], f[1], f[2], f[3], f[4], f[5], f[6]
 	if !nodeSyntax(node) {
 		return fail("bad node name")
