@@ -102,10 +102,10 @@ type Stats struct {
 
 // Client is a PVE API client for one cluster. It is safe for concurrent use.
 type Client struct {
-	eps        []*endpoint
-	byAddr     map[string]*endpoint
-	tokenID    string
-	authHeader string
+	eps       []*endpoint
+	byAddr    map[string]*endpoint
+	tokenID   string
+	authValue []string // the Authorization header's value: shared by every request
 
 	timeout        time.Duration
 	attemptTimeout time.Duration
@@ -118,7 +118,6 @@ type Client struct {
 	backoff func(int) time.Duration
 
 	tr        *http.Transport
-	hc        *http.Client
 	preferred atomic.Int32
 	recent    recentUPIDs
 
@@ -159,7 +158,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		byAddr:         map[string]*endpoint{},
 		tokenID:        cfg.TokenID,
-		authHeader:     "PVEAPIToken=" + cfg.TokenID + "=" + cfg.TokenSecret,
+		authValue:      []string{"PVEAPIToken=" + cfg.TokenID + "=" + cfg.TokenSecret},
 		timeout:        orDefault(cfg.Timeout, DefaultTimeout),
 		attemptTimeout: orDefault(cfg.AttemptTimeout, defaultAttemptTimeout),
 		dialTimeout:    orDefault(cfg.DialTimeout, defaultDialTimeout),
@@ -224,11 +223,6 @@ func New(cfg Config) (*Client, error) {
 		MaxIdleConns:           conns * len(c.eps),
 		IdleConnTimeout:        idleConnTimeout,
 		MaxResponseHeaderBytes: 64 << 10,
-	}
-	c.hc = &http.Client{
-		Transport: c.tr,
-		// PVE never redirects; following one could carry the token elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return c, nil
 }
@@ -471,6 +465,13 @@ func (c *Client) index(ep *endpoint) int {
 	return 0
 }
 
+// Request header values, shared by every request (nothing changes them in place).
+var (
+	acceptJSON    = []string{"application/json"}
+	userAgent     = []string{"vmgate-pve/1"}
+	formEncodedCT = []string{"application/x-www-form-urlencoded"}
+)
+
 // attempt sends cl once to ep and classifies what happened.
 func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft bool) (result, outcome, error) {
 	actx := ctx
@@ -480,15 +481,20 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 		actx, cancel = context.WithTimeout(ctx, c.attemptTimeout)
 		defer cancel()
 	}
-	var sent atomic.Bool
-	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
-		// Headers may still sit in a buffer when this fires: counting them as
-		// sent errs on the safe side (an ambiguous write, never a repeated one).
-		WroteHeaders: func() { sent.Store(true) },
-		WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(true) },
-	})
+	// Whether a write's request left matters (an ambiguous write is never sent
+	// again); a read is simply read again, so only writes are traced.
+	var sent *atomic.Bool
+	if cl.write() {
+		sent = new(atomic.Bool)
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+			// Headers may still sit in a buffer when this fires: counting them as
+			// sent errs on the safe side (an ambiguous write, never a repeated one).
+			WroteHeaders: func() { sent.Store(true) },
+			WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(true) },
+		})
+	}
 
-	u, err := requestURL(ep.base, cl.path, cl.query)
+	raw, err := requestURLText(ep.base, cl.path, cl.query)
 	if err != nil {
 		return result{}, outRefused, err
 	}
@@ -496,21 +502,22 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 	if cl.form != nil {
 		body = strings.NewReader(cl.form.Encode())
 	}
-	req, err := http.NewRequestWithContext(actx, cl.method, u.String(), body)
-	if err != nil || req.URL.EscapedPath() != u.EscapedPath() {
+	req, err := http.NewRequestWithContext(actx, cl.method, raw, body)
+	if err != nil || checkRequestURL(req.URL, ep.base, cl.path) != nil {
 		return result{}, outRefused, fmt.Errorf("pve: %w: bad request URL for %s", ErrInvalidArgument, cl.path.escaped)
 	}
-	req.Header.Set("Authorization", c.authHeader)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "vmgate-pve/1")
+	req.Header = http.Header{"Authorization": c.authValue, "Accept": acceptJSON, "User-Agent": userAgent}
 	if cl.form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header["Content-Type"] = formEncodedCT
 	}
 
 	c.stats.requests.Add(1)
-	resp, err := c.hc.Do(req)
+	// The transport itself, not an http.Client: PVE never redirects (following
+	// one could carry the token elsewhere; RoundTrip follows none), and the
+	// client's per-request copy of the headers and its error wrapping buy nothing.
+	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
-		return c.classifyTransportError(ctx, actx, ep, cl, sent.Load(), err)
+		return c.classifyTransportError(ctx, actx, ep, cl, sent != nil && sent.Load(), err)
 	}
 	defer resp.Body.Close()
 	if resp.Close {
@@ -518,7 +525,7 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 	}
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		b, err := readLimited(resp.Body, cl.limit)
+		b, err := readBody(resp, cl.limit)
 		if err != nil {
 			if errors.Is(err, errTooLarge) {
 				return result{}, outAnswer, fmt.Errorf("pve: %s %s at %s: %w: %v", cl.method, cl.path.escaped, ep.base, ErrBadResponse, err)
@@ -562,22 +569,41 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 // requestURL joins an endpoint's base, /api2/json, a validated path and a
 // query, and checks that the result's path is exactly the one validated.
 func requestURL(base string, p apiPath, q url.Values) (*url.URL, error) {
-	if err := checkEscapedPath(p.escaped); err != nil {
-		return nil, fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
-	}
-	s := base + "/api2/json" + p.escaped
-	if len(q) > 0 {
-		s += "?" + q.Encode()
+	s, err := requestURLText(base, p, q)
+	if err != nil {
+		return nil, err
 	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
 	}
-	if u.EscapedPath() != "/api2/json"+p.escaped || u.Fragment != "" || u.Opaque != "" || u.User != nil ||
-		"https://"+u.Host != base {
-		return nil, fmt.Errorf("pve: %w: path %q does not survive URL building", ErrInvalidArgument, p.escaped)
+	if err := checkRequestURL(u, base, p); err != nil {
+		return nil, err
 	}
 	return u, nil
+}
+
+// requestURLText is the text requestURL parses.
+func requestURLText(base string, p apiPath, q url.Values) (string, error) {
+	if err := checkEscapedPath(p.escaped); err != nil {
+		return "", fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
+	}
+	s := base + "/api2/json" + p.escaped
+	if len(q) > 0 {
+		s += "?" + q.Encode()
+	}
+	return s, nil
+}
+
+// checkRequestURL checks that a parsed request URL is exactly base, /api2/json
+// and the validated path (and a query): nothing else survived the building.
+func checkRequestURL(u *url.URL, base string, p apiPath) error {
+	path, okPath := strings.CutPrefix(u.EscapedPath(), "/api2/json")
+	host, okHost := strings.CutPrefix(base, "https://")
+	if !okPath || path != p.escaped || u.Fragment != "" || u.Opaque != "" || u.User != nil || !okHost || u.Host != host {
+		return fmt.Errorf("pve: %w: path %q does not survive URL building", ErrInvalidArgument, p.escaped)
+	}
+	return nil
 }
 
 // classifyTransportError decides what a failed round trip means.
@@ -617,6 +643,30 @@ func unwrapURLError(err error) error {
 }
 
 var errTooLarge = errors.New("answer larger than the limit")
+
+// readBody reads an answer's body like readLimited, in one allocation when it
+// says its length (PVE does).
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		limit = limitDefault
+	}
+	n := resp.ContentLength
+	if n < 0 || n > limit {
+		return readLimited(resp.Body, limit)
+	}
+	b := make([]byte, n+1) // one more: a body longer than it said is an error
+	m, err := io.ReadFull(resp.Body, b)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		if int64(m) < n {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return b[:m], nil
+	case err != nil:
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: more than its Content-Length of %d bytes", errTooLarge, n)
+}
 
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	if limit <= 0 {
