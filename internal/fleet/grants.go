@@ -59,7 +59,10 @@ func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need 
 // Front ends call it after validating the request and before anything touches PVE.
 func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, attempt string) error {
 	_, err := s.Authorize(ctx, a, clusterID, need)
-	if k := errs.KindOf(err); err != nil && (k == errs.NotFound || k == errs.Forbidden) {
+	if err == nil {
+		return nil
+	}
+	if k := errs.KindOf(err); k == errs.NotFound || k == errs.Forbidden {
 		s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", ClusterID: clusterID, Target: attempt,
 			Params: audit.Params(map[string]string{"need": need}), Result: "denied", Reason: audit.Reason(err)})
 	}
