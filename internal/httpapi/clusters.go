@@ -280,27 +280,6 @@ func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type vmStatusJSON struct {
-	VMID      int64   `json:"vmid"`
-	Node      string  `json:"node"`
-	Name      string  `json:"name"`
-	Status    string  `json:"status"`
-	QMPStatus string  `json:"qmpStatus"`
-	Lock      string  `json:"lock"`
-	HA        haJSON  `json:"ha"`
-	Uptime    int64   `json:"uptime"`
-	CPUs      float64 `json:"cpus"`
-	MaxMem    int64   `json:"maxMem"`
-	// Stale: PVE could not be asked; this is what vmgate last read, at StaleSince.
-	Stale      bool       `json:"stale"`
-	StaleSince *time.Time `json:"staleSince"`
-}
-
-type haJSON struct {
-	Managed bool   `json:"managed"`
-	State   string `json:"state,omitempty"`
-}
-
 func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
 	vm, err := pathVM(r)
 	if err != nil {
@@ -316,13 +295,6 @@ func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
-		Lock: st.Lock, HA: haJSON{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem,
-		Stale: st.Stale}
-	if st.Stale {
-		since := st.StaleSince.UTC()
-		out.StaleSince = &since
-	}
-	writeData(w, out)
+	writeEncoded(w, http.StatusOK, "success", (*vmStatusAnswer)(&st), nil)
 	return nil
 }

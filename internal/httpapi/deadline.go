@@ -27,8 +27,8 @@ const reasonRequestTimeout = "request_timeout"
 // wait on top of the timeout; event streams are bounded by their own limits
 // instead (each write's deadline, the task's end, the client going away, the
 // server's drain on shutdown). Everything else gets the timeout alone.
-func holdFor(rt route, r *http.Request) (extra time.Duration, stream bool) {
-	switch rt.method + " " + rt.pattern {
+func holdFor(route string, r *http.Request) (extra time.Duration, stream bool) {
+	switch route {
 	case "GET /api/v1/pve/task/{taskId}/events":
 		return 0, true
 	case "GET /api/v1/pve/task/{taskId}":
@@ -44,7 +44,7 @@ func holdFor(rt route, r *http.Request) (extra time.Duration, stream bool) {
 // waitParam reads ?wait= leniently, for the deadline only: a bad value is the
 // handler's to refuse (400); here it counts as the longest wait.
 func waitParam(r *http.Request, def, most time.Duration) time.Duration {
-	if _, ok := r.URL.Query()["wait"]; !ok {
+	if _, ok := query(r)["wait"]; !ok {
 		return def
 	}
 	n, err := queryInt(r, "wait", 0, 0, int64(most/time.Second))
@@ -54,16 +54,15 @@ func waitParam(r *http.Request, def, most time.Duration) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-// withDeadline gives r its deadline as a whole (DefaultRequestTimeout unless
-// configured, plus the route's wait), so that nothing a request waits on can
-// hold it longer. Streams get none.
-func (s *Server) withDeadline(rt route, r *http.Request) (*http.Request, context.CancelFunc) {
-	extra, stream := holdFor(rt, r)
+// deadline gives the request of route (method and pattern) its deadline as a
+// whole (DefaultRequestTimeout unless configured, plus the route's wait), so that
+// nothing a request waits on can hold it longer. Streams get none.
+func (s *Server) deadline(ctx context.Context, route string, r *http.Request) (context.Context, context.CancelFunc) {
+	extra, stream := holdFor(route, r)
 	if stream || s.requestTimeout < 0 {
-		return r, func() {}
+		return ctx, func() {}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout+extra)
-	return r.WithContext(ctx), cancel
+	return context.WithTimeout(ctx, s.requestTimeout+extra)
 }
 
 // timedOut classifies an error that no layer classified, when the request's

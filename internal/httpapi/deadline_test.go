@@ -25,7 +25,7 @@ func TestHoldFor(t *testing.T) {
 		{"POST", vm + "/migrate", "/x?wait=300", 0, false},
 		{"GET", "/api/v1/user/me", "/x", 0, false},
 	} {
-		extra, stream := holdFor(route{method: tc.method, pattern: tc.pattern}, httptest.NewRequest(tc.method, tc.url, nil))
+		extra, stream := holdFor(tc.method+" "+tc.pattern, httptest.NewRequest(tc.method, tc.url, nil))
 		if extra != tc.extra || stream != tc.stream {
 			t.Errorf("%s %s %s: %v %v, want %v %v", tc.method, tc.pattern, tc.url, extra, stream, tc.extra, tc.stream)
 		}

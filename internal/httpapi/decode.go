@@ -150,7 +150,7 @@ func parseIntParam(name, v string, min, max int64) (int64, error) {
 
 // queryInt reads an optional integer query parameter.
 func queryInt(r *http.Request, name string, def, min, max int64) (int64, error) {
-	vs, ok := r.URL.Query()[name]
+	vs, ok := query(r)[name]
 	if !ok {
 		return def, nil
 	}
@@ -162,7 +162,7 @@ func queryInt(r *http.Request, name string, def, min, max int64) (int64, error) 
 
 // checkQuery rejects query parameters the route does not know.
 func checkQuery(r *http.Request, allowed ...string) error {
-	for k := range r.URL.Query() {
+	for k := range query(r) {
 		known := false
 		for _, a := range allowed {
 			known = known || k == a

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,49 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64) *metric
 func (m *metrics) observeRequest(method, route string, status int, d time.Duration) {
 	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// routeMetrics are one route's series, resolved once when the route is built:
+// the latency observer, and the request counter per method and status as first
+// seen (a handful per route). Looking a series up by its label values hashes
+// them every time; this is a read-locked map lookup by two small values.
+type routeMetrics struct {
+	m       *metrics
+	route   string
+	latency prometheus.Observer
+
+	mu     sync.RWMutex
+	counts map[methodStatus]prometheus.Counter
+}
+
+type methodStatus struct {
+	method string
+	status int
+}
+
+// route returns the series of route (method and pattern).
+func (m *metrics) route(route string) *routeMetrics {
+	return &routeMetrics{m: m, route: route, latency: m.latency.WithLabelValues(route),
+		counts: map[methodStatus]prometheus.Counter{}}
+}
+
+func (rm *routeMetrics) observe(method string, status int, d time.Duration) {
+	key := methodStatus{method, status}
+	rm.mu.RLock()
+	c, ok := rm.counts[key]
+	rm.mu.RUnlock()
+	if !ok {
+		// The method comes from the client: only the ones the server routes are
+		// kept, so the map stays small.
+		c = rm.m.requests.WithLabelValues(rm.route, method, strconv.Itoa(status))
+		rm.mu.Lock()
+		if len(rm.counts) < 64 {
+			rm.counts[key] = c
+		}
+		rm.mu.Unlock()
+	}
+	c.Inc()
+	rm.latency.Observe(d.Seconds())
 }
 
 // LoginOutcome counts one login attempt; auth calls it through the server's config.

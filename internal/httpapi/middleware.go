@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime/debug"
 
+	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
@@ -20,24 +22,38 @@ type reqInfo struct {
 	pattern string // the route pattern, for metrics and logs
 	userID  int64
 	session string
-	log     *slog.Logger
+	// principal is the authenticated caller (wrap sets it on authed routes).
+	principal *auth.Principal
+	// metrics are the route's pre-resolved series, when a route matched.
+	metrics *routeMetrics
+	// query is the parsed query string, parsed once (query).
+	query url.Values
+	base  *slog.Logger // the server's logger
+	log   *slog.Logger // base with the request id, made when first needed (logFrom)
+}
+
+// logger returns the request's logger: the server's, with the request id.
+func (ri *reqInfo) logger() *slog.Logger {
+	if ri.log == nil {
+		ri.log = ri.base.With(slog.String("request_id", ri.id))
+	}
+	return ri.log
 }
 
 type ctxKey int
 
 const (
 	infoKey ctxKey = iota
-	principalKey
 )
 
 func infoFrom(r *http.Request) *reqInfo {
 	if ri, ok := r.Context().Value(infoKey).(*reqInfo); ok {
 		return ri
 	}
-	return &reqInfo{log: slog.Default()}
+	return &reqInfo{base: slog.Default()}
 }
 
-func logFrom(r *http.Request) *slog.Logger { return infoFrom(r).log }
+func logFrom(r *http.Request) *slog.Logger { return infoFrom(r).logger() }
 
 func setRoutePattern(r *http.Request, p string) { infoFrom(r).pattern = p }
 
@@ -46,6 +62,18 @@ func clientAddr(r *http.Request) string { return infoFrom(r).addr }
 
 // requestID returns the request's id.
 func requestID(r *http.Request) string { return infoFrom(r).id }
+
+// query returns r's query parameters, parsed once per request.
+func query(r *http.Request) url.Values {
+	ri, ok := r.Context().Value(infoKey).(*reqInfo)
+	if !ok {
+		return r.URL.Query()
+	}
+	if ri.query == nil {
+		ri.query = r.URL.Query()
+	}
+	return ri.query
+}
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
@@ -88,6 +116,15 @@ func (s *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection (write deadlines for SSE).
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// reqState is what outer allocates per request, in one piece.
+type reqState struct {
+	info reqInfo
+	rec  statusRecorder
+}
+
+// cacheNoStore is Cache-Control's one value, shared by every answer.
+var cacheNoStore = []string{"no-store"}
+
 // outer is the first layer: request id, client address, panic recovery, the one log
 // line per request and the request metrics.
 func (s *Server) outer(next http.Handler) http.Handler {
@@ -98,23 +135,24 @@ func (s *Server) outer(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		addr, addrErr := s.proxies.resolve(r)
-		ri := &reqInfo{id: id, addr: addr, pattern: "unmatched"}
-		ri.log = s.log.With(slog.String("request_id", id))
-		w.Header().Set("X-Request-Id", id)
+		st := &reqState{info: reqInfo{id: id, addr: addr, pattern: "unmatched", base: s.log}}
+		ri, rec := &st.info, &st.rec
+		h := w.Header()
+		h["X-Request-Id"] = []string{id}
 		if s.ui == nil || IsAPIPath(r.URL.Path) {
-			setAPIHeaders(w.Header()) // the web UI sets its own
+			setAPIHeaders(h) // the web UI sets its own
 		}
 		// Answers carry tokens and inventory; no cache may keep any of them, and
 		// every 401 then looks the same wherever it comes from.
-		w.Header().Set("Cache-Control", "no-store")
-		rec := &statusRecorder{ResponseWriter: w}
+		h["Cache-Control"] = cacheNoStore
+		rec.ResponseWriter = w
 		r = r.WithContext(context.WithValue(r.Context(), infoKey, ri))
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				ri.log.Error("panic", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+				ri.logger().Error("panic", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 				if rec.status == 0 {
 					writeError(rec, r, errs.E(errs.Internal, "internal error"))
 				}
@@ -124,21 +162,26 @@ func (s *Server) outer(next http.Handler) http.Handler {
 			if status == 0 {
 				status = http.StatusOK
 			}
-			s.metrics.observeRequest(r.Method, ri.pattern, status, elapsed)
-			attrs := []slog.Attr{
-				slog.String("method", r.Method),
+			if ri.metrics != nil {
+				ri.metrics.observe(r.Method, status, elapsed)
+			} else {
+				s.metrics.observeRequest(r.Method, ri.pattern, status, elapsed)
+			}
+			if !s.log.Enabled(r.Context(), slog.LevelInfo) {
+				return
+			}
+			// One call with the attributes in place: no slice, no logger per request.
+			req, method, path, route := slog.String("request_id", ri.id), slog.String("method", r.Method),
 				// The path only: a token in a query string must never reach the log.
-				slog.String("path", r.URL.Path),
-				slog.String("route", ri.pattern),
-				slog.Int("status", status),
-				slog.Int("bytes", rec.bytes),
-				slog.Duration("duration", elapsed),
-				slog.String("remote", ri.addr),
+				slog.String("path", r.URL.Path), slog.String("route", ri.pattern)
+			code, size, took, remote := slog.Int("status", status), slog.Int("bytes", rec.bytes),
+				slog.Duration("duration", elapsed), slog.String("remote", ri.addr)
+			if ri.userID == 0 {
+				s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", req, method, path, route, code, size, took, remote)
+				return
 			}
-			if ri.userID != 0 {
-				attrs = append(attrs, slog.Int64("user_id", ri.userID), slog.String("session", ri.session))
-			}
-			ri.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", req, method, path, route, code, size, took, remote,
+				slog.Int64("user_id", ri.userID), slog.String("session", ri.session))
 		}()
 		if addrErr != nil { // the trusted proxy's forwarding headers cannot be read: no client to serve
 			writeError(rec, r, addrErr)

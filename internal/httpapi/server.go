@@ -167,29 +167,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 
 // wrap turns a route into a handler: it records the pattern, gives the request its
 // deadline (deadline.go), attaches the request's facts for the audit trail
-// (internal/audit), authenticates and checks the global
-// role, runs the handler and renders its error.
+// (internal/audit), authenticates and checks the global role, runs the handler
+// and renders its error. What does not change per request — the route's name,
+// its metric series — is resolved here, once; the request's context is built
+// whole and attached once.
 func (s *Server) wrap(rt route) http.Handler {
+	name := rt.method + " " + rt.pattern
+	rm := s.metrics.route(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		setRoutePattern(r, rt.method+" "+rt.pattern)
-		r, cancel := s.withDeadline(rt, r)
+		ri := infoFrom(r)
+		ri.pattern, ri.metrics = name, rm
+		ctx, cancel := s.deadline(r.Context(), name, r)
 		defer cancel()
-		r = r.WithContext(audit.WithRequest(r.Context(), clientAddr(r), requestID(r), r.UserAgent()))
+		facts := audit.FactsFrom(ctx)
+		facts.Address, facts.RequestID, facts.UserAgent = ri.addr, ri.id, r.UserAgent()
 		if rt.access != public {
-			p, err := s.authenticate(r)
+			p, err := s.authenticate(ctx, r)
 			if err != nil {
+				r = r.WithContext(audit.WithFacts(ctx, facts))
 				writeError(w, r, timedOut(r, err))
 				return
 			}
-			ri := infoFrom(r)
-			ri.userID, ri.session = p.UserID, p.SessionID
-			ctx := audit.WithActor(r.Context(), p.UserID, p.Email, p.SessionID)
-			r = r.WithContext(context.WithValue(ctx, principalKey, p))
-			if rt.access == admin {
-				if err := s.accounts.RequireAdmin(r.Context(), p, rt.method+" "+rt.pattern); err != nil {
-					writeError(w, r, timedOut(r, err))
-					return
-				}
+			ri.userID, ri.session, ri.principal = p.UserID, p.SessionID, &p
+			facts.UserID, facts.UserEmail, facts.SessionID = p.UserID, p.Email, p.SessionID
+		}
+		r = r.WithContext(audit.WithFacts(ctx, facts))
+		if rt.access == admin {
+			if err := s.accounts.RequireAdmin(r.Context(), *ri.principal, name); err != nil {
+				writeError(w, r, timedOut(r, err))
+				return
 			}
 		}
 		if err := requireJSON(r); err != nil {
@@ -234,12 +240,12 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
+func (s *Server) authenticate(ctx context.Context, r *http.Request) (auth.Principal, error) {
 	tok, ok := bearer(r)
 	if !ok {
 		return auth.Principal{}, errUnauthenticated
 	}
-	p, err := s.sessions.Authenticate(r.Context(), tok)
+	p, err := s.sessions.Authenticate(ctx, tok)
 	if err != nil {
 		if errs.KindOf(err) == errs.Unauthenticated {
 			return auth.Principal{}, errUnauthenticated
@@ -251,8 +257,10 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 
 // principal returns the authenticated caller; routes with access authed or admin always have one.
 func principal(r *http.Request) auth.Principal {
-	p, _ := r.Context().Value(principalKey).(auth.Principal)
-	return p
+	if p := infoFrom(r).principal; p != nil {
+		return *p
+	}
+	return auth.Principal{}
 }
 
 // Timeouts bound how long a connection may take over its request and how long an

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,73 +11,6 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// taskJSON is a task as DESIGN §3.3 shows it. Every key is always present; what is
-// not known (yet) is null.
-type taskJSON struct {
-	TaskID       *string       `json:"taskId"`
-	OperationID  *int64        `json:"operationId"`
-	ClusterID    int64         `json:"clusterId"`
-	Node         string        `json:"node"`
-	Type         string        `json:"type"`
-	VMID         *int64        `json:"vmid"`
-	PVEUser      *string       `json:"pveUser"`
-	StartedBy    *string       `json:"startedBy"`
-	Status       string        `json:"status"`
-	ExitStatus   *string       `json:"exitStatus"`
-	Result       string        `json:"result"`
-	Error        *string       `json:"error"`
-	StartTime    time.Time     `json:"startTime"`
-	EndTime      *time.Time    `json:"endTime"`
-	Target       *string       `json:"target"`
-	Progress     *progressJSON `json:"progress"`
-	FollowTaskID *string       `json:"followTaskId"`
-	Stale        bool          `json:"stale"`
-	StaleSince   *time.Time    `json:"staleSince"`
-}
-
-type progressJSON struct {
-	Percent          float64 `json:"percent"`
-	TransferredBytes int64   `json:"transferredBytes"`
-	TotalBytes       int64   `json:"totalBytes"`
-	BytesPerSecond   int64   `json:"bytesPerSecond"`
-	Phase            string  `json:"phase"`
-}
-
-func strOrNull(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func toTaskJSON(v vmops.TaskView) taskJSON {
-	out := taskJSON{TaskID: strOrNull(v.TaskID), ClusterID: v.ClusterID, Node: v.Node, Type: v.Type,
-		PVEUser: strOrNull(v.PVEUser), StartedBy: strOrNull(v.StartedBy), Status: v.Status,
-		ExitStatus: strOrNull(v.ExitStatus), Result: v.Result, Error: strOrNull(v.Error), StartTime: v.StartTime.UTC(),
-		Target: strOrNull(v.Target), FollowTaskID: strOrNull(v.FollowTaskID), Stale: v.Stale}
-	if v.VMID != 0 {
-		id := v.VMID
-		out.VMID = &id
-	}
-	if v.OperationID != 0 {
-		id := v.OperationID
-		out.OperationID = &id
-	}
-	if v.Stale {
-		since := v.StaleSince.UTC()
-		out.StaleSince = &since
-	}
-	if v.Finished() && !v.EndTime.IsZero() {
-		end := v.EndTime.UTC()
-		out.EndTime = &end
-	}
-	if p := v.Progress; p != nil {
-		out.Progress = &progressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
-			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
-	}
-	return out
-}
 
 // pathTask reads and validates {taskId}: a UPID exactly as PVE writes it, or
 // vmgate's operation id (the task row an outcome_unknown answer names).
@@ -126,7 +58,7 @@ func (s *Server) task(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeData(w, toTaskJSON(v))
+	writeEncoded(w, http.StatusOK, "success", (*taskAnswer)(&v), nil)
 	return nil
 }
 
@@ -218,7 +150,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	done := make(chan struct{})
 	defer close(done)
 	err = s.vms.Events(ctx, upid, hint, func(v vmops.TaskView) error {
-		b, err := json.Marshal(toTaskJSON(v))
+		b, err := encode((*taskAnswer)(&v))
 		if err != nil {
 			return err
 		}
@@ -299,10 +231,6 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]taskJSON, 0, len(list))
-	for _, v := range list {
-		out = append(out, toTaskJSON(v))
-	}
-	writeData(w, out)
+	writeEncoded(w, http.StatusOK, "success", taskList(list), nil)
 	return nil
 }

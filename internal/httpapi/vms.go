@@ -82,7 +82,7 @@ func pathVM(r *http.Request) (vmops.VMRef, error) {
 
 // queryOne returns a query parameter given at most once ("" when absent).
 func queryOne(r *http.Request, name string) (string, error) {
-	vs := r.URL.Query()[name]
+	vs := query(r)[name]
 	if len(vs) > 1 {
 		return "", errs.R(errs.Invalid, "invalid_request", "%s given more than once", name)
 	}
@@ -116,7 +116,7 @@ func readPowerQuery(r *http.Request, withForce bool) (powerQuery, error) {
 		return q, err
 	}
 	q.wait = time.Duration(wait) * time.Second
-	if _, ok := r.URL.Query()["timeout"]; ok {
+	if _, ok := query(r)["timeout"]; ok {
 		t, err := queryInt(r, "timeout", 0, 0, 86400)
 		if err != nil {
 			return q, err

@@ -105,3 +105,60 @@ func benchPoll(b *testing.B, clients int, interval time.Duration) {
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 }
+
+// BenchmarkReads is the cost of authenticated reads through the whole handler
+// (middleware, token, grant, use case, rendering), without the network: a
+// finished task (answered from memory, no PVE call), the caller's account, and a
+// VM's status (one read of the emulator, in process, over HTTPS). Allocations per
+// read are the figure to watch; cmd/vmgate-bench measures the real thing.
+//
+//	go test -run '^$' -bench Reads -benchmem ./internal/httpapi/
+func BenchmarkReads(b *testing.B) {
+	e := newVMEnv(b, 1000)
+	a := e.call("op", "POST", e.vmPath("pve1", 101)+"/start", "")
+	if a.status != 200 {
+		b.Fatalf("start: %d %s", a.status, a.raw)
+	}
+	task := taskPath(a.header.Get("X-Task-Id"))
+	for _, c := range []struct{ name, path string }{
+		{"finished-task", task},
+		{"me", "/api/v1/user/me"},
+		{"vm-status", e.vmPath("pve1", 100)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := httptest.NewRequest("GET", c.path, nil)
+			r.RemoteAddr = "192.0.2.7:1234"
+			r.Header.Set("Authorization", "Bearer "+e.tokens["view"])
+			w := &discardWriter{h: http.Header{}}
+			e.api.ServeHTTP(w, r)
+			if w.status != http.StatusOK {
+				b.Fatalf("%s: %d", c.path, w.status)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				w.status = 0
+				e.api.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps the status only.
+type discardWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return len(p), nil
+}
+func (w *discardWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}

@@ -1,0 +1,142 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// The hand encodings of the hot answers (jsonenc.go). Each writes exactly what
+// encoding/json writes for the struct named in its comment, which stays the
+// documented shape (and the encoding of everything else).
+
+// taskAnswer is a task as taskJSON shows it.
+type taskAnswer vmops.TaskView
+
+func (t *taskAnswer) appendJSON(e *jsonEnc) {
+	v := (*vmops.TaskView)(t)
+	e.key("taskId", true)
+	e.strOrNull(v.TaskID)
+	e.key("operationId", false)
+	if v.OperationID != 0 {
+		e.int(v.OperationID)
+	} else {
+		e.raw("null")
+	}
+	e.key("clusterId", false)
+	e.int(v.ClusterID)
+	e.key("node", false)
+	e.str(v.Node)
+	e.key("type", false)
+	e.str(v.Type)
+	e.key("vmid", false)
+	if v.VMID != 0 {
+		e.int(v.VMID)
+	} else {
+		e.raw("null")
+	}
+	e.key("pveUser", false)
+	e.strOrNull(v.PVEUser)
+	e.key("startedBy", false)
+	e.strOrNull(v.StartedBy)
+	e.key("status", false)
+	e.str(v.Status)
+	e.key("exitStatus", false)
+	e.strOrNull(v.ExitStatus)
+	e.key("result", false)
+	e.str(v.Result)
+	e.key("error", false)
+	e.strOrNull(v.Error)
+	e.key("startTime", false)
+	e.time(v.StartTime.UTC())
+	e.key("endTime", false)
+	if v.Finished() && !v.EndTime.IsZero() {
+		e.time(v.EndTime.UTC())
+	} else {
+		e.raw("null")
+	}
+	e.key("target", false)
+	e.strOrNull(v.Target)
+	e.key("progress", false)
+	if p := v.Progress; p != nil {
+		e.key("percent", true)
+		e.float(p.Percent)
+		e.key("transferredBytes", false)
+		e.int(p.TransferredBytes)
+		e.key("totalBytes", false)
+		e.int(p.TotalBytes)
+		e.key("bytesPerSecond", false)
+		e.int(p.BytesPerSecond)
+		e.key("phase", false)
+		e.str(p.Phase)
+		e.raw("}")
+	} else {
+		e.raw("null")
+	}
+	e.key("followTaskId", false)
+	e.strOrNull(v.FollowTaskID)
+	e.stale(v.Stale, v.StaleSince)
+	e.raw("}")
+}
+
+// taskList is a list of tasks as []taskJSON shows it.
+type taskList []vmops.TaskView
+
+func (l taskList) appendJSON(e *jsonEnc) {
+	e.raw("[")
+	for i := range l {
+		if i > 0 {
+			e.raw(",")
+		}
+		(*taskAnswer)(&l[i]).appendJSON(e)
+	}
+	e.raw("]")
+}
+
+// vmStatusAnswer is a VM's status as vmStatusJSON shows it.
+type vmStatusAnswer fleet.VMStatusView
+
+func (a *vmStatusAnswer) appendJSON(e *jsonEnc) {
+	e.key("vmid", true)
+	e.int(a.VMID)
+	e.key("node", false)
+	e.str(a.Node)
+	e.key("name", false)
+	e.str(a.Name)
+	e.key("status", false)
+	e.str(a.Status)
+	e.key("qmpStatus", false)
+	e.str(a.QMPStatus)
+	e.key("lock", false)
+	e.str(a.Lock)
+	e.key("ha", false)
+	e.key("managed", true)
+	e.bool(a.HA.Managed)
+	if a.HA.State != "" {
+		e.key("state", false)
+		e.str(a.HA.State)
+	}
+	e.raw("}")
+	e.key("uptime", false)
+	e.int(a.Uptime)
+	e.key("cpus", false)
+	e.float(a.CPUs)
+	e.key("maxMem", false)
+	e.int(a.MaxMem)
+	e.stale(a.Stale, a.StaleSince)
+	e.raw("}")
+}
+
+// stale writes the "stale" and "staleSince" keys of an answer PVE could not
+// refresh.
+func (e *jsonEnc) stale(stale bool, since time.Time) {
+	e.key("stale", false)
+	e.bool(stale)
+	e.key("staleSince", false)
+	if stale {
+		e.time(since.UTC())
+	} else {
+		e.raw("null")
+	}
+}

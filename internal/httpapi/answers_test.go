@@ -1,0 +1,188 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// The structs below are the documented shapes the hand encodings (answers.go)
+// write; encoding/json's output for them is the reference.
+
+// taskJSON is a task as DESIGN §3.3 shows it. Every key is always present; what is
+// not known (yet) is null.
+type taskJSON struct {
+	TaskID       *string       `json:"taskId"`
+	OperationID  *int64        `json:"operationId"`
+	ClusterID    int64         `json:"clusterId"`
+	Node         string        `json:"node"`
+	Type         string        `json:"type"`
+	VMID         *int64        `json:"vmid"`
+	PVEUser      *string       `json:"pveUser"`
+	StartedBy    *string       `json:"startedBy"`
+	Status       string        `json:"status"`
+	ExitStatus   *string       `json:"exitStatus"`
+	Result       string        `json:"result"`
+	Error        *string       `json:"error"`
+	StartTime    time.Time     `json:"startTime"`
+	EndTime      *time.Time    `json:"endTime"`
+	Target       *string       `json:"target"`
+	Progress     *progressJSON `json:"progress"`
+	FollowTaskID *string       `json:"followTaskId"`
+	Stale        bool          `json:"stale"`
+	StaleSince   *time.Time    `json:"staleSince"`
+}
+
+type progressJSON struct {
+	Percent          float64 `json:"percent"`
+	TransferredBytes int64   `json:"transferredBytes"`
+	TotalBytes       int64   `json:"totalBytes"`
+	BytesPerSecond   int64   `json:"bytesPerSecond"`
+	Phase            string  `json:"phase"`
+}
+
+func strOrNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func toTaskJSON(v vmops.TaskView) taskJSON {
+	out := taskJSON{TaskID: strOrNull(v.TaskID), ClusterID: v.ClusterID, Node: v.Node, Type: v.Type,
+		PVEUser: strOrNull(v.PVEUser), StartedBy: strOrNull(v.StartedBy), Status: v.Status,
+		ExitStatus: strOrNull(v.ExitStatus), Result: v.Result, Error: strOrNull(v.Error), StartTime: v.StartTime.UTC(),
+		Target: strOrNull(v.Target), FollowTaskID: strOrNull(v.FollowTaskID), Stale: v.Stale}
+	if v.VMID != 0 {
+		id := v.VMID
+		out.VMID = &id
+	}
+	if v.OperationID != 0 {
+		id := v.OperationID
+		out.OperationID = &id
+	}
+	if v.Stale {
+		since := v.StaleSince.UTC()
+		out.StaleSince = &since
+	}
+	if v.Finished() && !v.EndTime.IsZero() {
+		end := v.EndTime.UTC()
+		out.EndTime = &end
+	}
+	if p := v.Progress; p != nil {
+		out.Progress = &progressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
+			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+	}
+	return out
+}
+
+// vmStatusJSON is a VM's status as DESIGN §3.2 shows it.
+type vmStatusJSON struct {
+	VMID      int64   `json:"vmid"`
+	Node      string  `json:"node"`
+	Name      string  `json:"name"`
+	Status    string  `json:"status"`
+	QMPStatus string  `json:"qmpStatus"`
+	Lock      string  `json:"lock"`
+	HA        haJSON  `json:"ha"`
+	Uptime    int64   `json:"uptime"`
+	CPUs      float64 `json:"cpus"`
+	MaxMem    int64   `json:"maxMem"`
+	// Stale: PVE could not be asked; this is what vmgate last read, at StaleSince.
+	Stale      bool       `json:"stale"`
+	StaleSince *time.Time `json:"staleSince"`
+}
+
+type haJSON struct {
+	Managed bool   `json:"managed"`
+	State   string `json:"state,omitempty"`
+}
+
+// awkward are strings encoding/json escapes in every way it knows.
+var awkward = []string{"", "plain", `quote " and \\ backslash`, "<script>&amp;</script>", "tab\tnew\nline\rret\bbs\fff",
+	"\x00\x01\x1f\x7f", "é ü 日本", "\u2028 and \u2029", "bad \xff utf-8 \xc3", "UPID:pve1:0001:0002:0003:qmstart:100:root@pam!t:"}
+
+// TestHandEncodingMatchesEncodingJSON: each hand encoding writes byte for byte
+// what encoding/json writes for the documented struct.
+func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	marshal := func(v any) string {
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	hand := func(a appender) string {
+		t.Helper()
+		b, err := encode(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	floats := []float64{0, 1, -1, 0.5, 42.1, 1e-7, 1.5e-9, 123456789, 1e21, 3.4e38, 1.0 / 3, math.SmallestNonzeroFloat64, -2e-7}
+	start := time.Date(2026, 11, 22, 10, 0, 0, 123456789, time.FixedZone("x", 3600))
+	for i, s := range awkward {
+		f := floats[i%len(floats)]
+		views := []vmops.TaskView{
+			{TaskID: s, ClusterID: int64(i), Node: s, Type: s, PVEUser: s, Status: vmops.StatusRunning, Result: s, StartTime: start,
+				Stale: i%2 == 1, StaleSince: start.Add(time.Second)},
+			{TaskID: s, OperationID: int64(i), VMID: 100 + int64(i), StartedBy: s, Status: vmops.StatusStopped, ExitStatus: s, Error: s, Target: s,
+				StartTime: start, EndTime: start.Add(time.Duration(i) * time.Second), FollowTaskID: s,
+				Progress: &vmops.Progress{Percent: f, TransferredBytes: int64(i), TotalBytes: 1 << 40, BytesPerSecond: -1, Phase: s}},
+		}
+		for _, v := range views {
+			if got, want := hand((*taskAnswer)(&v)), marshal(toTaskJSON(v)); got != want {
+				t.Errorf("task:\n got %s\nwant %s", got, want)
+			}
+		}
+		if got, want := hand(taskList(views)), marshal([]taskJSON{toTaskJSON(views[0]), toTaskJSON(views[1])}); got != want {
+			t.Errorf("task list:\n got %s\nwant %s", got, want)
+		}
+		if got, want := hand(taskList(nil)), "[]"; got != want {
+			t.Errorf("empty task list: %s", got)
+		}
+		st := fleet.VMStatusView{VMID: int64(i), Node: s, Name: s, Status: s, QMPStatus: s, Lock: s,
+			HA: fleet.HAView{Managed: i%2 == 0, State: strings.Repeat(s, i%2)}, Uptime: int64(i) << 33, CPUs: f, MaxMem: 1 << 33,
+			Stale: i%3 == 0, StaleSince: start.Add(-time.Minute)}
+		ref := vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+			Lock: st.Lock, HA: haJSON{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem,
+			Stale: st.Stale}
+		if st.Stale {
+			since := st.StaleSince.UTC()
+			ref.StaleSince = &since
+		}
+		want := marshal(ref)
+		if got := hand((*vmStatusAnswer)(&st)); got != want {
+			t.Errorf("vm status:\n got %s\nwant %s", got, want)
+		}
+	}
+	if _, err := encode((*vmStatusAnswer)(&fleet.VMStatusView{CPUs: math.NaN()})); err == nil {
+		t.Error("NaN encoded without an error")
+	}
+}
+
+// FuzzJSONString: the hand encoding of a string is encoding/json's.
+func FuzzJSONString(f *testing.F) {
+	for _, s := range awkward {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var e jsonEnc
+		e.str(s)
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(e.b) != string(want) {
+			t.Fatalf("%q: got %s, want %s", s, e.b, want)
+		}
+	})
+}
