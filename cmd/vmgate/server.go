@@ -220,7 +220,9 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 }
 
 func (c *serverCmd) Run() error {
-	log := c.logger(os.Stderr)
+	logOut := newLogWriter(os.Stderr)
+	defer logOut.Close()
+	log := c.logger(logOut)
 	if c.CPUProfile != "" {
 		stopProfile, err := startCPUProfile(c.CPUProfile)
 		if err != nil {
