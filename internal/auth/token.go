@@ -174,8 +174,10 @@ func (s *Service) keyFor(t *jwt.Token) (any, error) {
 // token names a kid this replica does not know (learnKID: bounded).
 func (s *Service) verifyLearning(ctx context.Context, raw string) (verified, error) {
 	v, err := s.verify(raw)
-	var unknown *unknownKIDError
-	if err != nil && errors.As(err, &unknown) && s.learnKID(ctx, unknown.kid) {
+	if err == nil {
+		return v, nil
+	}
+	if unknown := (*unknownKIDError)(nil); errors.As(err, &unknown) && s.learnKID(ctx, unknown.kid) {
 		return s.verify(raw)
 	}
 	return v, err
