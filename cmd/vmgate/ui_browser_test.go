@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/audits"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -588,7 +589,8 @@ func TestUIBrowserWalk(t *testing.T) {
 
 // TestUIBrowserViewer: a viewer sees the VMs and no action button, and a POST
 // from the viewer's own session, with its CSRF token, is refused; on a phone-sized
-// screen the pages still work (and are shot). No console error, no CSP violation.
+// screen in dark mode the pages still work (and are shot), none wider than the
+// screen. No console error, no CSP violation.
 func TestUIBrowserViewer(t *testing.T) {
 	base := uiServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -612,6 +614,11 @@ func TestUIBrowserViewer(t *testing.T) {
 
 	b := newBrowser(t, base, 500, 900)
 	b.do("a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	// In the dark: the pages follow prefers-color-scheme.
+	if _, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+		t.Fatal(err)
+	}
 	b.open("/vms/1/pve1/100")
 	b.waitPath("/login")
 	b.shot("phone-login")
@@ -636,4 +643,11 @@ func TestUIBrowserViewer(t *testing.T) {
 	b.open("/")
 	b.waitText("pve1")
 	b.shot("phone-fleet")
+	for _, path := range []string{"/", "/vms", "/vms/1/pve1/100", "/tasks", "/account"} {
+		b.open(path)
+		b.waitPath(path)
+		if w := eval[int](b, "document.documentElement.scrollWidth"); w > 390 {
+			t.Errorf("%s is %d px wide on a 390 px screen", path, w)
+		}
+	}
 }

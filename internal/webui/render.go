@@ -141,6 +141,7 @@ func (u *UI) funcs() template.FuncMap {
 		"add":      func(a, b int) int { return a + b },
 		"query":    queryWith,
 		"sortLink": sortLink,
+		"clipText": clip,
 		"short":    func(s string) string { return s[:min(len(s), 6)] },
 		"sessionList": func(list []accounts.Session, action, csrf string) sessionList {
 			return sessionList{List: list, Action: action, CSRF: csrf}
