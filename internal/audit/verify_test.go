@@ -94,18 +94,10 @@ func TestVerifyNamesTheFirstBrokenRow(t *testing.T) {
 			exec(t, db, `UPDATE audit SET at = at - 60000 WHERE id = 7`)
 		}, ChainBreak{Kind: Changed, ID: 7, AfterID: 6}},
 		{"edited and its value computed anew", func(t *testing.T, st store.Store, db *sql.DB) {
-			recs, _ := st.AuditRange(context.Background(), 4, 1)
-			a := recs[0]
-			a.Target = "user:1"
-			a.Chain = store.AuditChainValue(a)
-			exec(t, db, `UPDATE audit SET target = ?, chain = ? WHERE id = 5`, a.Target, a.Chain)
+			rehashed(t, st, db, 5, "user:1", "ok")
 		}, ChainBreak{Kind: Changed, ID: 5, AfterID: 4}},
 		{"the newest row edited and its value computed anew", func(t *testing.T, st store.Store, db *sql.DB) {
-			recs, _ := st.AuditRange(context.Background(), 9, 1)
-			a := recs[0]
-			a.Result = "failed"
-			a.Chain = store.AuditChainValue(a)
-			exec(t, db, `UPDATE audit SET result = ?, chain = ? WHERE id = 10`, a.Result, a.Chain)
+			rehashed(t, st, db, 10, "", "failed")
 		}, ChainBreak{Kind: Changed, ID: 10, AfterID: 9}},
 		{"one row deleted", func(t *testing.T, st store.Store, db *sql.DB) {
 			exec(t, db, `DELETE FROM audit WHERE id = 4`)
@@ -150,6 +142,20 @@ func TestVerifyNamesTheFirstBrokenRow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rehashed gives row id another target and result and its chain value computed
+// anew from them, as someone who knows the canonical form would.
+func rehashed(t *testing.T, st store.Store, db *sql.DB, id int64, target, result string) {
+	t.Helper()
+	recs, err := st.AuditRange(context.Background(), id-1, 1)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("read row %d: %v", id, err)
+	}
+	a := recs[0]
+	a.Target, a.Result = target, result
+	a.Chain = store.AuditChainValue(a)
+	exec(t, db, `UPDATE audit SET target = ?, result = ?, chain = ? WHERE id = ?`, a.Target, a.Result, a.Chain, id)
 }
 
 // TestVerifyWhileAppending (SECURITY.md 30): rows appended while Verify walks are not taken for
