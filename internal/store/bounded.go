@@ -351,3 +351,28 @@ func (b *bounded) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pru
 	res, err := b.s.Prune(ctx, now, p)
 	return res, b.unavailable(ctx, err)
 }
+
+// CreateAPIToken implements Store.
+func (b *bounded) CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error) {
+	return call(b, ctx, func(ctx context.Context) (APIToken, error) { return b.s.CreateAPIToken(ctx, t) })
+}
+
+// APITokenByHash implements Store.
+func (b *bounded) APITokenByHash(ctx context.Context, hash []byte) (APIToken, error) {
+	return call(b, ctx, func(ctx context.Context) (APIToken, error) { return b.s.APITokenByHash(ctx, hash) })
+}
+
+// UserAPITokens implements Store.
+func (b *bounded) UserAPITokens(ctx context.Context, userID int64) ([]APIToken, error) {
+	return call(b, ctx, func(ctx context.Context) ([]APIToken, error) { return b.s.UserAPITokens(ctx, userID) })
+}
+
+// DeleteAPIToken implements Store.
+func (b *bounded) DeleteAPIToken(ctx context.Context, userID int64, id string) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.DeleteAPIToken(ctx, userID, id) })
+}
+
+// TouchAPITokens implements Store.
+func (b *bounded) TouchAPITokens(ctx context.Context, uses []APITokenUse) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.TouchAPITokens(ctx, uses) })
+}

@@ -62,6 +62,10 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 		return res, err
 	}
 	res.Audit, err = s.pruneAudit(ctx, now.Add(-p.AuditOlderThan), now, p.Batch)
+	if err != nil {
+		return res, err
+	}
+	res.APITokens, err = s.pruneAPITokens(ctx, now.Add(-p.SessionsEndedBefore), p.Batch)
 	return res, err
 }
 

@@ -376,6 +376,7 @@ type PruneResult struct {
 	Sessions        int64
 	IdempotencyKeys int64
 	Audit           int64 // audit records past the retention
+	APITokens       int64 // expired more than SessionsEndedBefore ago
 }
 
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
@@ -412,6 +413,23 @@ type Store interface {
 	// in one transaction. Missing sessions are skipped. It feeds no change: when a
 	// session was last used is shown, never cached.
 	TouchSessions(ctx context.Context, seen []SessionSeen) error
+
+	// CreateAPIToken stores a new API token (apitokens.go). Conflict when its ID,
+	// its secret's hash or its name for the user exists; NotFound when the user
+	// does not. It feeds nothing.
+	CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error)
+	// APITokenByHash returns the token whose secret hashes to hash, expired ones
+	// too (the caller decides); NotFound when there is none.
+	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error)
+	// UserAPITokens returns the user's tokens, expired ones too, the newest first.
+	UserAPITokens(ctx context.Context, userID int64) ([]APIToken, error)
+	// DeleteAPIToken deletes token id of user userID and feeds ChangeAPIToken;
+	// NotFound when the user has no such token.
+	DeleteAPIToken(ctx context.Context, userID int64, id string) error
+	// TouchAPITokens moves each token's LastUsedAt (and LastUsedFrom) forward to
+	// its use, never back, in one transaction. Missing tokens are skipped. It
+	// feeds no change, like TouchSessions.
+	TouchAPITokens(ctx context.Context, uses []APITokenUse) error
 
 	SigningKeys(ctx context.Context) ([]SigningKey, error) // oldest first (created_at, then id)
 	// CreateSigningKey stores k unless a key already exists; it returns the keys after
@@ -517,7 +535,9 @@ type Store interface {
 	// entries older than p.ChangesOlderThan, sessions that ended (expired or were
 	// revoked) more than p.SessionsEndedBefore ago, idempotency keys past their
 	// ExpiresAt, and audit records older than p.AuditOlderThan (the oldest first,
-	// moving the chain's checkpoint in the same transaction). It deletes in batches of p.Batch rows, each its own transaction,
+	// moving the chain's checkpoint in the same transaction), and API tokens that
+	// expired more than p.SessionsEndedBefore ago. It deletes in batches of p.Batch
+	// rows, each its own transaction,
 	// until none is left, and may run on every replica at once.
 	//
 	// The feed only ever loses its head: an entry goes only with every entry of a

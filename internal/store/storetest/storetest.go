@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RotateSessionRace", testRotateSessionRace},
 		{"RevokeUserSessions", testRevokeUserSessions},
 		{"SessionActivity", testSessionActivity},
+		{"APITokens", testAPITokens},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
