@@ -65,6 +65,13 @@ type Config struct {
 	// client network. Default 10 a minute with a burst of 10; rate.Inf disables it.
 	PerAddressRate  rate.Limit
 	PerAddressBurst int
+	// APITokenFailureRate and APITokenFailureBurst are a token bucket of failed
+	// API token uses per client network (a token unknown, expired, of a disabled
+	// owner, or malformed): a network that emptied it is answered 429 before its
+	// next token is looked at. Default 10 a minute with a burst of 10; rate.Inf
+	// disables it.
+	APITokenFailureRate  rate.Limit
+	APITokenFailureBurst int
 	// FailuresBeforeBackoff consecutive wrong passwords for one account from one
 	// client network delay that account's logins from that network by BackoffBase,
 	// doubling with each further failure up to MaxBackoff; other networks are not
@@ -155,6 +162,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.Argon2 = orDefault(c.Argon2, DefaultParams())
 	c.PerAddressRate = orDefault(c.PerAddressRate, rate.Every(6*time.Second))
 	c.PerAddressBurst = orDefault(c.PerAddressBurst, 10)
+	c.APITokenFailureRate = orDefault(c.APITokenFailureRate, rate.Every(6*time.Second))
+	c.APITokenFailureBurst = orDefault(c.APITokenFailureBurst, 10)
 	c.FailuresBeforeBackoff = orDefault(c.FailuresBeforeBackoff, 5)
 	c.BackoffBase = orDefault(c.BackoffBase, time.Second)
 	c.MaxBackoff = orDefault(c.MaxBackoff, 15*time.Minute)
@@ -194,7 +203,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.AccountBlock > MaxAccountBlock {
 		return c, fmt.Errorf("auth config: an account block may last at most %v", MaxAccountBlock)
 	}
-	if c.MaxConcurrentHashes < 0 || c.HashQueue < 0 || c.PerAddressBurst < 0 || c.FailuresBeforeBackoff < 0 || c.AccountFailureLimit < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
+	if c.MaxConcurrentHashes < 0 || c.HashQueue < 0 || c.PerAddressBurst < 0 || c.APITokenFailureBurst < 0 || c.FailuresBeforeBackoff < 0 || c.AccountFailureLimit < 0 || c.MaxTracked < 0 || c.SessionCacheSize < 0 {
 		return c, errors.New("auth config: counts must not be negative")
 	}
 	return c, nil

@@ -24,6 +24,7 @@ type fakeStore struct {
 	sessions map[string]store.Session
 	feed     []store.Change
 	keys     []store.SigningKey
+	tokens   map[string]store.APIToken // API tokens by id (fakestore_apitokens_test.go)
 	touches  int // sessions TouchSessions was given, all calls together
 	// pending are the changes of the write in progress, handed to the subscribers
 	// once it has released mu (publish), as the real store does after its commit.
@@ -45,7 +46,8 @@ type fakeStore struct {
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{users: map[int64]store.User{}, sessions: map[string]store.Session{}, subs: map[int]func(store.Change){}}
+	return &fakeStore{users: map[int64]store.User{}, sessions: map[string]store.Session{}, subs: map[int]func(store.Change){},
+		tokens: map[string]store.APIToken{}}
 }
 
 // Subscribe implements store.Store's: every subscriber hears every change, right

@@ -6,21 +6,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/vmgate/vmgate/internal/store"
 )
 
-// seenWriter keeps sessions' LastSeenAt roughly current without a store write per
-// request: Authenticate notes each use, and a session's use is written at most once
-// per interval on this replica (login and refresh write it themselves). The check
-// on the request path is a lock-free map read; the writes go to the store in the
-// background, batched, one batch at a time. LastSeenAt is what a user's list of
-// sessions shows, nothing decides on it, so a write that fails is logged and
-// dropped, and so are uses noted while more than max sessions wait to be written.
+// seenWriter keeps the last use of sessions (LastSeenAt) and of API tokens
+// (LastUsedAt, LastUsedFrom) roughly current without a store write per request:
+// Authenticate notes each use, and one credential's use is written at most once
+// per interval on this replica (login and refresh write a session's themselves).
+// The check on the request path is a lock-free map read; the writes go to the
+// store in the background, batched, one batch at a time. The last use is what
+// lists show, nothing decides on it, so a write that fails is logged and dropped,
+// and so are uses noted while more than max credentials wait to be written.
 type seenWriter struct {
 	interval time.Duration
 	max      int
-	write    func(ctx context.Context, seen []store.SessionSeen) error
+	write    func(ctx context.Context, uses []lastUse) error
 	log      *slog.Logger
 	timeout  time.Duration
 
@@ -28,21 +27,28 @@ type seenWriter struct {
 	tracked atomic.Int64
 
 	mu       sync.Mutex
-	pending  map[string]time.Time
+	pending  map[string]lastUse
 	flushing bool
 	idle     *sync.Cond // signalled when a flush ends with nothing pending
 }
 
-func newSeenWriter(interval time.Duration, max int, write func(context.Context, []store.SessionSeen) error,
+// lastUse is one credential's use, as seenWriter hands it to the store.
+type lastUse struct {
+	ID   string
+	At   time.Time
+	From string // the client address (API tokens); "" for sessions
+}
+
+func newSeenWriter(interval time.Duration, max int, write func(context.Context, []lastUse) error,
 	log *slog.Logger) *seenWriter {
 	w := &seenWriter{interval: interval, max: max, write: write, log: log, timeout: 5 * time.Second,
-		pending: map[string]time.Time{}}
+		pending: map[string]lastUse{}}
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
-// note records that session sid was used at now.
-func (w *seenWriter) note(sid string, now time.Time) {
+// note records that credential sid was used at now from address from.
+func (w *seenWriter) note(sid string, now time.Time, from string) {
 	ns := now.UnixNano()
 	v, ok := w.last.Load(sid)
 	if !ok {
@@ -65,7 +71,7 @@ func (w *seenWriter) note(sid string, now time.Time) {
 	}
 	w.mu.Lock()
 	if len(w.pending) < w.max {
-		w.pending[sid] = now
+		w.pending[sid] = lastUse{ID: sid, At: now, From: from}
 	}
 	start := !w.flushing
 	w.flushing = true
@@ -94,15 +100,15 @@ func (w *seenWriter) flush() {
 			w.mu.Unlock()
 			return
 		}
-		batch := make([]store.SessionSeen, 0, len(w.pending))
-		for id, at := range w.pending {
-			batch = append(batch, store.SessionSeen{ID: id, At: at})
+		batch := make([]lastUse, 0, len(w.pending))
+		for _, u := range w.pending {
+			batch = append(batch, u)
 		}
-		w.pending = map[string]time.Time{}
+		w.pending = map[string]lastUse{}
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 		if err := w.write(ctx, batch); err != nil {
-			w.log.LogAttrs(ctx, slog.LevelWarn, "write sessions' last use", slog.Int("sessions", len(batch)),
+			w.log.LogAttrs(ctx, slog.LevelWarn, "write last uses", slog.Int("credentials", len(batch)),
 				slog.String("error", err.Error()))
 		}
 		cancel()

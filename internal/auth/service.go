@@ -46,6 +46,12 @@ type Store interface {
 	CreateSigningKey(ctx context.Context, k store.SigningKey) ([]store.SigningKey, error)
 	DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error)
 	ResealSecrets(ctx context.Context, fn func(store.SealedSecret) ([]byte, error)) (int, error)
+
+	CreateAPIToken(ctx context.Context, t store.APIToken) (store.APIToken, error)
+	APITokenByHash(ctx context.Context, hash []byte) (store.APIToken, error)
+	UserAPITokens(ctx context.Context, userID int64) ([]store.APIToken, error)
+	DeleteAPIToken(ctx context.Context, userID int64, id string) error
+	TouchAPITokens(ctx context.Context, uses []store.APITokenUse) error
 }
 
 // Reasons a session is revoked (store.Session.RevokedWhy).
@@ -86,6 +92,10 @@ type Service struct {
 	tokens   *tokenCache // tokens that verified, by their text
 	loads    singleflight.Group
 	seen     *seenWriter
+	// apiTokenFails counts failed API token uses per client network;
+	// apiTokenUses writes tokens' last use (apitokens.go).
+	apiTokenFails *addressLimiter
+	apiTokenUses  *seenWriter
 
 	unsubscribe func()        // from the store's change feed
 	keysDue     chan struct{} // the feed said the signing keys changed: Run reloads them
@@ -111,7 +121,21 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		tokens:   newTokenCache(),
 		keysDue:  make(chan struct{}, 1),
 	}
-	s.seen = newSeenWriter(cfg.SeenInterval, cfg.SessionCacheSize, st.TouchSessions, cfg.Logger)
+	s.seen = newSeenWriter(cfg.SeenInterval, cfg.SessionCacheSize, func(ctx context.Context, uses []lastUse) error {
+		seen := make([]store.SessionSeen, len(uses))
+		for i, u := range uses {
+			seen[i] = store.SessionSeen{ID: u.ID, At: u.At}
+		}
+		return st.TouchSessions(ctx, seen)
+	}, cfg.Logger)
+	s.apiTokenFails = newAddressLimiter(cfg.APITokenFailureRate, cfg.APITokenFailureBurst, cfg.MaxTracked)
+	s.apiTokenUses = newSeenWriter(cfg.SeenInterval, cfg.SessionCacheSize, func(ctx context.Context, uses []lastUse) error {
+		touched := make([]store.APITokenUse, len(uses))
+		for i, u := range uses {
+			touched[i] = store.APITokenUse{ID: u.ID, At: u.At, From: u.From}
+		}
+		return st.TouchAPITokens(ctx, touched)
+	}, cfg.Logger)
 	// Subscribed before the keys are read, so that no rotation falls in between.
 	s.unsubscribe = st.Subscribe(s.changed)
 	if err := s.loadKeys(ctx); err != nil {
@@ -131,15 +155,16 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 func (s *Service) Close() { s.unsubscribe() }
 
 // changed drops from the session cache what a change of the store's feed made
-// stale: a session revoked or rotated, every session of a user that changed (each
-// entry holds the user's role and state), everything after a resync. A change of
+// stale: a session revoked or rotated, every session and API token of a user that
+// changed (each entry holds the user's role and state), every API token of a user
+// who deleted one, everything after a resync. A change of
 // the signing keys (or a resync) makes Run reload them. It runs inside the store's
 // writers and listener, so it only drops and signals; the store is read later.
 func (s *Service) changed(c store.Change) {
 	switch c.Kind {
 	case store.ChangeSession:
 		s.cache.drop(c.SessionID)
-	case store.ChangeUser:
+	case store.ChangeUser, store.ChangeAPIToken:
 		s.cache.dropUser(c.UserID)
 	case store.ChangeSigningKey:
 		s.keysChanged()
@@ -411,6 +436,9 @@ func (s *Service) setHash(ctx context.Context, userID int64, old, hash string) (
 // reads the store once however many requests are waiting for it. Every failure is
 // the same 401 "invalid or expired token".
 func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, error) {
+	if IsAPIToken(raw) {
+		return s.authenticateAPIToken(ctx, raw)
+	}
 	v, err := s.verifyLearning(ctx, raw)
 	if err != nil {
 		return Principal{}, err
@@ -423,7 +451,7 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, erro
 	if !e.accepts(now, v.userID, v.gen) {
 		return Principal{}, errToken(errors.New("session revoked, expired or rotated"))
 	}
-	s.seen.note(v.sid, now)
+	s.seen.note(v.sid, now, "")
 	return Principal{UserID: e.userID, Email: e.email, Nickname: e.nickname, Role: e.role,
 		SessionID: v.sid, Generation: v.gen, TokenID: v.jti, ExpiresAt: v.exp}, nil
 }
@@ -481,6 +509,9 @@ func (s *Service) readSession(ctx context.Context, sid string) (sessionEntry, er
 // as stolen: the whole session is revoked and the reuse audited (RFC 9700 §4.14).
 // The new token never outlives the session's absolute end.
 func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) {
+	if IsAPIToken(raw) {
+		return Token{}, errLoginSession()
+	}
 	v, err := s.verifyLearning(ctx, raw)
 	if err != nil {
 		return Token{}, err
@@ -552,6 +583,9 @@ func (s *Service) refreshLost(ctx context.Context, v verified, sess store.Sessio
 // once and on the others when they next read the change feed. Logging out of a
 // session that already ended is 401.
 func (s *Service) Logout(ctx context.Context, p Principal) error {
+	if err := RequireLoginSession(p); err != nil {
+		return err
+	}
 	e, err := s.session(ctx, p.SessionID, p.Generation)
 	if err != nil {
 		return err
@@ -770,6 +804,7 @@ func (s *Service) sweep(ctx context.Context, now time.Time) {
 	s.cache.sweep(now)
 	s.tokens.sweep(now)
 	s.addrs.sweep(now)
+	s.apiTokenFails.sweep(now)
 	s.throttle.sweep(now)
 }
 

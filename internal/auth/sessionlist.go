@@ -76,8 +76,12 @@ func (s *Service) EndSession(ctx context.Context, userID int64, sid, why string)
 	return nil
 }
 
-// WaitSeen blocks until the sessions' uses noted so far are written (tests).
-func (s *Service) WaitSeen() { s.seen.wait() }
+// WaitSeen blocks until the sessions' and API tokens' uses noted so far are
+// written (tests).
+func (s *Service) WaitSeen() {
+	s.seen.wait()
+	s.apiTokenUses.wait()
+}
 
 // maxUserAgent bounds the User-Agent kept with a session.
 const maxUserAgent = 256

@@ -19,6 +19,12 @@ type sessionEntry struct {
 	role      string
 	disabled  bool // or deleted
 	loadedAt  time.Time
+	// tokenID and grants are set for an API token's entry (apitokens.go), kept in
+	// the same cache under a key of the secret's hash; expiresAt is then the
+	// token's. grants is nil for a token with all of its owner's grants; it is
+	// shared and read-only.
+	tokenID string
+	grants  map[int64]string
 }
 
 func newSessionEntry(s store.Session, u store.User, now time.Time) sessionEntry {
@@ -108,8 +114,9 @@ func (c *sessionCache) drop(sids ...string) {
 	}
 }
 
-// dropUser forgets every session of a user that changed (disabled, deleted, role
-// or password changed): each entry holds a copy of the user. Users change rarely
+// dropUser forgets every session and API token of a user that changed (disabled,
+// deleted, role or password changed, a token deleted): each entry holds a copy of
+// the user. Users change rarely
 // (an admin's action), so a scan is cheaper than an index kept on every login.
 func (c *sessionCache) dropUser(userID int64) {
 	c.mu.Lock()

@@ -70,6 +70,30 @@ func (a *addressLimiter) allow(network string, now time.Time) (bool, time.Durati
 	return false, time.Duration(missing / float64(a.limit) * float64(time.Second))
 }
 
+// exhausted reports, without taking anything, whether the network's bucket is
+// empty, and how long until it holds one again: failed API token uses take from
+// the bucket (allow), and a network whose failures emptied it is refused before
+// its next token is looked at.
+func (a *addressLimiter) exhausted(network string, now time.Time) (time.Duration, bool) {
+	if a.limit == rate.Inf {
+		return 0, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.buckets[network]
+	if !ok {
+		return 0, false
+	}
+	missing := 1 - b.TokensAt(now)
+	if missing <= 0 {
+		return 0, false
+	}
+	if a.limit <= 0 {
+		return time.Hour, true
+	}
+	return time.Duration(missing / float64(a.limit) * float64(time.Second)), true
+}
+
 // sweep forgets the full buckets; Run calls it now and then.
 func (a *addressLimiter) sweep(now time.Time) {
 	a.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
 )
 
 // Token is a signed access token and what its holder may want to know of it.
@@ -28,7 +29,21 @@ type Principal struct {
 	SessionID  string
 	Generation int64
 	TokenID    string    // jti
-	ExpiresAt  time.Time // the token's exp: a front end holding the token renews it before then
+	ExpiresAt  time.Time // the token's exp (an API token's end): a front end holding the token renews it before then
+	// APITokenID is the API token the caller authenticated with (apitokens.go);
+	// empty for a login session, whose SessionID is set instead.
+	APITokenID string
+	// TokenGrants limit an API token to these clusters, cluster id → role: the
+	// effective role is the weaker of this and the owner's current grant. nil:
+	// all of the owner's grants. Read-only.
+	TokenGrants map[int64]string
+}
+
+// IsAdmin reports whether the caller may act as an admin: an admin's login
+// session, or an admin's API token without grants (a token limited to some
+// clusters is no admin, whoever owns it).
+func (p Principal) IsAdmin() bool {
+	return p.Role == store.RoleAdmin && p.TokenGrants == nil
 }
 
 const (
