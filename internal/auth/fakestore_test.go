@@ -25,7 +25,7 @@ type fakeStore struct {
 	feed     []store.Change
 	keys     []store.SigningKey
 	tokens   map[string]store.APIToken // API tokens by id (fakestore_apitokens_test.go)
-	touches  int // sessions TouchSessions was given, all calls together
+	touches  int                       // sessions TouchSessions was given, all calls together
 	// pending are the changes of the write in progress, handed to the subscribers
 	// once it has released mu (publish), as the real store does after its commit.
 	pending []store.Change
