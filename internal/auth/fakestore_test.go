@@ -24,8 +24,7 @@ type fakeStore struct {
 	sessions map[string]store.Session
 	feed     []store.Change
 	keys     []store.SigningKey
-	tokens   map[string]store.APIToken // API tokens by id (fakestore_apitokens_test.go)
-	touches  int                       // sessions TouchSessions was given, all calls together
+	touches  int // sessions TouchSessions was given, all calls together
 	// pending are the changes of the write in progress, handed to the subscribers
 	// once it has released mu (publish), as the real store does after its commit.
 	pending []store.Change
@@ -43,6 +42,9 @@ type fakeStore struct {
 	// afterSessionRead, when set, runs after SessionByID has read (and before it
 	// returns) the session: tests use it to hold a load in flight.
 	afterSessionRead func()
+
+	// tokens are the API tokens by id (fakestore_apitokens_test.go).
+	tokens map[string]store.APIToken
 }
 
 func newFakeStore() *fakeStore {
