@@ -16,7 +16,9 @@
 package accounts
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +44,10 @@ type Credentials interface {
 	RevokeUser(ctx context.Context, userID int64, why string) error
 	Sessions(ctx context.Context, userID int64) ([]auth.SessionInfo, error)
 	EndSession(ctx context.Context, userID int64, sid, why string) error
+
+	CreateAPIToken(ctx context.Context, userID int64, in auth.NewAPIToken) (auth.CreatedAPIToken, error)
+	APITokens(ctx context.Context, userID int64) ([]auth.APITokenInfo, error)
+	DeleteAPIToken(ctx context.Context, userID int64, id string) error
 }
 
 // Store is what accounts reads and writes itself; every store.Store is one.
@@ -53,11 +59,13 @@ type Store interface {
 	UserGrants(ctx context.Context, userID int64) ([]store.Grant, error)
 }
 
-// Config is what New needs. Store and Auth are required; a nil Audit records nothing.
+// Config is what New needs. Store and Auth are required; a nil Audit records
+// nothing; a nil Now is time.Now.
 type Config struct {
 	Store Store
 	Auth  Credentials
 	Audit *audit.Trail
+	Now   func() time.Time
 }
 
 // Service runs the account use cases. It is safe for concurrent use.
@@ -65,11 +73,16 @@ type Service struct {
 	st    Store
 	auth  Credentials
 	audit *audit.Trail
+	now   func() time.Time
 }
 
 // New builds the service.
 func New(cfg Config) *Service {
-	return &Service{st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit}
+	s := &Service{st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit, now: cfg.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s
 }
 
 // User is a user as front ends see it: never the password hash.
@@ -118,7 +131,10 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (auth
 	return tok, view(u), nil
 }
 
-// Me returns the caller's own account with their grants.
+// Me returns the caller's own account with their grants. Through an API token
+// limited to some clusters it shows what the token may do: the role "user" and,
+// per cluster, the weaker of the token's and the owner's grant (an admin owner's
+// is operator everywhere).
 func (s *Service) Me(ctx context.Context, p auth.Principal) (Profile, error) {
 	u, err := s.st.UserByID(ctx, p.UserID)
 	if err != nil {
@@ -129,6 +145,28 @@ func (s *Service) Me(ctx context.Context, p auth.Principal) (Profile, error) {
 		return Profile{}, err
 	}
 	out := Profile{User: view(u), Grants: make([]Grant, 0, len(grants))}
+	if p.TokenGrants != nil {
+		out.Role = RoleUser
+		own := make(map[int64]string, len(grants))
+		for _, g := range grants {
+			own[g.ClusterID] = g.Role
+		}
+		for id, role := range p.TokenGrants {
+			have := own[id]
+			if u.Role == RoleAdmin {
+				have = store.GrantOperator
+			}
+			switch {
+			case have == "":
+				continue
+			case have == store.GrantViewer:
+				role = store.GrantViewer
+			}
+			out.Grants = append(out.Grants, Grant{ClusterID: id, Role: role})
+		}
+		slices.SortFunc(out.Grants, func(a, b Grant) int { return cmp.Compare(a.ClusterID, b.ClusterID) })
+		return out, nil
+	}
 	for _, g := range grants {
 		out.Grants = append(out.Grants, Grant{ClusterID: g.ClusterID, Role: g.Role})
 	}
@@ -139,6 +177,9 @@ func (s *Service) Me(ctx context.Context, p auth.Principal) (Profile, error) {
 // caller's other sessions end (auth.Service.ChangePassword). The attempt is audited
 // as user.password_change whatever its outcome.
 func (s *Service) ChangePassword(ctx context.Context, p auth.Principal, current, next string) error {
+	if err := auth.RequireLoginSession(p); err != nil {
+		return err
+	}
 	if current == "" || next == "" {
 		return errs.R(errs.Invalid, "invalid_request", "currentPassword and newPassword are required")
 	}
@@ -150,9 +191,10 @@ func (s *Service) ChangePassword(ctx context.Context, p auth.Principal, current,
 
 // RequireAdmin lets an admin through and refuses anyone else (403), auditing the
 // refusal as access.denied with attempt (what the front end was asked to do) as its
-// target.
+// target. An admin's API token limited to some clusters is no admin
+// (auth.Principal.IsAdmin).
 func (s *Service) RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error {
-	if p.Role == RoleAdmin {
+	if p.IsAdmin() {
 		return nil
 	}
 	err := errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")

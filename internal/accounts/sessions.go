@@ -28,8 +28,12 @@ func sessionViews(list []auth.SessionInfo, current string) []Session {
 }
 
 // MySessions returns the caller's live sessions, the newest login first; the one
-// their token belongs to is Current.
+// their token belongs to is Current. Like every session route, only a login
+// session may (403 for an API token: SECURITY.md 32).
 func (s *Service) MySessions(ctx context.Context, p auth.Principal) ([]Session, error) {
+	if err := auth.RequireLoginSession(p); err != nil {
+		return nil, err
+	}
 	list, err := s.auth.Sessions(ctx, p.UserID)
 	if err != nil {
 		return nil, err
@@ -41,12 +45,18 @@ func (s *Service) MySessions(ctx context.Context, p auth.Principal) ([]Session, 
 // logout by another name): its tokens fail at once. A session that is not theirs
 // is 404, exactly like one that does not exist. Audited by auth.
 func (s *Service) EndMySession(ctx context.Context, p auth.Principal, sid string) error {
+	if err := auth.RequireLoginSession(p); err != nil {
+		return err
+	}
 	return s.auth.EndSession(ctx, p.UserID, sid, auth.WhyEnded)
 }
 
 // UserSessions is an admin's view of user userID's live sessions (404 for a user
 // that does not exist); Current marks the admin's own.
 func (s *Service) UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]Session, error) {
+	if err := auth.RequireLoginSession(p); err != nil {
+		return nil, err
+	}
 	if _, err := s.st.UserByID(ctx, userID); err != nil {
 		return nil, err
 	}

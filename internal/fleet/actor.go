@@ -1,8 +1,45 @@
 package fleet
 
+import "github.com/vmgate/vmgate/internal/store"
+
 // Actor is the authenticated caller as the fleet sees it.
 type Actor struct {
 	UserID int64
 	Email  string
 	Role   string // store.RoleAdmin or store.RoleUser
+	// Limit, when not nil, is an API token's grants (cluster id → role): the
+	// caller acts only on these clusters, each with the weaker of the token's
+	// role and the owner's current one (an admin owner's is operator on every
+	// existing cluster). nil: the owner's grants, unlimited. SECURITY.md 32.
+	Limit map[int64]string
+}
+
+// roleRank orders the roles: a higher rank allows more.
+func roleRank(role string) int {
+	switch role {
+	case store.RoleAdmin:
+		return 3
+	case store.GrantOperator:
+		return 2
+	case store.GrantViewer:
+		return 1
+	}
+	return 0 // a role this code does not know allows nothing
+}
+
+// limited applies the actor's Limit to role, the owner's own role on clusterID
+// (store.RoleAdmin for an admin): the weaker of the two, "" when the token has no
+// grant on the cluster.
+func (a Actor) limited(clusterID int64, role string) string {
+	if a.Limit == nil {
+		return role
+	}
+	lim, ok := a.Limit[clusterID]
+	if !ok {
+		return ""
+	}
+	if roleRank(lim) < roleRank(role) {
+		return lim
+	}
+	return role
 }

@@ -18,8 +18,10 @@ import (
 // Admins may do everything on every existing cluster. Anyone else needs a grant: no
 // grant and no such cluster give the same NotFound ("cluster not found"), so that the
 // existence of a cluster does not leak (BOLA); a viewer asking for operator gets
-// Forbidden. Authorize answers from the fleet's cache (kept true by the store's
-// change feed); it never calls PVE.
+// Forbidden. An API token's grants (Actor.Limit) cap the owner's role cluster by
+// cluster, at every call, so that an owner who loses a grant takes their tokens'
+// with it at once. Authorize answers from the fleet's cache (kept true by the
+// store's change feed); it never calls PVE.
 func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need string) (string, error) {
 	if need != store.GrantViewer && need != store.GrantOperator {
 		return "", fmt.Errorf("authorize: unknown need %q", need)
@@ -27,21 +29,24 @@ func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need 
 	if a.UserID <= 0 || clusterID <= 0 {
 		return "", clusterNotFound()
 	}
+	var role string
 	if a.Role == store.RoleAdmin {
 		if _, err := s.record(ctx, clusterID); err != nil {
 			return "", err
 		}
-		return store.RoleAdmin, nil
+		role = store.RoleAdmin
+	} else {
+		roles, err := s.cache.roles(ctx, a.UserID)
+		if err != nil {
+			return "", err
+		}
+		role = roles[clusterID]
 	}
-	roles, err := s.cache.roles(ctx, a.UserID)
-	if err != nil {
-		return "", err
-	}
-	role, ok := roles[clusterID]
+	role = a.limited(clusterID, role)
 	switch {
-	case !ok:
+	case role == "":
 		return "", clusterNotFound()
-	case role == store.GrantOperator:
+	case role == store.RoleAdmin || role == store.GrantOperator:
 		return role, nil
 	case role == store.GrantViewer && need == store.GrantViewer:
 		return role, nil
@@ -78,17 +83,25 @@ const (
 // Readable says which clusters' tasks the actor may list: all of them for an admin
 // (all is true; tasks of deleted clusters too), otherwise the clusters the actor
 // holds a grant on, whatever its role (any grant allows reading), possibly none.
+// An API token's grants narrow either to the clusters they name.
 func (s *Service) Readable(ctx context.Context, a Actor) (ids []int64, all bool, err error) {
-	if a.Role == store.RoleAdmin {
+	if a.Role == store.RoleAdmin && a.Limit == nil {
 		return nil, true, nil
 	}
-	roles, err := s.cache.roles(ctx, a.UserID)
-	if err != nil {
+	var roles userRoles
+	if a.Role == store.RoleAdmin {
+		roles = make(userRoles, len(a.Limit))
+		for id := range a.Limit {
+			roles[id] = store.RoleAdmin
+		}
+	} else if roles, err = s.cache.roles(ctx, a.UserID); err != nil {
 		return nil, false, err
 	}
 	ids = make([]int64, 0, len(roles))
-	for id := range roles {
-		ids = append(ids, id)
+	for id, role := range roles {
+		if roleRank(a.limited(id, role)) > 0 {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	return ids, false, nil

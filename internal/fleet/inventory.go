@@ -83,6 +83,7 @@ type VMStatusView struct {
 }
 
 // Clusters lists the clusters the actor may see, by ID, each with the actor's role
+// (under an API token's grants, the weaker of the token's and the owner's)
 // and the cluster's health (see health.go: checked at most every 30 s, the listing
 // waiting at most 2 s for it).
 func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) {
@@ -104,6 +105,9 @@ func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) 
 			if r = roles[rec.row.ID]; !ValidGrantRole(r) {
 				continue
 			}
+		}
+		if r = a.limited(rec.row.ID, r); r == "" {
+			continue // an API token without a grant here
 		}
 		visible = append(visible, rec)
 		role[rec.row.ID] = r
