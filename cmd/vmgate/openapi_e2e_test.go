@@ -19,7 +19,7 @@ import (
 // admin and as an operator, through clients whose every answer is validated against
 // the document with a JSON Schema 2020-12 validator (apitest.Transport): a running
 // migration's task (with its nulls), its event stream and log, the power
-// operations, the administration of users, clusters and grants. It fails if some
+// operations, API tokens, the administration of users, clusters and grants. It fails if some
 // operation of the document was not seen succeeding.
 func TestEveryOperationOnRealBinary(t *testing.T) {
 	info := startSim(t, "--speed", "50", "--auth-delay", "0s")
@@ -161,6 +161,26 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 			t.Fatalf("%s VM 101: running %v, %v", step.op, running, err)
 		}
 	}
+
+	// API tokens: the operator makes two, a script uses one, the operator revokes
+	// it and the admin the other.
+	var tokens [2]struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	for i := range tokens {
+		do(op, "POST", "/api/v1/user/tokens", nil, map[string]any{"name": "script-" + strconv.Itoa(i), "expiresInDays": 30,
+			"grants": []map[string]any{{"clusterId": cl.ID, "role": "viewer"}}}, &tokens[i])
+	}
+	do(op, "GET", "/api/v1/user/tokens", nil, nil, nil)
+	script := checkedClient(t, base, tokens[0].Token)
+	do(script, "GET", "/api/v1/pve/clusters", nil, nil, nil)
+	do(op, "DELETE", "/api/v1/user/tokens/"+tokens[0].ID, nil, nil, nil)
+	if _, err := script.Do(ctx, "GET", "/api/v1/pve/clusters", nil, nil, nil); err == nil {
+		t.Fatal("a revoked API token still works")
+	}
+	do(admin, "GET", userPath+"/tokens", nil, nil, nil)
+	do(admin, "DELETE", userPath+"/tokens/"+tokens[1].ID, nil, nil, nil)
 
 	do(op, "POST", "/api/v1/user/password", nil, map[string]any{"currentPassword": opPW, "newPassword": opPW2}, nil)
 	if err := op.Logout(ctx); err != nil {

@@ -6,10 +6,11 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 )
 
-// actor is the caller as internal/fleet sees it.
+// actor is the caller as internal/fleet sees it: an API token's grants go along
+// as the actor's Limit, which the fleet applies under the owner's at every check.
 func actor(r *http.Request) fleet.Actor {
 	p := principal(r)
-	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role}
+	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants}
 }
 
 // pathClusterID reads and validates {clusterId}.

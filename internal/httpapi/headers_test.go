@@ -45,6 +45,7 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/clusters":                                 `{"name":"n"}`,
 	"PATCH /api/v1/clusters/{clusterId}":                    `{"name":"n"}`,
 	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":      `{"role":"viewer"}`,
+	"POST /api/v1/user/tokens":                              `{"name":"n"}`,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2"}`,
 }
 
@@ -63,7 +64,7 @@ func (e *vmEnv) allRoutes() []route { return e.api.routes() }
 func (e *vmEnv) vals() routeVals {
 	return routeVals{"id": itoa(e.users["op"].ID), "userId": itoa(e.users["op"].ID), "clusterId": itoa(e.cid),
 		"node": "pve1", "vmid": "100", "taskId": "UPID:pve1:0000B2C4:0001A3F1:6740A0B0:qmstart:100:root@pam:",
-		"sessionId": "no-such-session"}
+		"sessionId": "no-such-session", "tokenId": "nosuchtoken"}
 }
 
 // checkAPIHeaders fails unless h carries every header SECURITY.md 31 asks for.

@@ -172,8 +172,9 @@ func (s *Server) outer(next http.Handler) http.Handler {
 			}
 			// One call with the attributes in place: no slice, no logger per request.
 			req, method, path, route := slog.String("request_id", ri.id), slog.String("method", r.Method),
-				// The path only: a token in a query string must never reach the log.
-				slog.String("path", r.URL.Path), slog.String("route", ri.pattern)
+				// The path only: a token in a query string must never reach the log,
+				// nor an API token pasted into the path.
+				slog.String("path", auth.RedactAPITokens(r.URL.Path)), slog.String("route", ri.pattern)
 			code, size, took, remote := slog.Int("status", status), slog.Int("bytes", rec.bytes),
 				slog.Duration("duration", elapsed), slog.String("remote", ri.addr)
 			if ri.userID == 0 {

@@ -12,9 +12,11 @@ import (
 type access int
 
 const (
-	public access = iota // no token
-	authed               // any valid token
-	admin                // a valid token of a global admin
+	public       access = iota // no token
+	authed                     // any valid token: a login session's or an API token
+	admin                      // a valid token of a global admin
+	session                    // authed, from a login session: no API token (SECURITY.md 32)
+	adminSession               // admin, from a login session: no API token
 )
 
 // route is one row of the route table (routes.go).

@@ -50,6 +50,12 @@ type Accounts interface {
 	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
 	DeleteUser(ctx context.Context, id int64) error
 
+	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
+	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
+	DeleteMyToken(ctx context.Context, p auth.Principal, id string) error
+	UserTokens(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Token, error)
+	DeleteUserToken(ctx context.Context, p auth.Principal, userID int64, id string) error
+
 	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
 	EndMySession(ctx context.Context, p auth.Principal, sid string) error
 	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
@@ -182,19 +188,27 @@ func (s *Server) wrap(rt route) http.Handler {
 		facts := audit.FactsFrom(ctx)
 		facts.Address, facts.RequestID, facts.UserAgent = ri.addr, ri.id, r.UserAgent()
 		if rt.access != public {
-			p, err := s.authenticate(ctx, r)
+			p, err := s.authenticate(ctx, facts, r)
 			if err != nil {
 				r = r.WithContext(audit.WithFacts(ctx, facts))
 				writeError(w, r, timedOut(r, err))
 				return
 			}
-			ri.userID, ri.session, ri.principal = p.UserID, p.SessionID, &p
-			facts.UserID, facts.UserEmail, facts.SessionID = p.UserID, p.Email, p.SessionID
+			ri.userID, ri.session, ri.principal = p.UserID, p.AuditSession(), &p
+			// An API token's uses are attributed to its owner and named by the
+			// token's id where a login names its session (SECURITY.md 32).
+			facts.UserID, facts.UserEmail, facts.SessionID = p.UserID, p.Email, p.AuditSession()
 		}
 		r = r.WithContext(audit.WithFacts(ctx, facts))
-		if rt.access == admin {
+		if rt.access == admin || rt.access == adminSession {
 			if err := s.accounts.RequireAdmin(r.Context(), *ri.principal, name); err != nil {
 				writeError(w, r, timedOut(r, err))
+				return
+			}
+		}
+		if rt.access == session || rt.access == adminSession {
+			if err := auth.RequireLoginSession(*ri.principal); err != nil {
+				writeError(w, r, err)
 				return
 			}
 		}
@@ -240,10 +254,15 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-func (s *Server) authenticate(ctx context.Context, r *http.Request) (auth.Principal, error) {
+func (s *Server) authenticate(ctx context.Context, facts audit.Facts, r *http.Request) (auth.Principal, error) {
 	tok, ok := bearer(r)
 	if !ok {
 		return auth.Principal{}, errUnauthenticated
+	}
+	if auth.IsAPIToken(tok) {
+		// An API token's failures are counted per client network, and its last
+		// use names the address: auth reads both from the request's facts.
+		ctx = audit.WithFacts(ctx, facts)
 	}
 	p, err := s.sessions.Authenticate(ctx, tok)
 	if err != nil {
