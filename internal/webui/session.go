@@ -54,10 +54,12 @@ func clearSession(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, cookie(r, sessionCookieName(r), "", -1))
 }
 
-// sessionToken is the token the request's cookie holds ("" when none).
+// sessionToken is the token the request's cookie holds ("" when none). An API
+// token is none: the UI sets a login's token only, and an API token never stands
+// for a browser session (SECURITY.md 32).
 func sessionToken(r *http.Request) string {
 	c, err := r.Cookie(sessionCookieName(r))
-	if err != nil || len(c.Value) > auth.MaxTokenBytes {
+	if err != nil || len(c.Value) > auth.MaxTokenBytes || auth.IsAPIToken(c.Value) {
 		return ""
 	}
 	return c.Value
