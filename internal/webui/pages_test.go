@@ -327,3 +327,47 @@ func TestEventStreamEndsWithTheSession(t *testing.T) {
 		t.Errorf("a stream without a session: %d", p.status)
 	}
 }
+
+// TestEventStreamEndsOnShutdown: when vmgate drains for a shutdown, a task's event
+// stream ends with a "shutdown" event and a retry hint, so the browser reconnects
+// (to the replacement, or another replica) and goes on.
+func TestEventStreamEndsOnShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{speed: 1})
+	b := e.browser()
+	b.login(opEmail)
+	upid, err := e.vms.Migrate(context.Background(), vmops.Actor{UserID: e.users[opEmail].ID, Email: opEmail},
+		vmops.VMRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []string, 1)
+	failed := make(chan error, 1)
+	first := make(chan struct{})
+	go func() {
+		names, _, err := b.events(taskURL(upid)+"/events", first)
+		if err != nil {
+			failed <- err
+			return
+		}
+		done <- names
+	}()
+	select {
+	case <-first:
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream never opened")
+	}
+	e.vms.Drain()
+	select {
+	case err := <-failed:
+		t.Fatal(err)
+	case names := <-done:
+		if names[len(names)-1] != "shutdown" {
+			t.Fatalf("events at shutdown: %v", names)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream outlived the drain")
+	}
+}

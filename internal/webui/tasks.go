@@ -339,12 +339,23 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case !started && sessionEnded:
 		return errUnauthenticated
+	case !started && errors.Is(err, vmops.ErrDraining):
+		return &errs.Error{Kind: errs.Unavailable, Reason: "shutting_down", Message: "vmgate is shutting down; try again",
+			RetryAfter: int(shutdownRetry / time.Second), Err: err}
 	case !started:
 		return err
 	case sessionEnded:
 		_ = write("event: session\ndata: {}\n\n")
+	case errors.Is(err, vmops.ErrDraining):
+		// vmgate shuts down: the browser reconnects after the retry hint, to this
+		// replica's replacement or another one.
+		_ = write(fmt.Sprintf("event: shutdown\nretry: %d\ndata: {}\n\n", shutdownRetry.Milliseconds()))
 	case err == nil && r.Context().Err() == nil:
 		_ = write("event: end\ndata: {}\n\n")
 	}
 	return nil
 }
+
+// shutdownRetry is the reconnection delay a stream's last event suggests when
+// vmgate shuts down (as the API's stream does).
+const shutdownRetry = 2 * time.Second
