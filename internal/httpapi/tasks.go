@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -104,10 +104,6 @@ func (s *Server) taskLog(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// sseWriteTimeout bounds each write of an event stream; each write moves the
-// connection's deadline on, so a stream may outlive the server's WriteTimeout.
-const sseWriteTimeout = 30 * time.Second
-
 // ssePing is how often a quiet stream sends a comment, so that proxies keep it open.
 const ssePing = 15 * time.Second
 
@@ -132,67 +128,30 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	var mu sync.Mutex // the pinger and the events write to one stream
-	started := false
-	write := func(text string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
-		}
-		if _, err := fmt.Fprint(w, text); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
 	ctx := r.Context()
-	done := make(chan struct{})
-	defer close(done)
+	var stream *sse.Stream
 	err = s.vms.Events(ctx, upid, hint, func(v vmops.TaskView) error {
 		b, err := encode((*taskAnswer)(&v))
 		if err != nil {
 			return err
 		}
-		if !started {
-			mu.Lock()
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-cache")
-			h.Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-			started = true
-			mu.Unlock()
-			go func() {
-				t := time.NewTicker(ssePing)
-				defer t.Stop()
-				for {
-					select {
-					case <-done:
-						return
-					case <-ctx.Done():
-						return
-					case <-t.C:
-						if write(": ping\n\n") != nil {
-							return
-						}
-					}
-				}
-			}()
+		if stream == nil {
+			stream = sse.Start(ctx, w, ssePing, nil)
 		}
-		return write("event: task\ndata: " + string(b) + "\n\n")
+		return stream.Event("task", string(b))
 	})
-	if !started {
+	if stream == nil {
 		return err
 	}
+	defer stream.Close()
 	switch {
 	case errors.Is(err, vmops.ErrDraining):
 		// The SSE retry field is the client's reconnection delay; the data says the
 		// same for clients that read only data.
 		ms := shutdownRetry.Milliseconds()
-		_ = write(fmt.Sprintf("event: shutdown\nretry: %d\ndata: {\"reason\":\"shutdown\",\"retryMs\":%d}\n\n", ms, ms))
+		_ = stream.Retry("shutdown", shutdownRetry, fmt.Sprintf(`{"reason":"shutdown","retryMs":%d}`, ms))
 	case err == nil && ctx.Err() == nil:
-		_ = write("event: end\ndata: {}\n\n")
+		_ = stream.Event("end", "{}")
 	}
 	return nil
 }

@@ -4,17 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -249,10 +248,6 @@ func live(t vmops.TaskView, now time.Time) liveTask {
 	return l
 }
 
-// sseWriteTimeout bounds each write of an event stream; each write moves the
-// connection's deadline on past the server's WriteTimeout.
-const sseWriteTimeout = 30 * time.Second
-
 // ssePing is how often a quiet stream is written to (keeping proxies from closing
 // it) and the session checked again.
 const ssePing = 10 * time.Second
@@ -270,20 +265,6 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	raw := sessionToken(r)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rc := http.NewResponseController(w)
-	var mu sync.Mutex // the pinger and the events write to one stream
-	started := false
-	write := func(text string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
-		}
-		if _, err := fmt.Fprint(w, text); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
 	sessionEnded := false
 	sessionOK := func() bool {
 		if _, err := u.sessions.Authenticate(ctx, raw); errs.KindOf(err) == errs.Unauthenticated {
@@ -295,6 +276,7 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	next, _ := strconv.Atoi(r.URL.Query().Get("from")) // the last log line the page has
 	next = max(next, 0)
+	var stream *sse.Stream
 	err = u.vms.Events(ctx, upid, hint, func(t vmops.TaskView) error {
 		if !sessionOK() {
 			return errUnauthenticated
@@ -310,48 +292,30 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if !started {
-			mu.Lock()
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-store")
-			h.Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-			started = true
-			mu.Unlock()
-			go func() {
-				tk := time.NewTicker(ssePing)
-				defer tk.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-tk.C:
-						if !sessionOK() || write(": ping\n\n") != nil {
-							return
-						}
-					}
-				}
-			}()
+		if stream == nil {
+			stream = sse.Start(ctx, w, ssePing, sessionOK)
 		}
-		return write("event: task\ndata: " + string(b) + "\n\n")
+		return stream.Event("task", string(b))
 	})
+	if stream != nil {
+		stream.Close()
+	}
 	switch {
-	case !started && sessionEnded:
+	case stream == nil && sessionEnded:
 		return errUnauthenticated
-	case !started && errors.Is(err, vmops.ErrDraining):
+	case stream == nil && errors.Is(err, vmops.ErrDraining):
 		return &errs.Error{Kind: errs.Unavailable, Reason: "shutting_down", Message: "vmgate is shutting down; try again",
 			RetryAfter: int(shutdownRetry / time.Second), Err: err}
-	case !started:
+	case stream == nil:
 		return err
 	case sessionEnded:
-		_ = write("event: session\ndata: {}\n\n")
+		_ = stream.Event("session", "{}")
 	case errors.Is(err, vmops.ErrDraining):
 		// vmgate shuts down: the browser reconnects after the retry hint, to this
 		// replica's replacement or another one.
-		_ = write(fmt.Sprintf("event: shutdown\nretry: %d\ndata: {}\n\n", shutdownRetry.Milliseconds()))
+		_ = stream.Retry("shutdown", shutdownRetry, "{}")
 	case err == nil && r.Context().Err() == nil:
-		_ = write("event: end\ndata: {}\n\n")
+		_ = stream.Event("end", "{}")
 	}
 	return nil
 }
