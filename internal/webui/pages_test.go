@@ -273,6 +273,31 @@ func (b *browser) events(path string, first chan<- struct{}) (names []string, ta
 	return names, tasks, sc.Err()
 }
 
+// openStream opens one of the UI's event streams on a goroutine of its own and
+// returns once its first event came: done gets the event names at its end, failed
+// its failure.
+func (b *browser) openStream(t *testing.T, path string) (done <-chan []string, failed <-chan error) {
+	t.Helper()
+	d, f := make(chan []string, 1), make(chan error, 1)
+	first := make(chan struct{})
+	go func() {
+		names, _, err := b.events(path, first)
+		if err != nil {
+			f <- err
+			return
+		}
+		d <- names
+	}()
+	select {
+	case <-first:
+	case err := <-f:
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream never opened")
+	}
+	return d, f
+}
+
 // TestEventStreamEndsWithTheSession: logging out elsewhere ends a task's event
 // stream at once (a "session" event), and a stream without a session is refused.
 func TestEventStreamEndsWithTheSession(t *testing.T) {
@@ -285,25 +310,7 @@ func TestEventStreamEndsWithTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan []string, 1)
-	failed := make(chan error, 1)
-	first := make(chan struct{})
-	go func() {
-		names, _, err := b.events(taskURL(upid)+"/events", first)
-		if err != nil {
-			failed <- err
-			return
-		}
-		done <- names
-	}()
-	// Once the stream is open (its first event), end the session elsewhere.
-	select {
-	case <-first:
-	case err := <-failed:
-		t.Fatal(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stream never opened")
-	}
+	done, failed := b.openStream(t, taskURL(upid)+"/events")
 	p, err := e.auth.Authenticate(context.Background(), b.sessionCookie())
 	if err != nil {
 		t.Fatal(err)
@@ -341,24 +348,7 @@ func TestEventStreamEndsOnShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan []string, 1)
-	failed := make(chan error, 1)
-	first := make(chan struct{})
-	go func() {
-		names, _, err := b.events(taskURL(upid)+"/events", first)
-		if err != nil {
-			failed <- err
-			return
-		}
-		done <- names
-	}()
-	select {
-	case <-first:
-	case err := <-failed:
-		t.Fatal(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stream never opened")
-	}
+	done, failed := b.openStream(t, taskURL(upid)+"/events")
 	e.vms.Drain()
 	select {
 	case err := <-failed:
