@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -46,7 +47,7 @@ func (s *Service) register(ctx context.Context, spec ClusterSpec) (store.Cluster
 	if err := s.nameFree(ctx, v.name, 0); err != nil {
 		return store.Cluster{}, err
 	}
-	eps, err := s.connect(ctx, connectTarget{endpoints: v.endpoints, tokenID: v.tokenID, secret: v.secret, trust: v.trust})
+	eps, version, err := s.connect(ctx, connectTarget{endpoints: v.endpoints, tokenID: v.tokenID, secret: v.secret, trust: v.trust})
 	if err != nil {
 		return store.Cluster{}, err
 	}
@@ -56,7 +57,7 @@ func (s *Service) register(ctx context.Context, spec ClusterSpec) (store.Cluster
 	}
 	c, err := s.store.CreateCluster(ctx, store.Cluster{
 		Name: v.name, Endpoints: eps, TokenID: v.tokenID, TokenSecretSealed: sealed,
-		CACert: v.trust.caCert, InsecureSkipVerify: v.trust.mode == TrustInsecure,
+		CACert: v.trust.caCert, InsecureSkipVerify: v.trust.mode == TrustInsecure, PVEVersion: version.Version,
 	})
 	if err != nil {
 		return store.Cluster{}, nameTaken(err, v.name)
@@ -190,8 +191,9 @@ func (s *Service) update(ctx context.Context, id int64, p ClusterPatch) (store.C
 	}
 
 	eps := c.Endpoints
+	var version pve.Version
 	if reconnect {
-		if eps, err = s.connect(ctx, t); err != nil {
+		if eps, version, err = s.connect(ctx, t); err != nil {
 			return store.Cluster{}, err
 		}
 	}
@@ -209,6 +211,11 @@ func (s *Service) update(ctx context.Context, id int64, p ClusterPatch) (store.C
 			return store.Cluster{}, clusterNotFound()
 		}
 		return store.Cluster{}, nameTaken(err, name)
+	}
+	if version.Version != "" && version.Version != out.PVEVersion {
+		if err := s.store.SetClusterPVEVersion(ctx, id, version.Version); err == nil {
+			out.PVEVersion = version.Version
+		}
 	}
 	s.log.Info("cluster updated", slog.Int64("cluster", id), slog.Bool("reconnected", reconnect))
 	return out, nil

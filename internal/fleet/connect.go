@@ -41,9 +41,10 @@ type connectTarget struct {
 // the token (/version, /cluster/status) and learns every node's address and
 // certificate fingerprint (/cluster/status ip, /nodes ssl_fingerprint). It returns the
 // endpoints to store: the given ones first, in order, then the learned ones by node
-// name. Learned fingerprints are trusted because they arrive over the connection that
-// was just verified against the admin's pin or CA.
-func (s *Service) connect(ctx context.Context, t connectTarget) ([]store.Endpoint, error) {
+// name, and the PVE version the cluster answered with. Learned fingerprints are
+// trusted because they arrive over the connection that was just verified against
+// the admin's pin or CA.
+func (s *Service) connect(ctx context.Context, t connectTarget) ([]store.Endpoint, pve.Version, error) {
 	var failures []*errs.Error
 	for i, ep := range t.endpoints {
 		pin := t.pin(ep)
@@ -52,18 +53,18 @@ func (s *Service) connect(ctx context.Context, t connectTarget) ([]store.Endpoin
 				"no certificate fingerprint is known for %s; give tlsFingerprint", ep))
 			continue
 		}
-		status, nodes, err := s.probe(ctx, t, ep, pin)
+		version, status, nodes, err := s.probe(ctx, t, ep, pin)
 		if err != nil {
 			e := connectError(ep, t.tokenID, err)
 			if e.Kind != errs.Invalid {
-				return nil, e // PVE answered, but strangely: say so rather than try on
+				return nil, pve.Version{}, e // PVE answered, but strangely: say so rather than try on
 			}
 			failures = append(failures, e)
 			continue
 		}
-		return learn(t, i, pin, status, nodes, s.log), nil
+		return learn(t, i, pin, status, nodes, s.log), version, nil
 	}
-	return nil, worstFailure(failures)
+	return nil, pve.Version{}, worstFailure(failures)
 }
 
 func (t connectTarget) pin(ep string) string {
@@ -77,7 +78,7 @@ func (t connectTarget) pin(ep string) string {
 }
 
 // probe talks to one endpoint alone (no failover), so that its failure names it.
-func (s *Service) probe(ctx context.Context, t connectTarget, ep, pin string) ([]pve.ClusterStatusEntry, []pve.Node, error) {
+func (s *Service) probe(ctx context.Context, t connectTarget, ep, pin string) (pve.Version, []pve.ClusterStatusEntry, []pve.Node, error) {
 	cl, err := pve.New(pve.Config{
 		Endpoints:          []pve.Endpoint{{URL: ep, Fingerprint: pin}},
 		TokenID:            t.tokenID,
@@ -88,23 +89,24 @@ func (s *Service) probe(ctx context.Context, t connectTarget, ep, pin string) ([
 		Logger:             s.log.With(slog.String("probe", ep)),
 	})
 	if err != nil {
-		return nil, nil, errs.Wrap(errs.Invalid, err, "cannot use %s: %s", ep, clientConfigText(err))
+		return pve.Version{}, nil, nil, errs.Wrap(errs.Invalid, err, "cannot use %s: %s", ep, clientConfigText(err))
 	}
 	defer cl.Close()
 	// VersionAt makes one attempt, without retries: a wrong address, certificate or
 	// token is reported at once.
-	if _, err := cl.VersionAt(ctx, ep); err != nil {
-		return nil, nil, err
+	version, err := cl.VersionAt(ctx, ep)
+	if err != nil {
+		return pve.Version{}, nil, nil, err
 	}
 	status, err := cl.ClusterStatus(ctx)
 	if err != nil {
-		return nil, nil, err
+		return pve.Version{}, nil, nil, err
 	}
 	nodes, err := cl.Nodes(ctx)
 	if err != nil {
-		return nil, nil, err
+		return pve.Version{}, nil, nil, err
 	}
-	return status, nodes, nil
+	return version, status, nodes, nil
 }
 
 // learn builds the endpoint list from what the cluster told about itself through

@@ -195,6 +195,10 @@ type Cluster struct {
 	InsecureSkipVerify bool
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+	// PVEVersion is pve-manager's version the cluster last answered /version
+	// with (at registration, a reconnecting update, or a health check; the
+	// newest an endpoint reports during a rolling upgrade); "" until known.
+	PVEVersion string
 }
 
 // Endpoint is one PVE API endpoint of a cluster, given or learned.
@@ -210,7 +214,8 @@ func clusterOf(c store.Cluster) Cluster {
 		eps = append(eps, Endpoint{URL: e.URL, Node: e.Node, Fingerprint: e.Fingerprint})
 	}
 	return Cluster{ID: c.ID, Name: c.Name, Endpoints: eps, TokenID: c.TokenID, Trust: TrustOf(c),
-		HasCACert: c.CACert != "", InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+		HasCACert: c.CACert != "", InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+		PVEVersion: c.PVEVersion}
 }
 
 // TrustOf says how vmgate verifies a cluster's certificates: TrustFingerprint,

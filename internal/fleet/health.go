@@ -2,12 +2,14 @@ package fleet
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 )
 
@@ -67,6 +69,7 @@ func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]h
 		wg.Go(func() { results[i] = s.check(ctx, c) })
 	}
 	wg.Wait()
+	s.recordVersions(ctx, stale, results)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, c := range stale {
@@ -77,6 +80,19 @@ func (s *Service) statuses(ctx context.Context, cs []*clusterRecord) map[int64]h
 		out[c.row.ID] = results[i]
 	}
 	return out
+}
+
+// recordVersions writes a version a health check found into the cluster's record
+// when it differs (the cluster was upgraded), so that every replica's record, and
+// the admin view, say it too.
+func (s *Service) recordVersions(ctx context.Context, stale []*clusterRecord, results []health) {
+	for i, c := range stale {
+		if v := results[i].version; v != "" && v != c.row.PVEVersion {
+			if err := s.store.SetClusterPVEVersion(ctx, c.row.ID, v); err != nil && errs.KindOf(err) != errs.NotFound {
+				s.log.Warn("recording a cluster's PVE version failed", slog.Int64("cluster", c.row.ID), slog.String("error", err.Error()))
+			}
+		}
+	}
 }
 
 // check asks every endpoint of a cluster for /version, one attempt each; the

@@ -28,7 +28,8 @@ type ClusterView struct {
 	Role   string // "admin", "operator" or "viewer"
 	Status string // StatusOnline, StatusDegraded, StatusUnavailable, StatusUnknown
 	// Version is PVE's version (pve-manager, e.g. 9.1.4) as the last health check
-	// found it; empty before the first answer.
+	// found it, else as the cluster's record has it (registration, an earlier
+	// check); empty until known.
 	Version string
 }
 
@@ -116,8 +117,12 @@ func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) 
 	out := make([]ClusterView, 0, len(visible))
 	for _, rec := range visible {
 		c := rec.row
+		version := status[c.ID].version
+		if version == "" {
+			version = c.PVEVersion
+		}
 		out = append(out, ClusterView{ID: c.ID, Name: c.Name, Role: role[c.ID], Status: status[c.ID].status,
-			Version: status[c.ID].version})
+			Version: version})
 	}
 	return out, nil
 }

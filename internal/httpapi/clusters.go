@@ -19,6 +19,7 @@ type clusterJSON struct {
 	InsecureSkipVerify bool           `json:"insecureSkipVerify"`
 	CreatedAt          time.Time      `json:"createdAt"`
 	UpdatedAt          time.Time      `json:"updatedAt"`
+	PVEVersion         *string        `json:"pveVersion"` // null until vmgate has read it
 }
 
 type endpointJSON struct {
@@ -33,7 +34,8 @@ func toClusterJSON(c fleet.Cluster) clusterJSON {
 		eps = append(eps, endpointJSON{URL: e.URL, Node: e.Node, Fingerprint: e.Fingerprint})
 	}
 	return clusterJSON{ID: c.ID, Name: c.Name, Endpoints: eps, TokenID: c.TokenID, Trust: c.Trust,
-		HasCACert: c.HasCACert, InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()}
+		HasCACert: c.HasCACert, InsecureSkipVerify: c.InsecureSkipVerify, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(),
+		PVEVersion: nullIfEmpty(c.PVEVersion)}
 }
 
 func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) error {
@@ -185,6 +187,8 @@ type clusterViewJSON struct {
 	Name   string `json:"name"`
 	Role   string `json:"role"`
 	Status string `json:"status"`
+	// PVEVersion is the cluster's PVE version as vmgate last read it; null until then.
+	PVEVersion *string `json:"pveVersion"`
 }
 
 func (s *Server) inventoryClusters(w http.ResponseWriter, r *http.Request) error {
@@ -197,7 +201,7 @@ func (s *Server) inventoryClusters(w http.ResponseWriter, r *http.Request) error
 	}
 	out := make([]clusterViewJSON, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, clusterViewJSON{ID: c.ID, Name: c.Name, Role: c.Role, Status: c.Status})
+		out = append(out, clusterViewJSON{ID: c.ID, Name: c.Name, Role: c.Role, Status: c.Status, PVEVersion: nullIfEmpty(c.Version)})
 	}
 	writeData(w, out)
 	return nil
@@ -297,4 +301,12 @@ func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeEncoded(w, http.StatusOK, "success", (*vmStatusAnswer)(&st), nil)
 	return nil
+}
+
+// nullIfEmpty is s for JSON, or null when it is empty (not known).
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -292,13 +292,16 @@ func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
-// precheckJSON is PVE's migration pre-check as vmgate shows it.
+// precheckJSON is PVE's migration pre-check as vmgate shows it. The node lists are
+// null, with a note, when PVE did not say (a running VM on PVE before 8.4): unknown
+// must never read as "no node allowed".
 type precheckJSON struct {
 	Running         bool                      `json:"running"`
 	AllowedNodes    []string                  `json:"allowedNodes"`
 	NotAllowedNodes map[string]notAllowedJSON `json:"notAllowedNodes"`
 	LocalDisks      []localDiskJSON           `json:"localDisks"`
 	LocalResources  []string                  `json:"localResources"`
+	Note            *string                   `json:"note"`
 }
 
 type notAllowedJSON struct {
@@ -323,8 +326,11 @@ func strs(s []string) []string {
 }
 
 func toPrecheckJSON(pc vmops.Precheck) precheckJSON {
-	out := precheckJSON{Running: pc.Running, AllowedNodes: strs(pc.AllowedNodes), NotAllowedNodes: map[string]notAllowedJSON{},
-		LocalDisks: []localDiskJSON{}, LocalResources: strs(pc.LocalResources)}
+	out := precheckJSON{Running: pc.Running, LocalDisks: []localDiskJSON{}, LocalResources: strs(pc.LocalResources),
+		Note: nullIfEmpty(pc.Note)}
+	if pc.NodesKnown {
+		out.AllowedNodes, out.NotAllowedNodes = strs(pc.AllowedNodes), map[string]notAllowedJSON{}
+	}
 	for node, na := range pc.NotAllowedNodes {
 		ha := []string{}
 		for _, h := range na.BlockingHAResources {

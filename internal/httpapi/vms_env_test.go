@@ -40,8 +40,15 @@ type vmEnv struct {
 
 func newVMEnv(t testing.TB, speed float64) *vmEnv {
 	t.Helper()
+	return newVMEnvWith(t, pvesim.Options{Speed: speed})
+}
+
+// newVMEnvWith is newVMEnv with the emulator's options (its PVE version, ...).
+func newVMEnvWith(t testing.TB, opts pvesim.Options) *vmEnv {
+	t.Helper()
 	e := &vmEnv{testEnv: newTestEnv(t)}
-	e.dev = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev"})
+	opts.ClusterName = "dev"
+	e.dev = pvesim.DevCluster(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := e.dev.Serve(ctx, pvesim.ServeOptions{TLS: true})
 	if err != nil {

@@ -223,6 +223,11 @@ func (b *bounded) UpdateCluster(ctx context.Context, c Cluster) (Cluster, error)
 	return call(b, ctx, func(ctx context.Context) (Cluster, error) { return b.s.UpdateCluster(ctx, c) })
 }
 
+// SetClusterPVEVersion implements Store.
+func (b *bounded) SetClusterPVEVersion(ctx context.Context, id int64, version string) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.SetClusterPVEVersion(ctx, id, version) })
+}
+
 // DeleteCluster implements Store.
 func (b *bounded) DeleteCluster(ctx context.Context, id int64) error {
 	return call0(b, ctx, func(ctx context.Context) error { return b.s.DeleteCluster(ctx, id) })

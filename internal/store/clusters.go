@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // never sees a cluster half-updated.
 const clusterQuery = `
 	SELECT c.id, c.name, c.token_id, c.token_secret_sealed, c.ca_cert, c.insecure_skip_verify,
-		c.created_at, c.updated_at, e.url, e.node, e.fingerprint
+		c.created_at, c.updated_at, c.pve_version, e.url, e.node, e.fingerprint
 	FROM clusters c LEFT JOIN cluster_endpoints e ON e.cluster_id = c.id`
 
 // readClusters runs clusterQuery with the condition where and folds the rows,
@@ -31,7 +32,7 @@ func (s *sqlStore) readClusters(ctx context.Context, where string, args ...any) 
 			url, node, fpr sql.NullString
 		)
 		if err := rows.Scan(&c.ID, &c.Name, &c.TokenID, &c.TokenSecretSealed, &c.CACert, &c.InsecureSkipVerify,
-			timeCol{&c.CreatedAt}, timeCol{&c.UpdatedAt}, &url, &node, &fpr); err != nil {
+			timeCol{&c.CreatedAt}, timeCol{&c.UpdatedAt}, &c.PVEVersion, &url, &node, &fpr); err != nil {
 			return nil, fmt.Errorf("read clusters: %w", err)
 		}
 		if n := len(out); n == 0 || out[n-1].ID != c.ID {
@@ -55,10 +56,11 @@ func (s *sqlStore) CreateCluster(ctx context.Context, c Cluster) (Cluster, error
 	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		now := s.t(s.nowMS())
 		err := tx.QueryRowContext(ctx, `
-			INSERT INTO clusters (name, token_id, token_secret_sealed, ca_cert, insecure_skip_verify, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $6)
+			INSERT INTO clusters (name, token_id, token_secret_sealed, ca_cert, insecure_skip_verify, created_at, updated_at,
+				pve_version)
+			VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
 			RETURNING id`,
-			c.Name, c.TokenID, c.TokenSecretSealed, c.CACert, c.InsecureSkipVerify, now).Scan(&id)
+			c.Name, c.TokenID, c.TokenSecretSealed, c.CACert, c.InsecureSkipVerify, now, c.PVEVersion).Scan(&id)
 		if err != nil {
 			return nil, err
 		}
@@ -105,8 +107,8 @@ func (s *sqlStore) ListClusters(ctx context.Context) ([]Cluster, error) {
 	return s.readClusters(ctx, "")
 }
 
-// UpdateCluster implements Store: it writes every field but ID and CreatedAt, and
-// replaces the endpoints. UpdatedAt becomes now.
+// UpdateCluster implements Store: it writes every field but ID, CreatedAt and
+// PVEVersion, and replaces the endpoints. UpdatedAt becomes now.
 func (s *sqlStore) UpdateCluster(ctx context.Context, c Cluster) (Cluster, error) {
 	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		res, err := tx.ExecContext(ctx, `
@@ -131,6 +133,32 @@ func (s *sqlStore) UpdateCluster(ctx context.Context, c Cluster) (Cluster, error
 		return Cluster{}, s.fail(err, "update cluster", fmt.Sprintf("a cluster named %q already exists", c.Name))
 	}
 	return s.ClusterByID(ctx, c.ID)
+}
+
+// SetClusterPVEVersion implements Store. It feeds ChangeCluster, so that every
+// replica's cached cluster shows the new version; setting the version it has
+// changes nothing and feeds nothing.
+func (s *sqlStore) SetClusterPVEVersion(ctx context.Context, id int64, version string) error {
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var cur string
+		if err := tx.QueryRowContext(ctx, `SELECT pve_version FROM clusters WHERE id = $1`, id).Scan(&cur); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, errs.E(errs.NotFound, "cluster %d not found", id)
+			}
+			return nil, err
+		}
+		if cur == version {
+			return nil, nil
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE clusters SET pve_version = $2 WHERE id = $1`, id, version); err != nil {
+			return nil, err
+		}
+		return s.appendChanges(ctx, tx, time.Time{}, clusterChanged(id))
+	})
+	if err != nil {
+		return s.fail(err, "set the PVE version of a cluster", "")
+	}
+	return nil
 }
 
 // DeleteCluster implements Store. Its endpoints and grants go with it (ON DELETE

@@ -200,6 +200,10 @@ type Cluster struct {
 	InsecureSkipVerify bool
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+	// PVEVersion is pve-manager's version as the cluster's /version last said
+	// (9.1.5, 8.0.3, ...); "" until known. Set by CreateCluster and
+	// SetClusterPVEVersion only.
+	PVEVersion string
 }
 
 // Grant is a user's role on one cluster.
@@ -453,7 +457,10 @@ type Store interface {
 	CreateCluster(ctx context.Context, c Cluster) (Cluster, error) // Conflict on a duplicate name
 	ClusterByID(ctx context.Context, id int64) (Cluster, error)
 	ListClusters(ctx context.Context) ([]Cluster, error)
-	UpdateCluster(ctx context.Context, c Cluster) (Cluster, error)
+	UpdateCluster(ctx context.Context, c Cluster) (Cluster, error) // all but PVEVersion
+	// SetClusterPVEVersion records the PVE version a cluster answered with; a
+	// change is fed (ChangeCluster). NotFound for a missing cluster.
+	SetClusterPVEVersion(ctx context.Context, id int64, version string) error
 	DeleteCluster(ctx context.Context, id int64) error // also removes its grants; tasks and audit stay
 
 	PutGrant(ctx context.Context, g Grant) (Grant, error) // insert or change the role

@@ -27,12 +27,22 @@ type MigrateRequest struct {
 
 // Precheck is PVE's migration pre-check of a VM, as vmgate shows it.
 type Precheck struct {
-	Running         bool
+	Running bool
+	// NodesKnown says whether PVE told which nodes the VM may migrate to: PVE
+	// before 8.4 (qemu-server before 8.3.9) lists them only for stopped VMs
+	// (docs/pve-versions.md #4). Without them AllowedNodes and NotAllowedNodes
+	// are nil — unknown, not "none" — and Note says why.
+	NodesKnown      bool
 	AllowedNodes    []string
-	NotAllowedNodes map[string]NotAllowed // by node; never nil
+	NotAllowedNodes map[string]NotAllowed // by node; nil when not NodesKnown
 	LocalDisks      []LocalDisk
 	LocalResources  []string // devices that block migration (hostpci0, usb0, ...)
+	Note            string   // why something is unknown; "" when nothing is
 }
+
+// notePrecheckNodes is the Note of a pre-check without its node lists.
+const notePrecheckNodes = "PVE before 8.4 does not say which nodes a running VM may migrate to; " +
+	"vmgate checks the target (its state, storage and devices) when you migrate"
 
 // NotAllowed says why a node is not a possible target.
 type NotAllowed struct {
@@ -57,9 +67,20 @@ type LocalDisk struct {
 }
 
 func precheckOf(pc pve.MigratePrecheck) Precheck {
-	out := Precheck{Running: pc.Running, AllowedNodes: pc.AllowedNodes, NotAllowedNodes: make(map[string]NotAllowed, len(pc.NotAllowedNodes)),
-		LocalResources: pc.LocalResources}
+	out := Precheck{Running: pc.Running, NodesKnown: pc.NodesKnown(), LocalResources: pc.LocalResources}
+	if !out.NodesKnown {
+		out.Note = notePrecheckNodes
+	} else {
+		out.AllowedNodes = pc.AllowedNodes
+		if out.AllowedNodes == nil {
+			out.AllowedNodes = []string{}
+		}
+		out.NotAllowedNodes = make(map[string]NotAllowed, len(pc.NotAllowedNodes))
+	}
 	for node, na := range pc.NotAllowedNodes {
+		if out.NotAllowedNodes == nil {
+			break
+		}
 		v := NotAllowed{UnavailableStorages: na.UnavailableStorages, UnavailableResources: na.UnavailableResources}
 		for _, h := range na.BlockingHAResources {
 			v.BlockingHAResources = append(v.BlockingHAResources, BlockingHA{SID: h.SID, Cause: h.Cause})

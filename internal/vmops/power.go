@@ -145,6 +145,14 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 	if st.HA.Managed {
 		params["ha"] = true
 	}
+	// overrule-shutdown aborts a hanging graceful shutdown first; PVE refuses it
+	// for HA resources ("Not applicable for HA resources"), and PVE before 8.2 does
+	// not know it (400: docs/pve-versions.md #10).
+	overrule := false
+	if op == OpStop && !st.HA.Managed {
+		v := s.clusterVersion(ctx, api, vm.ClusterID)
+		overrule = !v.Known() || v.StopOverrulesShutdown()
+	}
 	upid, row, err := s.startTask(ctx, a, vm, op, "", params, func(ctx context.Context) (pve.UPID, error) {
 		switch op {
 		case OpStart:
@@ -152,9 +160,7 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 		case OpShutdown:
 			return api.ShutdownVM(ctx, vm.Node, int(vm.VMID), pve.ShutdownOptions{Timeout: timeout})
 		case OpStop:
-			// PVE refuses overrule-shutdown for HA resources ("Not applicable for
-			// HA resources"); the HA stack's stop does not need it.
-			return api.StopVM(ctx, vm.Node, int(vm.VMID), pve.StopOptions{Timeout: timeout, OverruleShutdown: !st.HA.Managed})
+			return api.StopVM(ctx, vm.Node, int(vm.VMID), pve.StopOptions{Timeout: timeout, OverruleShutdown: overrule})
 		default:
 			return api.RebootVM(ctx, vm.Node, int(vm.VMID), pve.RebootOptions{Timeout: timeout})
 		}

@@ -128,6 +128,7 @@ type pveAPI interface {
 	TaskLog(ctx context.Context, upid pve.UPID, start, limit int) ([]pve.LogLine, int, error)
 	NodeTasks(ctx context.Context, node string, o pve.TaskListOptions) ([]pve.TaskListEntry, error)
 	ClusterTasks(ctx context.Context) ([]pve.TaskListEntry, error)
+	Version(ctx context.Context) (pve.Version, error)
 	TokenID() string
 }
 
@@ -173,6 +174,37 @@ type Service struct {
 	following map[string]bool     // UPIDs with a background follower
 	searching map[int64]bool      // task rows whose task this process looks for (outcome.go)
 	held      map[keyID]*heldKey  // Idempotency-Keys this process holds (idempotency.go)
+	versions  map[int64]knownVersion
+}
+
+// knownVersion is a cluster's PVE version as last read, and when.
+type knownVersion struct {
+	v  pve.Version
+	at time.Time
+}
+
+// versionTTL is how long a cluster's PVE version is trusted before it is read
+// again (a cluster is upgraded node by node, rarely).
+const versionTTL = 10 * time.Minute
+
+// clusterVersion is the PVE version of a cluster, read from PVE at most every
+// versionTTL; an unknown version (not readable now) is the zero Version, which
+// knows nothing and so assumes a current PVE (docs/pve-versions.md).
+func (s *Service) clusterVersion(ctx context.Context, api pveAPI, clusterID int64) pve.Version {
+	s.mu.Lock()
+	kv, ok := s.versions[clusterID]
+	s.mu.Unlock()
+	if ok && s.now().Sub(kv.at) < versionTTL {
+		return kv.v
+	}
+	v, err := api.Version(ctx)
+	if err != nil {
+		return kv.v
+	}
+	s.mu.Lock()
+	s.versions[clusterID] = knownVersion{v: v, at: s.now()}
+	s.mu.Unlock()
+	return v
 }
 
 type vmKey struct {
@@ -186,7 +218,7 @@ func New(cfg Config) *Service {
 		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, trail: cfg.Audit,
 		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
 		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{},
-		following: map[string]bool{}, searching: map[int64]bool{}, held: map[keyID]*heldKey{},
+		following: map[string]bool{}, searching: map[int64]bool{}, held: map[keyID]*heldKey{}, versions: map[int64]knownVersion{},
 		searchEvery: cfg.SearchEvery, staleAfter: cfg.StaleAfter, owner: cfg.Owner, keyLease: cfg.KeyLease,
 		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
 	}

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ResealSecrets", testResealSecrets},
 		{"ResealSecretsRace", testResealSecretsRace},
 		{"Clusters", testClusters},
+		{"ClusterPVEVersion", testClusterPVEVersion},
 		{"Grants", testGrants},
 		{"GrantsCascade", testGrantsCascade},
 		{"TaskLifecycle", testTaskLifecycle},
@@ -1012,6 +1013,37 @@ func testTaskOutcome(t *testing.T, s store.Store) {
 		ids = append(ids, task.ID)
 	}
 	same(t, ids, []int64{plain.ID, second.ID}, "listed rows")
+}
+
+// testClusterPVEVersion: a cluster keeps the PVE version it was created with;
+// SetClusterPVEVersion changes only it and feeds the change, once; UpdateCluster
+// leaves it alone.
+func testClusterPVEVersion(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	c, err := s.CreateCluster(ctx, store.Cluster{Name: "versioned", TokenID: "a@pve!b", PVEVersion: "8.3.0",
+		Endpoints: []store.Endpoint{{URL: "https://10.0.0.1:8006"}}})
+	ok(t, err, "create")
+	same(t, c.PVEVersion, "8.3.0", "version at creation")
+	before, err := s.Changes(ctx, 0, 1000)
+	ok(t, err, "changes")
+	ok(t, s.SetClusterPVEVersion(ctx, c.ID, "9.1.5"), "set the version")
+	got, err := s.ClusterByID(ctx, c.ID)
+	ok(t, err, "read")
+	if got.PVEVersion != "9.1.5" || got.Name != c.Name || len(got.Endpoints) != 1 {
+		t.Fatalf("after setting the version: %+v", got)
+	}
+	ok(t, s.SetClusterPVEVersion(ctx, c.ID, "9.1.5"), "set the same version")
+	after, err := s.Changes(ctx, 0, 1000)
+	ok(t, err, "changes")
+	if len(after) != len(before)+1 || after[len(after)-1].Kind != store.ChangeCluster || after[len(after)-1].ClusterID != c.ID {
+		t.Fatalf("feed after two sets: %+v (before %d)", after, len(before))
+	}
+	got.Name = "renamed"
+	got.PVEVersion = "1.0"
+	updated, err := s.UpdateCluster(ctx, got)
+	ok(t, err, "update")
+	same(t, updated.PVEVersion, "9.1.5", "version after UpdateCluster")
+	wantKind(t, s.SetClusterPVEVersion(ctx, c.ID+1000, "9.1.5"), errs.NotFound, "a missing cluster")
 }
 
 func testListTasks(t *testing.T, s store.Store) {
