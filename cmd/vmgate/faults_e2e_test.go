@@ -218,6 +218,11 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 	if p := <-powered; p.err != nil || p.task.Status != "accepted" || p.hdr.Get("X-Task-Id") == "" {
 		t.Errorf("the power operation: %+v %v %v, want 202 with its task", p.task, p.err, p.hdr)
 	}
+	for _, route := range []string{"/nodes/{node}/qemu/{vmid}/status/shutdown", "/nodes/{node}/qemu/{vmid}/migrate"} {
+		if n := l.pvePOSTs(t, route); n != 1 {
+			t.Errorf("PVE received %d POSTs of %s, want 1", n, route)
+		}
+	}
 
 	// The tasks stayed in the store: a restarted server follows the migration.
 	l.startServer(t)
@@ -285,5 +290,64 @@ func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 	}
 	if n := l.pvePOSTs(t, route); n != 1 {
 		t.Errorf("PVE received %d POSTs, want 1", n)
+	}
+}
+
+// TestGracefulStopInDevMode: in dev mode the embedded emulator closes only after
+// the HTTP server has drained: SIGTERM with a migration's event stream open ends
+// the stream with "shutdown" and exits 0, and nothing in the log says a request
+// could not reach the emulator.
+func TestGracefulStopInDevMode(t *testing.T) {
+	const pw = "dev mode stop passphrase"
+	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	ctx, cancel := context.WithTimeout(context.Background(), e2eGuard)
+	defer cancel()
+	c := checkedClient(t, base, "")
+	if _, err := c.Login(ctx, "admin@vmgate.local", pw); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	upid, err := c.Migrate(ctx, 1, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pve/task/"+upid+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("event stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	first := make(chan struct{})
+	ended := make(chan []string, 1)
+	go func() {
+		var events []string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				if len(events) == 0 {
+					close(first)
+				}
+				events = append(events, name)
+			}
+		}
+		ended <- events
+	}()
+	<-first
+	began := time.Now()
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	err = waitOrKill(srv.cmd, e2eGuard)
+	t.Logf("dev mode: SIGTERM to exit with a stream open: %v", time.Since(began).Round(time.Millisecond))
+	if code := exitStatus(err); code != 0 {
+		t.Fatalf("exit status %d (%v), want 0\n%s", code, err, srv.log())
+	}
+	if events := <-ended; len(events) < 2 || events[len(events)-1] != "shutdown" {
+		t.Errorf("the stream's events %v, want a last shutdown", events)
+	}
+	if log := srv.log(); strings.Contains(log, "connection refused") {
+		t.Errorf("a request could not reach the emulator during the stop:\n%s", log)
 	}
 }

@@ -14,16 +14,23 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/store/storetest"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -276,4 +283,57 @@ func TestShutdownDrainOverHTTP(t *testing.T) {
 	}
 	t.Logf("the long-poll and the stream ended %v after the drain", time.Since(began).Round(time.Millisecond))
 	_, _ = io.Copy(io.Discard, resp.Body)
+}
+
+// TestStoreBlackHoledOverHTTP: PostgreSQL stops answering (black-holed, no reset,
+// no close): a request that needs the store answers 503 store_unavailable with
+// Retry-After within the store's deadline (5 s) — not when the client gives up —
+// and once the network heals the next requests succeed without a restart.
+func TestStoreBlackHoledOverHTTP(t *testing.T) {
+	u, err := url.Parse(storetest.FreshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host, faultproxy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	e := newTestEnvOn(t, u.String(), auth.Config{
+		Argon2:         auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
+		PerAddressRate: rate.Inf, PerAddressBurst: 1,
+	})
+	e.addUser("root", accounts.RoleAdmin)
+	if w := e.do("root", "GET", "/api/v1/audit", ""); w.Code != http.StatusOK {
+		t.Fatalf("before the fault: %d %s", w.Code, w.Body)
+	}
+
+	p.BlackHole()
+	began := time.Now()
+	w := e.do("root", "GET", "/api/v1/audit", "")
+	took := time.Since(began)
+	t.Logf("with PostgreSQL black-holed the request answered %d after %v (store deadline %v)", w.Code, took.Round(time.Millisecond), store.DefaultTimeout)
+	if w.Code != http.StatusServiceUnavailable || envelopeOf(t, w).Reason != errs.ReasonStoreUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("with PostgreSQL black-holed: %d %s", w.Code, w.Body)
+	}
+	if took > guard {
+		t.Errorf("the request took %v", took)
+	}
+
+	p.Heal()
+	healed := time.Now()
+	for {
+		if w = e.do("root", "GET", "/api/v1/audit", ""); w.Code == http.StatusOK {
+			break
+		}
+		if time.Since(healed) > guard {
+			t.Fatalf("still failing %v after the heal: %d %s", guard, w.Code, w.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("requests succeeded again %v after the heal", time.Since(healed).Round(time.Millisecond))
 }
