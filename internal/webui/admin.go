@@ -30,14 +30,14 @@ func (u *UI) renderAdmin(w http.ResponseWriter, r *http.Request, page, title, ta
 	u.render(w, r, http.StatusOK, page, u.page(w, r, title, "admin", adminView{Tab: tab, Data: data}))
 }
 
-// done answers a successful admin form: a notice, and back to a page.
-func (u *UI) adminDone(w http.ResponseWriter, r *http.Request, to, msg string) error {
+// succeeded answers a form that did what it asked: a notice, and on to a page.
+func (u *UI) succeeded(w http.ResponseWriter, r *http.Request, to, msg string) error {
 	u.setNotice(w, r, notice{Kind: "ok", Message: msg})
 	redirect(w, r, to)
 	return nil
 }
 
-// refused answers an admin form the use case refused: its message (a bug is the
+// refused answers a form the use case refused: its message (a bug is the
 // error page), back to the form's page.
 func (u *UI) refused(w http.ResponseWriter, r *http.Request, to string, err error) error {
 	e, ok := errs.As(err)
@@ -84,7 +84,7 @@ func (u *UI) createUser(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return u.refused(w, r, "/admin/users", err)
 	}
-	return u.adminDone(w, r, "/admin/users/"+itoa(nu.ID), "User "+nu.Email+" created.")
+	return u.succeeded(w, r, "/admin/users/"+itoa(nu.ID), "User "+nu.Email+" created.")
 }
 
 type userView struct {
@@ -92,6 +92,7 @@ type userView struct {
 	Grants   []grantRow
 	Clusters []fleet.Cluster
 	Sessions []accounts.Session
+	Tokens   []accounts.Token
 	Self     bool
 }
 
@@ -123,6 +124,9 @@ func (u *UI) userPage(w http.ResponseWriter, r *http.Request) error {
 	if v.Sessions, err = u.accounts.UserSessions(r.Context(), principal(r), id); err != nil {
 		return err
 	}
+	if v.Tokens, err = u.accounts.UserTokens(r.Context(), principal(r), id); err != nil {
+		return err
+	}
 	u.renderAdmin(w, r, "user", "User "+usr.Email, "users", v)
 	return nil
 }
@@ -147,7 +151,7 @@ func (u *UI) endUserSession(w http.ResponseWriter, r *http.Request) error {
 		redirect(w, r, "/login")
 		return nil
 	}
-	return u.adminDone(w, r, back, "The session has ended; its tokens no longer work.")
+	return u.succeeded(w, r, back, "The session has ended; its tokens no longer work.")
 }
 
 func clusterName(cs []fleet.Cluster, id int64) string {
@@ -189,7 +193,7 @@ func (u *UI) updateUser(w http.ResponseWriter, r *http.Request) error {
 	if _, err := u.accounts.UpdateUser(r.Context(), id, ch); err != nil {
 		return u.refused(w, r, back, err)
 	}
-	return u.adminDone(w, r, back, said)
+	return u.succeeded(w, r, back, said)
 }
 
 func (u *UI) deleteUser(w http.ResponseWriter, r *http.Request) error {
@@ -207,7 +211,25 @@ func (u *UI) deleteUser(w http.ResponseWriter, r *http.Request) error {
 	if err := u.accounts.DeleteUser(r.Context(), id); err != nil {
 		return u.refused(w, r, "/admin/users/"+itoa(id), err)
 	}
-	return u.adminDone(w, r, "/admin/users", "User "+usr.Email+" deleted.")
+	return u.succeeded(w, r, "/admin/users", "User "+usr.Email+" deleted.")
+}
+
+// revokeUserToken is an admin revoking one API token of a user
+// (accounts.DeleteUserToken: at once, audited).
+func (u *UI) revokeUserToken(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	tid, err := pathToken(r)
+	if err != nil {
+		return err
+	}
+	back := "/admin/users/" + itoa(id)
+	if err := u.accounts.DeleteUserToken(r.Context(), principal(r), id, tid); err != nil {
+		return u.refused(w, r, back, err)
+	}
+	return u.succeeded(w, r, back, "The token is revoked; it no longer works.")
 }
 
 // Clusters.
@@ -247,7 +269,7 @@ func (u *UI) createCluster(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return u.refused(w, r, "/admin/clusters", err)
 	}
-	return u.adminDone(w, r, "/admin/clusters/"+itoa(c.ID),
+	return u.succeeded(w, r, "/admin/clusters/"+itoa(c.ID),
 		"Cluster "+c.Name+" registered; vmgate learned "+strconv.Itoa(len(c.Endpoints))+" endpoints.")
 }
 
@@ -341,7 +363,7 @@ func (u *UI) updateCluster(w http.ResponseWriter, r *http.Request) error {
 	if _, err := u.fleet.Update(r.Context(), id, p); err != nil {
 		return u.refused(w, r, back, err)
 	}
-	return u.adminDone(w, r, back, "Cluster saved.")
+	return u.succeeded(w, r, back, "Cluster saved.")
 }
 
 func (u *UI) deleteCluster(w http.ResponseWriter, r *http.Request) error {
@@ -356,7 +378,7 @@ func (u *UI) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 	if err := u.fleet.Delete(r.Context(), id); err != nil {
 		return u.refused(w, r, back, err)
 	}
-	return u.adminDone(w, r, "/admin/clusters", "Cluster deleted.")
+	return u.succeeded(w, r, "/admin/clusters", "Cluster deleted.")
 }
 
 // Grants.
@@ -421,7 +443,7 @@ func (u *UI) putGrant(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return u.refused(w, r, "/admin/grants", err)
 	}
-	return u.adminDone(w, r, "/admin/grants", said)
+	return u.succeeded(w, r, "/admin/grants", said)
 }
 
 // Audit.

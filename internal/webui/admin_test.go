@@ -287,3 +287,73 @@ func (b *browser) sessionID() string {
 	}
 	return p.SessionID
 }
+
+var tokenSecret = regexp.MustCompile(`id="new-token-secret" class="mono" value="(vmg_[A-Za-z0-9]+)"`)
+
+// TestAPITokensUI (SECURITY.md 32): a user makes a token, sees its secret once (on
+// the answer itself, never again), the token works against the API and never
+// beyond the user's grants; revoking it from the account page or an admin's
+// user page ends it at once.
+func TestAPITokensUI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	b := e.browser()
+	b.login(viewerEmail)
+	b.get("/account")
+	p := b.post("/account/tokens", url.Values{"name": {"nightly"}, "days": {"30"}, "scope": {"all"}}).expect(t, 200)
+	m := tokenSecret.FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no secret shown:\n%s", p.body)
+	}
+	secret := m[1]
+	api := func(method, path, tok string) int {
+		req, _ := http.NewRequest(method, e.srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := api("GET", "/api/v1/pve/clusters/1/vms", secret); s != 200 {
+		t.Fatalf("the new token reads VMs: %d", s)
+	}
+	if s := api("POST", "/api/v1/pve/vm/1/pve1/101/start", secret); s != 403 {
+		t.Fatalf("the viewer's token started a VM: %d", s)
+	}
+	again := b.get("/account")
+	if strings.Contains(again.body, secret) || !strings.Contains(again.body, "nightly") {
+		t.Fatal("the secret is shown again, or the token is not listed")
+	}
+	// A viewer cannot give a token operator, whatever the form says.
+	b.post("/account/tokens", url.Values{"name": {"sneaky"}, "scope": {"some"}, "cluster-1": {"operator"}}).expect(t, http.StatusSeeOther)
+	if p := b.get("/account"); !strings.Contains(p.body, "notice-error") || strings.Contains(p.body, "sneaky") {
+		t.Fatalf("a token beyond the viewer's grant:\n%s", p.body)
+	}
+	// Revoked from the account page: it fails at once.
+	rev := regexp.MustCompile(`action="(/account/tokens/[A-Za-z0-9]+/revoke)"`).FindStringSubmatch(again.body)
+	if rev == nil {
+		t.Fatal("no revoke form")
+	}
+	b.post(rev[1], nil).expect(t, http.StatusSeeOther)
+	if s := api("GET", "/api/v1/pve/clusters/1/vms", secret); s != 401 {
+		t.Fatalf("a revoked token: %d", s)
+	}
+
+	// An admin revokes another.
+	p = b.post("/account/tokens", url.Values{"name": {"second"}, "scope": {"some"}, "cluster-1": {"viewer"}}).expect(t, 200)
+	second := tokenSecret.FindStringSubmatch(p.body)[1]
+	adm := e.browser()
+	adm.login(adminEmail)
+	page := "/admin/users/" + itoa(e.users[viewerEmail].ID)
+	up := adm.get(page)
+	arev := regexp.MustCompile(`action="(` + page + `/tokens/[A-Za-z0-9]+/revoke)"`).FindStringSubmatch(up.body)
+	if arev == nil || !strings.Contains(up.body, "cluster 1: viewer") {
+		t.Fatalf("the admin's view of the token:\n%s", up.body)
+	}
+	adm.post(arev[1], nil).expect(t, http.StatusSeeOther)
+	if s := api("GET", "/api/v1/pve/clusters/1/vms", second); s != 401 {
+		t.Fatalf("a token an admin revoked: %d", s)
+	}
+}

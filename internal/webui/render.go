@@ -141,6 +141,9 @@ func (u *UI) funcs() template.FuncMap {
 		"add":      func(a, b int) int { return a + b },
 		"query":    queryWith,
 		"sortLink": sortLink,
+		"tokenList": func(list []accounts.Token, action, csrf string) tokenList {
+			return tokenList{List: list, Action: action, CSRF: csrf}
+		},
 		"clipText": clip,
 		"short":    func(s string) string { return s[:min(len(s), 6)] },
 		"sessionList": func(list []accounts.Session, action, csrf string) sessionList {
@@ -158,6 +161,13 @@ func (u *UI) funcs() template.FuncMap {
 // sessionList is what the "sessions" template needs.
 type sessionList struct {
 	List   []accounts.Session
+	Action string
+	CSRF   string
+}
+
+// tokenList is what the "tokens" template needs.
+type tokenList struct {
+	List   []accounts.Token
 	Action string
 	CSRF   string
 }

@@ -61,6 +61,8 @@ func (u *UI) routes() []route {
 		{"GET", "/account", authed, u.accountPage},
 		{"POST", "/account/password", authed, u.changePassword},
 		{"POST", "/account/sessions/{sid}/end", authed, u.endMySession},
+		{"POST", "/account/tokens", authed, u.createToken},
+		{"POST", "/account/tokens/{tid}/revoke", authed, u.revokeToken},
 
 		{"GET", "/admin/users", admin, u.usersPage},
 		{"POST", "/admin/users", admin, u.createUser},
@@ -68,6 +70,7 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/users/{id}", admin, u.updateUser},
 		{"POST", "/admin/users/{id}/delete", admin, u.deleteUser},
 		{"POST", "/admin/users/{id}/sessions/{sid}/end", admin, u.endUserSession},
+		{"POST", "/admin/users/{id}/tokens/{tid}/revoke", admin, u.revokeUserToken},
 		{"GET", "/admin/clusters", admin, u.clustersPage},
 		{"POST", "/admin/clusters", admin, u.createCluster},
 		{"GET", "/admin/clusters/{clusterId}", admin, u.clusterPage},

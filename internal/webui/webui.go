@@ -54,6 +54,11 @@ type Accounts interface {
 	EndMySession(ctx context.Context, p auth.Principal, sid string) error
 	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
 	EndUserSession(ctx context.Context, userID int64, sid string) error
+	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
+	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
+	DeleteMyToken(ctx context.Context, p auth.Principal, id string) error
+	UserTokens(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Token, error)
+	DeleteUserToken(ctx context.Context, p auth.Principal, userID int64, id string) error
 
 	Users(ctx context.Context) ([]accounts.User, error)
 	User(ctx context.Context, id int64) (accounts.User, error)
