@@ -691,6 +691,9 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 // decoded again from scratch by decodeEnvelope and decodeData, which define
 // what is accepted and every error.
 func decodeAnswer(b []byte, out any) (total int64, envErr, dataErr error) {
+	if d, ok := out.(answerDecoder); ok {
+		return d.decodeAnswer(b)
+	}
 	if out != nil {
 		if total, ok := decodeAnswerFast(b, out); ok {
 			return total, nil, nil

@@ -278,11 +278,11 @@ func (c *Client) Resources(ctx context.Context, typ string) ([]Resource, error) 
 	if typ != "" {
 		q = url.Values{"type": {typ}}
 	}
-	var w []resourceWire
-	if _, err := c.get(ctx, pathClusterResources, q, limitLarge, &w); err != nil {
+	var a resourcesAnswer
+	if _, err := c.get(ctx, pathClusterResources, q, limitLarge, &a); err != nil {
 		return nil, err
 	}
-	return resourcesFromWire(w), nil
+	return a.res, nil
 }
 
 // resourceWire is a /cluster/resources item as PVE sends it.
