@@ -61,6 +61,9 @@ type Service struct {
 	// cache holds clusters and grants, kept true by the store's change feed.
 	cache       *cache
 	unsubscribe func()
+	// vmSnaps and nodeSnaps are each cluster's latest VM and node lists.
+	vmSnaps   *snapshots[VMView]
+	nodeSnaps *snapshots[NodeView]
 
 	mu      sync.Mutex
 	clients map[int64]*cachedClient
@@ -100,7 +103,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.cache = newCache(cfg.Store)
 	s.cache.loaded = s.closeGone
-	s.unsubscribe = cfg.Store.Subscribe(s.cache.apply)
+	s.vmSnaps, s.nodeSnaps = newSnapshots[VMView](), newSnapshots[NodeView]()
+	s.unsubscribe = cfg.Store.Subscribe(s.changed)
 	return s, nil
 }
 
@@ -132,6 +136,21 @@ func (s *Service) sealSecret(secret, tokenID string) ([]byte, error) {
 func (s *Service) openSecret(c store.Cluster) (string, error) {
 	plain, err := s.sealer.Open(c.TokenSecretSealed, seal.TokenSecretAAD(c.TokenID))
 	return string(plain), err
+}
+
+// changed follows the store's change feed: the cache drops what changed, and a
+// cluster's change (or a resync) drops its inventory snapshots too, so no list
+// read through old settings outlives the change.
+func (s *Service) changed(c store.Change) {
+	s.cache.apply(c)
+	switch c.Kind {
+	case store.ChangeCluster:
+		s.vmSnaps.drop(c.ClusterID)
+		s.nodeSnaps.drop(c.ClusterID)
+	case store.ChangeResync:
+		s.vmSnaps.dropAll()
+		s.nodeSnaps.dropAll()
+	}
 }
 
 // Close stops following the change feed and closes every cached PVE client.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -127,39 +126,51 @@ func (s *Service) Clusters(ctx context.Context, a Actor) ([]ClusterView, error) 
 	return out, nil
 }
 
-// Nodes lists a cluster's nodes by name. The caller has authorized.
-func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error) {
-	cl, err := s.Client(ctx, clusterID)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := cl.Nodes(ctx)
-	if err != nil {
-		return nil, ReadError(s.upstream(ctx, clusterID, err))
-	}
-	out := make([]NodeView, 0, len(nodes))
-	for _, n := range nodes {
-		out = append(out, NodeView{Node: n.Node, Status: n.Status, CPU: n.CPU, MaxCPU: int64(n.MaxCPU),
-			Mem: n.Mem, MaxMem: n.MaxMem, Uptime: n.Uptime})
-	}
-	slices.SortFunc(out, func(x, y NodeView) int { return cmp.Compare(x.Node, y.Node) })
-	return out, nil
+// NodeList is a cluster's nodes by name, as of AsOf.
+type NodeList struct {
+	Nodes []NodeView // shared with other answers: read only
+	AsOf  time.Time  // when PVE was read; at most SnapshotMaxAge before the request
 }
 
-// VMs lists a cluster's QEMU guests by VMID, from one /cluster/resources?type=vm read
-// (containers left out). The caller has authorized.
-func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
-	res, err := s.vmResources(ctx, clusterID)
+// NodeList returns a cluster's nodes by name, from a snapshot younger than
+// SnapshotMaxAge or one /nodes read shared by every request meanwhile
+// (snapshot.go). The caller has authorized.
+func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, error) {
+	sn, err := s.nodeSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]NodeView, error) {
+		cl, err := s.Client(ctx, clusterID)
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := cl.Nodes(ctx)
+		if err != nil {
+			return nil, ReadError(s.upstream(ctx, clusterID, err))
+		}
+		out := make([]NodeView, 0, len(nodes))
+		for _, n := range nodes {
+			out = append(out, NodeView{Node: n.Node, Status: n.Status, CPU: n.CPU, MaxCPU: int64(n.MaxCPU),
+				Mem: n.Mem, MaxMem: n.MaxMem, Uptime: n.Uptime})
+		}
+		slices.SortFunc(out, func(x, y NodeView) int { return cmp.Compare(x.Node, y.Node) })
+		return out, nil
+	})
 	if err != nil {
-		return nil, err
+		return NodeList{}, err
 	}
-	out := make([]VMView, 0, len(res))
-	for _, r := range res {
-		out = append(out, VMView{VMID: int64(r.VMID), Name: r.Name, Node: r.Node, Status: r.Status, Lock: r.Lock,
-			Tags: splitTags(r.Tags), HAState: r.HAState, MaxMem: r.MaxMem, MaxCPU: r.MaxCPU})
-	}
-	slices.SortFunc(out, func(x, y VMView) int { return cmp.Compare(x.VMID, y.VMID) })
-	return out, nil
+	return NodeList{Nodes: sn.items[:len(sn.items):len(sn.items)], AsOf: sn.at}, nil
+}
+
+// Nodes lists a cluster's nodes by name (NodeList's, a copy). The caller has
+// authorized.
+func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error) {
+	l, err := s.NodeList(ctx, clusterID)
+	return slices.Clone(l.Nodes), err
+}
+
+// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). The
+// caller has authorized.
+func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
+	l, err := s.VMList(ctx, clusterID, VMQuery{})
+	return slices.Clone(l.VMs), err
 }
 
 // vmResources reads the cluster's QEMU guests.
@@ -175,14 +186,67 @@ func (s *Service) vmResources(ctx context.Context, clusterID int64) ([]pve.Resou
 	return slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != "qemu" }), nil
 }
 
-// splitTags splits PVE's tag list (';'-separated in /cluster/resources; ',' and
-// spaces are accepted by PVE's config parser too). Never nil, so JSON shows [].
-func splitTags(s string) []string {
-	tags := strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
-	if tags == nil {
-		tags = []string{}
+// vmViews turns a /cluster/resources?type=vm answer into the cluster's VMs by
+// VMID, containers left out, without an allocation per VM: the tags of every VM
+// share one backing array (each VM's capped, so that no append reaches its
+// neighbour's).
+func vmViews(res []pve.Resource) []VMView {
+	n, ntags := 0, 0
+	for i := range res {
+		if res[i].Type == "qemu" {
+			n++
+			ntags += countTags(res[i].Tags)
+		}
 	}
-	return tags
+	out := make([]VMView, 0, n)
+	tags := make([]string, 0, ntags)
+	for i := range res {
+		r := &res[i]
+		if r.Type != "qemu" {
+			continue
+		}
+		start := len(tags)
+		tags = appendTags(tags, r.Tags)
+		out = append(out, VMView{VMID: int64(r.VMID), Name: r.Name, Node: r.Node, Status: r.Status, Lock: r.Lock,
+			Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, MaxMem: r.MaxMem, MaxCPU: r.MaxCPU})
+	}
+	byVMID := func(x, y VMView) int { return cmp.Compare(x.VMID, y.VMID) }
+	if !slices.IsSortedFunc(out, byVMID) {
+		slices.SortFunc(out, byVMID)
+	}
+	return out
+}
+
+// isTagSep says what separates PVE's tags: ';' in /cluster/resources; ',' and
+// spaces are accepted by PVE's config parser too.
+func isTagSep(c byte) bool { return c == ';' || c == ',' || c == ' ' }
+
+// countTags counts the tags appendTags finds in s.
+func countTags(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !isTagSep(s[i]) && (i == 0 || isTagSep(s[i-1])) {
+			n++
+		}
+	}
+	return n
+}
+
+// appendTags appends the tags of PVE's tag list s (slices of s, empty ones left
+// out) to dst.
+func appendTags(dst []string, s string) []string {
+	start := -1
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || isTagSep(s[i]) {
+			if start >= 0 {
+				dst = append(dst, s[start:i])
+				start = -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+	}
+	return dst
 }
 
 // VMStatus reads a VM's current status on a node. A VM that is not on that node is

@@ -188,7 +188,8 @@ func TestRegisterNamesWhatIsWrong(t *testing.T) {
 
 func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	t.Parallel()
-	s, svc, c := registeredSim(t, 0)
+	clock := newFakeClock()
+	s, svc, c := registeredSim(t, 0, func(c *Config) { c.Now = clock.Now })
 	ctx := context.Background()
 	if _, err := svc.Nodes(ctx, c.ID); err != nil {
 		t.Fatal(err)
@@ -196,6 +197,7 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	if err := s.c.SetNodeOnline("pve1", false); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(SnapshotMaxAge) // the node list is read again
 	nodes, err := svc.Nodes(ctx, c.ID)
 	if err != nil {
 		t.Fatalf("no failover: %v", err)
@@ -226,6 +228,7 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	// Every node down: the cluster is unavailable.
 	s.c.SetNodeOnline("pve2", false)
 	s.c.SetNodeOnline("pve3", false)
+	clock.Advance(SnapshotMaxAge)
 	if _, err := svc.Nodes(ctx, c.ID); errs.KindOf(err) != errs.Unavailable {
 		t.Fatalf("all nodes down: %v", err)
 	}
@@ -407,7 +410,8 @@ func TestClusterHealthIsCheckedAtMostEvery30s(t *testing.T) {
 // per 1 000 inventory reads through one cluster's client.
 func TestConnectionReuse(t *testing.T) {
 	t.Parallel()
-	_, svc, c := registeredSim(t, 0)
+	clock := newFakeClock()
+	_, svc, c := registeredSim(t, 0, func(c *Config) { c.Now = clock.Now })
 	ctx := context.Background()
 	cl, err := svc.Client(ctx, c.ID)
 	if err != nil {
@@ -416,6 +420,7 @@ func TestConnectionReuse(t *testing.T) {
 	before := cl.Stats()
 	const reads = 1000
 	for i := range reads {
+		clock.Advance(SnapshotMaxAge) // no list from a snapshot: every read reaches PVE
 		switch i % 3 {
 		case 0:
 			_, err = svc.Nodes(ctx, c.ID)
@@ -444,18 +449,44 @@ func TestConnectionReuse(t *testing.T) {
 }
 
 // BenchmarkVMList10k measures the VM list of a 10 000-VM cluster on the emulator
-// over HTTPS: one /cluster/resources?type=vm read, decoding and sorting.
+// over HTTPS: one /cluster/resources?type=vm read, decoding and sorting (the
+// emulator's own work included).
+// Every iteration is a cold read: the injected clock moves past the snapshot's life.
 func BenchmarkVMList10k(b *testing.B) {
-	_, svc, c := registeredSim(b, 10000-6)
+	clock := newFakeClock()
+	_, svc, c := registeredSim(b, 10000-6, func(c *Config) { c.Now = clock.Now })
 	ctx := context.Background()
-	vms, err := svc.VMs(ctx, c.ID)
-	if err != nil || len(vms) != 10000 {
-		b.Fatalf("%d VMs, %v", len(vms), err)
+	l, err := svc.VMList(ctx, c.ID, VMQuery{})
+	if err != nil || len(l.VMs) != 10000 {
+		b.Fatalf("%d VMs, %v", len(l.VMs), err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := svc.VMs(ctx, c.ID); err != nil {
+		clock.Advance(SnapshotMaxAge)
+		if _, err := svc.VMList(ctx, c.ID, VMQuery{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// fakeClock is an injected clock: tests move it, nothing sleeps.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }

@@ -1,0 +1,179 @@
+package fleet
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/vmgate/vmgate/internal/pve"
+)
+
+// VMQuery selects and pages a cluster's VMs (VMList). Every field is optional;
+// the zero VMQuery is every VM.
+type VMQuery struct {
+	Node   string // only VMs on this node
+	Status string // only VMs in this state: VMStatusRunning, VMStatusStopped or VMStatusUnknown
+	Tag    string // only VMs with this tag (exactly)
+	// Q keeps the VMs whose name holds it, ignoring case, or whose vmid it is.
+	Q string
+	// Limit is the most VMs of one page, 1 to MaxVMPage; 0 is no paging.
+	Limit int
+	// Cursor continues after the page whose NextCursor it is; "" starts at the
+	// lowest vmid. It is opaque to clients.
+	Cursor string
+}
+
+// The states /cluster/resources gives a VM (unknown: its node does not answer).
+const (
+	VMStatusRunning = "running"
+	VMStatusStopped = "stopped"
+	VMStatusUnknown = "unknown"
+)
+
+// Bounds of VMQuery's values.
+const (
+	MaxVMPage = 10000
+	maxTagLen = 128 // PVE's tags are short words
+	maxQLen   = 128
+)
+
+// VMList is one page of a cluster's VMs by VMID, as of AsOf.
+type VMList struct {
+	VMs []VMView // shared with other answers: read only
+	// AsOf is when PVE was read; at most SnapshotMaxAge before the request.
+	AsOf time.Time
+	// NextCursor continues with the next page (VMQuery.Cursor); "" on the last.
+	NextCursor string
+}
+
+// Validate checks every value of q, saying what is wrong with the first bad one
+// (invalid_request). VMList checks too; a front end calls it before
+// authorizing, so that a bad request is 400 whatever the caller's grants.
+func (q VMQuery) Validate() error {
+	_, err := q.validate()
+	return err
+}
+
+func (q VMQuery) validate() (after int64, err error) {
+	switch {
+	case q.Node != "" && !pve.ValidNode(q.Node):
+		return 0, invalid("node %q is not a PVE node name", quoteSafe(q.Node))
+	case q.Status != "" && q.Status != VMStatusRunning && q.Status != VMStatusStopped && q.Status != VMStatusUnknown:
+		return 0, invalid("status must be %s, %s or %s", VMStatusRunning, VMStatusStopped, VMStatusUnknown)
+	case q.Tag != "" && !validTag(q.Tag):
+		return 0, invalid("tag %q is not a PVE tag (letters, digits, _ - + . ; at most %d)", quoteSafe(q.Tag), maxTagLen)
+	case q.Q != "" && (len(q.Q) > maxQLen || !utf8.ValidString(q.Q) || strings.IndexFunc(q.Q, unicode.IsControl) >= 0):
+		return 0, invalid("q must be at most %d bytes of text", maxQLen)
+	case q.Limit < 0 || q.Limit > MaxVMPage:
+		return 0, invalid("limit must be an integer from 1 to %d", MaxVMPage)
+	}
+	if q.Cursor == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(q.Cursor, 10, 64)
+	if err != nil || n < pve.MinVMID || n > pve.MaxVMID || strconv.FormatInt(n, 10) != q.Cursor {
+		return 0, invalid("cursor is not one vmgate gave (nextCursor)")
+	}
+	return n, nil
+}
+
+// validTag accepts PVE's tag syntax: [a-z0-9_][a-z0-9_+.-]*, either case.
+func validTag(t string) bool {
+	if len(t) > maxTagLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_':
+		case i > 0 && (c == '-' || c == '+' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return t != ""
+}
+
+func (q VMQuery) filters() bool { return q.Node != "" || q.Status != "" || q.Tag != "" || q.Q != "" }
+
+// match reports whether v passes q's filters.
+func (q VMQuery) match(v *VMView) bool {
+	switch {
+	case q.Node != "" && v.Node != q.Node,
+		q.Status != "" && v.Status != q.Status:
+		return false
+	case q.Tag != "":
+		found := false
+		for _, t := range v.Tags {
+			found = found || t == q.Tag
+		}
+		if !found {
+			return false
+		}
+	}
+	return q.Q == "" || containsFold(v.Name, q.Q) || strconv.FormatInt(v.VMID, 10) == q.Q
+}
+
+// containsFold reports whether sub occurs in s, ignoring case, without
+// allocating (a VM list is filtered 10 000 names at a time).
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// VMList returns the page of a cluster's QEMU guests by VMID that q selects, from
+// a snapshot younger than SnapshotMaxAge or one /cluster/resources?type=vm read
+// shared by every request meanwhile (snapshot.go). Filters and paging are applied
+// here, on the snapshot: PVE is read the same way whatever the query. A bad value
+// of q is invalid_request. The caller has authorized.
+func (s *Service) VMList(ctx context.Context, clusterID int64, q VMQuery) (VMList, error) {
+	after, err := q.validate()
+	if err != nil {
+		return VMList{}, err
+	}
+	sn, err := s.vmSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]VMView, error) {
+		res, err := s.vmResources(ctx, clusterID)
+		if err != nil {
+			return nil, err
+		}
+		return vmViews(res), nil
+	})
+	if err != nil {
+		return VMList{}, err
+	}
+	all := sn.items
+	start := 0
+	if q.Cursor != "" {
+		start = sort.Search(len(all), func(i int) bool { return all[i].VMID > after })
+	}
+	out := VMList{AsOf: sn.at}
+	if !q.filters() {
+		end := len(all)
+		if q.Limit > 0 && start+q.Limit < end {
+			end = start + q.Limit
+			out.NextCursor = strconv.FormatInt(all[end-1].VMID, 10)
+		}
+		out.VMs = all[start:end:end]
+		return out, nil
+	}
+	out.VMs = make([]VMView, 0, min(max(q.Limit, 16), len(all)-start))
+	for i := start; i < len(all); i++ {
+		if !q.match(&all[i]) {
+			continue
+		}
+		if q.Limit > 0 && len(out.VMs) == q.Limit {
+			out.NextCursor = strconv.FormatInt(out.VMs[len(out.VMs)-1].VMID, 10)
+			break
+		}
+		out.VMs = append(out.VMs, all[i])
+	}
+	return out, nil
+}
