@@ -140,3 +140,77 @@ func (e *jsonEnc) stale(stale bool, since time.Time) {
 		e.raw("null")
 	}
 }
+
+// nodeList is a cluster's nodes as []nodeJSON shows them.
+type nodeList []fleet.NodeView
+
+func (l nodeList) appendJSON(e *jsonEnc) {
+	e.raw("[")
+	for i := range l {
+		n := &l[i]
+		if i > 0 {
+			e.raw(",")
+		}
+		e.key("node", true)
+		e.str(n.Node)
+		e.key("status", false)
+		e.str(n.Status)
+		e.key("cpu", false)
+		e.float(n.CPU)
+		e.key("maxCpu", false)
+		e.int(n.MaxCPU)
+		e.key("mem", false)
+		e.int(n.Mem)
+		e.key("maxMem", false)
+		e.int(n.MaxMem)
+		e.key("uptime", false)
+		e.int(n.Uptime)
+		e.raw("}")
+	}
+	e.raw("]")
+}
+
+// vmList is a cluster's VMs as []vmJSON shows them.
+type vmList []fleet.VMView
+
+func (l vmList) appendJSON(e *jsonEnc) {
+	e.raw("[")
+	for i := range l {
+		v := &l[i]
+		if i > 0 {
+			e.raw(",")
+		}
+		e.key("vmid", true)
+		e.int(v.VMID)
+		e.key("name", false)
+		e.str(v.Name)
+		e.key("node", false)
+		e.str(v.Node)
+		e.key("status", false)
+		e.str(v.Status)
+		e.key("lock", false)
+		e.str(v.Lock)
+		e.key("tags", false)
+		e.strs(v.Tags)
+		e.key("haState", false)
+		e.str(v.HAState)
+		e.key("maxMem", false)
+		e.int(v.MaxMem)
+		e.key("maxCpu", false)
+		e.float(v.MaxCPU)
+		e.raw("}")
+	}
+	e.raw("]")
+}
+
+// asOf writes an inventory answer's top-level fields after data: "asOf", when
+// PVE was read (RFC 3339, milliseconds), and for a paged list "nextCursor", the
+// cursor of the next page or null on the last (docs/decisions, inventory).
+func (e *jsonEnc) asOf(at time.Time, next string, paged bool) {
+	e.raw(`,"asOf":`)
+	e.time(at.UTC().Truncate(time.Millisecond))
+	if paged {
+		e.raw(`,"nextCursor":`)
+		e.strOrNull(next)
+	}
+}

@@ -103,6 +103,30 @@ type haJSON struct {
 	State   string `json:"state,omitempty"`
 }
 
+// nodeJSON is a node as DESIGN §3.4 shows it.
+type nodeJSON struct {
+	Node   string  `json:"node"`
+	Status string  `json:"status"`
+	CPU    float64 `json:"cpu"`
+	MaxCPU int64   `json:"maxCpu"`
+	Mem    int64   `json:"mem"`
+	MaxMem int64   `json:"maxMem"`
+	Uptime int64   `json:"uptime"`
+}
+
+// vmJSON is a VM of a cluster's list as DESIGN §3.4 shows it.
+type vmJSON struct {
+	VMID    int64    `json:"vmid"`
+	Name    string   `json:"name"`
+	Node    string   `json:"node"`
+	Status  string   `json:"status"`
+	Lock    string   `json:"lock"`
+	Tags    []string `json:"tags"`
+	HAState string   `json:"haState"`
+	MaxMem  int64    `json:"maxMem"`
+	MaxCPU  float64  `json:"maxCpu"`
+}
+
 // awkward are strings encoding/json escapes in every way it knows.
 var awkward = []string{"", "plain", `quote " and \\ backslash`, "<script>&amp;</script>", "tab\tnew\nline\rret\bbs\fff",
 	"\x00\x01\x1f\x7f", "é ü 日本", "\u2028 and \u2029", "bad \xff utf-8 \xc3", "UPID:pve1:0001:0002:0003:qmstart:100:root@pam!t:"}
@@ -163,6 +187,32 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 		if got := hand((*vmStatusAnswer)(&st)); got != want {
 			t.Errorf("vm status:\n got %s\nwant %s", got, want)
 		}
+	}
+	var vms []fleet.VMView
+	var refVMs []vmJSON
+	var nodes []fleet.NodeView
+	var refNodes []nodeJSON
+	for i, s := range awkward {
+		f := floats[i%len(floats)]
+		tags := strings.Fields(s)
+		if tags == nil {
+			tags = []string{}
+		}
+		vms = append(vms, fleet.VMView{VMID: int64(i), Name: s, Node: s, Status: s, Lock: s, Tags: tags, HAState: s,
+			MaxMem: int64(i) << 30, MaxCPU: f})
+		refVMs = append(refVMs, vmJSON{VMID: int64(i), Name: s, Node: s, Status: s, Lock: s, Tags: tags, HAState: s,
+			MaxMem: int64(i) << 30, MaxCPU: f})
+		nodes = append(nodes, fleet.NodeView{Node: s, Status: s, CPU: f, MaxCPU: int64(i), Mem: int64(i), MaxMem: 1 << 36, Uptime: 7})
+		refNodes = append(refNodes, nodeJSON{Node: s, Status: s, CPU: f, MaxCPU: int64(i), Mem: int64(i), MaxMem: 1 << 36, Uptime: 7})
+	}
+	if got, want := hand(vmList(vms)), marshal(refVMs); got != want {
+		t.Errorf("vm list:\n got %s\nwant %s", got, want)
+	}
+	if got, want := hand(nodeList(nodes)), marshal(refNodes); got != want {
+		t.Errorf("node list:\n got %s\nwant %s", got, want)
+	}
+	if got := hand(vmList(nil)); got != "[]" {
+		t.Errorf("empty vm list: %s", got)
 	}
 	if _, err := encode((*vmStatusAnswer)(&fleet.VMStatusView{CPUs: math.NaN()})); err == nil {
 		t.Error("NaN encoded without an error")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 )
 
@@ -207,15 +208,21 @@ func (s *Server) inventoryClusters(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// readCluster validates a cluster read (no query, a valid {clusterId}) and checks
-// the caller's viewer grant; it returns the cluster id.
-func (s *Server) readCluster(r *http.Request) (int64, error) {
+// readCluster validates a cluster read (a valid {clusterId}, no query but the
+// allowed parameters, check(r) when given) and checks the caller's viewer grant;
+// it returns the cluster id.
+func (s *Server) readCluster(r *http.Request, check func() error, allowed ...string) (int64, error) {
 	id, err := pathClusterID(r)
 	if err != nil {
 		return 0, err
 	}
-	if err := checkQuery(r); err != nil {
+	if err := checkQuery(r, allowed...); err != nil {
 		return 0, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return 0, err
+		}
 	}
 	if err := s.authorize(r, id, fleet.GrantViewer); err != nil {
 		return 0, err
@@ -223,64 +230,56 @@ func (s *Server) readCluster(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-type nodeJSON struct {
-	Node   string  `json:"node"`
-	Status string  `json:"status"`
-	CPU    float64 `json:"cpu"`
-	MaxCPU int64   `json:"maxCpu"`
-	Mem    int64   `json:"mem"`
-	MaxMem int64   `json:"maxMem"`
-	Uptime int64   `json:"uptime"`
-}
-
 func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.readCluster(r)
+	id, err := s.readCluster(r, nil)
 	if err != nil {
 		return err
 	}
-	nodes, err := s.fleet.Nodes(r.Context(), id)
+	l, err := s.fleet.NodeList(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	out := make([]nodeJSON, 0, len(nodes))
-	for _, n := range nodes {
-		out = append(out, nodeJSON{Node: n.Node, Status: n.Status, CPU: n.CPU, MaxCPU: n.MaxCPU, Mem: n.Mem, MaxMem: n.MaxMem, Uptime: n.Uptime})
-	}
-	writeData(w, out)
+	writeEncoded(w, http.StatusOK, "success", nodeList(l.Nodes), func(e *jsonEnc) { e.asOf(l.AsOf, "", false) })
 	return nil
 }
 
-type vmJSON struct {
-	VMID    int64    `json:"vmid"`
-	Name    string   `json:"name"`
-	Node    string   `json:"node"`
-	Status  string   `json:"status"`
-	Lock    string   `json:"lock"`
-	Tags    []string `json:"tags"`
-	HAState string   `json:"haState"`
-	MaxMem  int64    `json:"maxMem"`
-	MaxCPU  float64  `json:"maxCpu"`
+// vmQuery reads the VM list's filters and paging: each parameter at most once,
+// limit an integer; fleet.VMQuery.Validate judges the values.
+func vmQuery(r *http.Request) (fleet.VMQuery, error) {
+	var q fleet.VMQuery
+	for _, p := range []struct {
+		name string
+		dst  *string
+	}{{"node", &q.Node}, {"status", &q.Status}, {"tag", &q.Tag}, {"q", &q.Q}, {"cursor", &q.Cursor}} {
+		v, err := queryOne(r, p.name)
+		if err != nil {
+			return q, err
+		}
+		if _, given := query(r)[p.name]; given && v == "" {
+			return q, errs.R(errs.Invalid, "invalid_request", "%s must not be empty", p.name)
+		}
+		*p.dst = v
+	}
+	limit, err := queryInt(r, "limit", 0, 1, fleet.MaxVMPage)
+	if err != nil {
+		return q, err
+	}
+	q.Limit = int(limit)
+	return q, q.Validate()
 }
 
 func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.readCluster(r)
+	var q fleet.VMQuery
+	id, err := s.readCluster(r, func() (err error) { q, err = vmQuery(r); return err },
+		"node", "status", "tag", "q", "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	vms, err := s.fleet.VMs(r.Context(), id)
+	l, err := s.fleet.VMList(r.Context(), id, q)
 	if err != nil {
 		return err
 	}
-	out := make([]vmJSON, 0, len(vms))
-	for _, v := range vms {
-		tags := v.Tags
-		if tags == nil {
-			tags = []string{}
-		}
-		out = append(out, vmJSON{VMID: v.VMID, Name: v.Name, Node: v.Node, Status: v.Status, Lock: v.Lock,
-			Tags: tags, HAState: v.HAState, MaxMem: v.MaxMem, MaxCPU: v.MaxCPU})
-	}
-	writeData(w, out)
+	writeEncoded(w, http.StatusOK, "success", vmList(l.VMs), func(e *jsonEnc) { e.asOf(l.AsOf, l.NextCursor, true) })
 	return nil
 }
 

@@ -25,8 +25,8 @@ type Fleet interface {
 	DeleteGrant(ctx context.Context, userID, clusterID int64) error
 
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
-	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
-	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
+	NodeList(ctx context.Context, clusterID int64) (fleet.NodeList, error)
+	VMList(ctx context.Context, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
 	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
