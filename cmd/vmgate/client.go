@@ -170,6 +170,13 @@ func getData(path string) error {
 	if len(resp.Data) > 0 {
 		json.Unmarshal(resp.Data, &v)
 	}
+	// The data goes to stdout as it is; what the envelope says about it, to stderr.
+	if resp.AsOf != nil {
+		fmt.Fprintf(os.Stderr, "as of %s\n", resp.AsOf.Local().Format("15:04:05.000"))
+	}
+	if resp.NextCursor != "" {
+		fmt.Fprintf(os.Stderr, "more: add cursor=%s to the query for the next page\n", url.QueryEscape(resp.NextCursor))
+	}
 	return printJSON(v)
 }
 
@@ -181,11 +188,44 @@ type vmRef struct {
 }
 
 type vmCmd struct {
+	List    vmListCmd    `cmd:"" help:"List a cluster's VMs, filtered (read in pages, to the end)."`
 	Status  vmStatusCmd  `cmd:"" help:"Show a VM's status."`
 	Start   vmStartCmd   `cmd:"" help:"Start a VM."`
 	Stop    vmStopCmd    `cmd:"" help:"Shut a VM down gracefully, or power it off with --force."`
 	Reboot  vmRebootCmd  `cmd:"" help:"Reboot a VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
+}
+
+type vmListCmd struct {
+	Cluster  int64  `arg:"" help:"Cluster id."`
+	Node     string `help:"Only the VMs on this node."`
+	Status   string `help:"Only the VMs in this state: running, stopped or unknown."`
+	Tag      string `help:"Only the VMs with this tag."`
+	Q        string `name:"q" help:"Only the VMs whose name holds this text (ignoring case) or whose vmid it is."`
+	PageSize int    `default:"1000" help:"VMs per request."`
+	JSON     bool   `name:"json" help:"Print JSON instead of a table."`
+}
+
+func (c *vmListCmd) Run() error {
+	cl, err := savedClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	vms, asOf, err := cl.VMs(ctx, c.Cluster, cli.VMFilter{Node: c.Node, Status: c.Status, Tag: c.Tag, Q: c.Q, PageSize: c.PageSize})
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(vms)
+	}
+	fmt.Printf("%-10s %-30s %-12s %-8s %s\n", "VMID", "NAME", "NODE", "STATUS", "TAGS")
+	for _, v := range vms {
+		fmt.Printf("%-10d %-30s %-12s %-8s %s\n", v.VMID, v.Name, v.Node, v.Status, strings.Join(v.Tags, ","))
+	}
+	fmt.Fprintf(os.Stderr, "%d VMs, as of %s\n", len(vms), asOf.Local().Format("15:04:05.000"))
+	return nil
 }
 
 type vmStatusCmd struct{ vmRef }

@@ -133,6 +133,17 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	do(op, "GET", "/api/v1/pve/clusters", nil, nil, nil)
 	do(op, "GET", inv+"/nodes", nil, nil, nil)
 	do(op, "GET", inv+"/vms", nil, nil, nil)
+	// The VM list filtered and read in pages of one, to the end.
+	if vms, asOf, err := op.VMs(ctx, cl.ID, cli.VMFilter{Node: "pve1", Status: "running", PageSize: 1}); err != nil ||
+		len(vms) == 0 || asOf.IsZero() {
+		t.Fatalf("VMs on pve1 in pages of one: %v as of %v, %v", vms, asOf, err)
+	} else {
+		for _, v := range vms {
+			if v.Node != "pve1" || v.Status != "running" {
+				t.Fatalf("the filter let %+v through", v)
+			}
+		}
+	}
 	do(op, "GET", cli.VMPath(cl.ID, "pve1", 100), nil, nil, nil)
 	do(op, "GET", cli.VMPath(cl.ID, "pve1", 100)+"/migrate", url.Values{"target": {"pve2"}}, nil, nil)
 

@@ -75,6 +75,10 @@ type Response struct {
 	Message string
 	Data    json.RawMessage
 	Header  http.Header
+	// AsOf is when vmgate read an inventory list's data from PVE (nil elsewhere).
+	AsOf *time.Time
+	// NextCursor is a paged list's cursor of the next page ("" on the last).
+	NextCursor string
 }
 
 // Do sends a request and decodes the envelope. in (if not nil) is sent as JSON; out
@@ -122,10 +126,12 @@ func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query u
 		return nil, err
 	}
 	var env struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Reason  string          `json:"reason"`
-		Data    json.RawMessage `json:"data"`
+		Code       int             `json:"code"`
+		Message    string          `json:"message"`
+		Reason     string          `json:"reason"`
+		Data       json.RawMessage `json:"data"`
+		AsOf       *time.Time      `json:"asOf"`
+		NextCursor *string         `json:"nextCursor"`
 	}
 	if err := json.Unmarshal(raw, &env); err != nil {
 		return nil, fmt.Errorf("%s %s: %s: not a vmgate answer: %.200q", method, path, resp.Status, raw)
@@ -140,7 +146,11 @@ func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query u
 			return nil, fmt.Errorf("%s %s: decode data: %w", method, path, err)
 		}
 	}
-	return &Response{Status: resp.StatusCode, Message: env.Message, Data: env.Data, Header: resp.Header}, nil
+	answer := &Response{Status: resp.StatusCode, Message: env.Message, Data: env.Data, Header: resp.Header, AsOf: env.AsOf}
+	if env.NextCursor != nil {
+		answer.NextCursor = *env.NextCursor
+	}
+	return answer, nil
 }
 
 // TokenInfo is the data of login and refresh.
@@ -183,6 +193,60 @@ func (c *Client) Logout(ctx context.Context) error {
 // VMPath is the API path of a VM.
 func VMPath(clusterID int64, node string, vmid int64) string {
 	return "/api/v1/pve/vm/" + strconv.FormatInt(clusterID, 10) + "/" + url.PathEscape(node) + "/" + strconv.FormatInt(vmid, 10)
+}
+
+// VM is one VM of a cluster's list.
+type VM struct {
+	VMID    int64    `json:"vmid"`
+	Name    string   `json:"name"`
+	Node    string   `json:"node"`
+	Status  string   `json:"status"`
+	Lock    string   `json:"lock"`
+	Tags    []string `json:"tags"`
+	HAState string   `json:"haState"`
+	MaxMem  int64    `json:"maxMem"`
+	MaxCPU  float64  `json:"maxCpu"`
+}
+
+// VMFilter selects a cluster's VMs (every field optional); PageSize > 0 reads
+// the list in pages of that many.
+type VMFilter struct {
+	Node, Status, Tag, Q string
+	PageSize             int
+}
+
+// VMs lists a cluster's VMs that pass f, following the pages to the end. It
+// returns when the oldest page was read (asOf).
+func (c *Client) VMs(ctx context.Context, clusterID int64, f VMFilter) ([]VM, time.Time, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"node": f.Node, "status": f.Status, "tag": f.Tag, "q": f.Q} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.PageSize > 0 {
+		q.Set("limit", strconv.Itoa(f.PageSize))
+	}
+	var (
+		all  []VM
+		asOf time.Time
+	)
+	path := "/api/v1/pve/clusters/" + strconv.FormatInt(clusterID, 10) + "/vms"
+	for {
+		var page []VM
+		resp, err := c.Do(ctx, http.MethodGet, path, q, nil, &page)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		all = append(all, page...)
+		if resp.AsOf != nil && (asOf.IsZero() || resp.AsOf.Before(asOf)) {
+			asOf = *resp.AsOf
+		}
+		if resp.NextCursor == "" {
+			return all, asOf, nil
+		}
+		q.Set("cursor", resp.NextCursor)
+	}
 }
 
 // TaskPath is the API path of a task.
