@@ -170,5 +170,5 @@ func passwordError(err error) string {
 	case errs.RateLimited:
 		return loginError(err)
 	}
-	return ucfirst(e.Message) + "."
+	return sentence(e.Message)
 }

@@ -40,17 +40,32 @@ func (u *UI) succeeded(w http.ResponseWriter, r *http.Request, to, msg string) e
 // refused answers a form the use case refused: its message (a bug is the
 // error page), back to the form's page.
 func (u *UI) refused(w http.ResponseWriter, r *http.Request, to string, err error) error {
+	return u.refusedAs(w, r, to, "", err)
+}
+
+// refusedAs is refused with what was refused said first, and the error's reason
+// ("The migration was refused (migration_blocked): …").
+func (u *UI) refusedAs(w http.ResponseWriter, r *http.Request, to, what string, err error) error {
 	e, ok := errs.As(err)
 	if !ok || e.Kind == errs.Internal {
 		return err
 	}
-	msg := ucfirst(e.Message)
-	if !strings.HasSuffix(msg, ".") {
-		msg += "."
+	msg := e.Message
+	if what != "" {
+		msg = what + " was refused (" + e.ReasonOrDefault() + "): " + msg
 	}
-	u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: msg})
+	u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence(msg)})
 	redirect(w, r, to)
 	return nil
+}
+
+// sentence makes a message a sentence: capitalised, ending in a full stop.
+func sentence(s string) string {
+	s = ucfirst(s)
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
 }
 
 func pathID(r *http.Request, name string) (int64, error) {

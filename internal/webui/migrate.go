@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -125,17 +124,7 @@ func (u *UI) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	}
 	upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
 	if err != nil {
-		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
-			return err
-		}
-		msg := "The migration was refused (" + e.ReasonOrDefault() + "): " + e.Message
-		if !strings.HasSuffix(msg, ".") {
-			msg += "."
-		}
-		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: msg})
-		redirect(w, r, back)
-		return nil
+		return u.refusedAs(w, r, back, "The migration", err)
 	}
 	redirect(w, r, taskURL(upid))
 	return nil

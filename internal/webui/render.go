@@ -123,17 +123,8 @@ func (u *UI) funcs() template.FuncMap {
 		"barWidth": func(part, whole float64) string { return strconv.FormatFloat(ratio(part, whole)*100, 'f', 1, 64) },
 		"uptime":   humanDuration,
 		"when":     when,
-		"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"vmURL":    vmURL,
 		"taskURL":  taskURL,
-		"shortTask": func(upid string) string {
-			// UPID:node:pid:pstart:starttime:type:id:user: → type id on node
-			f := strings.Split(upid, ":")
-			if len(f) < 8 {
-				return upid
-			}
-			return f[5] + " " + f[6] + " on " + f[1]
-		},
 		"cpu":      func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
 		"cores":    func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
 		"itoa":     func(n int64) string { return strconv.FormatInt(n, 10) },
@@ -141,33 +132,26 @@ func (u *UI) funcs() template.FuncMap {
 		"add":      func(a, b int) int { return a + b },
 		"query":    queryWith,
 		"sortLink": sortLink,
-		"tokenList": func(list []accounts.Token, action, csrf string) tokenList {
-			return tokenList{List: list, Action: action, CSRF: csrf}
+		"tokenList": func(list []accounts.Token, action, csrf string) listForms[accounts.Token] {
+			return listForms[accounts.Token]{List: list, Action: action, CSRF: csrf}
 		},
 		"clipText": clip,
 		"short":    func(s string) string { return s[:min(len(s), 6)] },
-		"sessionList": func(list []accounts.Session, action, csrf string) sessionList {
-			return sessionList{List: list, Action: action, CSRF: csrf}
+		"sessionList": func(list []accounts.Session, action, csrf string) listForms[accounts.Session] {
+			return listForms[accounts.Session]{List: list, Action: action, CSRF: csrf}
 		},
 		"auditActions": func() []string { return auditActions },
 		"sortMark":     sortMark,
 		"list":         func(s ...string) []string { return s },
 		"int64":        func(n int) int64 { return int64(n) },
-		"ucfirst":      ucfirst,
 		"float":        func(n int64) float64 { return float64(n) },
 	}
 }
 
-// sessionList is what the "sessions" template needs.
-type sessionList struct {
-	List   []accounts.Session
-	Action string
-	CSRF   string
-}
-
-// tokenList is what the "tokens" template needs.
-type tokenList struct {
-	List   []accounts.Token
+// listForms is a list whose rows each have a form (the "sessions" and "tokens"
+// templates): the rows, the address their forms post under, the CSRF token.
+type listForms[T any] struct {
+	List   []T
 	Action string
 	CSRF   string
 }

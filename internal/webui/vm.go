@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -178,7 +177,7 @@ func outcomeNotice(action string, vm vmops.VMRef, out vmops.Outcome, err error) 
 	if !ok || e.Kind == errs.Internal {
 		return notice{}
 	}
-	n := notice{Kind: "error", Reason: e.ReasonOrDefault(), TaskID: out.TaskID, Message: what + " failed: " + e.Message}
+	n := notice{Kind: "error", Reason: e.ReasonOrDefault(), TaskID: out.TaskID, Message: sentence(what + " failed: " + e.Message)}
 	if id, _ := e.Details["taskId"].(string); id != "" && n.TaskID == "" {
 		n.TaskID = id
 	}
@@ -187,9 +186,8 @@ func outcomeNotice(action string, vm vmops.VMRef, out vmops.Outcome, err error) 
 		n.Message = "VM " + itoa(vm.VMID) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
 			"Force stop powers it off at once."
 	case "vm_running", "vm_stopped", "vm_paused", "vm_locked":
-		n.Message = what + " was refused (" + e.Reason + "): " + e.Message + "."
+		n.Message = sentence(what + " was refused (" + e.Reason + "): " + e.Message)
 	}
-	n.Message = strings.ReplaceAll(n.Message, "..", ".")
 	return n
 }
 
