@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -452,6 +453,28 @@ func TestUIBrowserWalk(t *testing.T) {
 	b.typeInto("textbox", "Password", uiPassword)
 	b.click("button", "Log in")
 	b.waitPath("/vms?status=running")
+
+	// The browser holds the session cookie HttpOnly and SameSite=Strict, for the
+	// whole site; the JSON API does not take it (the browser sends it with this
+	// same-origin request).
+	cookies, err := chromedp.Call(b.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session *network.Cookie
+	for _, c := range cookies.Cookies {
+		if c.Name == "vmgate_session" {
+			session = c
+		}
+	}
+	if session == nil || !session.HTTPOnly || session.SameSite != network.CookieSameSiteStrict || session.Path != "/" {
+		t.Errorf("the session cookie as the browser keeps it: %+v", session)
+	}
+	b.expectRefused(func() {
+		if s := eval[int](b, `fetch("/api/v1/user/me", {credentials: "same-origin"}).then(r => r.status)`); s != 401 {
+			t.Errorf("the API with the UI's cookie answered %d", s)
+		}
+	})
 
 	// The fleet.
 	b.open("/")
