@@ -1,6 +1,7 @@
 package pve
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -218,6 +219,13 @@ func New(cfg Config) (*Client, error) {
 		// cap are closed as they come back and dialled again by the next
 		// burst (116 new TLS connections per 1000 requests at 64 clients
 		// with 32 idle slots for 64 connections).
+		// PVE gzips answers over 1 KiB for a client that asks (Go's transport
+		// asks by default). Between vmgate and PVE — a LAN — that costs more time
+		// than it saves: /cluster/resources of 10 000 VMs is 2.6 MB, ~25 ms of
+		// gzip on the PVE node and ~7 ms of gunzip here, against ~2 ms on the
+		// wire at 10 Gbit/s (~21 ms at 1 Gbit/s). Plain answers also say their
+		// length, so readBody reads them in one allocation.
+		DisableCompression:     true,
 		MaxConnsPerHost:        conns,
 		MaxIdleConnsPerHost:    conns,
 		MaxIdleConns:           conns * len(c.eps),
@@ -649,6 +657,15 @@ var errTooLarge = errors.New("answer larger than the limit")
 func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = limitDefault
+	}
+	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		// Not asked for (DisableCompression), but PVE always gzips some
+		// downloads: read it as the transport would have.
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		return readLimited(zr, limit)
 	}
 	n := resp.ContentLength
 	if n < 0 || n > limit {

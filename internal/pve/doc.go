@@ -11,7 +11,11 @@
 // token and its TLS trust, and one http.Transport with keep-alive for all of
 // them. Requests carry "Authorization: PVEAPIToken=USER@REALM!NAME=SECRET"
 // (no ticket, no CSRF token). Every call has a deadline (Config.Timeout,
-// default 30 s) covering its retries and failovers.
+// default 30 s) covering its retries and failovers. Answers are asked for
+// uncompressed: on the LAN between vmgate and PVE, gzip costs the PVE node more
+// time than it saves on the wire (one that comes gzipped anyway is read).
+// /cluster/resources, megabytes for a big cluster, is read in one pass over its
+// bytes (resources.go).
 //
 // Connections: at most Config.MaxConnsPerEndpoint (64) per endpoint, and the
 // keep-alive pool keeps as many idle, so no connection is closed that the

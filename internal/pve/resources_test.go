@@ -1,7 +1,11 @@
 package pve
 
 import (
+	"compress/gzip"
+	"context"
+	"net/http"
 	"reflect"
+	"sync/atomic"
 	"testing"
 )
 
@@ -84,4 +88,27 @@ func FuzzDecodeResources(f *testing.F) {
 		}
 		checkResources(t, body)
 	})
+}
+
+// vmgate asks PVE for plain answers (no Accept-Encoding: gzip: compressing a large
+// answer costs PVE more than the LAN saves), and still reads one PVE gzips anyway.
+func TestPlainAnswersAskedGzipRead(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Value
+	srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) {
+		asked.Store(r.Header.Get("Accept-Encoding"))
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		zw.Write([]byte(`{"data":[{"id":"qemu/100","vmid":100,"type":"qemu","node":"pve1","name":"web"}]}`))
+		zw.Close()
+	})
+	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
+	res, err := c.Resources(context.Background(), "vm")
+	if err != nil || len(res) != 1 || res[0].Name != "web" || res[0].VMID != 100 {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	if enc, _ := asked.Load().(string); enc != "" {
+		t.Fatalf("the request asked for %q", enc)
+	}
 }
