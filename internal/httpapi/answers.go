@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -170,37 +172,52 @@ func (l nodeList) appendJSON(e *jsonEnc) {
 	e.raw("]")
 }
 
-// vmList is a cluster's VMs as []vmJSON shows them.
+// vmList is a cluster's VMs as []vmJSON shows them. It is the one answer that
+// may hold 10 000 entries: it appends to a local slice, grown once to about the
+// size it needs, so the loop neither regrows the buffer nor stores the slice to
+// the heap (and through the GC's write barrier) on every field.
 type vmList []fleet.VMView
 
 func (l vmList) appendJSON(e *jsonEnc) {
-	e.raw("[")
+	b := slices.Grow(e.b, 2+len(l)*160)
+	b = append(b, '[')
+	finite := true
 	for i := range l {
 		v := &l[i]
 		if i > 0 {
-			e.raw(",")
+			b = append(b, ',')
 		}
-		e.key("vmid", true)
-		e.int(v.VMID)
-		e.key("name", false)
-		e.str(v.Name)
-		e.key("node", false)
-		e.str(v.Node)
-		e.key("status", false)
-		e.str(v.Status)
-		e.key("lock", false)
-		e.str(v.Lock)
-		e.key("tags", false)
-		e.strs(v.Tags)
-		e.key("haState", false)
-		e.str(v.HAState)
-		e.key("maxMem", false)
-		e.int(v.MaxMem)
-		e.key("maxCpu", false)
-		e.float(v.MaxCPU)
-		e.raw("}")
+		b = append(b, `{"vmid":`...)
+		b = strconv.AppendInt(b, v.VMID, 10)
+		b = append(b, `,"name":`...)
+		b = appendString(b, v.Name)
+		b = append(b, `,"node":`...)
+		b = appendString(b, v.Node)
+		b = append(b, `,"status":`...)
+		b = appendString(b, v.Status)
+		b = append(b, `,"lock":`...)
+		b = appendString(b, v.Lock)
+		b = append(b, `,"tags":[`...)
+		for j, t := range v.Tags {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, t)
+		}
+		b = append(b, `],"haState":`...)
+		b = appendString(b, v.HAState)
+		b = append(b, `,"maxMem":`...)
+		b = strconv.AppendInt(b, v.MaxMem, 10)
+		b = append(b, `,"maxCpu":`...)
+		var ok bool
+		b, ok = appendFloat(b, v.MaxCPU)
+		finite = finite && ok
+		b = append(b, '}')
 	}
-	e.raw("]")
+	e.b = append(b, ']')
+	if !finite && e.err == nil {
+		e.err = errNotFinite
+	}
 }
 
 // asOf writes an inventory answer's top-level fields after data: "asOf", when

@@ -50,28 +50,34 @@ func (e *jsonEnc) int(n int64) { e.b = strconv.AppendInt(e.b, n, 10) }
 
 func (e *jsonEnc) bool(v bool) { e.b = strconv.AppendBool(e.b, v) }
 
-// float writes f as encoding/json does: shortest form, exponent only for very
-// small or large magnitudes, "e-07" written "e-7".
+// float writes f as encoding/json does (appendFloat).
 func (e *jsonEnc) float(f float64) {
+	var ok bool
+	if e.b, ok = appendFloat(e.b, f); !ok && e.err == nil {
+		e.err = errNotFinite
+	}
+}
+
+// appendFloat appends f as encoding/json writes it: shortest form, exponent only
+// for very small or large magnitudes, "e-07" written "e-7". It reports false
+// (and writes 0) for a number JSON cannot hold.
+func appendFloat(b []byte, f float64) ([]byte, bool) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		if e.err == nil {
-			e.err = errNotFinite
-		}
-		e.b = append(e.b, '0')
-		return
+		return append(b, '0'), false
 	}
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
 	}
-	e.b = strconv.AppendFloat(e.b, f, format, -1, 64)
+	b = strconv.AppendFloat(b, f, format, -1, 64)
 	if format == 'e' {
-		n := len(e.b)
-		if n >= 4 && e.b[n-4] == 'e' && e.b[n-3] == '-' && e.b[n-2] == '0' {
-			e.b[n-2] = e.b[n-1]
-			e.b = e.b[:n-1]
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
 		}
 	}
+	return b, true
 }
 
 // time writes t as time.Time.MarshalJSON does (RFC 3339 with nanoseconds).
@@ -118,10 +124,13 @@ var htmlSafe = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// str writes s as a JSON string as encoding/json does: invalid UTF-8 as U+FFFD,
-// HTML characters, U+2028 and U+2029 escaped.
-func (e *jsonEnc) str(s string) {
-	b := append(e.b, '"')
+// str writes s as a JSON string as encoding/json does (appendString).
+func (e *jsonEnc) str(s string) { e.b = appendString(e.b, s) }
+
+// appendString appends s as a JSON string as encoding/json writes it: invalid
+// UTF-8 as U+FFFD, HTML characters, U+2028 and U+2029 escaped.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
@@ -168,7 +177,7 @@ func (e *jsonEnc) str(s string) {
 		i += size
 	}
 	b = append(b, s[start:]...)
-	e.b = append(b, '"')
+	return append(b, '"')
 }
 
 // encPool recycles the buffers of hand-encoded answers; one that grew past
