@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -24,13 +25,11 @@ type vmRow struct {
 	ClusterName string
 }
 
-// vmQuery is what the VM list is asked: search, filters, sort and page.
+// vmQuery is what the VM list is asked: fleet's filters (search, node, status,
+// tag) over one or every cluster, the sort and the page.
 type vmQuery struct {
-	Q       string // a name part or a vmid
+	fleet.VMQuery
 	Cluster int64
-	Node    string
-	Status  string
-	Tag     string
 	Sort    string // a column, "-column" for descending
 	Page    int
 }
@@ -49,19 +48,8 @@ var vmSorts = map[string]func(a, b vmRow) int{
 }
 
 func readVMQuery(q url.Values) vmQuery {
-	vq := vmQuery{Q: strings.TrimSpace(q.Get("q")), Node: q.Get("node"), Status: q.Get("status"),
-		Tag: strings.TrimSpace(q.Get("tag")), Sort: q.Get("sort")}
-	if len(vq.Q) > 200 {
-		vq.Q = vq.Q[:200]
-	}
-	if vq.Node != "" && !validNode(vq.Node) {
-		vq.Node = ""
-	}
-	switch vq.Status {
-	case "running", "stopped", "paused":
-	default:
-		vq.Status = ""
-	}
+	vq := vmQuery{VMQuery: fleet.VMQuery{Q: strings.TrimSpace(q.Get("q")), Node: q.Get("node"), Status: q.Get("status"),
+		Tag: strings.TrimSpace(q.Get("tag"))}, Sort: q.Get("sort")}
 	if _, ok := vmSorts[strings.TrimPrefix(vq.Sort, "-")]; !ok {
 		vq.Sort = "vmid"
 	}
@@ -69,26 +57,6 @@ func readVMQuery(q url.Values) vmQuery {
 	vq.Page, _ = strconv.Atoi(q.Get("page"))
 	vq.Page = max(vq.Page, 1)
 	return vq
-}
-
-// match reports whether a VM passes the search and the filters.
-func (q vmQuery) match(v vmRow) bool {
-	if q.Node != "" && v.Node != q.Node {
-		return false
-	}
-	if q.Status != "" && v.Status != q.Status {
-		return false
-	}
-	if q.Tag != "" && !slices.ContainsFunc(v.Tags, func(t string) bool { return strings.EqualFold(t, q.Tag) }) {
-		return false
-	}
-	if q.Q != "" {
-		id := strconv.FormatInt(v.VMID, 10)
-		if !strings.Contains(strings.ToLower(v.Name), strings.ToLower(q.Q)) && !strings.HasPrefix(id, q.Q) {
-			return false
-		}
-	}
-	return true
 }
 
 // vmsView is the VM list page's data.
@@ -103,24 +71,33 @@ type vmsView struct {
 	All      int // VMs seen
 	Page     int
 	Pages    int
-	Errors   []string // clusters that could not be read
+	Errors   []string  // a filter that is no filter, clusters that could not be read
+	AsOf     time.Time // the oldest of the clusters' inventory snapshots shown
 }
 
-// vmsPage lists the VMs of every cluster the caller may see (or one), searched,
-// filtered, sorted and cut into pages on the server.
+// vmsPage lists the VMs of every cluster the caller may see (or one): fleet
+// filters each cluster's inventory snapshot (fleet.VMList), the page sorts the
+// matches of all clusters by a column and cuts them into pages.
 func (u *UI) vmsPage(w http.ResponseWriter, r *http.Request) error {
 	vq := readVMQuery(r.URL.Query())
+	v := vmsView{Values: r.URL.Query()}
+	if err := vq.VMQuery.Validate(); err != nil {
+		v.Errors = append(v.Errors, sentence(errorText(err)))
+		vq.VMQuery = fleet.VMQuery{}
+	}
+	v.Query = vq
 	clusters, err := u.fleet.Clusters(r.Context(), actor(r))
 	if err != nil {
 		return err
 	}
+	v.Clusters = clusters
 	read := clusters
 	if vq.Cluster != 0 {
 		read = slices.DeleteFunc(slices.Clone(clusters), func(c fleet.ClusterView) bool { return c.ID != vq.Cluster })
 	}
 	type result struct {
-		vms []fleet.VMView
-		err error
+		all, match fleet.VMList
+		err        error
 	}
 	results := make([]result, len(read))
 	var wg sync.WaitGroup
@@ -128,28 +105,34 @@ func (u *UI) vmsPage(w http.ResponseWriter, r *http.Request) error {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(r.Context(), clusterRead)
 			defer cancel()
-			results[i].vms, results[i].err = u.fleet.VMs(ctx, c.ID)
+			// Both from the same snapshot: the whole list for the counts and the
+			// choices, the matches for the page.
+			if results[i].all, results[i].err = u.fleet.VMList(ctx, c.ID, fleet.VMQuery{}); results[i].err == nil {
+				results[i].match, results[i].err = u.fleet.VMList(ctx, c.ID, vq.VMQuery)
+			}
 		})
 	}
 	wg.Wait()
-	v := vmsView{Query: vq, Values: r.URL.Query(), Clusters: clusters}
 	nodes, tags := map[string]bool{}, map[string]bool{}
 	var rows []vmRow
 	for i, c := range read {
-		if results[i].err != nil {
-			v.Errors = append(v.Errors, c.Name+": "+errorText(results[i].err))
+		res := results[i]
+		if res.err != nil {
+			v.Errors = append(v.Errors, c.Name+": "+errorText(res.err))
 			continue
 		}
-		for _, vm := range results[i].vms {
-			row := vmRow{VMView: vm, ClusterID: c.ID, ClusterName: c.Name}
+		if v.AsOf.IsZero() || res.match.AsOf.Before(v.AsOf) {
+			v.AsOf = res.match.AsOf
+		}
+		for _, vm := range res.all.VMs {
 			nodes[vm.Node] = true
 			for _, t := range vm.Tags {
 				tags[t] = true
 			}
-			v.All++
-			if vq.match(row) {
-				rows = append(rows, row)
-			}
+		}
+		v.All += len(res.all.VMs)
+		for _, vm := range res.match.VMs {
+			rows = append(rows, vmRow{VMView: vm, ClusterID: c.ID, ClusterName: c.Name})
 		}
 	}
 	by := vmSorts[strings.TrimPrefix(vq.Sort, "-")]

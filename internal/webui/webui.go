@@ -88,6 +88,7 @@ type Fleet interface {
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
 	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
 	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
+	VMList(ctx context.Context, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
 	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
