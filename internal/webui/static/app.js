@@ -146,8 +146,12 @@
     if (!line || !area) { return; }
     byId("task-chart-box").hidden = false;
     if (samples.length === 1) {
-      // One sample draws a level line: the rate so far.
-      samples = [[samples[0][0] - 1, samples[0][1]], samples[0]];
+      // One sample is a level line across the chart: the rate so far.
+      line.setAttribute("points", "0,9.1 300,9.1");
+      area.setAttribute("points", "0,100 0,9.1 300,9.1 300,100");
+      setText("task-chart-max", humanBytes(samples[0][1]) + "/s");
+      setText("task-chart-span", "one sample so far");
+      return;
     }
     var x0 = samples[0][0];
     var span = Math.max(10, samples[samples.length - 1][0] - x0);
