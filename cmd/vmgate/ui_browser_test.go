@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +63,10 @@ func uiServer(t *testing.T) string {
 	t.Helper()
 	p := start(t, []string{"VMGATE_DEV_PASSWORD=" + uiPassword}, "server", "--dev", "--listen", "127.0.0.1:0",
 		"--dev-speed", "10")
-	return p.line(t, listening)[1]
+	base := p.line(t, listening)[1]
+	// server --dev says where the UI is and how to log in.
+	p.line(t, regexp.MustCompile(`^web UI: `+regexp.QuoteMeta(base)+`/ \(log in as admin@vmgate\.local, password \$VMGATE_DEV_PASSWORD\)$`))
+	return base
 }
 
 // browser is one Chromium tab with what it saw.
