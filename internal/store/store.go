@@ -561,4 +561,6 @@ type Store interface {
 	// On error the result counts what was deleted before it. Racing prunes share the
 	// rows between them and one may stop early; what is left goes on the next call.
 	Prune(ctx context.Context, now time.Time, p PruneOptions) (PruneResult, error)
+
+	OperationStore
 }

@@ -59,6 +59,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneKeepsNewestChange", testPruneKeepsNewestChange},
 		{"PruneBatches", testPruneBatches},
 		{"PruneRace", testPruneRace},
+		{"Operations", testOperations},
+		{"OperationItemRace", testOperationItemRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
