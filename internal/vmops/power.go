@@ -77,12 +77,15 @@ func (s *Service) Reboot(ctx context.Context, a Actor, vm VMRef, o PowerOptions)
 
 // checkPower refuses an operation the VM's state forbids.
 func checkPower(op string, vm VMRef, st pve.VMStatus) error {
+	if isSuspendOp(op) {
+		return checkSuspend(op, vm, st) // suspend.go
+	}
 	paused := st.Status == "running" && st.QMPStatus != "" && st.QMPStatus != "running"
 	locked := st.Lock != "" && !(op == OpStart && st.Lock == "suspended")
 	switch op {
 	case OpStart:
 		if paused {
-			return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; start does not resume it (resume it in PVE, or stop it first)", vm.VMID, st.QMPStatus)
+			return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; start does not resume it (resume it: POST …/resume, or stop it first)", vm.VMID, st.QMPStatus)
 		}
 		if st.Status == "running" {
 			return errs.R(errs.Conflict, "vm_running", "VM %d is already running", vm.VMID)
@@ -96,7 +99,7 @@ func checkPower(op string, vm VMRef, st pve.VMStatus) error {
 		return lockedErr(vm.VMID, st.Lock)
 	}
 	if paused && op != OpStop {
-		return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; PVE cannot %s a paused VM (use force=true to stop it)", vm.VMID, st.QMPStatus, op)
+		return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; PVE cannot %s a paused VM (resume it first: POST …/resume, or stop it with force=true)", vm.VMID, st.QMPStatus, op)
 	}
 	return nil
 }
@@ -161,6 +164,10 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 			return api.ShutdownVM(ctx, vm.Node, int(vm.VMID), pve.ShutdownOptions{Timeout: timeout})
 		case OpStop:
 			return api.StopVM(ctx, vm.Node, int(vm.VMID), pve.StopOptions{Timeout: timeout, OverruleShutdown: overrule})
+		case OpSuspend, OpHibernate:
+			return api.SuspendVM(ctx, vm.Node, int(vm.VMID), op == OpHibernate)
+		case OpResume:
+			return api.ResumeVM(ctx, vm.Node, int(vm.VMID))
 		default:
 			return api.RebootVM(ctx, vm.Node, int(vm.VMID), pve.RebootOptions{Timeout: timeout})
 		}

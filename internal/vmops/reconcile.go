@@ -17,6 +17,10 @@ var opTypes = map[string][]string{
 	OpStop:     {"qmstop", "hastop"},
 	OpReboot:   {"qmreboot"},
 	OpMigrate:  {"qmigrate", "hamigrate"},
+
+	OpSuspend:   {"qmpause"},
+	OpHibernate: {"qmsuspend"},
+	OpResume:    {"qmresume"},
 }
 
 // pendingSlack is how much earlier than its row a task may have started (PVE's

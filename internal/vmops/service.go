@@ -120,6 +120,9 @@ type pveAPI interface {
 	ShutdownVM(ctx context.Context, node string, vmid int, o pve.ShutdownOptions) (pve.UPID, error)
 	StopVM(ctx context.Context, node string, vmid int, o pve.StopOptions) (pve.UPID, error)
 	RebootVM(ctx context.Context, node string, vmid int, o pve.RebootOptions) (pve.UPID, error)
+	SuspendVM(ctx context.Context, node string, vmid int, toDisk bool) (pve.UPID, error)
+	ResumeVM(ctx context.Context, node string, vmid int) (pve.UPID, error)
+	StopTask(ctx context.Context, upid pve.UPID) error
 	MigrateVM(ctx context.Context, node string, vmid int, o pve.MigrateOptions) (pve.UPID, error)
 	MigratePrecheck(ctx context.Context, node string, vmid int, target string) (pve.MigratePrecheck, error)
 	Resources(ctx context.Context, typ string) ([]pve.Resource, error)
