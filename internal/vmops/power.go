@@ -203,7 +203,8 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 // can reconcile from PVE's task list.
 func (s *Service) startTask(ctx context.Context, a Actor, vm VMRef, op, target string, params map[string]any,
 	call func(context.Context) (pve.UPID, error)) (pve.UPID, store.Task, error) {
-	row, err := s.store.CreateTask(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
+	// As an operation's item when ctx carries one (operations.go), else a row of its own.
+	row, err := s.createTaskRow(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
 		Op: op, Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
 		IdemKey: idempotencyKeyOf(ctx)})
 	if err != nil {

@@ -1,0 +1,262 @@
+package vmops
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Bulk power actions (POST …/bulk/{action}).
+const (
+	BulkStart   = "start"
+	BulkStop    = "stop"
+	BulkReboot  = "reboot"
+	BulkSuspend = "suspend"
+	BulkResume  = "resume"
+)
+
+// BulkActions lists the actions Bulk takes.
+var BulkActions = []string{BulkStart, BulkStop, BulkReboot, BulkSuspend, BulkResume}
+
+// Selector picks a cluster's VMs by their node, a tag and their status; every
+// field given must match.
+type Selector struct {
+	Node   string `json:"node,omitempty"`
+	Tag    string `json:"tag,omitempty"`
+	Status string `json:"status,omitempty"` // running or stopped
+}
+
+// BulkRequest is what a bulk power action is asked to do (issue 13). Exactly one
+// of VMIDs and Selector is given.
+type BulkRequest struct {
+	VMIDs    []int64
+	Selector *Selector
+	// Force powers VMs off at once (stop only).
+	Force bool
+	// ToDisk hibernates instead of pausing (suspend only).
+	ToDisk bool
+	// MaxParallel bounds the tasks at PVE at once (1–MaxParallelLimit; 0:
+	// DefaultBulkParallel).
+	MaxParallel int
+	// StopOnError starts no further item once one has failed.
+	StopOnError bool
+	// DryRun returns the plan without starting anything.
+	DryRun bool
+}
+
+// Bulk plans a power action on many VMs of a cluster and, unless req.DryRun,
+// starts the operation that carries it out. VMs already in the wanted state (or
+// with nothing to act on: a stopped VM for reboot or suspend, a running one for
+// resume) are skipped with the reason; a VMID the cluster does not have is
+// skipped too. The selection never leaves the cluster, on which the caller has
+// been authorized (operator).
+func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
+	if err := validBulk(clusterID, action, &req); err != nil {
+		return Launched{}, err
+	}
+	api, err := o.svc.connect(ctx, clusterID)
+	if err != nil {
+		return Launched{}, err
+	}
+	res, err := api.Resources(ctx, "vm")
+	if err != nil {
+		return Launched{}, readUpstream(err)
+	}
+	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != "qemu" })
+	chosen, missing := selectVMs(res, req)
+	if len(chosen)+len(missing) > MaxOperationItems {
+		return Launched{}, errs.R(errs.Invalid, "invalid_request", "the selection has %d VMs; one operation acts on at most %d",
+			len(chosen)+len(missing), MaxOperationItems)
+	}
+	states := make([]pve.VMStatus, len(chosen))
+	readErrs := make([]error, len(chosen))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(preReads)
+	for i, r := range chosen {
+		g.Go(func() error {
+			st, err := api.VMStatus(gctx, r.Node, r.VMID)
+			if err != nil {
+				if e := readUpstream(err); transient(e) {
+					return e
+				}
+				readErrs[i] = err
+			}
+			states[i] = st
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Launched{}, err
+	}
+	op := bulkOp(action, req)
+	var plan Plan
+	for i, r := range chosen {
+		it := ItemView{VMID: int64(r.VMID), Name: r.Name, Node: r.Node, Action: op, HA: r.HAState != "",
+			MemBytes: r.MaxMem, State: ItemPending}
+		switch {
+		case readErrs[i] != nil:
+			it.State, it.Error = ItemSkipped, "its state could not be read: "+readErrs[i].Error()
+		default:
+			if why := alreadyThere(op, states[i]); why != "" {
+				it.State, it.Error = ItemSkipped, why
+			}
+		}
+		plan.Items = append(plan.Items, it)
+	}
+	for _, id := range missing {
+		plan.Items = append(plan.Items, ItemView{VMID: id, Action: op, State: ItemSkipped,
+			Error: "the cluster has no VM with this id"})
+	}
+	slices.SortStableFunc(plan.Items, func(a, b ItemView) int { return cmp.Compare(a.VMID, b.VMID) })
+	if req.DryRun {
+		return Launched{Plan: plan}, nil
+	}
+	p := opParams{StopOnError: req.StopOnError, Force: req.Force, ToDisk: req.ToDisk, VMIDs: req.VMIDs, Selector: req.Selector}
+	return o.launch(ctx, a, store.Operation{Kind: kindBulk + action, ClusterID: clusterID, MaxParallel: req.MaxParallel,
+		Params: jsonText(p)}, plan)
+}
+
+// validBulk checks the request (400) and fills its defaults.
+func validBulk(clusterID int64, action string, req *BulkRequest) error {
+	bad := func(format string, args ...any) error {
+		return errs.R(errs.Invalid, "invalid_request", format, args...)
+	}
+	switch {
+	case clusterID <= 0:
+		return bad("clusterId must be a positive integer")
+	case !slices.Contains(BulkActions, action):
+		return bad("action must be one of %s", strings.Join(BulkActions, ", "))
+	case req.Force && action != BulkStop:
+		return bad("force applies to stop only")
+	case req.ToDisk && action != BulkSuspend:
+		return bad("toDisk applies to suspend only")
+	case (req.VMIDs == nil) == (req.Selector == nil):
+		return bad("give either vmids or a selector")
+	case req.VMIDs != nil && (len(req.VMIDs) == 0 || len(req.VMIDs) > MaxOperationItems):
+		return bad("vmids must list 1 to %d VMs", MaxOperationItems)
+	}
+	if req.MaxParallel == 0 {
+		req.MaxParallel = DefaultBulkParallel
+	}
+	if req.MaxParallel < 1 || req.MaxParallel > MaxParallelLimit {
+		return bad("maxParallel must be from 1 to %d", MaxParallelLimit)
+	}
+	seen := map[int64]bool{}
+	for _, id := range req.VMIDs {
+		if id < MinVMID || id > MaxVMID {
+			return bad("vmids must be integers from %d to %d", MinVMID, MaxVMID)
+		}
+		if seen[id] {
+			return bad("vmid %d is listed twice", id)
+		}
+		seen[id] = true
+	}
+	if sel := req.Selector; sel != nil {
+		switch {
+		case sel.Node == "" && sel.Tag == "" && sel.Status == "":
+			return bad("the selector needs node, tag or status")
+		case sel.Node != "" && !pve.ValidNode(sel.Node):
+			return bad("selector node %q is not a PVE node name", sel.Node)
+		case sel.Status != "" && sel.Status != "running" && sel.Status != "stopped":
+			return bad("selector status must be running or stopped")
+		case len(sel.Tag) > 128 || strings.ContainsAny(sel.Tag, ";, "):
+			return bad("selector tag must be one tag")
+		}
+	}
+	return nil
+}
+
+// selectVMs picks the VMs of the request from the cluster's: by VMID (those the
+// cluster does not have are returned apart) or by the selector.
+func selectVMs(res []pve.Resource, req BulkRequest) (chosen []pve.Resource, missing []int64) {
+	if req.VMIDs != nil {
+		byID := map[int64]pve.Resource{}
+		for _, r := range res {
+			byID[int64(r.VMID)] = r
+		}
+		for _, id := range req.VMIDs {
+			if r, ok := byID[id]; ok {
+				chosen = append(chosen, r)
+			} else {
+				missing = append(missing, id)
+			}
+		}
+		return chosen, missing
+	}
+	sel := req.Selector
+	for _, r := range res {
+		if sel.Node != "" && r.Node != sel.Node || sel.Status != "" && r.Status != sel.Status ||
+			sel.Tag != "" && !slices.Contains(strings.FieldsFunc(r.Tags, func(c rune) bool { return c == ';' || c == ',' || c == ' ' }), sel.Tag) {
+			continue
+		}
+		chosen = append(chosen, r)
+	}
+	return chosen, nil
+}
+
+// bulkOp is the power operation of a bulk action.
+func bulkOp(action string, req BulkRequest) string {
+	switch action {
+	case BulkStop:
+		if req.Force {
+			return OpStop
+		}
+		return OpShutdown
+	case BulkSuspend:
+		if req.ToDisk {
+			return OpHibernate
+		}
+		return OpSuspend
+	}
+	return action // start, reboot, resume
+}
+
+// alreadyThere says why op has nothing to do on a VM in state st ("" when it has):
+// the VM is in the wanted state already, or is not in a state the action acts on.
+func alreadyThere(op string, st pve.VMStatus) string {
+	switch op {
+	case OpStart:
+		if st.Status == "running" && !paused(st) {
+			return "already running"
+		}
+	case OpShutdown, OpStop:
+		if st.Status != "running" {
+			return "already stopped"
+		}
+	case OpReboot:
+		if st.Status != "running" {
+			return "not running: reboot acts on running VMs"
+		}
+	case OpSuspend:
+		switch {
+		case paused(st):
+			return "already " + st.QMPStatus
+		case hibernated(st):
+			return "already suspended to disk"
+		case st.Status != "running":
+			return "not running: suspend acts on running VMs"
+		}
+	case OpHibernate:
+		switch {
+		case hibernated(st):
+			return "already suspended to disk"
+		case st.Status != "running":
+			return "not running: suspend acts on running VMs"
+		}
+	case OpResume:
+		switch {
+		case st.Status == "running" && !paused(st):
+			return "already running"
+		case st.Status != "running" && !hibernated(st):
+			return "not running and not suspended to disk: resume acts on paused VMs"
+		}
+	}
+	return ""
+}

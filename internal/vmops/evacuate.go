@@ -1,0 +1,208 @@
+package vmops
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// EvacuateRequest is what an evacuation of a node is asked to do (issue 13).
+type EvacuateRequest struct {
+	// Targets limits the nodes VMs may go to; empty: every other online node.
+	Targets []string
+	// MaxParallel bounds the migrations at PVE at once (1–MaxParallelLimit; 0:
+	// DefaultEvacParallel).
+	MaxParallel int
+	// WithLocalDisks copies local disks; without it a VM with one is skipped.
+	WithLocalDisks bool
+	// IncludeStopped moves stopped VMs too (offline); nil means true.
+	IncludeStopped *bool
+	// StopOnError starts no further item once one has failed.
+	StopOnError bool
+	// DryRun returns the plan without starting anything.
+	DryRun bool
+}
+
+// preReads bounds the PVE reads a plan makes at once (pre-checks, VM states).
+const preReads = 8
+
+// Evacuate plans moving every VM off node and, unless req.DryRun, starts the
+// operation that carries the plan out: running VMs migrate online, stopped ones
+// offline, HA-managed ones through PVE's HA migration (followed to the real
+// task); never more than MaxParallel at once. It returns the operation's id and
+// the plan. The caller has authorized (operator on the cluster).
+func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
+	if err := validEvacuation(clusterID, node, &req); err != nil {
+		return Launched{}, err
+	}
+	api, err := o.svc.connect(ctx, clusterID)
+	if err != nil {
+		return Launched{}, err
+	}
+	nodes, err := api.Nodes(ctx)
+	if err != nil {
+		return Launched{}, readUpstream(err)
+	}
+	if err := checkEvacuationNodes(node, nodes, req.Targets); err != nil {
+		return Launched{}, err
+	}
+	res, err := api.Resources(ctx, "vm")
+	if err != nil {
+		return Launched{}, readUpstream(err)
+	}
+	var vms []planVM
+	for _, r := range res {
+		if r.Type == "qemu" && r.Node == node {
+			vms = append(vms, planVM{res: r})
+		}
+	}
+	if len(vms) > MaxOperationItems {
+		return Launched{}, errs.R(errs.Invalid, "invalid_request", "node %s has %d VMs; one operation acts on at most %d",
+			node, len(vms), MaxOperationItems)
+	}
+	if err := o.precheckAll(ctx, api, clusterID, node, vms); err != nil {
+		return Launched{}, err
+	}
+	plan := evacuationPlan(node, vms, nodes, req)
+	if req.DryRun {
+		return Launched{Plan: plan}, nil
+	}
+	p := opParams{Targets: req.Targets, WithLocalDisks: req.WithLocalDisks, IncludeStopped: req.IncludeStopped,
+		StopOnError: req.StopOnError}
+	return o.launch(ctx, a, store.Operation{Kind: KindEvacuate, ClusterID: clusterID, Node: node,
+		MaxParallel: req.MaxParallel, Params: jsonText(p)}, plan)
+}
+
+// validEvacuation checks the request (400) and fills its defaults.
+func validEvacuation(clusterID int64, node string, req *EvacuateRequest) error {
+	if clusterID <= 0 {
+		return errs.R(errs.Invalid, "invalid_request", "clusterId must be a positive integer")
+	}
+	if !pve.ValidNode(node) {
+		return errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", node)
+	}
+	if req.MaxParallel == 0 {
+		req.MaxParallel = DefaultEvacParallel
+	}
+	if req.MaxParallel < 1 || req.MaxParallel > MaxParallelLimit {
+		return errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", MaxParallelLimit)
+	}
+	seen := map[string]bool{}
+	for _, t := range req.Targets {
+		switch {
+		case !pve.ValidNode(t):
+			return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", t)
+		case t == node:
+			return errs.R(errs.Invalid, "invalid_request", "targets must not name the evacuated node (%s)", node)
+		case seen[t]:
+			return errs.R(errs.Invalid, "invalid_request", "target %s is named twice", t)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
+// checkEvacuationNodes checks that the node and the targets are nodes of the
+// cluster (404 and 400) and that the node is online (409 node_offline: PVE
+// migrates only from a node it can reach).
+func checkEvacuationNodes(node string, nodes []pve.Node, targets []string) error {
+	status := map[string]string{}
+	for _, n := range nodes {
+		status[n.Node] = n.Status
+	}
+	st, ok := status[node]
+	if !ok {
+		return errs.R(errs.NotFound, "not_found", "node %s is not a node of this cluster", node)
+	}
+	if st != "online" {
+		e := errs.R(errs.Conflict, "node_offline", "node %s is %s; PVE can migrate VMs only off a node it reaches", node, orUnknown(st))
+		e.Details = map[string]any{"node": node}
+		return e
+	}
+	for _, t := range targets {
+		if _, ok := status[t]; !ok {
+			return errs.R(errs.Invalid, "invalid_request", "target %s is not a node of this cluster", t)
+		}
+	}
+	return nil
+}
+
+// precheckAll runs PVE's migration pre-check of every VM, a few at once. A VM
+// whose pre-check fails keeps the error (the plan skips it); PVE unreachable
+// fails the whole plan.
+func (o *OperationService) precheckAll(ctx context.Context, api pveAPI, clusterID int64, node string, vms []planVM) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(preReads)
+	for i := range vms {
+		g.Go(func() error {
+			ref := VMRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
+			pc, err := o.svc.precheck(gctx, api, ref, "")
+			if err != nil {
+				if transient(err) {
+					return err
+				}
+				vms[i].checkErr = errMessage(err)
+			}
+			vms[i].check = pc
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// errMessage is err as a person reads it: an *errs.Error's message.
+func errMessage(err error) error {
+	if e, ok := errs.As(err); ok && e.Message != "" {
+		return fmt.Errorf("%s", e.Message)
+	}
+	return err
+}
+
+// launch stores a planned operation, held by this process, audits it and its
+// skipped items, and starts driving it.
+func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operation, plan Plan) (out Launched, err error) {
+	now := o.svc.now()
+	op.UserID, op.UserEmail, op.Owner, op.LeaseExpiresAt = a.UserID, a.Email, o.owner, now.Add(o.lease)
+	for _, it := range plan.Items {
+		si := store.OperationItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
+			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, Error: it.Error}
+		if si.State == ItemSkipped {
+			si.EndedAt = now
+		}
+		op.Items = append(op.Items, si)
+	}
+	defer func() {
+		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
+			Node: op.Node, Target: fmt.Sprintf("operation:%d", out.OperationID), Params: op.Params,
+			Result: audit.Result(err)})
+	}()
+	created, err := o.st.CreateOperation(ctx, op)
+	if err != nil {
+		return Launched{}, err
+	}
+	for _, it := range created.Items {
+		if it.State == ItemSkipped {
+			o.auditItem(ctx, created, it, "")
+		}
+	}
+	o.startDriver(created)
+	return Launched{OperationID: created.ID, Plan: plan, Operation: o.view(created)}, nil
+}
+
+// auditItem records an item's end (or its skip in the plan), for the operation's
+// creator.
+func (o *OperationService) auditItem(ctx context.Context, op store.Operation, it store.OperationItem, upid string) {
+	params := map[string]any{"operationId": op.ID, "action": it.Action}
+	if it.Error != "" {
+		params["error"] = it.Error
+	}
+	o.svc.trail.Append(ctx, store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail,
+		Action: "operation.item", ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
+		Params: jsonText(params), Result: it.State, UPID: upid})
+}

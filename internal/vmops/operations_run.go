@@ -1,0 +1,440 @@
+package vmops
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// The scheduler: one driver per operation this process holds. A driver starts
+// pending items in order while fewer than MaxParallel of the operation's items
+// are at PVE (started and not yet seen ended: the bound holds at PVE, since a
+// task ends there before vmgate sees it end), writes each item's end, and ends
+// the operation. It renews the operation's lease every third of its length; a
+// driver that cannot (the store is gone, or another process took the operation
+// over) stops at once, leaving its items' tasks to run on in PVE and to be
+// followed by whoever drives the operation next, from their task rows.
+
+// driver is one operation driven by this process.
+type driver struct {
+	kick chan struct{} // something changed: cancel requested
+}
+
+// Run drives operations until ctx ends: every Scan it looks for unfinished
+// operations that nobody holds (their lease ran out: their process died or
+// stopped) and takes them over. Operations this process creates are driven at
+// once, without waiting for it. Run returns when ctx ends or Close is called.
+func (o *OperationService) Run(ctx context.Context) error {
+	t := time.NewTicker(o.scan)
+	defer t.Stop()
+	for {
+		o.pickUp(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-o.bgCtx.Done():
+			return nil
+		case <-t.C:
+		case <-o.wake:
+		}
+	}
+}
+
+// pickUp takes over every unfinished operation whose lease ran out, and those
+// this process holds but no longer drives (its driver gave up on a store failure).
+func (o *OperationService) pickUp(ctx context.Context) {
+	ops, err := o.st.UnfinishedOperations(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.Warn("reading unfinished operations failed", slog.String("error", err.Error()))
+		}
+		return
+	}
+	now := o.svc.now()
+	for _, op := range ops {
+		if o.isDriving(op.ID) || op.Owner != o.owner && now.Before(op.LeaseExpiresAt) {
+			continue
+		}
+		taken, ok, err := o.st.TakeOverOperation(ctx, op.ID, o.owner, now, now.Add(o.lease))
+		if err != nil {
+			o.log.Warn("taking over an operation failed", slog.Int64("operation", op.ID), slog.String("error", err.Error()))
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if op.Owner != o.owner {
+			o.log.Info("took over an operation whose lease ran out", slog.Int64("operation", op.ID),
+				slog.String("from", op.Owner))
+		}
+		o.startDriver(taken)
+	}
+}
+
+func (o *OperationService) isDriving(id int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.driving[id] != nil
+}
+
+// startDriver drives op in the background, unless this process drives it already.
+func (o *OperationService) startDriver(op store.Operation) {
+	o.mu.Lock()
+	if o.driving[op.ID] != nil || o.bgCtx.Err() != nil {
+		o.mu.Unlock()
+		return
+	}
+	d := &driver{kick: make(chan struct{}, 1)}
+	o.driving[op.ID] = d
+	o.bg.Add(1)
+	o.mu.Unlock()
+	go func() {
+		defer o.bg.Done()
+		defer func() {
+			o.mu.Lock()
+			delete(o.driving, op.ID)
+			o.mu.Unlock()
+		}()
+		o.drive(op, d)
+	}()
+}
+
+// kick tells the driver of operation id, if this process has it, to look at it
+// now (a cancel).
+func (o *OperationService) kick(id int64) {
+	o.mu.Lock()
+	d := o.driving[id]
+	o.mu.Unlock()
+	if d == nil {
+		return
+	}
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// itemResult is an item's end as its goroutine saw it.
+type itemResult struct {
+	index int
+	from  string // ItemRunning, or ItemPending for an item refused before it started
+	state string // ItemOK or ItemFailed
+	err   string
+	upid  string
+}
+
+// drive runs one operation to its end, or until its lease is lost or the
+// service closes.
+func (o *OperationService) drive(held store.Operation, d *driver) {
+	ctx, cancel := context.WithCancel(o.bgCtx)
+	defer cancel()
+	log := o.log.With(slog.Int64("operation", held.ID))
+	lost := make(chan struct{})
+	go o.heartbeat(ctx, held.ID, held.LeaseExpiresAt, lost)
+
+	op, err := o.st.OperationByID(ctx, held.ID)
+	if err != nil {
+		log.Warn("reading the operation failed", slog.String("error", err.Error()))
+		return
+	}
+	if op.Status == OperationPlanned {
+		if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, OperationRunning, o.svc.now()); err != nil {
+			log.Warn("starting the operation failed", slog.String("error", err.Error()))
+			return
+		}
+	}
+	params := paramsOf(op)
+	results := make(chan itemResult, len(op.Items))
+	inflight := 0
+	launch := func(run func(context.Context) itemResult) {
+		inflight++
+		o.addInFlight(1)
+		go func() {
+			r := run(ctx)
+			o.addInFlight(-1)
+			results <- r
+		}()
+	}
+	var pending []int
+	for _, it := range op.Items {
+		switch it.State {
+		case ItemRunning:
+			// Started by this or an earlier driver: follow its task row, never
+			// start it again.
+			launch(func(ctx context.Context) itemResult { return o.followItem(ctx, op, it) })
+		case ItemPending:
+			pending = append(pending, it.Index)
+		}
+	}
+	stopping := ""
+	aborted := map[int]bool{}
+	// look reads the operation again for a cancel (a passing store failure: the
+	// next tick looks again). op itself stays as read: the items' goroutines share it.
+	look := func() {
+		cur, err := o.st.OperationByID(ctx, op.ID)
+		if err != nil || cur.CancelRequestedAt.IsZero() {
+			return
+		}
+		if stopping == "" {
+			stopping = "not started: the operation was cancelled"
+		}
+		if cur.Abort {
+			o.abortRunning(ctx, cur, aborted)
+		}
+	}
+	look()
+	next := 0
+	tick := time.NewTicker(o.svc.poll)
+	defer tick.Stop()
+	for {
+		for stopping == "" && next < len(pending) && inflight < op.MaxParallel {
+			it := op.Items[pending[next]]
+			next++
+			launch(func(ctx context.Context) itemResult { return o.runItem(ctx, op, it, params) })
+		}
+		if inflight == 0 && (stopping != "" || next == len(pending)) {
+			break
+		}
+		select {
+		case r := <-results:
+			inflight--
+			it := op.Items[r.index]
+			if aborted[r.index] && r.state == ItemFailed {
+				r.err = "aborted on request: " + r.err
+			}
+			if r.from == "" {
+				r.from = ItemRunning
+			}
+			err := o.st.UpdateOperationItems(ctx, op.ID, o.owner, []store.ItemChange{{Index: r.index, From: r.from,
+				State: r.state, Error: truncateText(r.err, 1000), EndedAt: o.svc.now()}})
+			if err != nil {
+				// Lost the lease, or the store failed: whoever drives the
+				// operation next reads the item's end from its task.
+				log.Warn("recording an item's end failed; leaving the operation", slog.String("error", err.Error()))
+				return
+			}
+			it.State, it.Error = r.state, r.err
+			o.auditItem(ctx, op, it, r.upid)
+			if r.state == ItemFailed && params.StopOnError && stopping == "" {
+				stopping = "not started: an earlier item failed (stopOnError)"
+			}
+		case <-tick.C:
+			look()
+		case <-d.kick:
+			look()
+		case <-lost:
+			log.Warn("the operation's lease is lost; leaving it to its new holder")
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	o.finish(ctx, op, pending[next:], stopping, log)
+}
+
+// finish skips the items that never started and gives the operation its final
+// status.
+func (o *OperationService) finish(ctx context.Context, op store.Operation, left []int, why string, log *slog.Logger) {
+	now := o.svc.now()
+	if len(left) > 0 {
+		changes := make([]store.ItemChange, 0, len(left))
+		for _, i := range left {
+			changes = append(changes, store.ItemChange{Index: i, From: ItemPending, State: ItemSkipped, Error: why, EndedAt: now})
+		}
+		if err := o.st.UpdateOperationItems(ctx, op.ID, o.owner, changes); err != nil {
+			log.Warn("skipping the items left failed", slog.String("error", err.Error()))
+			return
+		}
+		for _, i := range left {
+			it := op.Items[i]
+			it.State, it.Error = ItemSkipped, why
+			o.auditItem(ctx, op, it, "")
+		}
+	}
+	cur, err := o.st.OperationByID(ctx, op.ID)
+	if err != nil {
+		log.Warn("reading the operation failed", slog.String("error", err.Error()))
+		return
+	}
+	var c Counts
+	for _, it := range cur.Items {
+		c.add(it.State)
+	}
+	status := OperationDone
+	switch {
+	case !cur.CancelRequestedAt.IsZero():
+		status = OperationCancelled
+	case c.Failed > 0 && c.OK > 0:
+		status = OperationPartial
+	case c.Failed > 0:
+		status = OperationFailed
+	}
+	if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, status, now); err != nil {
+		log.Warn("ending the operation failed", slog.String("error", err.Error()))
+		return
+	}
+	o.mu.Lock()
+	o.ended[[2]string{op.Kind, status}]++
+	o.mu.Unlock()
+	o.svc.trail.Append(ctx, store.AuditRecord{At: now, UserID: op.UserID, UserEmail: op.UserEmail,
+		Action: "operation.finished", ClusterID: op.ClusterID, Node: op.Node, Target: "operation:" + itoa(op.ID),
+		Params: jsonText(map[string]any{"kind": op.Kind, "total": c.Total, "ok": c.OK, "failed": c.Failed,
+			"skipped": c.Skipped}), Result: status})
+	log.Info("operation ended", slog.String("status", status), slog.Int("ok", c.OK), slog.Int("failed", c.Failed),
+		slog.Int("skipped", c.Skipped))
+}
+
+func (o *OperationService) addInFlight(n int) {
+	o.mu.Lock()
+	o.inFlight += n
+	o.mu.Unlock()
+}
+
+// heartbeat renews the lease every third of its length until ctx ends; when it
+// cannot (another process holds the operation, or the store failed until the
+// lease ran out) it closes lost.
+func (o *OperationService) heartbeat(ctx context.Context, id int64, until time.Time, lost chan<- struct{}) {
+	every := o.lease / 3
+	for {
+		if sleep(ctx, every) != nil {
+			return
+		}
+		next := o.svc.now().Add(o.lease)
+		err := o.st.RenewOperationLease(ctx, id, o.owner, next)
+		switch {
+		case err == nil:
+			until = next
+		case ctx.Err() != nil:
+			return
+		case errs.KindOf(err) == errs.Conflict || errs.KindOf(err) == errs.NotFound || !o.svc.now().Before(until):
+			close(lost)
+			return
+		}
+	}
+}
+
+// runItem starts one item through the use case a single request would use —
+// Migrate or a power operation, with all their checks, as the operation's
+// creator — and follows its task to the end. The item's task row is written by
+// StartOperationItem (createTaskRow) before PVE is called.
+func (o *OperationService) runItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
+	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index}
+	ictx := context.WithValue(ctx, itemKey{}, b)
+	a := Actor{UserID: op.UserID, Email: op.UserEmail}
+	ref := VMRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
+	var err error
+	if it.Action == OpMigrate {
+		online := it.Online
+		_, err = o.svc.Migrate(ictx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
+	} else {
+		_, err = o.svc.power(ictx, a, ref, it.Action, nil, 0)
+	}
+	if b.row == nil {
+		if err == nil {
+			err = errors.New("it was not started")
+		}
+		// Refused before its task row was written (the VM's state, the target,
+		// PVE's pre-check): the item never started. A Conflict from the store
+		// means another driver has it; then this one stops anyway.
+		return itemResult{index: it.Index, from: ItemPending, state: ItemFailed, err: errMessage(err).Error()}
+	}
+	if err != nil {
+		if row, rerr := o.st.TaskByID(context.WithoutCancel(ctx), b.row.ID); rerr == nil && row.Status == store.TaskLost {
+			return itemResult{index: it.Index, state: ItemFailed, err: errMessage(err).Error()}
+		}
+		// The outcome is unknown: the row is searched for in PVE's task list.
+	}
+	it.TaskID = b.row.ID
+	return o.followItem(ctx, op, it)
+}
+
+// followItem follows a started item's task row to its end: the UPID once it is
+// recorded (by the call, or by the reconciliation that looks for it in PVE's
+// task list), then the task itself, an HA stand-in to the HA stack's real task.
+func (o *OperationService) followItem(ctx context.Context, op store.Operation, it store.OperationItem) itemResult {
+	var t *tracker
+	for {
+		if t == nil {
+			row, err := o.st.TaskByID(ctx, it.TaskID)
+			switch {
+			case err != nil:
+			case row.Finished() && row.UPID == "":
+				msg := row.Error
+				if msg == "" {
+					msg = "PVE has no task for it: the call did not reach PVE"
+				}
+				return itemResult{index: it.Index, state: ItemFailed, err: msg}
+			default:
+				if u, ok := taskUPID(row); ok {
+					t = o.svc.track(u, row.ClusterID, &row)
+				}
+			}
+		}
+		if t != nil {
+			v, err := o.svc.current(ctx, t)
+			if err == nil && v.Finished() {
+				r := itemResult{index: it.Index, state: ItemOK, upid: v.TaskID}
+				if v.Result == ResultFailed {
+					r.state, r.err = ItemFailed, itemError(v)
+				}
+				return r
+			}
+		}
+		if sleep(ctx, o.svc.poll) != nil {
+			return itemResult{index: it.Index, state: ItemFailed, err: "vmgate stopped following it"}
+		}
+	}
+}
+
+// itemError says why an item's task failed.
+func itemError(v TaskView) string {
+	msg := "PVE task failed: " + v.ExitStatus
+	if v.Error != "" && v.Error != v.ExitStatus {
+		msg += " (" + v.Error + ")"
+	}
+	return msg
+}
+
+// abortRunning stops the running migrations of op through PVE (DELETE on the
+// task: PVE's worker gets SIGTERM and aborts the migration, or, once the VM has
+// moved, finishes it), once each. An HA migration is stopped through the HA
+// stack's task once it is known.
+func (o *OperationService) abortRunning(ctx context.Context, op store.Operation, done map[int]bool) {
+	var api pveAPI
+	for _, it := range op.Items {
+		if it.State != ItemRunning || it.Action != OpMigrate || done[it.Index] || it.UPID == "" {
+			continue
+		}
+		target := it.UPID
+		if u, err := pve.ParseUPID(it.UPID); err == nil && u.Type == "hamigrate" {
+			if it.FollowUPID == "" {
+				continue // the HA stack has not started it yet; look again
+			}
+			target = it.FollowUPID
+		}
+		u, err := pve.ParseUPID(target)
+		if err != nil {
+			continue
+		}
+		if api == nil {
+			if api, err = o.svc.connect(ctx, op.ClusterID); err != nil {
+				return
+			}
+		}
+		err = api.StopTask(ctx, u)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			o.log.Warn("stopping a migration failed", slog.Int64("operation", op.ID), slog.String("upid", target),
+				slog.String("error", err.Error()))
+			continue
+		}
+		done[it.Index] = true
+		o.svc.trail.Append(ctx, store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail,
+			Action: "operation.abort", ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
+			Params: jsonText(map[string]any{"operationId": op.ID}), Result: "ok", UPID: target})
+	}
+}

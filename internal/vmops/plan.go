@@ -1,0 +1,232 @@
+package vmops
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vmgate/vmgate/internal/pve"
+)
+
+// The evacuation planner's rules (docs/decisions: the planner):
+//
+//   - Targets are the cluster's nodes other than the source, limited to the
+//     request's targets when it names some, and online ones only.
+//   - Each VM is placed after PVE's pre-check (GET migrate): a node PVE lists as
+//     not allowed (storage or mapped resources missing, HA rules) is out; local
+//     devices, local CD-ROM images, a lock and (without withLocalDisks) local
+//     disks skip the VM, naming them.
+//   - Memory: a running VM needs its configured memory on the target. A target
+//     takes it only while its memory in use (PVE's figure) plus what the plan has
+//     put there already stays at or below 90 % of its memory. A stopped VM needs
+//     none now and is placed without this bound.
+//   - Among the targets that fit, the one with the most memory left under the
+//     bound wins (ties: by name), so VMs spread rather than fill one node first.
+//     Running VMs are placed first, the largest first (so the big ones find room),
+//     then stopped ones.
+//   - A VM that fits nowhere is skipped with the reason; the rest go ahead.
+//
+// Items are listed, and started, in VMID order.
+
+// memoryBound is the share of a target's memory the plan may fill.
+const memoryBound = 0.9
+
+// planVM is what the planner knows of one VM of the source node.
+type planVM struct {
+	res      pve.Resource
+	check    pve.MigratePrecheck
+	checkErr error // the pre-check failed
+}
+
+// planNode is a node as the planner sees it.
+type planNode struct {
+	name    string
+	status  string
+	mem     int64
+	maxMem  int64
+	allowed bool // may be a target: online, not the source, among the request's targets
+	planned int64
+	vms     int
+}
+
+// room is how much memory the plan may still put on n.
+func (n *planNode) room() int64 {
+	return int64(float64(n.maxMem)*memoryBound) - n.mem - n.planned
+}
+
+// evacuationPlan places the VMs of source on the other nodes by the rules above.
+func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateRequest) Plan {
+	var targets []*planNode
+	only := map[string]bool{}
+	for _, t := range req.Targets {
+		only[t] = true
+	}
+	for _, n := range nodes {
+		if n.Node == source {
+			continue
+		}
+		pn := &planNode{name: n.Node, status: orUnknown(n.Status), mem: n.Mem, maxMem: n.MaxMem}
+		pn.allowed = n.Status == "online" && (len(only) == 0 || only[n.Node])
+		targets = append(targets, pn)
+	}
+	slices.SortFunc(targets, func(a, b *planNode) int { return cmp.Compare(a.name, b.name) })
+
+	order := make([]int, len(vms))
+	for i := range order {
+		order[i] = i
+	}
+	running := func(v planVM) bool { return v.res.Status == "running" || v.check.Running }
+	slices.SortStableFunc(order, func(a, b int) int {
+		va, vb := vms[a], vms[b]
+		if ra, rb := running(va), running(vb); ra != rb {
+			if ra {
+				return -1
+			}
+			return 1
+		}
+		if running(va) && va.res.MaxMem != vb.res.MaxMem {
+			return cmp.Compare(vb.res.MaxMem, va.res.MaxMem)
+		}
+		return cmp.Compare(va.res.VMID, vb.res.VMID)
+	})
+
+	items := make([]ItemView, len(vms))
+	for _, i := range order {
+		v := vms[i]
+		on := running(v)
+		it := ItemView{VMID: int64(v.res.VMID), Name: v.res.Name, Node: source, Action: OpMigrate, Online: on,
+			HA: v.res.HAState != "", MemBytes: v.res.MaxMem, State: ItemPending}
+		if why := blockedFrom(v, req, on); why != "" {
+			it.State, it.Error = ItemSkipped, why
+			items[i] = it
+			continue
+		}
+		need := int64(0)
+		if on {
+			need = v.res.MaxMem
+		}
+		var best *planNode
+		var excluded []string
+		fits := 0
+		for _, n := range targets {
+			if !n.allowed {
+				if len(only) == 0 || only[n.name] {
+					excluded = append(excluded, n.name+" is "+n.status)
+				}
+				continue
+			}
+			if na, ok := v.check.NotAllowedNodes[n.name]; ok {
+				excluded = append(excluded, n.name+": "+notAllowedText(na))
+				continue
+			}
+			fits++
+			if need > 0 && n.room() < need {
+				continue
+			}
+			if best == nil || n.room() > best.room() {
+				best = n
+			}
+		}
+		switch {
+		case best != nil:
+			best.planned += need
+			best.vms++
+			it.Target = best.name
+		case fits == 0:
+			it.State = ItemSkipped
+			it.Error = "no node may take it"
+			if len(excluded) > 0 {
+				it.Error += ": " + strings.Join(excluded, "; ")
+			}
+		default:
+			it.State = ItemSkipped
+			it.Error = fmt.Sprintf("no target has room for its %s under %d %% of its memory", humanBytes(need),
+				int(memoryBound*100))
+			var rooms []string
+			for _, n := range targets {
+				if n.allowed {
+					if _, no := v.check.NotAllowedNodes[n.name]; !no {
+						rooms = append(rooms, fmt.Sprintf("%s %s free", n.name, humanBytes(max(n.room(), 0))))
+					}
+				}
+			}
+			it.Error += " (" + strings.Join(rooms, ", ") + ")"
+		}
+		items[i] = it
+	}
+	plan := Plan{Items: items}
+	slices.SortStableFunc(plan.Items, func(a, b ItemView) int { return cmp.Compare(a.VMID, b.VMID) })
+	for _, n := range targets {
+		plan.Targets = append(plan.Targets, TargetView{Node: n.name, Status: n.status, Eligible: n.allowed,
+			Mem: n.mem, MaxMem: n.maxMem, PlannedMem: n.planned, VMs: n.vms})
+	}
+	return plan
+}
+
+// blockedFrom says why a VM cannot leave its node at all, "" when it may.
+func blockedFrom(v planVM, req EvacuateRequest, running bool) string {
+	if v.checkErr != nil {
+		return "PVE's migration pre-check failed: " + v.checkErr.Error()
+	}
+	if !running && req.IncludeStopped != nil && !*req.IncludeStopped {
+		return "stopped (includeStopped is false)"
+	}
+	if v.res.Lock != "" {
+		return "locked (" + v.res.Lock + ")"
+	}
+	if len(v.check.LocalResources) > 0 {
+		return "local devices prevent migration: " + strings.Join(v.check.LocalResources, ", ")
+	}
+	var disks, cdroms []string
+	for _, d := range v.check.LocalDisks {
+		name := d.Volid
+		if d.DriveName != "" {
+			name += " (" + d.DriveName + ")"
+		}
+		if d.CDROM {
+			cdroms = append(cdroms, name)
+		} else {
+			disks = append(disks, name)
+		}
+	}
+	if len(cdroms) > 0 {
+		return "local CD-ROM images cannot be migrated: " + strings.Join(cdroms, ", ")
+	}
+	if len(disks) > 0 && !req.WithLocalDisks {
+		return "local disk needs withLocalDisks=true: " + strings.Join(disks, ", ")
+	}
+	return ""
+}
+
+// notAllowedText says why PVE does not allow a node as a target.
+func notAllowedText(na pve.NotAllowed) string {
+	var why []string
+	for _, st := range na.UnavailableStorages {
+		why = append(why, "storage "+st+" not available")
+	}
+	for _, r := range na.UnavailableResources {
+		why = append(why, "resource "+r+" not available")
+	}
+	for _, h := range na.BlockingHAResources {
+		why = append(why, "HA resource "+h.SID+" ("+h.Cause+")")
+	}
+	if len(why) == 0 {
+		return "not allowed by PVE"
+	}
+	return strings.Join(why, ", ")
+}
+
+// humanBytes writes a size in binary units with one decimal.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
