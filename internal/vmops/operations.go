@@ -2,9 +2,8 @@ package vmops
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -153,8 +152,8 @@ type OperationStats struct {
 
 // OperationsConfig is what NewOperations needs besides the Service.
 type OperationsConfig struct {
-	// Owner names this process as the driver of the operations it holds [a
-	// random id].
+	// Owner names this process as the driver of the operations it holds [the
+	// Service's Owner].
 	Owner string
 	// Lease is how long an operation's lease lasts without a heartbeat; the
 	// driver renews it every third of that [DefaultOperationTTL]. A process killed
@@ -192,9 +191,7 @@ func NewOperations(svc *Service, cfg OperationsConfig) *OperationService {
 	o := &OperationService{svc: svc, st: svc.store, log: svc.log, owner: cfg.Owner, lease: cfg.Lease, scan: cfg.Scan,
 		wake: make(chan struct{}, 1), driving: map[int64]*driver{}, ended: map[[2]string]int64{}}
 	if o.owner == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		o.owner = "ops-" + hex.EncodeToString(b[:])
+		o.owner = svc.owner // the process's one identity, as for Idempotency-Keys
 	}
 	if o.lease <= 0 {
 		o.lease = DefaultOperationTTL
@@ -206,14 +203,27 @@ func NewOperations(svc *Service, cfg OperationsConfig) *OperationService {
 	return o
 }
 
-// Close stops driving operations and waits for the drivers to return. Their
-// leases run out and the next process (or another replica) takes them over;
-// PVE tasks under way run on.
+// Close stops driving operations and waits for the drivers to return, then
+// gives up their leases, so that the next process (or another replica) takes
+// them over at once; PVE tasks under way run on. (A process that is killed
+// gives up nothing: its leases run out after Lease.)
 func (o *OperationService) Close() {
 	o.mu.Lock()
 	o.bgCancel()
+	held := make([]int64, 0, len(o.driving))
+	for id := range o.driving {
+		held = append(held, id)
+	}
 	o.mu.Unlock()
 	o.bg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, id := range held {
+		now := o.svc.now()
+		if _, _, err := o.st.TakeOverOperation(ctx, id, o.owner, now, now); err != nil {
+			o.log.Warn("giving up an operation's lease failed", slog.Int64("operation", id), slog.String("error", err.Error()))
+		}
+	}
 }
 
 // Stats returns this process's figures for the metrics.
@@ -374,9 +384,22 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 }
 
 // OperationEvents calls emit with the operation now and whenever it changes, until
-// it ends (after emitting its final view), ctx ends, or emit fails.
+// it ends (after emitting its final view), ctx ends, or emit fails. When the
+// service drains for a shutdown it returns ErrDraining at once (the operation
+// goes on: its lease passes to the next process).
 func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit func(OperationView) error) error {
 	var last *OperationView
+	// wait sleeps one poll interval: ErrDraining on a shutdown, errStreamDone
+	// when ctx ended.
+	wait := func() error {
+		if err := o.svc.pause(ctx, o.svc.poll); err != nil {
+			if errors.Is(err, ErrDraining) {
+				return err
+			}
+			return errStreamDone
+		}
+		return nil
+	}
 	for {
 		v, err := o.Operation(ctx, id)
 		switch {
@@ -384,8 +407,8 @@ func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit f
 		case ctx.Err() != nil:
 			return nil
 		case last != nil && transient(err):
-			if sleep(ctx, o.svc.poll) != nil {
-				return nil
+			if err := wait(); err != nil {
+				return ignoreDone(err)
 			}
 			continue
 		default:
@@ -400,8 +423,8 @@ func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit f
 		if v.Finished() {
 			return nil
 		}
-		if sleep(ctx, o.svc.poll) != nil {
-			return nil
+		if err := wait(); err != nil {
+			return ignoreDone(err)
 		}
 	}
 }

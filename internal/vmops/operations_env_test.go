@@ -122,3 +122,10 @@ func peakConcurrent(tasks []pvesim.TaskState, until time.Time) int {
 	}
 	return peak
 }
+
+// die stops the service's drivers the way a kill does: nothing more is written
+// for them, their leases are not given up.
+func (o *OperationService) die() {
+	o.bgCancel()
+	o.bg.Wait()
+}

@@ -387,7 +387,7 @@ func TestOperationTakeOver(t *testing.T) {
 		v, _ := e.ops.Operation(context.Background(), l.OperationID)
 		return v.Counts.Running == 2 && v.Counts.OK >= 1
 	})
-	e.ops.Close() // the first process dies: nothing more is written for it
+	e.ops.die()
 
 	other := e.newService(nil)
 	go other.Run(t.Context())
