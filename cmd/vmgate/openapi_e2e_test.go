@@ -173,6 +173,27 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		}
 	}
 
+	// Suspend and resume VM 100 (on pve2 since its migration).
+	do(op, "POST", cli.VMPath(cl.ID, "pve2", 100)+"/suspend", url.Values{"wait": {"60"}}, nil, nil)
+	do(op, "POST", cli.VMPath(cl.ID, "pve2", 100)+"/resume", url.Values{"wait": {"60"}}, nil, nil)
+
+	// Operations on many VMs: an evacuation planned, started and cancelled at
+	// once (its running migration finishes), followed to its end; a bulk start.
+	evac := inv + "/nodes/pve3/evacuate"
+	do(op, "POST", evac, nil, map[string]any{"dryRun": true}, nil)
+	var started struct {
+		OperationID int64 `json:"operationId"`
+	}
+	do(op, "POST", evac, nil, map[string]any{"maxParallel": 1}, &started)
+	opPath := "/api/v1/pve/operations/" + strconv.FormatInt(started.OperationID, 10)
+	do(op, "DELETE", opPath, nil, nil, nil)
+	if events := raw(op, opPath+"/events"); !strings.Contains(events, "event: end") {
+		t.Fatalf("the operation's event stream did not end: %s", events)
+	}
+	do(op, "GET", opPath, nil, nil, nil)
+	do(op, "GET", "/api/v1/pve/operations", url.Values{"clusterId": {strconv.FormatInt(cl.ID, 10)}}, nil, nil)
+	do(op, "POST", inv+"/bulk/start", nil, map[string]any{"vmids": []int64{101}}, nil)
+
 	// API tokens: the operator makes two, a script uses one, the operator revokes
 	// it and the admin the other.
 	var tokens [2]struct {

@@ -73,6 +73,11 @@ type serverCmd struct {
 	// arrive pushed, not polled.
 	FeedPoll time.Duration `hidden:"" default:"1s" env:"VMGATE_FEED_POLL" help:"How often the change feed is polled when nothing pushes it."`
 
+	// OperationLease is how long an operation on many VMs stays with a process that
+	// stops renewing it (killed) before another takes it over. Hidden: tests
+	// shorten it.
+	OperationLease time.Duration `hidden:"" default:"15s" env:"VMGATE_OPERATION_LEASE" help:"How long a dead process keeps its operations on many VMs before another takes them over."`
+
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
 
@@ -129,6 +134,7 @@ type app struct {
 	accounts *accounts.Service
 	fleet    *fleet.Service
 	vms      *vmops.Service
+	ops      *vmops.OperationService
 	handler  *httpapi.Server
 }
 
@@ -187,6 +193,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// A key whose holder died, or whose outcome became known later, is finished
 	// with the answer the API would have given (httpapi.KeyAnswer).
 	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer})
+	a.ops = vmops.NewOperations(a.vms, vmops.OperationsConfig{Lease: c.OperationLease})
 	// The embedded OpenAPI YAML becomes the served JSON once, at start.
 	spec, err := api.OpenAPIJSON()
 	if err != nil {
@@ -205,7 +212,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		return nil, err
 	}
 	srv, err = httpapi.New(httpapi.Config{
-		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms,
+		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
@@ -286,7 +293,7 @@ func (c *serverCmd) Run() error {
 	}
 	// The trail's Run writes the denials it folds; at the end it writes every
 	// count still open, before the store closes.
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, prune, a.trail.Run} {
+	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, prune, a.trail.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -318,7 +325,9 @@ func (c *serverCmd) Run() error {
 	cancelBG()
 	wg.Wait()
 	// Followers and searches stop; the tasks they follow stay in the store for
-	// the next process or another replica (docs/decisions: graceful stop).
+	// the next process or another replica (docs/decisions: graceful stop). The
+	// operations on many VMs this process drove are given up for them too.
+	a.ops.Close()
 	a.vms.Close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

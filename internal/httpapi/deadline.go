@@ -29,13 +29,15 @@ const reasonRequestTimeout = "request_timeout"
 // server's drain on shutdown). Everything else gets the timeout alone.
 func holdFor(route string, r *http.Request) (extra time.Duration, stream bool) {
 	switch route {
-	case "GET /api/v1/pve/task/{taskId}/events":
+	case "GET /api/v1/pve/task/{taskId}/events", "GET /api/v1/pve/operations/{id}/events":
 		return 0, true
 	case "GET /api/v1/pve/task/{taskId}":
 		return waitParam(r, 0, vmops.MaxTaskWait), false
 	case "POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start",
 		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop",
-		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":
+		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot",
+		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend",
+		"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/resume":
 		return waitParam(r, vmops.DefaultWait, vmops.MaxPowerWait), false
 	}
 	return 0, false

@@ -38,23 +38,27 @@ func takesBody(method string) bool { return method == "POST" || method == "PUT" 
 // "METHOD pattern"; a POST, PUT or PATCH route not listed takes no body. The loops
 // fail on a route that is in neither list, so a new route cannot slip past them.
 var sampleBodies = map[string]string{
-	"POST /api/v1/user/login":                               `{"email":"x@example.org","password":"pw"}`,
-	"POST /api/v1/user/password":                            `{"currentPassword":"a","newPassword":"b"}`,
-	"POST /api/v1/users":                                    `{"email":"x@example.org","password":"pw"}`,
-	"PATCH /api/v1/users/{id}":                              `{"nickname":"n"}`,
-	"POST /api/v1/clusters":                                 `{"name":"n"}`,
-	"PATCH /api/v1/clusters/{clusterId}":                    `{"name":"n"}`,
-	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":      `{"role":"viewer"}`,
-	"POST /api/v1/user/tokens":                              `{"name":"n"}`,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2"}`,
+	"POST /api/v1/user/login":                                     `{"email":"x@example.org","password":"pw"}`,
+	"POST /api/v1/user/password":                                  `{"currentPassword":"a","newPassword":"b"}`,
+	"POST /api/v1/users":                                          `{"email":"x@example.org","password":"pw"}`,
+	"PATCH /api/v1/users/{id}":                                    `{"nickname":"n"}`,
+	"POST /api/v1/clusters":                                       `{"name":"n"}`,
+	"PATCH /api/v1/clusters/{clusterId}":                          `{"name":"n"}`,
+	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":            `{"role":"viewer"}`,
+	"POST /api/v1/user/tokens":                                    `{"name":"n"}`,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate":       `{"target":"pve2"}`,
+	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate": `{"dryRun":true}`,
+	"POST /api/v1/pve/clusters/{clusterId}/bulk/{action}":         `{"vmids":[100],"dryRun":true}`,
 }
 
 var noBodyRoutes = map[string]bool{
-	"POST /api/v1/user/refresh":                            true,
-	"POST /api/v1/user/logout":                             true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":  true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":   true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot": true,
+	"POST /api/v1/user/refresh":                             true,
+	"POST /api/v1/user/logout":                              true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":   true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":    true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":  true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend": true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/resume":  true,
 }
 
 // allRoutes is the route table of a server with every use case, VMs included.
@@ -64,7 +68,7 @@ func (e *vmEnv) allRoutes() []route { return e.api.routes() }
 func (e *vmEnv) vals() routeVals {
 	return routeVals{"id": itoa(e.users["op"].ID), "userId": itoa(e.users["op"].ID), "clusterId": itoa(e.cid),
 		"node": "pve1", "vmid": "100", "taskId": "UPID:pve1:0000B2C4:0001A3F1:6740A0B0:qmstart:100:root@pam:",
-		"sessionId": "no-such-session", "tokenId": "nosuchtoken"}
+		"sessionId": "no-such-session", "tokenId": "nosuchtoken", "action": "start"}
 }
 
 // checkAPIHeaders fails unless h carries every header SECURITY.md 31 asks for.

@@ -39,5 +39,8 @@ func (s *Server) routes() []route {
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)
 	}
+	if s.ops != nil && s.fleet != nil {
+		rs = append(rs, s.operationRoutes()...)
+	}
 	return rs
 }

@@ -18,7 +18,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The route table only needs non-nil use cases to list every route.
-	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil)}
+	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil), ops: (*vmops.OperationService)(nil)}
 	var routes []string
 	for _, rt := range s.routes() {
 		routes = append(routes, rt.method+" "+rt.pattern)

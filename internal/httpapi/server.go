@@ -83,6 +83,9 @@ type Config struct {
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
 	Fleet Fleet
 	VMs   VMs
+	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
+	// those routes out. It needs Fleet.
+	Operations Operations
 
 	Logger         *slog.Logger
 	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For or Forwarded is believed
@@ -115,6 +118,7 @@ type Server struct {
 	store    Pinger
 	fleet    Fleet
 	vms      VMs
+	ops      Operations
 	log      *slog.Logger
 	proxies  proxies
 	metrics  *metrics
@@ -135,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 	}
 	if s.requestTimeout == 0 {
@@ -158,6 +162,9 @@ func New(cfg Config) (*Server, error) {
 	})
 	if st, ok := cfg.Fleet.(upstreamStats); ok {
 		reg.MustRegister(pveCollector{stats: st.ClientStats})
+	}
+	if cfg.Operations != nil {
+		reg.MustRegister(operationsCollector{stats: cfg.Operations.Stats})
 	}
 	s.handler = s.outer(newMux(s.routes(), s.wrap, s.serveUI))
 	return s, nil

@@ -22,6 +22,8 @@ type VMs interface {
 	Start(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
 	Stop(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.StopOptions) (vmops.Outcome, error)
 	Reboot(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Suspend(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.SuspendOptions) (vmops.Outcome, error)
+	Resume(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.ResumeOptions) (vmops.Outcome, error)
 	Migrate(ctx context.Context, a vmops.Actor, vm vmops.VMRef, req vmops.MigrateRequest) (string, error)
 	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (vmops.Precheck, error)
 
@@ -46,6 +48,8 @@ func (s *Server) vmRoutes() []route {
 		{"POST", vm + "/start", authed, s.vmStart},
 		{"POST", vm + "/stop", authed, s.vmStop},
 		{"POST", vm + "/reboot", authed, s.vmReboot},
+		{"POST", vm + "/suspend", authed, s.vmSuspend}, // suspend.go
+		{"POST", vm + "/resume", authed, s.vmResume},
 		{"POST", vm + "/migrate", authed, s.vmMigrate},
 		{"GET", vm + "/migrate", authed, s.vmMigrateCheck},
 
@@ -100,6 +104,7 @@ type powerQuery struct {
 	wait    time.Duration
 	timeout *int
 	force   bool
+	toDisk  bool // suspend
 }
 
 func readPowerQuery(r *http.Request, withForce bool) (powerQuery, error) {
@@ -160,11 +165,17 @@ func (s *Server) vmReboot(w http.ResponseWriter, r *http.Request) error {
 // that started a task carries X-Task-Id.
 func (s *Server) power(w http.ResponseWriter, r *http.Request, withForce bool,
 	op func(context.Context, vmops.Actor, vmops.VMRef, powerQuery) (vmops.Outcome, error)) error {
+	return s.powerWith(w, r, func(r *http.Request) (powerQuery, error) { return readPowerQuery(r, withForce) }, op)
+}
+
+// powerWith is power with the route's own reading of the query string.
+func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, read func(*http.Request) (powerQuery, error),
+	op func(context.Context, vmops.Actor, vmops.VMRef, powerQuery) (vmops.Outcome, error)) error {
 	vm, err := pathVM(r)
 	if err != nil {
 		return err
 	}
-	q, err := readPowerQuery(r, withForce)
+	q, err := read(r)
 	if err != nil {
 		return err
 	}

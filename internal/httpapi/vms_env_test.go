@@ -35,6 +35,7 @@ type vmEnv struct {
 	dev *pvesim.Cluster
 	cid int64 // the dev cluster's id
 	svc *vmops.Service
+	ops *vmops.OperationService // operations on many VMs (driven without Run: see opsEnv)
 	srv *httptest.Server
 }
 
@@ -88,8 +89,10 @@ func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	}
 	e.svc = vmops.New(cfg)
 	e.t.Cleanup(e.svc.Close)
+	e.ops = vmops.NewOperations(e.svc, vmops.OperationsConfig{Scan: 20 * time.Millisecond})
+	e.t.Cleanup(e.ops.Close)
 	apiCfg := e.apiConfig()
-	apiCfg.VMs = e.svc
+	apiCfg.VMs, apiCfg.Operations = e.svc, e.ops
 	api, err := New(apiCfg)
 	if err != nil {
 		e.t.Fatal(err)

@@ -1,0 +1,497 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/sse"
+	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// Operations is what the HTTP layer needs of vmops' operations on many VMs
+// (issue 13): evacuating a node, bulk power actions, and reading, following and
+// cancelling the operations. *vmops.OperationService implements it. The handlers
+// validate and authorize before they call it.
+type Operations interface {
+	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
+	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
+	OperationCluster(ctx context.Context, id int64) (int64, error)
+	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
+	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)
+	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
+	OperationEvents(ctx context.Context, id int64, emit func(vmops.OperationView) error) error
+	Stats() vmops.OperationStats
+}
+
+var _ Operations = (*vmops.OperationService)(nil)
+
+// operationRoutes start, read, follow and cancel operations. Starting and
+// cancelling need an operator grant on the cluster, reading a viewer grant.
+func (s *Server) operationRoutes() []route {
+	return []route{
+		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate", authed, s.evacuate},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/bulk/{action}", authed, s.bulk},
+		{"GET", "/api/v1/pve/operations", authed, s.listOperations},
+		{"GET", "/api/v1/pve/operations/{id}", authed, s.getOperation},
+		{"GET", "/api/v1/pve/operations/{id}/events", authed, s.operationEvents},
+		{"DELETE", "/api/v1/pve/operations/{id}", authed, s.cancelOperation},
+	}
+}
+
+// operationPath is the API path of an operation.
+func operationPath(id int64) string { return "/api/v1/pve/operations/" + strconv.FormatInt(id, 10) }
+
+// The JSON shapes (api/openapi.yaml: Operation, OperationItem, Plan).
+
+type operationJSON struct {
+	ID              int64      `json:"id"`
+	Kind            string     `json:"kind"`
+	ClusterID       int64      `json:"clusterId"`
+	Node            *string    `json:"node"`
+	Status          string     `json:"status"`
+	CreatedBy       string     `json:"createdBy"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	StartedAt       *time.Time `json:"startedAt"`
+	EndedAt         *time.Time `json:"endedAt"`
+	MaxParallel     int        `json:"maxParallel"`
+	CancelRequested bool       `json:"cancelRequested"`
+	Abort           bool       `json:"abort"`
+	Counts          countsJSON `json:"counts"`
+	Items           []itemJSON `json:"items"`
+}
+
+type countsJSON struct {
+	Total   int `json:"total"`
+	Pending int `json:"pending"`
+	Running int `json:"running"`
+	OK      int `json:"ok"`
+	Failed  int `json:"failed"`
+	Skipped int `json:"skipped"`
+}
+
+type itemJSON struct {
+	VMID     int64             `json:"vmid"`
+	Name     string            `json:"name"`
+	Node     string            `json:"node"`
+	Target   *string           `json:"target"`
+	Action   string            `json:"action"`
+	Online   bool              `json:"online"`
+	HA       bool              `json:"ha"`
+	MemBytes int64             `json:"memBytes"`
+	State    string            `json:"state"`
+	TaskID   *string           `json:"taskId"`
+	Error    *string           `json:"error"`
+	Progress *itemProgressJSON `json:"progress"`
+}
+
+type planJSON struct {
+	Items   []itemJSON   `json:"items"`
+	Targets []targetJSON `json:"targets"`
+}
+
+type targetJSON struct {
+	Node       string `json:"node"`
+	Status     string `json:"status"`
+	Eligible   bool   `json:"eligible"`
+	Mem        int64  `json:"mem"`
+	MaxMem     int64  `json:"maxMem"`
+	PlannedMem int64  `json:"plannedMem"`
+	VMs        int    `json:"vms"`
+}
+
+// itemProgressJSON is a migration's progress, as a task shows it.
+type itemProgressJSON struct {
+	Percent          float64 `json:"percent"`
+	TransferredBytes int64   `json:"transferredBytes"`
+	TotalBytes       int64   `json:"totalBytes"`
+	BytesPerSecond   int64   `json:"bytesPerSecond"`
+	Phase            string  `json:"phase"`
+}
+
+// nullStr is s, or null when empty.
+func nullStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func toItemsJSON(items []vmops.ItemView) []itemJSON {
+	out := make([]itemJSON, 0, len(items))
+	for _, it := range items {
+		j := itemJSON{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: nullStr(it.Target), Action: it.Action,
+			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: nullStr(it.TaskID),
+			Error: nullStr(it.Error)}
+		if p := it.Progress; p != nil {
+			j.Progress = &itemProgressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
+				BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+func toOperationJSON(v vmops.OperationView) operationJSON {
+	c := v.Counts
+	return operationJSON{ID: v.ID, Kind: v.Kind, ClusterID: v.ClusterID, Node: nullStr(v.Node), Status: v.Status,
+		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC(), StartedAt: timeOrNull(v.StartedAt), EndedAt: timeOrNull(v.EndedAt),
+		MaxParallel: v.MaxParallel, CancelRequested: v.CancelRequested, Abort: v.Abort,
+		Counts: countsJSON{Total: c.Total, Pending: c.Pending, Running: c.Running, OK: c.OK, Failed: c.Failed, Skipped: c.Skipped},
+		Items:  toItemsJSON(v.Items)}
+}
+
+func toPlanJSON(p vmops.Plan) planJSON {
+	out := planJSON{Items: toItemsJSON(p.Items), Targets: make([]targetJSON, 0, len(p.Targets))}
+	for _, t := range p.Targets {
+		out.Targets = append(out.Targets, targetJSON{Node: t.Node, Status: t.Status, Eligible: t.Eligible, Mem: t.Mem,
+			MaxMem: t.MaxMem, PlannedMem: t.PlannedMem, VMs: t.VMs})
+	}
+	return out
+}
+
+// readBody reads a POST's body once: decoded strictly into dst, and returned for
+// the Idempotency-Key's hash.
+func readBody(w http.ResponseWriter, r *http.Request, dst any) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err := decodeJSON(w, r, dst); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// launched answers a started operation 202 with its id and plan (Location: the
+// operation), a dry run 200 with the plan alone.
+func launched(w http.ResponseWriter, l vmops.Launched, err error) error {
+	if err != nil {
+		return err
+	}
+	if l.OperationID == 0 {
+		writeData(w, map[string]any{"plan": toPlanJSON(l.Plan)})
+		return nil
+	}
+	w.Header().Set("Location", operationPath(l.OperationID))
+	writeAccepted(w, "accepted: the operation runs; follow it at its Location",
+		map[string]any{"operationId": l.OperationID, "plan": toPlanJSON(l.Plan)})
+	return nil
+}
+
+func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
+	clusterID, err := pathClusterID(r)
+	if err != nil {
+		return err
+	}
+	node := r.PathValue("node")
+	if !vmops.ValidNode(node) {
+		return errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	var in struct {
+		Targets        []string `json:"targets"`
+		MaxParallel    *int64   `json:"maxParallel"`
+		WithLocalDisks *bool    `json:"withLocalDisks"`
+		IncludeStopped *bool    `json:"includeStopped"`
+		StopOnError    *bool    `json:"stopOnError"`
+		DryRun         *bool    `json:"dryRun"`
+	}
+	body, err := readBody(w, r, &in)
+	if err != nil {
+		return err
+	}
+	req := vmops.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
+		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
+	if len(in.Targets) > 64 {
+		return errs.R(errs.Invalid, "invalid_request", "targets lists at most 64 nodes")
+	}
+	for _, t := range in.Targets {
+		if !vmops.ValidNode(t) {
+			return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(t))
+		}
+	}
+	req.Targets = in.Targets
+	if in.MaxParallel != nil {
+		if *in.MaxParallel < 1 || *in.MaxParallel > vmops.MaxParallelLimit {
+			return errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
+		}
+		req.MaxParallel = int(*in.MaxParallel)
+	}
+	if _, _, err := idempotencyKey(r); err != nil {
+		return err
+	}
+	if err := s.authorize(r, clusterID, fleet.GrantOperator); err != nil {
+		return err
+	}
+	return s.idempotent(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
+		l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
+		return launched(w, l, err)
+	})
+}
+
+func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
+	clusterID, err := pathClusterID(r)
+	if err != nil {
+		return err
+	}
+	action := r.PathValue("action")
+	known := false
+	for _, a := range vmops.BulkActions {
+		known = known || a == action
+	}
+	if !known {
+		return errs.R(errs.Invalid, "invalid_request", "action must be start, stop, reboot, suspend or resume")
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	var in struct {
+		VMIDs    []int64 `json:"vmids"`
+		Selector *struct {
+			Node   *string `json:"node"`
+			Tag    *string `json:"tag"`
+			Status *string `json:"status"`
+		} `json:"selector"`
+		Force       *bool  `json:"force"`
+		ToDisk      *bool  `json:"toDisk"`
+		MaxParallel *int64 `json:"maxParallel"`
+		StopOnError *bool  `json:"stopOnError"`
+		DryRun      *bool  `json:"dryRun"`
+	}
+	body, err := readBody(w, r, &in)
+	if err != nil {
+		return err
+	}
+	req := vmops.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
+		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
+	if sel := in.Selector; sel != nil {
+		req.Selector = &vmops.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
+	}
+	if in.MaxParallel != nil {
+		if *in.MaxParallel < 1 || *in.MaxParallel > vmops.MaxParallelLimit {
+			return errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
+		}
+		req.MaxParallel = int(*in.MaxParallel)
+	}
+	if _, _, err := idempotencyKey(r); err != nil {
+		return err
+	}
+	if err := s.authorize(r, clusterID, fleet.GrantOperator); err != nil {
+		return err
+	}
+	return s.idempotent(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
+		l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
+		return launched(w, l, err)
+	})
+}
+
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// pathOperation reads {id}.
+func pathOperation(r *http.Request) (int64, error) {
+	return parseIntParam("id", r.PathValue("id"), 1, 1<<53)
+}
+
+// authorizeOperation checks the caller's grant on an operation's cluster. An
+// operation on a cluster the caller has no grant on is answered like one that
+// does not exist (the cluster's name stays unsaid).
+func (s *Server) authorizeOperation(r *http.Request, id int64, need string) error {
+	clusterID, err := s.ops.OperationCluster(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if err := s.authorize(r, clusterID, need); err != nil {
+		if errs.KindOf(err) == errs.NotFound {
+			return errs.R(errs.NotFound, "not_found", "operation %d not found", id)
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathOperation(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	if err := s.authorizeOperation(r, id, fleet.GrantViewer); err != nil {
+		return err
+	}
+	v, err := s.ops.Operation(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeData(w, toOperationJSON(v))
+	return nil
+}
+
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r, "clusterId", "limit", "before"); err != nil {
+		return err
+	}
+	clusterID, err := queryInt(r, "clusterId", 0, 1, 1<<53)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", 50, 1, 200)
+	if err != nil {
+		return err
+	}
+	before, err := queryInt(r, "before", 0, 1, 1<<53)
+	if err != nil {
+		return err
+	}
+	f := vmops.OperationFilter{ClusterID: clusterID, BeforeID: before, Limit: int(limit)}
+	if clusterID != 0 {
+		if err := s.authorize(r, clusterID, fleet.GrantViewer); err != nil {
+			return err
+		}
+	} else {
+		ids, all, err := s.fleet.Readable(r.Context(), actor(r))
+		if err != nil {
+			return err
+		}
+		if !all {
+			f.ClusterIDs = ids
+		}
+	}
+	list, err := s.ops.ListOperations(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := make([]operationJSON, 0, len(list))
+	for _, v := range list {
+		out = append(out, toOperationJSON(v))
+	}
+	writeData(w, out)
+	return nil
+}
+
+func (s *Server) cancelOperation(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathOperation(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r, "abort"); err != nil {
+		return err
+	}
+	v, err := queryOne(r, "abort")
+	if err != nil {
+		return err
+	}
+	abort, err := parseBool("abort", v, false)
+	if err != nil {
+		return err
+	}
+	if err := requireNoBody(w, r); err != nil {
+		return err
+	}
+	if err := s.authorizeOperation(r, id, fleet.GrantOperator); err != nil {
+		return err
+	}
+	op, err := s.ops.CancelOperation(r.Context(), vmActor(r), id, abort)
+	if err != nil {
+		return err
+	}
+	writeData(w, toOperationJSON(op))
+	return nil
+}
+
+// operationEvents streams the operation as server-sent events ("event:
+// operation") each time it changes, until it ends ("event: end"), the client
+// goes away, or vmgate drains ("event: shutdown" with a retry hint; the
+// operation goes on). Errors found before the first event are answered as usual.
+func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathOperation(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	if err := s.authorizeOperation(r, id, fleet.GrantViewer); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	var stream *sse.Stream
+	err = s.ops.OperationEvents(ctx, id, func(v vmops.OperationView) error {
+		b, err := json.Marshal(toOperationJSON(v))
+		if err != nil {
+			return err
+		}
+		if stream == nil {
+			stream = sse.Start(ctx, w, ssePing, nil)
+		}
+		return stream.Event("operation", string(b))
+	})
+	if stream == nil {
+		return err
+	}
+	defer stream.Close()
+	switch {
+	case errors.Is(err, vmops.ErrDraining):
+		ms := shutdownRetry.Milliseconds()
+		_ = stream.Retry("shutdown", shutdownRetry, fmt.Sprintf(`{"reason":"shutdown","retryMs":%d}`, ms))
+	case err == nil && ctx.Err() == nil:
+		_ = stream.Event("end", "{}")
+	}
+	return nil
+}
+
+// operationsCollector exposes the operations' figures of this process: how many
+// ended, by kind and final status, and how many items are at PVE now.
+type operationsCollector struct {
+	stats func() vmops.OperationStats
+}
+
+var (
+	operationsTotal = prometheus.NewDesc("vmgate_operations_total",
+		"Operations on many VMs this process brought to an end, by kind and final status.", []string{"kind", "status"}, nil)
+	operationItemsInFlight = prometheus.NewDesc("vmgate_operation_items_in_flight",
+		"Items of operations this process has started at PVE and not yet seen end.", nil, nil)
+)
+
+func (c operationsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- operationsTotal
+	ch <- operationItemsInFlight
+}
+
+func (c operationsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	for k, n := range st.Ended {
+		ch <- prometheus.MustNewConstMetric(operationsTotal, prometheus.CounterValue, float64(n), k[0], k[1])
+	}
+	ch <- prometheus.MustNewConstMetric(operationItemsInFlight, prometheus.GaugeValue, float64(st.InFlight))
+}
