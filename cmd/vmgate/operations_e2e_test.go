@@ -1,0 +1,137 @@
+package main
+
+// Issue 13 on the real binary: an evacuation survives a kill -9 of the process
+// that drives it.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/pvesim"
+)
+
+// operationJSON is what the test reads of an operation.
+type operationJSON struct {
+	ID     int64  `json:"id"`
+	Status string `json:"status"`
+	Counts struct {
+		Total, Running, OK, Failed, Skipped int
+	} `json:"counts"`
+	Items []struct {
+		VMID   int64   `json:"vmid"`
+		State  string  `json:"state"`
+		Target *string `json:"target"`
+		Error  *string `json:"error"`
+	} `json:"items"`
+}
+
+// TestEvacuationSurvivesKill9: vmgate evacuates a node of ten VMs, two at a time,
+// and is killed with SIGKILL while migrations run. A restarted vmgate on the same
+// data directory takes the operation over once the dead process's lease has run
+// out, follows the migrations already under way from PVE and completes the rest:
+// the operation ends done, every VM is off the node, and PVE received exactly one
+// migrate POST per VM (the emulator runs in the test, so it counts them).
+func TestEvacuationSurvivesKill9(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
+	defer cancel()
+	sim := pvesim.DevCluster(pvesim.Options{Speed: 20})
+	var vmids []int
+	for id := 200; id < 208; id++ {
+		if err := sim.AddVM(pvesim.VMSpec{VMID: id, Node: "pve1", Running: true, MemBytes: 2 << 30,
+			Disks: []pvesim.Disk{{Name: "scsi0", Volid: fmt.Sprintf("ceph:vm-%d-disk-0", id), Size: 8 << 30}}}); err != nil {
+			t.Fatal(err)
+		}
+		vmids = append(vmids, id)
+	}
+	vmids = append(vmids, 100, 101)
+	simSrv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer simSrv.Close()
+	ep := simSrv.Endpoints()[0]
+
+	dir := t.TempDir()
+	createAdmin(t, dir, "ops@example.com", labPassword)
+	env := []string{"VMGATE_OPERATION_LEASE=2s"}
+	srv := start(t, env, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	c := checkedClient(t, srv.line(t, listening)[1], "")
+	if _, err := c.Login(ctx, "ops@example.com", labPassword); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
+	var cl struct {
+		ID int64 `json:"id"`
+	}
+	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{"name": "lab",
+		"endpoints": []string{ep.URL}, "tokenId": tokenID, "tokenSecret": secret, "tlsFingerprint": ep.Fingerprint}, &cl); err != nil {
+		t.Fatalf("register the cluster: %v", err)
+	}
+	var started struct {
+		OperationID int64 `json:"operationId"`
+	}
+	if _, err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/pve/clusters/%d/nodes/pve1/evacuate", cl.ID), nil,
+		map[string]any{"maxParallel": 2}, &started); err != nil {
+		t.Fatalf("evacuate: %v", err)
+	}
+	path := fmt.Sprintf("/api/v1/pve/operations/%d", started.OperationID)
+	read := func() operationJSON {
+		t.Helper()
+		var op operationJSON
+		if _, err := c.Do(ctx, http.MethodGet, path, nil, nil, &op); err != nil {
+			t.Fatalf("read the operation: %v", err)
+		}
+		return op
+	}
+	for deadline := time.Now().Add(e2eGuard); ; {
+		if op := read(); op.Counts.OK >= 1 && op.Counts.Running == 2 {
+			t.Logf("killing vmgate with %d items ok and %d running", op.Counts.OK, op.Counts.Running)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the evacuation did not get going: %+v", read())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.cmd.Process.Kill()
+	srv.cmd.Wait()
+	killed := time.Now()
+
+	srv = start(t, env, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	c.BaseURL = srv.line(t, listening)[1]
+	var op operationJSON
+	for deadline := time.Now().Add(2 * e2eGuard); ; {
+		if op = read(); op.Status != "planned" && op.Status != "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the operation did not end after the restart: %+v\n%s", op, srv.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the operation ended %s %v after the kill", op.Status, time.Since(killed).Round(100*time.Millisecond))
+	if op.Status != "done" || op.Counts.OK != len(vmids) {
+		t.Fatalf("operation %+v\n%s", op, srv.log())
+	}
+	for _, id := range vmids {
+		if st, _ := sim.VM(id); st.Node == "pve1" {
+			t.Errorf("VM %d is still on pve1", id)
+		}
+		n := 0
+		for _, task := range sim.TasksFor(id) {
+			if task.Type == "qmigrate" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("PVE ran %d migrations of VM %d", n, id)
+		}
+	}
+	if n := sim.Requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != len(vmids) {
+		t.Errorf("PVE received %d migrate POSTs for %d VMs", n, len(vmids))
+	}
+}
