@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -85,7 +86,7 @@ func (c *adminUserCreateCmd) Run(a *adminCmd) error {
 	pw := os.Getenv("VMGATE_PASSWORD")
 	if c.PasswordStdin {
 		var err error
-		if pw, err = readPasswordLine(); err != nil {
+		if pw, err = cli.ReadLine(os.Stdin); err != nil {
 			return err
 		}
 	}

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,172 +13,968 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/cli"
 )
 
+// The client commands talk to a vmgate server over its API; the rules are the
+// server's, the words and the rendering internal/cli's. Each command is a struct
+// whose Run decodes its flags, calls the API through a cli.Session and prints; its
+// errors come back explained (cli.ExitError: the exit code, a message in the CLI's
+// words, a hint) and main prints them and exits with their code.
+
 // clientCmds are the commands that talk to a running vmgate server.
 type clientCmds struct {
-	Login   loginCmd   `cmd:"" group:"client" help:"Log in to a vmgate server and keep the token."`
-	Logout  logoutCmd  `cmd:"" group:"client" help:"End the session."`
-	Refresh refreshCmd `cmd:"" group:"client" help:"Rotate the kept token."`
+	Login   loginCmd   `cmd:"" group:"client" help:"Log in to a vmgate server (or save an API token for it) and keep the login."`
+	Logout  logoutCmd  `cmd:"" group:"client" help:"End the session and forget the saved login."`
+	Refresh refreshCmd `cmd:"" group:"client" help:"Rotate the saved token now (commands refresh it themselves before it runs out)."`
 	Me      meCmd      `cmd:"" group:"client" help:"Show who you are and your grants."`
+	Cluster clusterCmd `cmd:"" group:"client" help:"List or show clusters; add or remove them (admin)."`
+	Node    nodeCmd    `cmd:"" group:"client" help:"List a cluster's nodes."`
+	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot or migrate one."`
+	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
+	Token   tokenCmd   `cmd:"" group:"client" help:"Create, list or delete API tokens for scripts."`
+	User    userCmd    `cmd:"" group:"client" help:"Add, list, disable, enable users or set a password (admin)."`
+	Grant   grantCmd   `cmd:"" group:"client" help:"Give USER the ROLE (operator or viewer) on CLUSTER (admin)."`
+	Revoke  revokeCmd  `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
+	Audit   auditCmd   `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
 	Get     getCmd     `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
-	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"Start, stop, reboot, migrate or show a VM."`
-	Task    taskCmd    `cmd:"" group:"client" help:"Show, watch or read the log of a task."`
 }
 
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt)
+// conn are the flags of every client command: which server, with which credential.
+type conn struct {
+	Server string `env:"VMGATE_SERVER" placeholder:"URL" help:"vmgate's base URL (default: the server of your last login, else ${default_server})."`
+	Token  string `env:"VMGATE_TOKEN" placeholder:"vmg_…" help:"An API token to use instead of the saved login (for scripts)."`
+	CAFile string `name:"ca-file" env:"VMGATE_CA_FILE" type:"existingfile" placeholder:"PEM" help:"CA (or self-signed certificate) to check an https:// server against, instead of the system's; kept with the login."`
 }
 
-// savedClient builds a client from the kept session; $VMGATE_CA_FILE overrides
-// the CA file given at login.
-func savedClient() (*cli.Client, error) {
-	s, err := cli.LoadSaved()
-	if err != nil {
-		return nil, err
-	}
-	cl := cli.NewClient(s.Server, s.Token)
-	ca := s.CAFile
-	if env := os.Getenv("VMGATE_CA_FILE"); env != "" {
-		ca = env
-	}
-	return cl, cl.TrustCAFile(ca)
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-type loginCmd struct {
-	Server        string `default:"http://127.0.0.1:8080" env:"VMGATE_SERVER" help:"vmgate's base URL (https://... or, on this machine, http://...)."`
-	CAFile        string `env:"VMGATE_CA_FILE" type:"existingfile" help:"PEM file of the CA (or the self-signed certificate) to check an https:// server's certificate against, instead of the system's."`
-	Email         string `required:"" env:"VMGATE_EMAIL" help:"Your e-mail."`
-	PasswordStdin bool   `help:"Read the password from one line of standard input."`
-}
-
-// readPasswordLine reads one line and strips its line ending (DESIGN §7).
-func readPasswordLine() (string, error) {
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil && line == "" {
-		return "", errors.New("no password on standard input")
-	}
-	return strings.TrimRight(line, "\r\n"), nil
-}
-
-func (c *loginCmd) Run() error {
-	pw := os.Getenv("VMGATE_PASSWORD")
-	if c.PasswordStdin || pw == "" {
-		if !c.PasswordStdin {
-			fmt.Fprint(os.Stderr, "password (one line on stdin): ")
-		}
-		var err error
-		if pw, err = readPasswordLine(); err != nil {
-			return err
-		}
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	cl := cli.NewClient(c.Server, "")
+func (c conn) options() cli.Options {
 	ca := c.CAFile
 	if ca != "" {
-		var err error
-		if ca, err = filepath.Abs(ca); err != nil {
-			return err
+		if abs, err := filepath.Abs(ca); err == nil {
+			ca = abs
 		}
 	}
-	if err := cl.TrustCAFile(ca); err != nil {
-		return err
-	}
-	t, err := cl.Login(ctx, c.Email, pw)
+	return cli.Options{Server: c.Server, Token: c.Token, CAFile: ca, UserAgent: "vmgate-cli/" + version}
+}
+
+// output is the -o flag of the commands that read.
+type output struct {
+	Output string `short:"o" enum:"auto,table,json" default:"auto" help:"${output_help}"`
+}
+
+// print writes v as JSON, or the table it makes, as -o says.
+func (o output) print(raw any, table func() (cli.TableOf, error)) error {
+	f, err := cli.ChooseFormat(o.Output, os.Stdout)
 	if err != nil {
 		return err
 	}
-	if err := cli.Save(cli.Saved{Server: cl.BaseURL, Token: t.Token, CAFile: ca}); err != nil {
+	if f == cli.JSON {
+		return cli.WriteJSON(os.Stdout, raw)
+	}
+	t, err := table()
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "logged in as %s; token valid until %s\n", c.Email, t.ExpiresAt.Local().Format("15:04:05"))
+	return t.Write(os.Stdout)
+}
+
+// printItems prints a list: its raw items as JSON, or the table of their decoded form.
+func printItems[T any](o output, it cli.Items, table func([]T) cli.TableOf) error {
+	return o.print(it.Raw, func() (cli.TableOf, error) {
+		list, err := cli.Decode[T](it)
+		if err != nil {
+			return cli.TableOf{}, err
+		}
+		return table(list), nil
+	})
+}
+
+// signalContext ends on Ctrl-C or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// withSession runs fn with a session of the server c names, and explains its error.
+func withSession(c conn, fn func(ctx context.Context, s *cli.Session) error) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	s, err := cli.Connect(ctx, c.options())
+	if err != nil {
+		return cli.Explain(err, c.Server)
+	}
+	if err := fn(ctx, s); err != nil {
+		return s.Explain(err)
+	}
 	return nil
 }
 
-type logoutCmd struct{}
+// ---- login, logout, refresh, me, get ----
 
-func (logoutCmd) Run() error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
+type loginCmd struct {
+	conn
+	Email         string `env:"VMGATE_EMAIL" help:"Your e-mail (not with --token)."`
+	PasswordStdin bool   `help:"Read the password from one line of standard input (without it: asked for without echo on a terminal, $VMGATE_PASSWORD, or one line of a piped stdin)."`
+}
+
+func (c *loginCmd) Run() error {
 	ctx, cancel := signalContext()
 	defer cancel()
-	if err := cl.Logout(ctx); err != nil {
-		var ae *cli.APIError
-		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+	s, err := cli.Open(c.options())
+	if err != nil {
+		return cli.Explain(err, c.Server)
+	}
+	if c.Token != "" {
+		return s.Explain(c.saveToken(ctx, s))
+	}
+	if strings.TrimSpace(c.Email) == "" {
+		return cli.UsageErrorf("--email is required (or --token to keep an API token)")
+	}
+	pw := os.Getenv("VMGATE_PASSWORD")
+	switch {
+	case c.PasswordStdin:
+		pw, err = cli.ReadLine(os.Stdin)
+	case pw == "":
+		pw, err = cli.ReadPassword("password for "+c.Email+" on "+s.Server+": ", os.Stdin, os.Stderr)
+	}
+	if err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	s.Token = ""
+	t, err := s.Login(ctx, c.Email, pw)
+	if err != nil {
+		return s.Explain(err)
+	}
+	if err := cli.SaveLogin(s.Server, cli.Login{Email: c.Email, Token: t.Token, ExpiresAt: t.ExpiresAt, CAFile: s.CAFile()}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "logged in to %s as %s\n", s.Server, c.Email)
+	return nil
+}
+
+// saveToken checks an API token with GET /user/me and keeps it as the server's login.
+func (c *loginCmd) saveToken(ctx context.Context, s *cli.Session) error {
+	var me struct {
+		Email string `json:"email"`
+	}
+	if _, err := s.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, &me); err != nil {
+		return err
+	}
+	if err := cli.SaveLogin(s.Server, cli.Login{Email: me.Email, Token: c.Token, CAFile: s.CAFile()}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "%s: commands use this API token of %s from now on\n", s.Server, me.Email)
+	return nil
+}
+
+type logoutCmd struct{ conn }
+
+func (c *logoutCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		if s.FromFlag {
+			return cli.UsageErrorf("logout ends a login session; an API token is revoked with `vmgate token rm ID`")
+		}
+		if !strings.HasPrefix(s.Token, "vmg_") {
+			if err := s.Logout(ctx); err != nil {
+				var ae *cli.APIError
+				if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+					return err
+				}
+			}
+		}
+		if err := cli.ForgetLogin(s.Server); err != nil {
 			return err
 		}
-	}
-	return cli.Forget()
+		fmt.Fprintf(os.Stderr, "logged out of %s\n", s.Server)
+		return nil
+	})
 }
 
-type refreshCmd struct{}
+type refreshCmd struct{ conn }
 
-func (refreshCmd) Run() error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	t, err := cl.Refresh(ctx)
-	if err != nil {
-		return err
-	}
-	s, _ := cli.LoadSaved()
-	s.Token = t.Token
-	return cli.Save(s)
+func (c *refreshCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		if s.FromFlag || strings.HasPrefix(s.Token, "vmg_") {
+			return cli.UsageErrorf("an API token is not refreshed: it lasts until it expires or is deleted")
+		}
+		t, err := s.Refresh(ctx)
+		if err != nil {
+			return err
+		}
+		return cli.UpdateConfig(func(cfg *cli.Config) error {
+			l := cfg.Servers[s.Server]
+			l.Token, l.ExpiresAt = t.Token, t.ExpiresAt
+			cfg.Servers[s.Server] = l
+			return nil
+		})
+	})
 }
 
-type meCmd struct{}
+type meCmd struct {
+	conn
+	output
+}
 
-func (meCmd) Run() error { return getData("/user/me") }
+func (c *meCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		var raw json.RawMessage
+		if _, err := s.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, &raw); err != nil {
+			return err
+		}
+		return c.print(raw, func() (cli.TableOf, error) {
+			var me struct {
+				ID       int64       `json:"id"`
+				Email    string      `json:"email"`
+				Nickname string      `json:"nickname"`
+				Role     string      `json:"role"`
+				Grants   []cli.Grant `json:"grants"`
+			}
+			if err := json.Unmarshal(raw, &me); err != nil {
+				return cli.TableOf{}, err
+			}
+			t := cli.TableOf{Header: []string{"ID", "EMAIL", "NICKNAME", "ROLE", "GRANTS", "SERVER"}}
+			t.Add(strconv.FormatInt(me.ID, 10), me.Email, me.Nickname, me.Role, cli.GrantsText(&me.Grants), s.Server)
+			return t, nil
+		})
+	})
+}
 
 type getCmd struct {
+	conn
 	Path string `arg:"" help:"Path under /api/v1, e.g. /pve/clusters or /pve/clusters/1/vms."`
 }
 
-func (c *getCmd) Run() error { return getData(c.Path) }
-
-func getData(path string) error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	p, q, _ := strings.Cut(path, "?")
-	query, err := url.ParseQuery(q)
-	if err != nil {
-		return err
-	}
-	resp, err := cl.Do(ctx, http.MethodGet, "/api/v1/"+strings.TrimPrefix(p, "/"), query, nil, nil)
-	if err != nil {
-		return err
-	}
-	var v any
-	if len(resp.Data) > 0 {
-		json.Unmarshal(resp.Data, &v)
-	}
-	// The data goes to stdout as it is; what the envelope says about it, to stderr.
-	if resp.AsOf != nil {
-		fmt.Fprintf(os.Stderr, "as of %s\n", resp.AsOf.Local().Format("15:04:05.000"))
-	}
-	if resp.NextCursor != "" {
-		fmt.Fprintf(os.Stderr, "more: add cursor=%s to the query for the next page\n", url.QueryEscape(resp.NextCursor))
-	}
-	return printJSON(v)
+func (c *getCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		p, q, _ := strings.Cut(c.Path, "?")
+		query, err := url.ParseQuery(q)
+		if err != nil {
+			return cli.UsageErrorf("the query of %q: %v", c.Path, err)
+		}
+		resp, err := s.Do(ctx, http.MethodGet, "/api/v1/"+strings.TrimPrefix(p, "/"), query, nil, nil)
+		if err != nil {
+			return err
+		}
+		var v any
+		if len(resp.Data) > 0 {
+			json.Unmarshal(resp.Data, &v)
+		}
+		// The data goes to stdout as it is; what the envelope says about it, to stderr.
+		if resp.AsOf != nil {
+			fmt.Fprintf(os.Stderr, "as of %s\n", resp.AsOf.Local().Format("15:04:05.000"))
+		}
+		if resp.NextCursor != "" {
+			fmt.Fprintf(os.Stderr, "more: add cursor=%s to the query for the next page\n", url.QueryEscape(resp.NextCursor))
+		}
+		return cli.WriteJSON(os.Stdout, v)
+	})
 }
+
+// ---- clusters and nodes ----
+
+type clusterCmd struct {
+	List clusterListCmd `cmd:"" help:"List the clusters you may see, with your role and their status."`
+	Show clusterShowCmd `cmd:"" help:"Show a cluster: its endpoints and trust (admin; others see the list's row)."`
+	Add  clusterAddCmd  `cmd:"" help:"Register a PVE cluster with its API token (admin)."`
+	Rm   clusterRmCmd   `cmd:"" help:"Remove a cluster and its grants (admin); its tasks and audit records stay."`
+}
+
+type clusterListCmd struct {
+	conn
+	output
+}
+
+func (c *clusterListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		it, err := s.List(ctx, cli.ClustersPath, nil)
+		if err != nil {
+			return err
+		}
+		return printItems(c.output, it, cli.ClustersTable)
+	})
+}
+
+// clusterID resolves a cluster given by id or name against the clusters the
+// caller may see.
+func clusterID(ctx context.Context, s *cli.Session, ref string) (int64, error) {
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
+		return id, nil
+	}
+	it, err := s.List(ctx, cli.ClustersPath, nil)
+	if err != nil {
+		return 0, err
+	}
+	list, err := cli.Decode[cli.ClusterView](it)
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range list {
+		if strings.EqualFold(c.Name, ref) {
+			return c.ID, nil
+		}
+	}
+	return 0, &cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no cluster %q among yours", ref),
+		Hint: "see them with: vmgate cluster list"}
+}
+
+// clusterFlag is --cluster for the commands that read one cluster: by id or name,
+// and when omitted, the only cluster the caller may see.
+type clusterFlag struct {
+	Cluster string `env:"VMGATE_CLUSTER" placeholder:"ID|NAME" help:"The cluster, by id or name (default: your only one)."`
+}
+
+func (f clusterFlag) resolve(ctx context.Context, s *cli.Session) (int64, error) {
+	if f.Cluster != "" {
+		return clusterID(ctx, s, f.Cluster)
+	}
+	it, err := s.List(ctx, cli.ClustersPath, nil)
+	if err != nil {
+		return 0, err
+	}
+	list, err := cli.Decode[cli.ClusterView](it)
+	if err != nil {
+		return 0, err
+	}
+	switch len(list) {
+	case 0:
+		return 0, &cli.ExitError{Code: cli.ExitNotFound, Msg: "you may see no cluster",
+			Hint: "an admin gives you one: vmgate grant USER CLUSTER ROLE"}
+	case 1:
+		return list[0].ID, nil
+	}
+	names := make([]string, 0, len(list))
+	for _, c := range list {
+		names = append(names, fmt.Sprintf("%d (%s)", c.ID, c.Name))
+	}
+	return 0, cli.UsageErrorf("give --cluster: one of %s", strings.Join(names, ", "))
+}
+
+type clusterShowCmd struct {
+	conn
+	output
+	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
+}
+
+func (c *clusterShowCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := clusterID(ctx, s, c.Cluster)
+		if err != nil {
+			return err
+		}
+		var raw json.RawMessage
+		_, err = s.Do(ctx, http.MethodGet, cli.AdminClustersPath+"/"+strconv.FormatInt(id, 10), nil, nil, &raw)
+		var ae *cli.APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
+			// Not an admin: the row of the list is what this caller may know.
+			it, err := s.List(ctx, cli.ClustersPath, nil)
+			if err != nil {
+				return err
+			}
+			list, err := cli.Decode[cli.ClusterView](it)
+			if err != nil {
+				return err
+			}
+			for i, v := range list {
+				if v.ID == id {
+					return c.print(it.Raw[i], func() (cli.TableOf, error) { return cli.ClustersTable(list[i : i+1]), nil })
+				}
+			}
+			return &cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("cluster %d not found", id)}
+		}
+		if err != nil {
+			return err
+		}
+		return c.print(raw, func() (cli.TableOf, error) {
+			var cl cli.Cluster
+			if err := json.Unmarshal(raw, &cl); err != nil {
+				return cli.TableOf{}, err
+			}
+			return cli.ClusterTable(cl), nil
+		})
+	})
+}
+
+type clusterAddCmd struct {
+	conn
+	output
+	Name                string   `arg:"" help:"A name for the cluster (letters, digits, . _ -)."`
+	Endpoint            []string `required:"" placeholder:"URL" help:"A node's API address, https://host:8006 (repeat for more; vmgate learns the others)."`
+	PVETokenID          string   `name:"pve-token-id" required:"" placeholder:"USER@REALM!NAME" help:"The PVE API token vmgate acts with."`
+	PVETokenSecretStdin bool     `name:"pve-token-secret-stdin" help:"Read the PVE token's secret from one line of standard input (else $VMGATE_PVE_TOKEN_SECRET, or asked for without echo)."`
+	Fingerprint         string   `placeholder:"AB:CD:…" help:"Pin the SHA-256 fingerprint of the endpoint's certificate."`
+	CACert              string   `name:"ca-cert" type:"existingfile" placeholder:"PEM" help:"Trust the cluster's certificates signed by this CA bundle."`
+	InsecureSkipVerify  bool     `help:"Do not check the cluster's certificates at all (tests only)."`
+}
+
+func (c *clusterAddCmd) Run() error {
+	secret := os.Getenv("VMGATE_PVE_TOKEN_SECRET")
+	var err error
+	switch {
+	case c.PVETokenSecretStdin:
+		secret, err = cli.ReadLine(os.Stdin)
+	case secret == "":
+		secret, err = cli.ReadPassword("secret of "+c.PVETokenID+": ", os.Stdin, os.Stderr)
+	}
+	if err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	body := map[string]any{"name": c.Name, "endpoints": c.Endpoint, "tokenId": c.PVETokenID, "tokenSecret": secret}
+	if c.Fingerprint != "" {
+		body["tlsFingerprint"] = c.Fingerprint
+	}
+	if c.CACert != "" {
+		pem, err := os.ReadFile(c.CACert)
+		if err != nil {
+			return cli.UsageErrorf("--ca-cert: %v", err)
+		}
+		body["caCert"] = string(pem)
+	}
+	if c.InsecureSkipVerify {
+		body["insecureSkipVerify"] = true
+	}
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		var raw json.RawMessage
+		if _, err := s.Do(ctx, http.MethodPost, cli.AdminClustersPath, nil, body, &raw); err != nil {
+			return err
+		}
+		return c.print(raw, func() (cli.TableOf, error) {
+			var cl cli.Cluster
+			if err := json.Unmarshal(raw, &cl); err != nil {
+				return cli.TableOf{}, err
+			}
+			return cli.ClusterTable(cl), nil
+		})
+	})
+}
+
+type clusterRmCmd struct {
+	conn
+	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
+}
+
+func (c *clusterRmCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := clusterID(ctx, s, c.Cluster)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Do(ctx, http.MethodDelete, cli.AdminClustersPath+"/"+strconv.FormatInt(id, 10), nil, nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "cluster %d removed\n", id)
+		return nil
+	})
+}
+
+type nodeCmd struct {
+	List nodeListCmd `cmd:"" help:"List a cluster's nodes."`
+}
+
+type nodeListCmd struct {
+	conn
+	output
+	clusterFlag
+}
+
+func (c *nodeListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := c.resolve(ctx, s)
+		if err != nil {
+			return err
+		}
+		it, err := s.List(ctx, cli.ClusterPath(id)+"/nodes", nil)
+		if err != nil {
+			return err
+		}
+		return printItems(c.output, it, cli.NodesTable)
+	})
+}
+
+// ---- users, grants, audit ----
+
+type userCmd struct {
+	List    userListCmd    `cmd:"" help:"List users (admin)."`
+	Add     userAddCmd     `cmd:"" help:"Add a user (admin)."`
+	Disable userDisableCmd `cmd:"" help:"Disable a user: their sessions and API tokens stop at once (admin)."`
+	Enable  userEnableCmd  `cmd:"" help:"Enable a disabled user again (admin)."`
+	Passwd  userPasswdCmd  `cmd:"" help:"Set a user's password; their sessions end (admin)."`
+}
+
+type userListCmd struct {
+	conn
+	output
+}
+
+func (c *userListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		it, err := s.List(ctx, cli.UsersPath, nil)
+		if err != nil {
+			return err
+		}
+		return printItems(c.output, it, cli.UsersTable)
+	})
+}
+
+// userID resolves a user given by id or e-mail.
+func userID(ctx context.Context, s *cli.Session, ref string) (int64, error) {
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
+		return id, nil
+	}
+	it, err := s.List(ctx, cli.UsersPath, nil)
+	if err != nil {
+		return 0, err
+	}
+	users, err := cli.Decode[cli.User](it)
+	if err != nil {
+		return 0, err
+	}
+	for _, u := range users {
+		if strings.EqualFold(u.Email, ref) {
+			return u.ID, nil
+		}
+	}
+	return 0, &cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no user %q", ref), Hint: "see them with: vmgate user list"}
+}
+
+// newPassword reads a password to set: one line of stdin with --password-stdin or
+// when stdin is piped, else twice without echo.
+func newPassword(stdinFlag bool, who string) (string, error) {
+	if stdinFlag || !cli.IsTerminal(os.Stdin) {
+		return cli.ReadLine(os.Stdin)
+	}
+	pw, err := cli.ReadPassword("new password for "+who+": ", os.Stdin, os.Stderr)
+	if err != nil {
+		return "", err
+	}
+	again, err := cli.ReadPassword("again: ", os.Stdin, os.Stderr)
+	if err != nil {
+		return "", err
+	}
+	if pw != again {
+		return "", errors.New("the two passwords differ")
+	}
+	return pw, nil
+}
+
+type userAddCmd struct {
+	conn
+	output
+	Email         string `arg:"" help:"The user's e-mail, their login name."`
+	Nickname      string `help:"A display name."`
+	Role          string `enum:"user,admin" default:"user" help:"user (acts where granted) or admin (everything)."`
+	PasswordStdin bool   `help:"Read the password from one line of standard input."`
+}
+
+func (c *userAddCmd) Run() error {
+	pw, err := newPassword(c.PasswordStdin, c.Email)
+	if err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		var raw json.RawMessage
+		body := map[string]any{"email": c.Email, "nickname": c.Nickname, "password": pw, "role": c.Role}
+		if _, err := s.Do(ctx, http.MethodPost, cli.UsersPath, nil, body, &raw); err != nil {
+			return err
+		}
+		return c.print(raw, func() (cli.TableOf, error) {
+			var u cli.User
+			if err := json.Unmarshal(raw, &u); err != nil {
+				return cli.TableOf{}, err
+			}
+			return cli.UsersTable([]cli.User{u}), nil
+		})
+	})
+}
+
+// userSetCmd is what disable and enable share.
+type userSetCmd struct {
+	conn
+	User string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
+}
+
+func (c *userSetCmd) patch(disabled bool) error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := userID(ctx, s, c.User)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Do(ctx, http.MethodPatch, cli.UsersPath+"/"+strconv.FormatInt(id, 10), nil,
+			map[string]any{"disabled": disabled}, nil); err != nil {
+			return err
+		}
+		what := "enabled"
+		if disabled {
+			what = "disabled: their sessions and API tokens stopped"
+		}
+		fmt.Fprintf(os.Stderr, "user %d %s\n", id, what)
+		return nil
+	})
+}
+
+type userDisableCmd struct{ userSetCmd }
+
+func (c *userDisableCmd) Run() error { return c.patch(true) }
+
+type userEnableCmd struct{ userSetCmd }
+
+func (c *userEnableCmd) Run() error { return c.patch(false) }
+
+type userPasswdCmd struct {
+	conn
+	User          string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
+	PasswordStdin bool   `help:"Read the password from one line of standard input."`
+}
+
+func (c *userPasswdCmd) Run() error {
+	pw, err := newPassword(c.PasswordStdin, c.User)
+	if err != nil {
+		return cli.UsageErrorf("%v", err)
+	}
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := userID(ctx, s, c.User)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Do(ctx, http.MethodPatch, cli.UsersPath+"/"+strconv.FormatInt(id, 10), nil,
+			map[string]any{"password": pw}, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "password of user %d set; their sessions ended\n", id)
+		return nil
+	})
+}
+
+type grantCmd struct {
+	conn
+	User    string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
+	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
+	Role    string `arg:"" enum:"operator,viewer" help:"operator (power, migrate, read) or viewer (read)."`
+}
+
+func (c *grantCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		uid, cid, err := userAndCluster(ctx, s, c.User, c.Cluster)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Do(ctx, http.MethodPut, grantPath(cid, uid), nil, map[string]any{"role": c.Role}, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "user %d is %s on cluster %d\n", uid, c.Role, cid)
+		return nil
+	})
+}
+
+type revokeCmd struct {
+	conn
+	User    string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
+	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
+}
+
+func (c *revokeCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		uid, cid, err := userAndCluster(ctx, s, c.User, c.Cluster)
+		if err != nil {
+			return err
+		}
+		if _, err := s.Do(ctx, http.MethodDelete, grantPath(cid, uid), nil, nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "user %d has no grant on cluster %d any more\n", uid, cid)
+		return nil
+	})
+}
+
+func grantPath(clusterID, userID int64) string {
+	return cli.AdminClustersPath + "/" + strconv.FormatInt(clusterID, 10) + "/grants/" + strconv.FormatInt(userID, 10)
+}
+
+func userAndCluster(ctx context.Context, s *cli.Session, user, cluster string) (int64, int64, error) {
+	uid, err := userID(ctx, s, user)
+	if err != nil {
+		return 0, 0, err
+	}
+	cid, err := clusterID(ctx, s, cluster)
+	return uid, cid, err
+}
+
+type auditCmd struct {
+	conn
+	output
+	Limit   int           `default:"50" help:"At most this many records (1 to 1000)."`
+	Before  int64         `help:"Only records older than this id (the next page: the smallest id of the last)."`
+	User    string        `placeholder:"ID|EMAIL" help:"Only what this user did."`
+	Action  string        `help:"Only this action (auth.login_failed, vm.migrate, token.create, ...)."`
+	Cluster string        `placeholder:"ID" help:"Only this cluster."`
+	Result  string        `help:"Only this result (ok, denied, ...)."`
+	Since   time.Duration `help:"Only the last so long (e.g. 24h)."`
+}
+
+func (c *auditCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
+		if c.Before > 0 {
+			q.Set("before", strconv.FormatInt(c.Before, 10))
+		}
+		if c.User != "" {
+			id, err := userID(ctx, s, c.User)
+			if err != nil {
+				return err
+			}
+			q.Set("user", strconv.FormatInt(id, 10))
+		}
+		for k, v := range map[string]string{"action": c.Action, "cluster": c.Cluster, "result": c.Result} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		if c.Since > 0 {
+			q.Set("from", time.Now().Add(-c.Since).UTC().Format(time.RFC3339))
+		}
+		var raw []json.RawMessage
+		if _, err := s.Do(ctx, http.MethodGet, cli.AuditPath, q, nil, &raw); err != nil {
+			return err
+		}
+		return printItems(c.output, cli.Items{Raw: raw}, cli.AuditTable)
+	})
+}
+
+// ---- API tokens ----
+
+type tokenCmd struct {
+	Create tokenCreateCmd `cmd:"" help:"Create an API token; its secret is printed once."`
+	List   tokenListCmd   `cmd:"" help:"List API tokens (yours, or a user's with --user: admin); never their secrets."`
+	Rm     tokenRmCmd     `cmd:"" help:"Delete an API token: it stops working at once."`
+}
+
+type tokenCreateCmd struct {
+	conn
+	output
+	Name          string   `arg:"" help:"A name that says what uses it (unique among your tokens)."`
+	ExpiresInDays int      `placeholder:"DAYS" help:"Days it lasts: 1 to 365 (default 90)."`
+	Grant         []string `placeholder:"CLUSTER:ROLE" help:"Limit it to this cluster (id or name) and role, operator or viewer; repeat for more (default: all of your grants)."`
+}
+
+func (c *tokenCreateCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		body := map[string]any{"name": c.Name}
+		if c.ExpiresInDays != 0 {
+			body["expiresInDays"] = c.ExpiresInDays
+		}
+		if len(c.Grant) > 0 {
+			grants := make([]map[string]any, 0, len(c.Grant))
+			for _, g := range c.Grant {
+				ref, role, ok := strings.Cut(g, ":")
+				if !ok || (role != "operator" && role != "viewer") {
+					return cli.UsageErrorf("--grant %q: want CLUSTER:ROLE, ROLE operator or viewer", g)
+				}
+				id, err := clusterID(ctx, s, ref)
+				if err != nil {
+					return err
+				}
+				grants = append(grants, map[string]any{"clusterId": id, "role": role})
+			}
+			body["grants"] = grants
+		}
+		var raw json.RawMessage
+		if _, err := s.Do(ctx, http.MethodPost, cli.MyTokensPath, nil, body, &raw); err != nil {
+			return err
+		}
+		f, err := cli.ChooseFormat(c.Output, os.Stdout)
+		if err != nil {
+			return err
+		}
+		if f == cli.JSON {
+			return cli.WriteJSON(os.Stdout, raw)
+		}
+		var tok cli.CreatedAPIToken
+		if err := json.Unmarshal(raw, &tok); err != nil {
+			return err
+		}
+		// The secret alone on stdout, for TOKEN=$(vmgate token create ci -o table);
+		// what it is, on stderr.
+		fmt.Println(tok.Token)
+		fmt.Fprintf(os.Stderr, "API token %s (%s) until %s, grants: %s\nthe secret above is shown this once: keep it in a secret store; send it as --token or $VMGATE_TOKEN\n",
+			tok.ID, tok.Name, cli.Stamp(tok.ExpiresAt), cli.GrantsText(tok.Grants))
+		return nil
+	})
+}
+
+type tokenListCmd struct {
+	conn
+	output
+	User string `placeholder:"ID|EMAIL" help:"A user's tokens instead of yours (admin)."`
+}
+
+func (c *tokenListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		path := cli.MyTokensPath
+		if c.User != "" {
+			id, err := userID(ctx, s, c.User)
+			if err != nil {
+				return err
+			}
+			path = cli.UsersPath + "/" + strconv.FormatInt(id, 10) + "/tokens"
+		}
+		it, err := s.List(ctx, path, nil)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		return printItems(c.output, it, func(list []cli.APIToken) cli.TableOf { return cli.TokensTable(list, now) })
+	})
+}
+
+type tokenRmCmd struct {
+	conn
+	ID   string `arg:"" name:"id" help:"The token's id (vmgate token list shows it)."`
+	User string `placeholder:"ID|EMAIL" help:"A user's token instead of yours (admin)."`
+}
+
+func (c *tokenRmCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		path := cli.MyTokensPath + "/" + url.PathEscape(c.ID)
+		if c.User != "" {
+			id, err := userID(ctx, s, c.User)
+			if err != nil {
+				return err
+			}
+			path = cli.UsersPath + "/" + strconv.FormatInt(id, 10) + "/tokens/" + url.PathEscape(c.ID)
+		}
+		if _, err := s.Do(ctx, http.MethodDelete, path, nil, nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "API token %s deleted: it stops working at once\n", c.ID)
+		return nil
+	})
+}
+
+// ---- tasks ----
+
+type taskCmd struct {
+	List  taskListCmd  `cmd:"" help:"List the tasks vmgate started, newest first."`
+	Show  taskShowCmd  `cmd:"" help:"Show a task."`
+	Watch taskWatchCmd `cmd:"" help:"Follow a task to its end."`
+	Log   taskLogCmd   `cmd:"" help:"Print a task's log."`
+}
+
+type taskListCmd struct {
+	conn
+	output
+	Cluster string `placeholder:"ID|NAME" help:"Only this cluster."`
+	VMID    int64  `name:"vmid" help:"Only this VM."`
+	Limit   int    `default:"50" help:"At most this many (1 to 500)."`
+}
+
+func (c *taskListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
+		if c.Cluster != "" {
+			id, err := clusterID(ctx, s, c.Cluster)
+			if err != nil {
+				return err
+			}
+			q.Set("clusterId", strconv.FormatInt(id, 10))
+		}
+		if c.VMID != 0 {
+			q.Set("vmid", strconv.FormatInt(c.VMID, 10))
+		}
+		it, err := s.List(ctx, cli.TasksPath, q)
+		if err != nil {
+			return err
+		}
+		return printItems(c.output, it, cli.TasksTable)
+	})
+}
+
+// taskRef names a task.
+type taskRef struct {
+	UPID    string `arg:"" name:"upid" help:"The task's id (UPID:…)."`
+	Cluster int64  `placeholder:"ID" help:"Its cluster, for a task vmgate did not start."`
+}
+
+type taskShowCmd struct {
+	conn
+	output
+	taskRef
+}
+
+func (c *taskShowCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		q := url.Values{}
+		if c.Cluster > 0 {
+			q.Set("clusterId", strconv.FormatInt(c.Cluster, 10))
+		}
+		var raw json.RawMessage
+		if _, err := s.Do(ctx, http.MethodGet, cli.TaskPath(c.UPID), q, nil, &raw); err != nil {
+			return err
+		}
+		return c.print(raw, func() (cli.TableOf, error) {
+			var t cli.Task
+			if err := json.Unmarshal(raw, &t); err != nil {
+				return cli.TableOf{}, err
+			}
+			tab := cli.TasksTable([]cli.Task{t})
+			tab.Header = append(tab.Header, "PROGRESS", "ERROR")
+			progress := ""
+			if t.Progress != nil {
+				progress = fmt.Sprintf("%.0f%% %s", t.Progress.Percent, t.Progress.Phase)
+			}
+			tab.Rows[0] = append(tab.Rows[0], progress, t.Error)
+			return tab, nil
+		})
+	})
+}
+
+type taskWatchCmd struct {
+	conn
+	UPID string `arg:"" name:"upid" help:"The task's id (UPID:…)."`
+}
+
+func (c *taskWatchCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		return watch(ctx, s, c.UPID, "watching stopped; the task goes on in vmgate")
+	})
+}
+
+type taskLogCmd struct {
+	conn
+	taskRef
+}
+
+func (c *taskLogCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		lines, err := s.TaskLog(ctx, c.UPID, c.Cluster)
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			fmt.Println(l.T)
+		}
+		return nil
+	})
+}
+
+// watch follows a task to its end and prints its summary; Ctrl-C stops watching,
+// not the task, and says how to pick it up again.
+func watch(ctx context.Context, s *cli.Session, upid, interrupted string) error {
+	t, err := s.Watch(ctx, upid, cli.WatchOptions{Progress: os.Stderr, Terminal: cli.IsTerminal(os.Stderr)})
+	if errors.Is(err, context.Canceled) {
+		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: interrupted, Hint: "follow it again: vmgate task watch " + upid}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println(cli.Summary(t))
+	if t.Result == "failed" {
+		return &cli.ExitError{Code: cli.ExitFailed, Msg: "the task failed", Hint: "its log: vmgate task log " + upid}
+	}
+	return nil
+}
+
+// ---- VMs ----
 
 // vmRef names a VM.
 type vmRef struct {
@@ -187,8 +983,10 @@ type vmRef struct {
 	VMID    int64  `arg:"" name:"vmid" help:"VM id."`
 }
 
+func (v vmRef) args() string { return fmt.Sprintf("%d %s %d", v.Cluster, v.Node, v.VMID) }
+
 type vmCmd struct {
-	List    vmListCmd    `cmd:"" help:"List a cluster's VMs, filtered (read in pages, to the end)."`
+	List    vmListCmd    `cmd:"" help:"List a cluster's VMs, filtered; read in pages to the end."`
 	Status  vmStatusCmd  `cmd:"" help:"Show a VM's status."`
 	Start   vmStartCmd   `cmd:"" help:"Start a VM."`
 	Stop    vmStopCmd    `cmd:"" help:"Shut a VM down gracefully, or power it off with --force."`
@@ -197,55 +995,82 @@ type vmCmd struct {
 }
 
 type vmListCmd struct {
-	Cluster  int64  `arg:"" help:"Cluster id."`
+	conn
+	output
+	clusterFlag
 	Node     string `help:"Only the VMs on this node."`
 	Status   string `help:"Only the VMs in this state: running, stopped or unknown."`
 	Tag      string `help:"Only the VMs with this tag."`
 	Q        string `name:"q" help:"Only the VMs whose name holds this text (ignoring case) or whose vmid it is."`
-	PageSize int    `default:"1000" help:"VMs per request."`
-	JSON     bool   `name:"json" help:"Print JSON instead of a table."`
+	PageSize int    `placeholder:"N" help:"Read the list in pages of N VMs (default: one answer)."`
 }
 
 func (c *vmListCmd) Run() error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	vms, asOf, err := cl.VMs(ctx, c.Cluster, cli.VMFilter{Node: c.Node, Status: c.Status, Tag: c.Tag, Q: c.Q, PageSize: c.PageSize})
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return printJSON(vms)
-	}
-	fmt.Printf("%-10s %-30s %-12s %-8s %s\n", "VMID", "NAME", "NODE", "STATUS", "TAGS")
-	for _, v := range vms {
-		fmt.Printf("%-10d %-30s %-12s %-8s %s\n", v.VMID, v.Name, v.Node, v.Status, strings.Join(v.Tags, ","))
-	}
-	fmt.Fprintf(os.Stderr, "%d VMs, as of %s\n", len(vms), asOf.Local().Format("15:04:05.000"))
-	return nil
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := c.resolve(ctx, s)
+		if err != nil {
+			return err
+		}
+		it, err := s.VMItems(ctx, id, cli.VMFilter{Node: c.Node, Status: c.Status, Tag: c.Tag, Q: c.Q, PageSize: c.PageSize})
+		if err != nil {
+			return err
+		}
+		if !it.AsOf.IsZero() && cli.IsTerminal(os.Stderr) {
+			fmt.Fprintf(os.Stderr, "%d VMs, as of %s\n", len(it.Raw), it.AsOf.Local().Format("15:04:05.000"))
+		}
+		return printItems(c.output, it, cli.VMsTable)
+	})
 }
 
-type vmStatusCmd struct{ vmRef }
+type vmStatusCmd struct {
+	conn
+	output
+	vmRef
+}
 
 func (c *vmStatusCmd) Run() error {
-	return getData(strings.TrimPrefix(cli.VMPath(c.Cluster, c.Node, c.VMID), "/api/v1"))
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		var raw json.RawMessage
+		if _, err := s.Do(ctx, http.MethodGet, cli.VMPath(c.Cluster, c.Node, c.VMID), nil, nil, &raw); err != nil {
+			return vmHint(err, c.vmRef, "status")
+		}
+		return c.print(raw, func() (cli.TableOf, error) {
+			var v struct {
+				cli.VM
+				QMPStatus string  `json:"qmpStatus"`
+				Uptime    int64   `json:"uptime"`
+				CPUs      float64 `json:"cpus"`
+				HA        struct {
+					Managed bool   `json:"managed"`
+					State   string `json:"state"`
+				} `json:"ha"`
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return cli.TableOf{}, err
+			}
+			t := cli.TableOf{Header: []string{"VMID", "NAME", "NODE", "STATUS", "QMP", "LOCK", "HA", "UPTIME", "CPUS", "MEM"}}
+			t.Add(strconv.FormatInt(v.VMID, 10), v.Name, v.Node, v.Status, v.QMPStatus, v.Lock, v.HA.State,
+				cli.HumanDuration(time.Duration(v.Uptime)*time.Second), strconv.FormatFloat(v.CPUs, 'f', -1, 64),
+				cli.HumanBytes(v.MaxMem))
+			return t, nil
+		})
+	})
 }
 
 type vmStartCmd struct {
+	conn
 	vmRef
 	Wait int `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
 }
 
-func (c *vmStartCmd) Run() error { return power(c.vmRef, "start", false, c.Wait) }
+func (c *vmStartCmd) Run() error { return power(c.conn, c.vmRef, "start", false, c.Wait, nil) }
 
 type vmRebootCmd vmStartCmd
 
-func (c *vmRebootCmd) Run() error { return power(c.vmRef, "reboot", false, c.Wait) }
+func (c *vmRebootCmd) Run() error { return power(c.conn, c.vmRef, "reboot", false, c.Wait, nil) }
 
 type vmStopCmd struct {
+	conn
 	vmRef
 	Force   bool `help:"Power off at once, even while a graceful shutdown hangs."`
 	Timeout *int `help:"Seconds PVE gives the guest to shut down (PVE's default: 60)."`
@@ -257,33 +1082,27 @@ func (c *vmStopCmd) Run() error {
 	if c.Timeout != nil {
 		q.Set("timeout", strconv.Itoa(*c.Timeout))
 	}
-	return powerQuery(c.vmRef, "stop", c.Force, c.Wait, q)
+	return power(c.conn, c.vmRef, "stop", c.Force, c.Wait, q)
 }
 
-func power(v vmRef, op string, force bool, wait int) error {
-	return powerQuery(v, op, force, wait, nil)
-}
-
-func powerQuery(v vmRef, op string, force bool, wait int, extra url.Values) error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	upid, running, err := cl.Power(ctx, v.Cluster, v.Node, v.VMID, op, force, wait, extra)
-	if err != nil {
-		return err
-	}
-	if running {
-		fmt.Printf("%s VM %d: still running; follow it with `vmgate task watch %s`\n", op, v.VMID, upid)
+func power(c conn, v vmRef, op string, force bool, wait int, extra url.Values) error {
+	return withSession(c, func(ctx context.Context, s *cli.Session) error {
+		upid, running, err := s.Power(ctx, v.Cluster, v.Node, v.VMID, op, force, wait, extra)
+		if err != nil {
+			return vmHint(err, v, op)
+		}
+		if running {
+			fmt.Printf("%s VM %d: still running in PVE (%s)\n", op, v.VMID, upid)
+			fmt.Fprintf(os.Stderr, "follow it: vmgate task watch %s\n", upid)
+			return nil
+		}
+		fmt.Printf("%s VM %d: done (%s)\n", op, v.VMID, upid)
 		return nil
-	}
-	fmt.Printf("%s VM %d: done (%s)\n", op, v.VMID, upid)
-	return nil
+	})
 }
 
 type vmMigrateCmd struct {
+	conn
 	vmRef
 	Target         string `required:"" help:"Target node."`
 	Offline        bool   `help:"Refuse a live migration: the VM must be stopped."`
@@ -294,105 +1113,74 @@ type vmMigrateCmd struct {
 }
 
 func (c *vmMigrateCmd) Run() error {
-	cl, err := savedClient()
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		req := cli.MigrateRequest{Target: c.Target, WithLocalDisks: c.WithLocalDisks, TargetStorage: c.TargetStorage, BWLimit: c.BWLimit}
+		if c.Offline {
+			f := false
+			req.Online = &f
+		}
+		upid, err := s.Migrate(ctx, c.Cluster, c.Node, c.VMID, req)
+		if errors.Is(err, context.Canceled) {
+			return &cli.ExitError{Code: cli.ExitInterrupted,
+				Msg:  "interrupted before vmgate answered: the migration may have started",
+				Hint: fmt.Sprintf("look for it: vmgate task list --vmid %d", c.VMID)}
+		}
+		if err != nil {
+			return vmHint(err, c.vmRef, "migrate", c.Target)
+		}
+		if c.NoWatch {
+			fmt.Println(upid)
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "migrating VM %d to %s: %s\n", c.VMID, c.Target, upid)
+		return watch(ctx, s, upid, fmt.Sprintf("interrupted: the migration of VM %d goes on", c.VMID))
+	})
+}
+
+// vmHint adds to an API error about a VM the command that gets past it, in the
+// CLI's words.
+func vmHint(err error, v vmRef, op string, target ...string) error {
+	var ae *cli.APIError
+	if !errors.As(err, &ae) || ae.Status == http.StatusUnauthorized {
+		return err // the session explains it
+	}
+	e := cli.Explain(err, "")
+	switch ae.Reason {
+	case "shutdown_timeout":
+		e.Hint = "power it off: vmgate vm stop " + v.args() + " --force"
+	case "vm_paused":
+		if op != "start" {
+			e.Hint = "power it off: vmgate vm stop " + v.args() + " --force"
+		}
+	case "vm_locked", "in_progress":
+		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %d --vmid %d", v.Cluster, v.VMID)
+	case "migration_blocked":
+		if _, ok := ae.Body["localDisks"]; ok {
+			t := "TARGET"
+			if len(target) > 0 {
+				t = target[0]
+			}
+			e.Hint = "copy its local disks too: vmgate vm migrate " + v.args() + " --target " + t + " --with-local-disks"
+		}
+	case "not_found":
+		if node, ok := ae.Body["node"].(string); ok && node != "" && node != v.Node {
+			e.Hint = fmt.Sprintf("it is on %s: vmgate vm %s %d %s %d", node, op, v.Cluster, node, v.VMID)
+		}
+	}
+	return e
+}
+
+// ---- completion ----
+
+type completionCmd struct {
+	Shell string `arg:"" enum:"bash,zsh,fish" help:"bash, zsh or fish."`
+}
+
+func (c *completionCmd) Run(k *kongContext) error {
+	script, err := cli.Completion(c.Shell, k.Model)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	req := cli.MigrateRequest{Target: c.Target, WithLocalDisks: c.WithLocalDisks, TargetStorage: c.TargetStorage, BWLimit: c.BWLimit}
-	if c.Offline {
-		f := false
-		req.Online = &f
-	}
-	upid, err := cl.Migrate(ctx, c.Cluster, c.Node, c.VMID, req)
-	if err != nil {
-		return err
-	}
-	fmt.Println(upid)
-	if c.NoWatch {
-		return nil
-	}
-	return watch(ctx, cl, upid)
-}
-
-func watch(ctx context.Context, cl *cli.Client, upid string) error {
-	t, err := cl.Watch(ctx, upid, os.Stderr)
-	if err != nil {
-		return err
-	}
-	exit := ""
-	if t.ExitStatus != nil {
-		exit = *t.ExitStatus
-	}
-	fmt.Printf("%s: %s (%s)\n", t.Type, t.Result, exit)
-	if t.Result == "failed" {
-		return fmt.Errorf("task failed: %s", t.Error)
-	}
-	return nil
-}
-
-type taskCmd struct {
-	Show  taskShowCmd  `cmd:"" help:"Show a task."`
-	Watch taskWatchCmd `cmd:"" help:"Follow a task to its end."`
-	Log   taskLogCmd   `cmd:"" help:"Print a task's log."`
-}
-
-type taskShowCmd struct {
-	UPID    string `arg:"" name:"upid"`
-	Cluster int64  `help:"Cluster id, for a task vmgate did not start."`
-}
-
-func (c *taskShowCmd) Run() error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	t, err := cl.Task(ctx, c.UPID, c.Cluster, 0)
-	if err != nil {
-		return err
-	}
-	return printJSON(t)
-}
-
-type taskWatchCmd struct {
-	UPID string `arg:"" name:"upid"`
-}
-
-func (c *taskWatchCmd) Run() error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	return watch(ctx, cl, c.UPID)
-}
-
-type taskLogCmd struct {
-	UPID string `arg:"" name:"upid"`
-}
-
-func (c *taskLogCmd) Run() error {
-	cl, err := savedClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	var out struct {
-		Lines []struct {
-			N int    `json:"n"`
-			T string `json:"t"`
-		} `json:"lines"`
-	}
-	if _, err := cl.Do(ctx, http.MethodGet, cli.TaskPath(c.UPID)+"/log", url.Values{"limit": {strconv.Itoa(0)}}, nil, &out); err != nil {
-		return err
-	}
-	for _, l := range out.Lines {
-		fmt.Println(l.T)
-	}
-	return nil
+	_, err = io.WriteString(os.Stdout, script)
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +25,13 @@ type Client struct {
 	BaseURL string // e.g. http://127.0.0.1:8080
 	Token   string // bearer token; empty for login
 	HTTP    *http.Client
+	// UserAgent is sent with every request (the server shows it in the sessions'
+	// list); empty sends Go's default.
+	UserAgent string
+	// Renew, when set, is asked for a new token after an answer 401: a login's
+	// token that ran out is refreshed while its session lives (Session does). It
+	// returns the token to retry the request with once, or false.
+	Renew func(ctx context.Context) (string, bool)
 }
 
 // NewClient returns a client with sane timeouts.
@@ -32,6 +40,16 @@ func NewClient(baseURL, token string) *Client {
 		BaseURL: strings.TrimRight(baseURL, "/"),
 		Token:   token,
 		HTTP:    &http.Client{Timeout: 6 * time.Minute},
+	}
+}
+
+// authorize sets the request's bearer token and User-Agent.
+func (c *Client) authorize(req *http.Request) {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.UserAgent != "" {
+		req.Header.Set("User-Agent", c.UserAgent)
 	}
 }
 
@@ -87,25 +105,49 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	return c.DoWithHeaders(ctx, method, path, query, nil, in, out)
 }
 
-// DoWithHeaders is Do with extra request headers (Idempotency-Key).
+// DoWithHeaders is Do with extra request headers (Idempotency-Key). An answer 401
+// is retried once with the token Renew gives, when there is one.
 func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query url.Values, hdr http.Header, in, out any) (*Response, error) {
 	u := c.BaseURL + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return nil, err
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	for attempt := 0; ; attempt++ {
+		resp, err := c.send(ctx, method, u, hdr, body, in != nil, out)
+		var ae *APIError
+		if attempt == 0 && c.Renew != nil && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized &&
+			path != "/api/v1/user/refresh" {
+			if tok, ok := c.Renew(ctx); ok {
+				c.Token = tok
+				continue
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+// send makes one request and decodes its envelope.
+func (c *Client) send(ctx context.Context, method, u string, hdr http.Header, body []byte, hasBody bool, out any) (*Response, error) {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, err
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, vs := range hdr {
@@ -113,9 +155,7 @@ func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query u
 			req.Header.Add(k, v)
 		}
 	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
+	c.authorize(req)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return nil, err
@@ -134,7 +174,7 @@ func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query u
 		NextCursor *string         `json:"nextCursor"`
 	}
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return nil, fmt.Errorf("%s %s: %s: not a vmgate answer: %.200q", method, path, resp.Status, raw)
+		return nil, &NotVmgateError{Method: method, URL: req.URL.Redacted(), Status: resp.Status, Body: string(raw)}
 	}
 	if resp.StatusCode >= 400 {
 		all := map[string]any{}
@@ -143,7 +183,7 @@ func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query u
 	}
 	if out != nil && len(env.Data) > 0 {
 		if err := json.Unmarshal(env.Data, out); err != nil {
-			return nil, fmt.Errorf("%s %s: decode data: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: decode data: %w", method, req.URL.Path, err)
 		}
 	}
 	answer := &Response{Status: resp.StatusCode, Message: env.Message, Data: env.Data, Header: resp.Header, AsOf: env.AsOf}
@@ -151,6 +191,16 @@ func (c *Client) DoWithHeaders(ctx context.Context, method, path string, query u
 		answer.NextCursor = *env.NextCursor
 	}
 	return answer, nil
+}
+
+// NotVmgateError is an answer that is not vmgate's envelope: another service at
+// that address, or a proxy's error page.
+type NotVmgateError struct {
+	Method, URL, Status, Body string
+}
+
+func (e *NotVmgateError) Error() string {
+	return fmt.Sprintf("%s %s: %s: not a vmgate answer: %.200q", e.Method, e.URL, e.Status, e.Body)
 }
 
 // TokenInfo is the data of login and refresh.
@@ -195,59 +245,6 @@ func VMPath(clusterID int64, node string, vmid int64) string {
 	return "/api/v1/pve/vm/" + strconv.FormatInt(clusterID, 10) + "/" + url.PathEscape(node) + "/" + strconv.FormatInt(vmid, 10)
 }
 
-// VM is one VM of a cluster's list.
-type VM struct {
-	VMID    int64    `json:"vmid"`
-	Name    string   `json:"name"`
-	Node    string   `json:"node"`
-	Status  string   `json:"status"`
-	Lock    string   `json:"lock"`
-	Tags    []string `json:"tags"`
-	HAState string   `json:"haState"`
-	MaxMem  int64    `json:"maxMem"`
-	MaxCPU  float64  `json:"maxCpu"`
-}
-
-// VMFilter selects a cluster's VMs (every field optional); PageSize > 0 reads
-// the list in pages of that many.
-type VMFilter struct {
-	Node, Status, Tag, Q string
-	PageSize             int
-}
-
-// VMs lists a cluster's VMs that pass f, following the pages to the end. It
-// returns when the oldest page was read (asOf).
-func (c *Client) VMs(ctx context.Context, clusterID int64, f VMFilter) ([]VM, time.Time, error) {
-	q := url.Values{}
-	for k, v := range map[string]string{"node": f.Node, "status": f.Status, "tag": f.Tag, "q": f.Q} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if f.PageSize > 0 {
-		q.Set("limit", strconv.Itoa(f.PageSize))
-	}
-	var (
-		all  []VM
-		asOf time.Time
-	)
-	path := "/api/v1/pve/clusters/" + strconv.FormatInt(clusterID, 10) + "/vms"
-	for {
-		var page []VM
-		resp, err := c.Do(ctx, http.MethodGet, path, q, nil, &page)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		all = append(all, page...)
-		if resp.AsOf != nil && (asOf.IsZero() || resp.AsOf.Before(asOf)) {
-			asOf = *resp.AsOf
-		}
-		if resp.NextCursor == "" {
-			return all, asOf, nil
-		}
-		q.Set("cursor", resp.NextCursor)
-	}
-}
 
 // TaskPath is the API path of a task.
 func TaskPath(upid string) string { return "/api/v1/pve/task/" + url.PathEscape(upid) }
@@ -334,4 +331,35 @@ func (c *Client) Migrate(ctx context.Context, clusterID int64, node string, vmid
 	}
 	_, err := c.Do(ctx, http.MethodPost, VMPath(clusterID, node, vmid)+"/migrate", nil, m, &out)
 	return out.TaskID, err
+}
+
+// LogLine is one line of a task's log.
+type LogLine struct {
+	N int    `json:"n"`
+	T string `json:"t"`
+}
+
+// TaskLog reads a task's whole log, in pages of 5000 lines (the API's most).
+// clusterID names the cluster of a task vmgate did not start (0 otherwise).
+func (c *Client) TaskLog(ctx context.Context, upid string, clusterID int64) ([]LogLine, error) {
+	const page = 5000
+	var all []LogLine
+	for start := 0; ; {
+		q := url.Values{"start": {strconv.Itoa(start)}, "limit": {strconv.Itoa(page)}}
+		if clusterID > 0 {
+			q.Set("clusterId", strconv.FormatInt(clusterID, 10))
+		}
+		var out struct {
+			Lines []LogLine `json:"lines"`
+			Total int       `json:"total"`
+		}
+		if _, err := c.Do(ctx, http.MethodGet, TaskPath(upid)+"/log", q, nil, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.Lines...)
+		start += len(out.Lines)
+		if len(out.Lines) == 0 || start >= out.Total {
+			return all, nil
+		}
+	}
 }

@@ -1,79 +1,194 @@
 package cli
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"net/http"
+	"time"
 )
 
-// Saved is what `vmgate login` keeps between commands: the server, the token and
-// the CA file the server's certificate is checked against, if not the system's.
-type Saved struct {
-	Server string `json:"server"`
-	Token  string `json:"token"`
-	CAFile string `json:"caFile,omitempty"`
+// Options are the flags every client command takes.
+type Options struct {
+	Server string // --server / $VMGATE_SERVER; "" is the last login's server
+	Token  string // --token / $VMGATE_TOKEN: an API token instead of the saved login
+	CAFile string // --ca-file / $VMGATE_CA_FILE; "" is the saved login's
+	// UserAgent names the client to the server.
+	UserAgent string
 }
 
-// SessionFile returns where the CLI keeps its token: $VMGATE_SESSION_FILE or
-// $XDG_CONFIG_HOME/vmgate/session.json (~/.config/vmgate/session.json).
-func SessionFile() (string, error) {
-	if p := os.Getenv("VMGATE_SESSION_FILE"); p != "" {
-		return p, nil
-	}
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "vmgate", "session.json"), nil
+// Session is a client of one server with the credential the options and the
+// config file give it. A saved login's token is refreshed before it runs out and,
+// after an answer 401, once more while its session lives; the new token is saved.
+type Session struct {
+	*Client
+	Server string
+	// FromFlag is true when the token came from --token or $VMGATE_TOKEN: nothing is
+	// refreshed or saved then.
+	FromFlag bool
+	login    Login
+	now      func() time.Time
 }
 
-// LoadSaved reads the saved session; a missing file is "not logged in".
-func LoadSaved() (Saved, error) {
-	p, err := SessionFile()
+// refreshBefore is how long before its end a saved token is refreshed: a command
+// started just before the end would otherwise fail halfway.
+const refreshBefore = 5 * time.Minute
+
+// ResolveServer is the server the options name: --server, else the last login's,
+// else DefaultServer, normalized.
+func ResolveServer(o Options, cfg Config) (string, error) {
+	server := o.Server
+	if server == "" {
+		server = cfg.Current
+	}
+	if server == "" {
+		server = DefaultServer
+	}
+	return NormalizeServer(server)
+}
+
+// Connect builds the session of a command that needs a credential: exit 3 when
+// there is none for the server.
+func Connect(ctx context.Context, o Options) (*Session, error) {
+	s, err := Open(o)
 	if err != nil {
-		return Saved{}, err
+		return nil, err
 	}
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return Saved{}, errors.New("not logged in: run `vmgate login` first")
+	if s.Token == "" {
+		return nil, &ExitError{Code: ExitAuth, Msg: "not logged in to " + s.Server,
+			Hint: "log in: vmgate login --server " + s.Server + " (or give an API token with --token)"}
 	}
-	if err != nil {
-		return Saved{}, err
-	}
-	var s Saved
-	if err := json.Unmarshal(b, &s); err != nil {
-		return Saved{}, fmt.Errorf("%s: %w", p, err)
+	if err := s.refreshIfDue(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// Save writes the session with mode 0600: the token is a credential.
-func Save(s Saved) error {
-	p, err := SessionFile()
+// Open builds the session without requiring a credential (login uses it).
+func Open(o Options) (*Session, error) {
+	cfg, err := LoadConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
+	server, err := ResolveServer(o, cfg)
+	if err != nil {
+		return nil, err
 	}
-	b, _ := json.MarshalIndent(s, "", "  ")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
+	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now}
+	token := s.login.Token
+	if o.Token != "" {
+		token, s.FromFlag = o.Token, true
 	}
-	return os.Rename(tmp, p)
+	ca := o.CAFile
+	if ca == "" {
+		ca = s.login.CAFile
+	}
+	s.Client = NewClient(server, token)
+	s.Client.UserAgent = o.UserAgent
+	if err := s.Client.TrustCAFile(ca); err != nil {
+		return nil, UsageErrorf("%v", err)
+	}
+	s.login.CAFile = ca
+	if !s.FromFlag && !s.login.APIToken() {
+		s.Client.Renew = s.renew
+	}
+	return s, nil
 }
 
-// Forget removes the saved session.
-func Forget() error {
-	p, err := SessionFile()
-	if err != nil {
-		return err
+// CAFile is the CA file the session trusts ("" for the system's).
+func (s *Session) CAFile() string { return s.login.CAFile }
+
+// refreshIfDue refreshes a saved login's token that ends within refreshBefore.
+func (s *Session) refreshIfDue(ctx context.Context) error {
+	if s.FromFlag || s.login.APIToken() || s.login.ExpiresAt.IsZero() {
+		return nil
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	left := s.login.ExpiresAt.Sub(s.now())
+	if left > refreshBefore || left <= 0 {
+		return nil // fresh enough, or over: the server will say 401
+	}
+	tok, ok := s.renew(ctx)
+	if ok {
+		s.Token = tok
 	}
 	return nil
+}
+
+// renew refreshes the saved login under the config's lock and saves the new
+// token. If another command refreshed it meanwhile, its token is taken instead:
+// refreshing the old one again would look like a stolen token to vmgate.
+func (s *Session) renew(ctx context.Context) (string, bool) {
+	if s.login.ExpiresAt.IsZero() || !s.now().Before(s.login.ExpiresAt) {
+		return "", false // a token past its end cannot be refreshed: log in again
+	}
+	var fresh string
+	err := UpdateConfig(func(c *Config) error {
+		cur := c.Servers[s.Server]
+		if cur.Token != "" && cur.Token != s.Token {
+			fresh, s.login = cur.Token, cur
+			return errUnchanged
+		}
+		probe := NewClient(s.BaseURL, s.Token)
+		probe.HTTP, probe.UserAgent = s.HTTP, s.UserAgent
+		t, err := probe.Refresh(ctx)
+		if err != nil {
+			return err
+		}
+		cur.Token, cur.ExpiresAt = t.Token, t.ExpiresAt
+		c.Servers[s.Server] = cur
+		fresh, s.login = t.Token, cur
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return "", false
+	}
+	return fresh, fresh != ""
+}
+
+// errUnchanged makes UpdateConfig leave the file as it is.
+var errUnchanged = errors.New("unchanged")
+
+// Explain is the package's Explain with this session's words for a refused
+// credential.
+func (s *Session) Explain(err error) *ExitError {
+	e := Explain(err, s.Server)
+	var ae *APIError
+	if e != nil && e.Code == ExitAuth && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		switch {
+		case s.FromFlag || s.login.APIToken():
+			e.Msg = "the API token was refused by " + s.Server + ": it is revoked, expired or mistyped, or its owner is disabled"
+			e.Hint = "make a new one (vmgate token create) or check --token / $VMGATE_TOKEN"
+		case !s.login.ExpiresAt.IsZero() && !s.now().Before(s.login.ExpiresAt):
+			e.Msg = fmt.Sprintf("your login to %s expired at %s", s.Server, s.login.ExpiresAt.Local().Format("2006-01-02 15:04"))
+			e.Hint = "log in again: vmgate login --server " + s.Server
+		default:
+			e.Msg = "your session on " + s.Server + " has ended (logged out, ended elsewhere, or the password changed)"
+			e.Hint = "log in again: vmgate login --server " + s.Server
+		}
+	}
+	return e
+}
+
+// SaveLogin keeps login as the one for server and makes server the default.
+func SaveLogin(server string, login Login) error {
+	return UpdateConfig(func(c *Config) error {
+		c.Servers[server] = login
+		c.Current = server
+		return nil
+	})
+}
+
+// ForgetLogin removes the login of server; the default moves to another saved
+// server, if any.
+func ForgetLogin(server string) error {
+	return UpdateConfig(func(c *Config) error {
+		delete(c.Servers, server)
+		if c.Current == server {
+			c.Current = ""
+			if names := c.ServerNames(); len(names) > 0 {
+				c.Current = names[0]
+			}
+		}
+		return nil
+	})
 }

@@ -4,114 +4,329 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 )
 
-// Watch follows a task until it ends, drawing a progress bar for migrations and a
-// line per state change otherwise. It reads the task's event stream, so the bar
-// moves as soon as vmgate sees PVE's log move; if the stream breaks it falls back
-// to long-polling the task query.
-func (c *Client) Watch(ctx context.Context, upid string, out io.Writer) (Task, error) {
-	var bar *progressbar.ProgressBar
-	last := ""
-	show := func(t Task) {
-		if t.Progress != nil {
-			if bar == nil {
-				bar = progressbar.NewOptions(1000,
-					progressbar.OptionSetWriter(out),
-					progressbar.OptionSetDescription(fmt.Sprintf("%s VM %d → %s", t.Type, t.VMID, t.Target)),
-					progressbar.OptionSetWidth(30),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish(),
-				)
-			}
-			bar.Describe(fmt.Sprintf("%s VM %d → %s [%s] %s/s", t.Type, t.VMID, t.Target, t.Progress.Phase, HumanBytes(t.Progress.BytesPerSecond)))
-			bar.Set(int(t.Progress.Percent * 10))
-		} else if line := t.Status + " " + t.Result; line != last {
-			fmt.Fprintf(out, "%s: %s\n", upid, line)
-			last = line
-		}
-		if t.Status == "stopped" && bar != nil {
-			bar.Finish()
-		}
+// WatchOptions tune Watch. The zero value prints plain lines to nowhere.
+type WatchOptions struct {
+	// Progress receives the progress: a bar on a terminal (Terminal), otherwise a
+	// line per state and per tenth of a migration.
+	Progress io.Writer
+	Terminal bool
+	// GiveUp bounds how long Watch keeps reconnecting to a vmgate that went away
+	// (default 5 min); the task goes on in any case.
+	GiveUp time.Duration
+	// MaxBackoff caps the wait between reconnections (default 5 s).
+	MaxBackoff time.Duration
+}
+
+// Reconnect notices, as a person reads them.
+const (
+	NoticeRestarted   = "vmgate restarted, reconnecting…"
+	NoticeUnreachable = "lost the connection to vmgate, reconnecting…"
+	NoticeReconnected = "reconnected"
+)
+
+// Watch follows a task to its end through its event stream and returns the last
+// snapshot. When the stream drops before the end — vmgate shut down (its `event:
+// shutdown` says when to come back), restarted, or the connection broke — it says
+// so on Progress and reconnects with backoff until GiveUp, and the drawing goes on
+// where it was: the task runs on in PVE and vmgate whatever happens to the stream.
+// Errors are vmgate's answers (401, 404) or the context's end.
+func (c *Client) Watch(ctx context.Context, upid string, o WatchOptions) (Task, error) {
+	if o.Progress == nil {
+		o.Progress = io.Discard
 	}
-	if t, err := c.streamTask(ctx, upid, show); err == nil && t.Status == "stopped" {
-		return t, nil
+	if o.GiveUp <= 0 {
+		o.GiveUp = 5 * time.Minute
 	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	view := newProgressView(o.Progress, o.Terminal, upid)
+	var (
+		last      Task
+		lostSince time.Time // zero while connected
+		backoff   = 250 * time.Millisecond
+	)
 	for {
-		t, err := c.Task(ctx, upid, 0, 2)
-		if err != nil {
-			return t, err
+		_, end, err := c.streamOnce(ctx, upid, func(t Task) {
+			if !lostSince.IsZero() {
+				view.notice(NoticeReconnected)
+				lostSince, backoff = time.Time{}, 250*time.Millisecond
+			}
+			last = t
+			view.show(t)
+		})
+		if end.ended || last.Status == "stopped" {
+			view.finish()
+			return last, nil
 		}
-		show(t)
-		if t.Status == "stopped" {
-			return t, nil
+		if ctx.Err() != nil {
+			view.finish()
+			return last, ctx.Err()
 		}
-		if err := ctx.Err(); err != nil {
-			return t, err
+		var ae *APIError
+		if errors.As(err, &ae) && !retryable(ae.Status) {
+			view.finish()
+			return last, err
 		}
+		wait := backoff
+		if lostSince.IsZero() {
+			lostSince = time.Now()
+			if end.shutdown {
+				view.notice(NoticeRestarted)
+			} else {
+				view.notice(NoticeUnreachable)
+			}
+		}
+		if end.shutdown && end.retry > 0 {
+			wait = end.retry
+		}
+		if time.Since(lostSince) > o.GiveUp {
+			view.finish()
+			return last, &ExitError{Code: ExitUnavailable, Err: err,
+				Msg:  fmt.Sprintf("vmgate did not come back within %s; the task goes on", HumanDuration(o.GiveUp)),
+				Hint: "follow it later with: vmgate task watch " + upid}
+		}
+		select {
+		case <-ctx.Done():
+			view.finish()
+			return last, ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, o.MaxBackoff)
 	}
 }
 
-// streamTask reads GET /pve/task/{upid}/events until its "end" event and returns
-// the last snapshot.
-func (c *Client) streamTask(ctx context.Context, upid string, each func(Task)) (Task, error) {
-	var last Task
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+TaskPath(upid)+"/events", nil)
+// retryable reports whether an answer of vmgate while (re)opening a stream means
+// "not now" rather than "never": the store or PVE unavailable, a proxy's 502.
+func retryable(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable ||
+		status == http.StatusGatewayTimeout || status == http.StatusTooManyRequests
+}
+
+// streamEnd says how a stream ended.
+type streamEnd struct {
+	ended    bool          // event: end, the task is over
+	shutdown bool          // event: shutdown, vmgate is going away
+	retry    time.Duration // when to come back (the shutdown's retryMs, or the SSE retry field)
+}
+
+// streamOnce reads GET /pve/task/{upid}/events until it ends, calling each with
+// every snapshot; it returns the last one.
+func (c *Client) streamOnce(ctx context.Context, upid string, each func(Task)) (Task, streamEnd, error) {
+	var (
+		last Task
+		end  streamEnd
+	)
+	resp, err := c.openStream(ctx, upid)
 	if err != nil {
-		return last, err
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	stream := *c.HTTP
-	stream.Timeout = 0 // the stream lasts as long as the task
-	resp, err := stream.Do(req)
-	if err != nil {
-		return last, err
+		return last, end, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return last, fmt.Errorf("task events: %s", resp.Status)
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	event := ""
+	event, data := "", ""
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: ") && event == "task":
-			var t Task
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &t); err != nil {
-				return last, fmt.Errorf("task events: %w", err)
+		case strings.HasPrefix(line, ":"): // a comment: keep-alive
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			data += strings.TrimSpace(strings.TrimPrefix(line, "data:"))
+		case strings.HasPrefix(line, "retry:"):
+			if ms, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "retry:"))); err == nil && ms >= 0 {
+				end.retry = time.Duration(ms) * time.Millisecond
 			}
-			last = t
-			each(t)
-		case event == "end" && line == "":
-			return last, nil
+		case line == "":
+			switch event {
+			case "task":
+				var t Task
+				if err := json.Unmarshal([]byte(data), &t); err != nil {
+					return last, end, fmt.Errorf("task events: %w", err)
+				}
+				last = t
+				each(t)
+			case "end":
+				end.ended = true
+				return last, end, nil
+			case "shutdown":
+				end.shutdown = true
+				var s struct {
+					RetryMs int64 `json:"retryMs"`
+				}
+				if json.Unmarshal([]byte(data), &s) == nil && s.RetryMs > 0 {
+					end.retry = time.Duration(s.RetryMs) * time.Millisecond
+				}
+				return last, end, io.ErrUnexpectedEOF
+			}
+			event, data = "", ""
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return last, err
+		return last, end, err
 	}
-	return last, nil
+	return last, end, io.ErrUnexpectedEOF // the stream ended without its end
 }
 
-// HumanBytes renders n with 1024-based units, one decimal, as PVE does.
-func HumanBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	v := float64(n)
-	i := 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
+// openStream opens the event stream, retrying once with a renewed token after an
+// answer 401; an answer other than 200 comes back as *APIError.
+func (c *Client) openStream(ctx context.Context, upid string) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+TaskPath(upid)+"/events", nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		c.authorize(req)
+		stream := *c.HTTP
+		stream.Timeout = 0 // the stream lasts as long as the task
+		resp, err := stream.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode == http.StatusOK {
+			return resp, nil
+		}
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		ae := &APIError{Status: resp.StatusCode, Header: resp.Header, Body: map[string]any{}}
+		json.Unmarshal(raw, &ae.Body)
+		ae.Reason, _ = ae.Body["reason"].(string)
+		ae.Message, _ = ae.Body["message"].(string)
+		if attempt == 0 && resp.StatusCode == http.StatusUnauthorized && c.Renew != nil {
+			if tok, ok := c.Renew(ctx); ok {
+				c.Token = tok
+				continue
+			}
+		}
+		return nil, ae
 	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
+}
+
+// progressView draws a task as it goes: a bar for a migration on a terminal, a
+// line per state change (and per tenth of a migration) otherwise.
+type progressView struct {
+	out      io.Writer
+	terminal bool
+	upid     string
+	bar      *progressbar.ProgressBar
+	lastLine string
+	lastStep int // the last tenth printed, for plain output
+}
+
+func newProgressView(out io.Writer, terminal bool, upid string) *progressView {
+	return &progressView{out: out, terminal: terminal, upid: upid, lastStep: -1}
+}
+
+func (v *progressView) show(t Task) {
+	if t.Progress != nil && v.terminal {
+		if v.bar == nil {
+			v.bar = progressbar.NewOptions(1000,
+				progressbar.OptionSetWriter(v.out),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+		v.bar.Describe(fmt.Sprintf("VM %d → %s [%s] %s/s", t.VMID, t.Target, t.Progress.Phase,
+			HumanBytes(t.Progress.BytesPerSecond)))
+		v.bar.Set(int(t.Progress.Percent * 10))
+		return
+	}
+	if t.Progress != nil {
+		step := int(t.Progress.Percent / 10)
+		if step != v.lastStep {
+			v.lastStep = step
+			fmt.Fprintf(v.out, "VM %d → %s: %3.0f%% %s, %s of %s at %s/s\n", t.VMID, t.Target, t.Progress.Percent,
+				t.Progress.Phase, HumanBytes(t.Progress.TransferredBytes), HumanBytes(t.Progress.TotalBytes),
+				HumanBytes(t.Progress.BytesPerSecond))
+		}
+		return
+	}
+	if line := t.Status + " " + t.Result; line != v.lastLine {
+		fmt.Fprintf(v.out, "%s %s: %s\n", t.Type, describeVM(t), line)
+		v.lastLine = line
+	}
+}
+
+// notice prints a line of its own, under the bar's line when there is one.
+func (v *progressView) notice(msg string) {
+	if v.bar != nil {
+		v.bar.Clear()
+	}
+	fmt.Fprintln(v.out, msg)
+}
+
+func (v *progressView) finish() {
+	if v.bar != nil {
+		v.bar.Finish()
+		v.bar = nil
+	}
+}
+
+func describeVM(t Task) string {
+	if t.VMID == 0 {
+		return t.TaskID
+	}
+	return "VM " + strconv.FormatInt(t.VMID, 10)
+}
+
+// Summary is the last line of a finished task: for a migration, its target, how
+// long it took and its average rate; for others, the result and how long.
+func Summary(t Task) string {
+	took := ""
+	if t.StartTime != nil && t.EndTime != nil {
+		took = HumanDuration(t.EndTime.Sub(*t.StartTime))
+	}
+	exit := ""
+	if t.ExitStatus != nil && *t.ExitStatus != "OK" {
+		exit = " (" + *t.ExitStatus + ")"
+	}
+	if t.Result == "failed" {
+		why := t.Error
+		if why == "" && t.ExitStatus != nil {
+			why = *t.ExitStatus
+		}
+		what := t.Type
+		if t.Type == "qmigrate" {
+			what = "migration to " + t.Target
+		}
+		if took != "" {
+			return fmt.Sprintf("%s: %s failed after %s: %s", describeVM(t), what, took, why)
+		}
+		return fmt.Sprintf("%s: %s failed: %s", describeVM(t), what, why)
+	}
+	if t.Type == "qmigrate" && t.Target != "" {
+		line := fmt.Sprintf("VM %d migrated to %s", t.VMID, t.Target)
+		if took != "" {
+			line += " in " + took
+			if t.Progress != nil && t.EndTime.Sub(*t.StartTime) > 0 {
+				moved := t.Progress.TransferredBytes
+				if moved <= 0 {
+					moved = t.Progress.TotalBytes
+				}
+				if moved > 0 {
+					rate := float64(moved) / t.EndTime.Sub(*t.StartTime).Seconds()
+					line += fmt.Sprintf(" (avg %s/s)", HumanBytes(int64(rate)))
+				}
+			}
+		}
+		return line + exit
+	}
+	line := fmt.Sprintf("%s %s: %s", t.Type, describeVM(t), t.Result)
+	if took != "" {
+		line += " in " + took
+	}
+	return line + exit
 }

@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes buffer safe to read while Watch writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func taskEvent(percent float64, status string) string {
+	t := map[string]any{"taskId": "UPID:x", "type": "qmigrate", "vmid": 100, "target": "pve2", "status": status,
+		"result": map[string]string{"running": "running", "stopped": "ok"}[status],
+		"progress": map[string]any{"percent": percent, "transferredBytes": int64(percent * 1e6), "totalBytes": int64(100e6),
+			"bytesPerSecond": 1e6, "phase": "memory"}}
+	b, _ := json.Marshal(t)
+	return "event: task\ndata: " + string(b) + "\n\n"
+}
+
+// TestWatchReconnectsAfterAShutdown: a stream that vmgate ends with `event:
+// shutdown` is opened again after its retry, with a notice, and the drawing goes
+// on to the task's end.
+func TestWatchReconnectsAfterAShutdown(t *testing.T) {
+	var conns atomic.Int32
+	srv := newSSEServer(t, func(w http.ResponseWriter, n int32) {
+		switch n {
+		case 1:
+			fmt.Fprint(w, taskEvent(10, "running"))
+			fmt.Fprint(w, "event: shutdown\nretry: 20\ndata: {\"reason\":\"shutdown\",\"retryMs\":20}\n\n")
+		default:
+			fmt.Fprint(w, ": ping\n\n")
+			fmt.Fprint(w, taskEvent(60, "running"))
+			fmt.Fprint(w, taskEvent(100, "stopped"))
+			fmt.Fprint(w, "event: end\ndata: {}\n\n")
+		}
+	}, &conns)
+	var out syncBuffer
+	c := NewClient(srv, "tok")
+	task, err := c.Watch(context.Background(), "UPID:x", WatchOptions{Progress: &out})
+	if err != nil || task.Status != "stopped" || conns.Load() != 2 {
+		t.Fatalf("watch: %+v %v after %d connections", task, err, conns.Load())
+	}
+	got := out.String()
+	for _, want := range []string{"10%", NoticeRestarted, NoticeReconnected, " 60%", "100%"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("progress lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestWatchReconnectsWhileNothingListens: a stream that breaks off, and a server
+// that refuses connections for a while, are retried with backoff without a raw
+// error, until the server is back.
+func TestWatchReconnectsWhileNothingListens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	first := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, taskEvent(30, "running"))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection breaks off: no end
+	})}
+	go first.Serve(ln)
+
+	var out syncBuffer
+	done := make(chan error, 1)
+	var task Task
+	go func() {
+		var err error
+		task, err = NewClient("http://"+addr, "tok").Watch(context.Background(), "UPID:x",
+			WatchOptions{Progress: &out, MaxBackoff: 20 * time.Millisecond})
+		done <- err
+	}()
+	waitFor(t, &out, NoticeUnreachable)
+	first.Close()
+	// Refused for a while: the watcher keeps trying (its backoff is short), quietly.
+	var conns atomic.Int32
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ln2, err := net.Listen("tcp", addr)
+		if err == nil {
+			second := &http.Server{Handler: sseHandler(func(w http.ResponseWriter, n int32) {
+				fmt.Fprint(w, taskEvent(100, "stopped"))
+				fmt.Fprint(w, "event: end\ndata: {}\n\n")
+			}, &conns)}
+			go second.Serve(ln2)
+			t.Cleanup(func() { second.Close() })
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cannot listen on %s again: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := <-done; err != nil || task.Status != "stopped" {
+		t.Fatalf("watch: %+v %v", task, err)
+	}
+	if got := out.String(); strings.Contains(got, "dial tcp") || strings.Contains(got, "refused") ||
+		!strings.Contains(got, NoticeReconnected) {
+		t.Fatalf("progress:\n%s", got)
+	}
+}
+
+// TestWatchStopsOnARefusal: 404 and 401 are answers, not outages.
+func TestWatchStopsOnARefusal(t *testing.T) {
+	var conns atomic.Int32
+	srv := newSSEServer(t, nil, &conns)
+	_, err := NewClient(srv, "tok").Watch(context.Background(), "UPID:missing", WatchOptions{})
+	if Explain(err, "").Code != ExitNotFound || conns.Load() != 1 {
+		t.Fatalf("watch of a missing task: %v after %d connections", err, conns.Load())
+	}
+}
+
+// TestSummary: a migration's last line names the target, the duration and the
+// average rate.
+func TestSummary(t *testing.T) {
+	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	end := start.Add(20 * time.Second)
+	ok := "OK"
+	got := Summary(Task{Type: "qmigrate", VMID: 100, Target: "pve2", Result: "ok", ExitStatus: &ok, StartTime: &start,
+		EndTime: &end, Progress: &Progress{TransferredBytes: 4 << 30, TotalBytes: 4 << 30, Percent: 100}})
+	if got != "VM 100 migrated to pve2 in 20.0s (avg 204.8 MiB/s)" {
+		t.Errorf("migration: %q", got)
+	}
+	aborted := "migration aborted"
+	got = Summary(Task{Type: "qmigrate", VMID: 100, Target: "pve2", Result: "failed", ExitStatus: &aborted,
+		Error: "target storage full", StartTime: &start, EndTime: &end})
+	if got != "VM 100: migration to pve2 failed after 20.0s: target storage full" {
+		t.Errorf("failed migration: %q", got)
+	}
+}
+
+func waitFor(t *testing.T, out *syncBuffer, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), s); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in:\n%s", s, out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sseHandler serves the task's event stream with body (nil: 404), numbering the
+// connections.
+func sseHandler(body func(http.ResponseWriter, int32), conns *atomic.Int32) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n := conns.Add(1)
+		if body == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(404)
+			fmt.Fprint(w, `{"code":404,"message":"task not found","reason":"not_found"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		body(w, n)
+	}
+}
+
+func newSSEServer(t *testing.T, body func(http.ResponseWriter, int32), conns *atomic.Int32) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: sseHandler(body, conns)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
