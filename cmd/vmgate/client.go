@@ -47,7 +47,7 @@ type clientCmds struct {
 type conn struct {
 	Server string `env:"VMGATE_SERVER" placeholder:"URL" help:"vmgate's base URL (default: the server of your last login, else ${default_server})."`
 	Token  string `env:"VMGATE_TOKEN" placeholder:"vmg_…" help:"An API token to use instead of the saved login (for scripts)."`
-	CAFile string `name:"ca-file" env:"VMGATE_CA_FILE" type:"existingfile" placeholder:"PEM" help:"CA (or self-signed certificate) to check an https:// server against, instead of the system's; kept with the login."`
+	CAFile string `name:"ca-file" env:"VMGATE_CA_FILE" placeholder:"PEM" help:"CA (or self-signed certificate) to check an https:// server against, instead of the system's; kept with the login."`
 }
 
 func (c conn) options() cli.Options {
@@ -234,8 +234,8 @@ func (c *meCmd) Run() error {
 			if err := json.Unmarshal(raw, &me); err != nil {
 				return cli.TableOf{}, err
 			}
-			t := cli.TableOf{Header: []string{"ID", "EMAIL", "NICKNAME", "ROLE", "GRANTS", "SERVER"}}
-			t.Add(strconv.FormatInt(me.ID, 10), me.Email, me.Nickname, me.Role, cli.GrantsText(&me.Grants), s.Server)
+			t := cli.TableOf{Header: []string{"ID", "EMAIL", "ROLE", "GRANTS", "SERVER", "NICKNAME"}}
+			t.Add(strconv.FormatInt(me.ID, 10), me.Email, me.Role, cli.GrantsText(&me.Grants), s.Server, me.Nickname)
 			return t, nil
 		})
 	})

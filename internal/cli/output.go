@@ -61,8 +61,9 @@ type TableOf struct {
 func (t *TableOf) Add(cells ...string) { t.Rows = append(t.Rows, cells) }
 
 // Write prints the table with columns aligned by two spaces; an empty cell prints
-// as "-" so that columns stay countable for awk. An empty table prints its header
-// and nothing else.
+// as "-" so that columns stay countable for awk (the tables keep spaces out of
+// their cells, but for the free text of a last column). An empty table prints
+// its header and nothing else.
 func (t TableOf) Write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(t.Header, "\t"))
@@ -108,22 +109,26 @@ func HumanDuration(d time.Duration) string {
 	return fmt.Sprintf("%.1fs", d.Seconds())
 }
 
-// Since renders a time as an age: "3m ago", "-" for none.
+// Since renders a time as an age, "3m05s", "" for none.
 func Since(t time.Time, now time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
 	d := now.Sub(t).Round(time.Second)
 	if d < 0 {
-		return "in " + HumanDuration(-d)
+		d = 0
 	}
-	return HumanDuration(d) + " ago"
+	return HumanDuration(d)
 }
 
-// Stamp renders a time in local time, to the second.
+// Stamp renders a time in local time, to the second, without a space, so that a
+// table's columns stay one field each for awk and cut.
 func Stamp(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	return t.Local().Format("2006-01-02T15:04:05")
 }
+
+// Size renders n like HumanBytes without the space, for a table's cell.
+func Size(n int64) string { return strings.Replace(HumanBytes(n), " ", "", 1) }

@@ -68,18 +68,17 @@ func TestTablesOfTheReads(t *testing.T) {
 		{"clusters", ClustersTable([]ClusterView{{ID: 1, Name: "lab", Role: "operator", Status: "online"}}),
 			"ID NAME ROLE STATUS", "1 lab operator online"},
 		{"vms", VMsTable([]VM{{VMID: 100, Name: "web1", Node: "pve1", Status: "running", Tags: []string{"a", "b"}, MaxCPU: 2, MaxMem: 4 << 30}}),
-			"VMID NAME NODE STATUS LOCK HA CPUS MEM TAGS", "100 web1 pve1 running - - 2 4.0 GiB a,b"},
+			"VMID NAME NODE STATUS LOCK HA CPUS MEM TAGS", "100 web1 pve1 running - - 2 4.0GiB a,b"},
 		{"nodes", NodesTable([]Node{{Node: "pve1", Status: "online", CPU: 0.25, MaxCPU: 16, Mem: 1 << 30, MaxMem: 4 << 30, Uptime: 3600}}),
-			"NODE STATUS CPU MEM UPTIME", "pve1 online 25% of 16 1.0 GiB / 4.0 GiB 1h00m"},
+			"NODE STATUS CPU MEM UPTIME", "pve1 online 25%/16 1.0GiB/4.0GiB 1h00m"},
 		{"users", UsersTable([]User{{ID: 2, Email: "op@example.com", Nickname: "Op", Role: "user"}}),
-			"ID EMAIL NICKNAME ROLE DISABLED CREATED", "2 op@example.com Op user false -"},
+			"ID EMAIL ROLE DISABLED CREATED NICKNAME", "2 op@example.com user false - Op"},
 		{"tokens", TokensTable([]APIToken{{ID: "abc", Name: "ci", ExpiresAt: now.Add(time.Hour), LastUsedAt: &used, LastUsedFrom: &from,
 			Grants: &[]Grant{{ClusterID: 1, Role: "viewer"}}}}, now),
-			"ID NAME EXPIRES LAST USED FROM GRANTS", "abc ci " + strings.Join(strings.Fields(Stamp(now.Add(time.Hour))), " ") + " 3m00s ago 192.0.2.7 1:viewer"},
+			"ID NAME EXPIRES LAST-USED FROM GRANTS", "abc ci " + Stamp(now.Add(time.Hour)) + " 3m00s-ago 192.0.2.7 1:viewer"},
 		{"audit", AuditTable([]AuditRecord{{ID: 9, At: now, UserEmail: "op@example.com", SessionID: "token:abc", Action: "vm.start",
 			ClusterID: 1, VMID: 101, Result: "ok", Count: 1}}),
-			"ID AT ACTOR ACTION TARGET RESULT REASON ADDRESS", "9 " + strings.Join(strings.Fields(Stamp(now)), " ") +
-				" op@example.com (token:abc) vm.start cluster 1 VM 101 ok - -"},
+			"ID AT ACTOR VIA ACTION TARGET RESULT ADDRESS REASON", "9 " + Stamp(now) + " op@example.com token:abc vm.start vm:1/101 ok - -"},
 	}
 	for _, c := range cases {
 		var b bytes.Buffer

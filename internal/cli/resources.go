@@ -243,8 +243,8 @@ func ClusterTable(c Cluster) TableOf {
 func NodesTable(list []Node) TableOf {
 	t := TableOf{Header: []string{"NODE", "STATUS", "CPU", "MEM", "UPTIME"}}
 	for _, n := range list {
-		t.Add(n.Node, n.Status, fmt.Sprintf("%.0f%% of %d", n.CPU*100, n.MaxCPU),
-			HumanBytes(n.Mem)+" / "+HumanBytes(n.MaxMem), HumanDuration(time.Duration(n.Uptime)*time.Second))
+		t.Add(n.Node, n.Status, fmt.Sprintf("%.0f%%/%d", n.CPU*100, n.MaxCPU),
+			Size(n.Mem)+"/"+Size(n.MaxMem), HumanDuration(time.Duration(n.Uptime)*time.Second))
 	}
 	return t
 }
@@ -254,7 +254,7 @@ func VMsTable(list []VM) TableOf {
 	t := TableOf{Header: []string{"VMID", "NAME", "NODE", "STATUS", "LOCK", "HA", "CPUS", "MEM", "TAGS"}}
 	for _, v := range list {
 		t.Add(strconv.FormatInt(v.VMID, 10), v.Name, v.Node, v.Status, v.Lock, v.HAState,
-			strconv.FormatFloat(v.MaxCPU, 'f', -1, 64), HumanBytes(v.MaxMem), strings.Join(v.Tags, ","))
+			strconv.FormatFloat(v.MaxCPU, 'f', -1, 64), Size(v.MaxMem), strings.Join(v.Tags, ","))
 	}
 	return t
 }
@@ -276,50 +276,51 @@ func TasksTable(list []Task) TableOf {
 	return t
 }
 
-// UsersTable is the table of `vmgate user list`.
+// UsersTable is the table of `vmgate user list`; the nickname, free text, last.
 func UsersTable(list []User) TableOf {
-	t := TableOf{Header: []string{"ID", "EMAIL", "NICKNAME", "ROLE", "DISABLED", "CREATED"}}
+	t := TableOf{Header: []string{"ID", "EMAIL", "ROLE", "DISABLED", "CREATED", "NICKNAME"}}
 	for _, u := range list {
-		t.Add(strconv.FormatInt(u.ID, 10), u.Email, u.Nickname, u.Role, strconv.FormatBool(u.Disabled), Stamp(u.CreatedAt))
+		t.Add(strconv.FormatInt(u.ID, 10), u.Email, u.Role, strconv.FormatBool(u.Disabled), Stamp(u.CreatedAt), u.Nickname)
 	}
 	return t
 }
 
-// AuditTable is the table of `vmgate audit`.
+// AuditTable is the table of `vmgate audit`; the reason, free text, comes last.
 func AuditTable(list []AuditRecord) TableOf {
-	t := TableOf{Header: []string{"ID", "AT", "ACTOR", "ACTION", "TARGET", "RESULT", "REASON", "ADDRESS"}}
+	t := TableOf{Header: []string{"ID", "AT", "ACTOR", "VIA", "ACTION", "TARGET", "RESULT", "ADDRESS", "REASON"}}
 	for _, a := range list {
-		actor := a.UserEmail
+		via := ""
 		if strings.HasPrefix(a.SessionID, "token:") {
-			actor += " (" + a.SessionID + ")"
+			via = a.SessionID
 		}
-		target := a.Target
+		target := strings.ReplaceAll(a.Target, " ", "_")
 		switch {
 		case a.VMID != 0:
-			target = fmt.Sprintf("cluster %d VM %d", a.ClusterID, a.VMID)
+			target = fmt.Sprintf("vm:%d/%d", a.ClusterID, a.VMID)
 		case target == "" && a.ClusterID != 0:
-			target = fmt.Sprintf("cluster %d", a.ClusterID)
+			target = fmt.Sprintf("cluster:%d", a.ClusterID)
 		}
 		result := a.Result
 		if a.Count > 1 {
-			result += fmt.Sprintf(" ×%d", a.Count)
+			result += fmt.Sprintf("×%d", a.Count)
 		}
-		t.Add(strconv.FormatInt(a.ID, 10), Stamp(a.At), actor, a.Action, target, result, a.Reason, a.Address)
+		t.Add(strconv.FormatInt(a.ID, 10), Stamp(a.At), a.UserEmail, via, a.Action, target, result, a.Address, a.Reason)
 	}
 	return t
 }
 
-// TokensTable is the table of `vmgate token list`: never a secret.
+// TokensTable is the table of `vmgate token list`: never a secret. A token's name
+// may hold spaces; the others cells do not.
 func TokensTable(list []APIToken, now time.Time) TableOf {
-	t := TableOf{Header: []string{"ID", "NAME", "EXPIRES", "LAST USED", "FROM", "GRANTS"}}
+	t := TableOf{Header: []string{"ID", "NAME", "EXPIRES", "LAST-USED", "FROM", "GRANTS"}}
 	for _, k := range list {
 		expires := Stamp(k.ExpiresAt)
 		if k.Expired {
-			expires += " (expired)"
+			expires = "expired"
 		}
 		used, from := "never", ""
 		if k.LastUsedAt != nil {
-			used = Since(*k.LastUsedAt, now)
+			used = Since(*k.LastUsedAt, now) + "-ago"
 		}
 		if k.LastUsedFrom != nil {
 			from = *k.LastUsedFrom
@@ -329,10 +330,10 @@ func TokensTable(list []APIToken, now time.Time) TableOf {
 	return t
 }
 
-// GrantsText renders a token's grants: "all of yours" for none.
+// GrantsText renders grants as CLUSTER:ROLE,...; a token's nil grants as "owner's".
 func GrantsText(gs *[]Grant) string {
 	if gs == nil {
-		return "all of the owner's"
+		return "owner's"
 	}
 	parts := make([]string, 0, len(*gs))
 	for _, g := range *gs {

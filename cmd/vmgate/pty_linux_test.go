@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// openPTY opens a pseudo-terminal pair: what the test types goes to master, the
+// command reads and writes slave as its terminal.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	fd := int(m.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pty: %v", err)
+	}
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("the pty's number: %v", err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open the pty's slave: %v", err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// TestCLILoginWithoutEcho: on a terminal, `vmgate login` asks for the password
+// and reads it without echo: what the terminal shows holds the prompt, never the
+// password; the login works.
+func TestCLILoginWithoutEcho(t *testing.T) {
+	const pw = "never shown on screen"
+	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	env := cliEnv(t)
+	master, slave := openPTY(t)
+	cmd := exec.Command(binary, "login", "--server", base, "--email", "admin@vmgate.local")
+	cmd.Env = cliEnviron(env)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close() // the child holds it; master reads EOF (EIO) once the child is gone
+
+	var (
+		mu     sync.Mutex
+		screen bytes.Buffer
+	)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 1024)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			screen.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	shown := func() string { mu.Lock(); defer mu.Unlock(); return screen.String() }
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(shown(), "password for admin@vmgate.local"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no prompt on the terminal:\n%q", shown())
+		}
+	}
+	if _, err := io.WriteString(master, pw+"\r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitOrKill(cmd, 30*time.Second); err != nil {
+		t.Fatalf("login on a terminal: %v\n%q", err, shown())
+	}
+	select {
+	case <-read:
+	case <-time.After(10 * time.Second):
+	}
+	if got := shown(); strings.Contains(got, pw) || strings.Contains(got, pw[:5]) || !strings.Contains(got, "logged in to") {
+		t.Fatalf("the terminal showed:\n%q", got)
+	}
+	runCLI(t, env, "", "me").want(t, 0, "me after a login on a terminal")
+}
