@@ -245,7 +245,6 @@ func VMPath(clusterID int64, node string, vmid int64) string {
 	return "/api/v1/pve/vm/" + strconv.FormatInt(clusterID, 10) + "/" + url.PathEscape(node) + "/" + strconv.FormatInt(vmid, 10)
 }
 
-
 // TaskPath is the API path of a task.
 func TaskPath(upid string) string { return "/api/v1/pve/task/" + url.PathEscape(upid) }
 
