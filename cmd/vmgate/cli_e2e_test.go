@@ -195,7 +195,7 @@ func TestCLIWalk(t *testing.T) {
 	runCLI(t, admin, pw+"\n", "login", "--server", base, "--email", "ops@example.com").want(t, 0, "login")
 
 	r := runCLI(t, admin, "", "cluster", "list", "-o", "table").want(t, 0, "cluster list")
-	if rows := table(r.stdout); strings.Join(rows[0], " ") != "ID NAME ROLE STATUS" || len(rows) != 2 || rows[1][1] != "lab" {
+	if rows := table(r.stdout); strings.Join(rows[0], " ") != "ID NAME ROLE STATUS PVE" || len(rows) != 2 || rows[1][1] != "lab" {
 		t.Fatalf("cluster list:\n%s", r.stdout)
 	}
 	var clusters []map[string]any
@@ -214,6 +214,22 @@ func TestCLIWalk(t *testing.T) {
 	r = runCLI(t, admin, "", "vm", "list", "--cluster", "lab", "-o", "table").want(t, 0, "vm list")
 	if got := column(t, r.stdout, "VMID"); len(got) != 6 || got[0] != "100" {
 		t.Fatalf("vm list:\n%s", r.stdout)
+	}
+	for args, want := range map[string][]string{
+		"--node pve1":                  {"100", "101"},
+		"--status stopped":             {"101", "105"},
+		"--node pve2 --status running": {"102", "103"},
+		"--page-size 2":                {"100", "101", "102", "103", "104", "105"}, // three pages, followed
+	} {
+		r = runCLI(t, admin, "", append([]string{"vm", "list", "-o", "table"}, strings.Fields(args)...)...).want(t, 0, "vm list "+args)
+		if got := column(t, r.stdout, "VMID"); !slices.Equal(got, want) {
+			t.Fatalf("vm list %s: %v, want %v", args, got, want)
+		}
+	}
+	var vms []map[string]any
+	r = runCLI(t, admin, "", "vm", "list", "--page-size", "4").want(t, 0, "vm list piped")
+	if err := json.Unmarshal([]byte(r.stdout), &vms); err != nil || len(vms) != 6 {
+		t.Fatalf("vm list piped, in pages: %d VMs, %v", len(vms), err)
 	}
 
 	r = runCLI(t, admin, "", "vm", "migrate", "1", "pve1", "100", "--target", "pve2").want(t, 0, "migrate")

@@ -65,8 +65,8 @@ func TestTablesOfTheReads(t *testing.T) {
 		header string
 		row    string
 	}{
-		{"clusters", ClustersTable([]ClusterView{{ID: 1, Name: "lab", Role: "operator", Status: "online"}}),
-			"ID NAME ROLE STATUS", "1 lab operator online"},
+		{"clusters", ClustersTable([]ClusterView{{ID: 1, Name: "lab", Role: "operator", Status: "online", PVEVersion: "8.4.1"}}),
+			"ID NAME ROLE STATUS PVE", "1 lab operator online 8.4.1"},
 		{"vms", VMsTable([]VM{{VMID: 100, Name: "web1", Node: "pve1", Status: "running", Tags: []string{"a", "b"}, MaxCPU: 2, MaxMem: 4 << 30}}),
 			"VMID NAME NODE STATUS LOCK HA CPUS MEM TAGS", "100 web1 pve1 running - - 2 4.0GiB a,b"},
 		{"nodes", NodesTable([]Node{{Node: "pve1", Status: "online", CPU: 0.25, MaxCPU: 16, Mem: 1 << 30, MaxMem: 4 << 30, Uptime: 3600}}),

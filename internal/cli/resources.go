@@ -18,10 +18,11 @@ import (
 
 // ClusterView is a cluster as GET /pve/clusters lists it for the caller.
 type ClusterView struct {
-	ID     int64  `json:"id"`
-	Name   string `json:"name"`
-	Role   string `json:"role"`
-	Status string `json:"status"`
+	ID         int64  `json:"id"`
+	Name       string `json:"name"`
+	Role       string `json:"role"`
+	Status     string `json:"status"`
+	PVEVersion string `json:"pveVersion"`
 }
 
 // Cluster is a registered cluster as an admin sees it (GET /clusters/{id}).
@@ -220,9 +221,9 @@ func (c *Client) VMItems(ctx context.Context, clusterID int64, f VMFilter) (Item
 
 // ClustersTable is the table of `vmgate cluster list`.
 func ClustersTable(list []ClusterView) TableOf {
-	t := TableOf{Header: []string{"ID", "NAME", "ROLE", "STATUS"}}
+	t := TableOf{Header: []string{"ID", "NAME", "ROLE", "STATUS", "PVE"}}
 	for _, c := range list {
-		t.Add(strconv.FormatInt(c.ID, 10), c.Name, c.Role, c.Status)
+		t.Add(strconv.FormatInt(c.ID, 10), c.Name, c.Role, c.Status, c.PVEVersion)
 	}
 	return t
 }
