@@ -9,9 +9,17 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/time/rate"
+
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/store/storetest"
 )
 
 // createdToken is the data of POST /api/v1/user/tokens.
@@ -181,4 +189,95 @@ func TestAPITokenNeverLogged(t *testing.T) {
 	if strings.Contains(logs.String(), tok.Token[4:]) {
 		t.Fatalf("the token's secret is in the log:\n%s", logs.String())
 	}
+}
+
+// TestRevokedTokenFailsOnEveryReplica (SECURITY.md 32): two replicas on one
+// PostgreSQL database, each with its own store, caches and server. A token used
+// on replica B (so cached there) fails on B once it is revoked on A, once its
+// owner is disabled on A, and (404) once the owner's grant is removed on A: the
+// change feed (LISTEN/NOTIFY) carries each to B.
+func TestRevokedTokenFailsOnEveryReplica(t *testing.T) {
+	dsn := storetest.FreshSchema(t)
+	e := newTestEnvOn(t, dsn, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
+		PerAddressRate: rate.Inf, PerAddressBurst: 1})
+	sim := e.addSim("A")
+	e.addUser("admin", accounts.RoleAdmin)
+	op := e.addUser("op", accounts.RoleUser)
+	e.grant("op", "A", fleet.GrantOperator)
+
+	// Replica B: its own connection pool and listener, auth, fleet and server.
+	ctx := context.Background()
+	stB, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stB.Close() })
+	sealer, err := seal.New(bytes.Repeat([]byte{5}, seal.KeySize)) // the env's key file
+	if err != nil {
+		t.Fatal(err)
+	}
+	authB, err := auth.New(ctx, stB, auth.Config{Argon2: auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
+		Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(authB.Close)
+	fleetB, err := fleet.New(ctx, fleet.Config{Store: stB, Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fleetB.Close)
+	b, err := New(Config{Sessions: authB, Accounts: accounts.New(accounts.Config{Store: stB, Auth: authB}), Store: stB, Fleet: fleetB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hB := apitest.Wrap(t, b)
+	vm := "/api/v1/pve/vm/" + itoa(sim.id) + "/pve1/100"
+	onB := func(token string) int {
+		w := httptest.NewRecorder()
+		hB.ServeHTTP(w, bearerReq("GET", vm, token, ""))
+		return w.Code
+	}
+	waitOnB := func(token string, want int, what string) {
+		t.Helper()
+		start := time.Now()
+		for onB(token) != want {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("%s: replica B does not answer %d after 10 s", what, want)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Logf("%s: %d on replica B after %v", what, want, time.Since(start).Round(time.Millisecond))
+	}
+	newToken := func(name string) (string, string) {
+		t.Helper()
+		w := e.send(bearerReq("POST", "/api/v1/user/tokens", e.tokens["op"], `{"name":"`+name+`"}`))
+		var c createdToken
+		if w.Code != 200 || json.Unmarshal(envelopeOf(t, w).Data, &c) != nil {
+			t.Fatalf("create token: %d %s", w.Code, w.Body)
+		}
+		if got := onB(c.Token); got != 200 {
+			t.Fatalf("the new token on B: %d", got)
+		}
+		return c.ID, c.Token
+	}
+
+	id, tok := newToken("one")
+	if w := e.send(bearerReq("DELETE", "/api/v1/user/tokens/"+id, e.tokens["op"], "")); w.Code != 200 {
+		t.Fatalf("revoke on A: %d", w.Code)
+	}
+	waitOnB(tok, 401, "revoked on A")
+
+	_, tok = newToken("two")
+	if w := e.do("admin", "DELETE", "/api/v1/clusters/"+itoa(sim.id)+"/grants/"+itoa(op.ID), ""); w.Code != 200 {
+		t.Fatalf("remove the grant on A: %d", w.Code)
+	}
+	waitOnB(tok, 404, "the owner's grant removed on A")
+	e.grant("op", "A", fleet.GrantOperator)
+	waitOnB(tok, 200, "the grant back")
+
+	if w := e.do("admin", "PATCH", "/api/v1/users/"+itoa(op.ID), `{"disabled":true}`); w.Code != 200 {
+		t.Fatalf("disable on A: %d", w.Code)
+	}
+	waitOnB(tok, 401, "the owner disabled on A")
 }
