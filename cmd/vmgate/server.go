@@ -204,7 +204,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// not the API's (docs/decisions/0012). Its CSRF key derives from the key file,
 	// which every replica shares.
 	ui, err := webui.New(webui.Config{
-		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Audit: a.trail,
+		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, Logger: log,
 	})
 	if err != nil {

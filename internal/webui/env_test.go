@@ -84,6 +84,7 @@ type env struct {
 	acc   *accounts.Service
 	fleet *fleet.Service
 	vms   *vmops.Service
+	ops   *vmops.OperationService
 	trail *audit.Trail
 	ui    *UI
 	srv   *httptest.Server
@@ -132,6 +133,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.vms = vmops.New(vmops.Config{Store: st, Clients: e.fleet, Audit: e.trail, PollInterval: 20 * time.Millisecond,
 		HAGrace: 10 * time.Second, Sweep: 50 * time.Millisecond})
 	t.Cleanup(e.vms.Close)
+	e.ops = vmops.NewOperations(e.vms, vmops.OperationsConfig{})
+	t.Cleanup(e.ops.Close)
 
 	speed := o.speed
 	if speed == 0 {
@@ -171,7 +174,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 	}
 
-	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Audit: e.trail,
+	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
 		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)

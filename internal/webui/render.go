@@ -125,6 +125,8 @@ func (u *UI) funcs() template.FuncMap {
 		"when":     when,
 		"vmURL":    vmURL,
 		"taskURL":  taskURL,
+		"nodeURL":  nodeURL,
+		"addBytes": func(a, b int64) int64 { return a + b },
 		"cpu":      func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
 		"cores":    func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
 		"itoa":     func(n int64) string { return strconv.FormatInt(n, 10) },

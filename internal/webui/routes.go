@@ -36,7 +36,7 @@ type route struct {
 // GETs that change nothing.
 func (u *UI) routes() []route {
 	const vm = "/vms/{clusterId}/{node}/{vmid}"
-	return []route{
+	rs := []route{
 		{"GET", "/static/{file}", public, u.static},
 		{"GET", "/login", public, u.loginPage},
 		{"POST", "/login", public, u.login},
@@ -50,6 +50,8 @@ func (u *UI) routes() []route {
 		{"GET", vm + "/force-stop", authed, u.forceStopPage},
 		{"POST", vm + "/force-stop", authed, u.vmForceStop},
 		{"POST", vm + "/reboot", authed, u.vmReboot},
+		{"POST", vm + "/suspend", authed, u.vmSuspend},
+		{"POST", vm + "/resume", authed, u.vmResume},
 		{"GET", vm + "/migrate", authed, u.migratePage},
 		{"POST", vm + "/migrate", authed, u.vmMigrate},
 
@@ -80,6 +82,16 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}
+	if u.ops != nil {
+		rs = append(rs, []route{
+			{"GET", "/nodes/{clusterId}/{node}", authed, u.nodePage},
+			{"POST", "/nodes/{clusterId}/{node}/evacuate", authed, u.evacuate},
+			{"GET", "/operations/{id}", authed, u.operationPage},
+			{"GET", "/operations/{id}/events", authed, u.operationEvents},
+			{"POST", "/operations/{id}/cancel", authed, u.cancelOperation},
+		}...)
+	}
+	return rs
 }
 
 // maxForm bounds a form's body, as the API bounds JSON bodies (SECURITY.md 22).

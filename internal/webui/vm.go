@@ -44,7 +44,7 @@ type vmView struct {
 	TasksErr    string
 	// Offer is what the buttons offer: start while stopped; stop, force stop,
 	// reboot and migrate while running; a paused VM can only be forced off.
-	Offer struct{ Start, Stop, ForceStop, Reboot, Migrate bool }
+	Offer struct{ Start, Stop, ForceStop, Reboot, Migrate, Suspend, Resume bool }
 }
 
 // vmPage shows a VM: its state, the actions the caller's role and the VM's state
@@ -79,6 +79,9 @@ func (u *UI) vmPage(w http.ResponseWriter, r *http.Request) error {
 		v.Offer.ForceStop = running
 		v.Offer.Reboot = running && !paused
 		v.Offer.Migrate = true // PVE's pre-check says where to; a stopped VM migrates offline
+		v.Offer.Suspend = running && !paused
+		v.Offer.Resume = paused || !running && st.Lock == "suspended" // paused, or hibernated
+		v.Offer.Start = v.Offer.Start && st.Lock != "suspended"     // a hibernated VM is resumed
 	}
 	if cs, err := u.fleet.Clusters(r.Context(), actor(r)); err == nil {
 		if i := slices.IndexFunc(cs, func(c fleet.ClusterView) bool { return c.ID == vm.ClusterID }); i >= 0 {
@@ -140,7 +143,8 @@ func (u *UI) vmReboot(w http.ResponseWriter, r *http.Request) error {
 }
 
 // done says in words that an action ended well.
-var done = map[string]string{"start": "started", "stop": "shut down", "force stop": "powered off", "reboot": "rebooted"}
+var done = map[string]string{"start": "started", "stop": "shut down", "force stop": "powered off", "reboot": "rebooted",
+	"suspend": "paused", "resume": "resumed"}
 
 func (u *UI) power(w http.ResponseWriter, r *http.Request, action string,
 	op func(context.Context, vmops.VMRef) (vmops.Outcome, error)) error {

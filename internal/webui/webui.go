@@ -97,6 +97,8 @@ type VMs interface {
 	Start(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
 	Stop(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.StopOptions) (vmops.Outcome, error)
 	Reboot(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Suspend(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.SuspendOptions) (vmops.Outcome, error)
+	Resume(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.ResumeOptions) (vmops.Outcome, error)
 	Migrate(ctx context.Context, a vmops.Actor, vm vmops.VMRef, req vmops.MigrateRequest) (string, error)
 	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (vmops.Precheck, error)
 
@@ -121,6 +123,9 @@ type Config struct {
 	Fleet    Fleet
 	VMs      VMs
 	Audit    AuditTrail
+	// Operations serves the node page's evacuation and the operations' pages
+	// (issue 13); nil leaves them out.
+	Operations Operations
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -144,6 +149,7 @@ type UI struct {
 	accounts Accounts
 	fleet    Fleet
 	vms      VMs
+	ops      Operations
 	trail    AuditTrail
 	status   func(error) int
 	log      *slog.Logger
@@ -170,7 +176,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
 		renewals: map[string]renewal{}}
 	if u.log == nil {

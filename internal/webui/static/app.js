@@ -15,6 +15,8 @@
     submitOnce();
     var task = document.getElementById("task");
     if (task && task.dataset.events) { followTask(task.dataset.events); }
+    var op = document.getElementById("operation");
+    if (op && op.dataset.events) { followOperation(op.dataset.events); }
   });
 
   // Filters apply as soon as a choice changes (the Apply button stays for
@@ -168,6 +170,73 @@
     area.setAttribute("points", "0,100 " + pts.join(" ") + " " + lastX + ",100");
     setText("task-chart-max", humanBytes(peak) + "/s");
     setText("task-chart-span", Math.round(span) + " s");
+  }
+
+  // followOperation keeps an operation's page up to date from the UI's event
+  // stream: its status and counts, and each VM's row (state, progress, task).
+  function followOperation(url) {
+    var source = new EventSource(url);
+    source.addEventListener("operation", function (e) {
+      var o;
+      try { o = JSON.parse(e.data); } catch (err) { return; }
+      showOperation(o);
+    });
+    source.addEventListener("end", function () { source.close(); });
+    source.addEventListener("session", function () {
+      source.close();
+      window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
+    });
+    source.addEventListener("error", function () {
+      if (source.readyState === EventSource.CLOSED) {
+        window.setTimeout(function () { window.location.reload(); }, 3000);
+      }
+    });
+  }
+
+  var opClass = { done: "badge-ok", partial: "badge-warn", failed: "badge-bad", cancelled: "badge-stopped" };
+
+  function showOperation(o) {
+    var st = byId("op-status");
+    if (st) {
+      var badge = st.querySelector(".badge");
+      if (badge && badge.textContent !== o.status) {
+        badge.textContent = o.status;
+        badge.className = "badge " + (opClass[o.status] || "badge-running");
+      }
+    }
+    setText("op-counts", o.counts);
+    if (o.ended) { setText("op-ended", o.ended); }
+    var cancelled = byId("op-cancelled");
+    if (cancelled && o.cancelRequested) { cancelled.hidden = false; }
+    var stop = byId("op-stop");
+    if (stop && o.finished) { stop.hidden = true; }
+    (o.items || []).forEach(function (it) {
+      var row = byId("op-item-" + it.vmid);
+      if (!row) { return; }
+      var state = row.querySelector(".op-state");
+      if (state && state.textContent !== it.state) {
+        state.textContent = it.state;
+        state.className = "badge " + it.badge + " op-state";
+      }
+      var pct = row.querySelector(".op-pct");
+      if (pct && it.action === "migrate") { pct.textContent = it.percentText; }
+      var bar = row.querySelector(".op-bar");
+      if (bar) {
+        bar.setAttribute("width", String(it.percent));
+        bar.parentNode.setAttribute("aria-valuenow", String(it.percent));
+      }
+      var phase = row.querySelector(".op-phase");
+      if (phase) { phase.textContent = (it.phase || "") + (it.rate ? " · " + it.rate : ""); }
+      var task = row.querySelector(".op-task");
+      if (task && it.taskUrl) {
+        task.setAttribute("href", it.taskUrl);
+        task.hidden = false;
+      }
+      var err = row.querySelector(".op-error");
+      if (err) { err.textContent = it.error || ""; }
+      var vm = row.querySelector(".op-vm");
+      if (vm && it.vmUrl) { vm.setAttribute("href", it.vmUrl); }
+    });
   }
 
   function appendLog(lines) {

@@ -1,0 +1,198 @@
+package webui
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// opEvents reads an operation page's event stream to its end.
+func (b *browser) opEvents(path string) (names []string, ops []liveOperation, err error) {
+	req, _ := http.NewRequest("GET", b.e.srv.URL+path, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Sec-Fetch-Mode", "cors")
+	resp, err := b.c.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		return nil, nil, fmt.Errorf("event stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+			names = append(names, event)
+		case strings.HasPrefix(line, "data: ") && event == "operation":
+			var o liveOperation
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o); err != nil {
+				return names, ops, err
+			}
+			ops = append(ops, o)
+		}
+	}
+	return names, ops, sc.Err()
+}
+
+var dataEvents = regexp.MustCompile(`data-events="([^"]*)"`)
+
+// TestEvacuateFromTheNodePage: the fleet page links the node's page; an operator
+// previews the plan (nothing moves), evacuates pve1 and lands on the operation's
+// page, whose event stream follows every VM to the end; a viewer sees the node
+// and the operation but no form, and is refused the POST.
+func TestEvacuateFromTheNodePage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{speed: 100})
+	b := e.browser()
+	b.login(opEmail)
+	if fleet := b.get("/").expect(t, 200); !strings.Contains(fleet.body, `href="/nodes/1/pve1"`) {
+		t.Fatalf("the fleet page does not link the node page:\n%s", fleet.body)
+	}
+	p := b.get("/nodes/1/pve1").expect(t, 200)
+	for _, s := range []string{"Evacuate node", "Preview the plan", `name="maxParallel"`, `value="pve2"`, "web1", "db-staging"} {
+		if !strings.Contains(p.body, s) {
+			t.Errorf("node page lacks %q", s)
+		}
+	}
+	p = b.get("/nodes/1/pve1?preview=1&maxParallel=2&includeStopped=1&target=pve3").expect(t, 200)
+	if !strings.Contains(p.body, "The plan") || strings.Count(p.body, "<td>pve3</td>") != 2 {
+		t.Fatalf("preview:\n%s", p.body)
+	}
+	if n := e.sim.Requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 0 {
+		t.Fatalf("a preview sent %d migrations", n)
+	}
+
+	p = b.post("/nodes/1/pve1/evacuate", url.Values{"maxParallel": {"2"}, "includeStopped": {"1"}}).expect(t, http.StatusSeeOther)
+	if !strings.HasPrefix(p.location(), "/operations/") {
+		t.Fatalf("after evacuate: %s", p.location())
+	}
+	opPage := p.location()
+	page := b.get(opPage).expect(t, 200)
+	for _, s := range []string{"Evacuation of pve1", `id="op-item-100"`, `id="op-item-101"`, "has started"} {
+		if !strings.Contains(page.body, s) {
+			t.Errorf("operation page lacks %q", s)
+		}
+	}
+	if m := dataEvents.FindStringSubmatch(page.body); m != nil && m[1] != "" {
+		names, ops, err := b.opEvents(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := ops[len(ops)-1]
+		if names[len(names)-1] != "end" || last.Status != "done" || !last.Finished || len(last.Items) != 2 {
+			t.Fatalf("events %v, last %+v", names, last)
+		}
+		for _, it := range last.Items {
+			if it.State != "ok" || it.Percent != 100 || it.TaskURL == "" || !strings.HasPrefix(it.VMURL, "/vms/1/"+it.Target+"/") {
+				t.Errorf("item %+v", it)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.get(opPage).body, "badge-ok\">done") {
+		if time.Now().After(deadline) {
+			t.Fatal("the operation page never said done")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := b.get("/nodes/1/pve1").expect(t, 200); !strings.Contains(p.body, "Recent evacuations") {
+		t.Errorf("the node page after the evacuation:\n%s", p.body)
+	}
+
+	v := e.browser()
+	v.login(viewerEmail)
+	if p := v.get("/nodes/1/pve2").expect(t, 200); strings.Contains(p.body, "Evacuate node</button>") {
+		t.Error("the viewer is offered the evacuation")
+	}
+	v.get(opPage).expect(t, 200)
+	v.post("/nodes/1/pve2/evacuate", nil).expect(t, http.StatusForbidden)
+	v.post(opPage+"/cancel", nil).expect(t, http.StatusForbidden)
+	n := e.browser()
+	n.login(nobodyEmail)
+	n.get("/nodes/1/pve1").expect(t, http.StatusNotFound)
+	n.get(opPage).expect(t, http.StatusNotFound)
+	b.get("/nodes/1/pve9").expect(t, http.StatusNotFound)
+	b.get("/operations/999").expect(t, http.StatusNotFound)
+}
+
+// TestCancelFromTheOperationPage: Cancel and abort stops the running migration;
+// the page ends cancelled with the item failed and the VM where it was.
+func TestCancelFromTheOperationPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{speed: 5})
+	b := e.browser()
+	b.login(opEmail)
+	b.get("/nodes/1/pve1")
+	p := b.post("/nodes/1/pve1/evacuate", url.Values{"maxParallel": {"1"}}).expect(t, http.StatusSeeOther)
+	opPage := p.location()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.get(opPage).body, "memory") {
+		if time.Now().After(deadline) {
+			t.Fatal("no migration reached its memory phase")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p = b.post(opPage+"/cancel", url.Values{"abort": {"1"}}).expect(t, http.StatusSeeOther)
+	if p.location() != opPage {
+		t.Fatalf("after cancel: %s", p.location())
+	}
+	for page := b.get(opPage); !strings.Contains(page.body, "badge-stopped\">cancelled"); page = b.get(opPage) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the operation page never said cancelled:\n%s", page.body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	page := b.get(opPage)
+	if !strings.Contains(page.body, "aborted on request") || strings.Contains(page.body, "Cancel and abort migrations</button>") {
+		t.Errorf("the cancelled operation's page:\n%s", page.body)
+	}
+	if st, _ := e.sim.VM(100); st.Node != "pve1" {
+		t.Errorf("the aborted VM is on %s", st.Node)
+	}
+}
+
+// TestSuspendResumeFromTheVMPage: a running VM offers Suspend, a paused one
+// Resume (also one paused behind vmgate's back), each ending with its outcome.
+func TestSuspendResumeFromTheVMPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	b := e.browser()
+	b.login(opEmail)
+	if p := b.get("/vms/1/pve1/100").expect(t, 200); !strings.Contains(p.body, ">Suspend</button>") || strings.Contains(p.body, ">Resume</button>") {
+		t.Fatalf("running VM's page:\n%s", p.body)
+	}
+	p := b.post("/vms/1/pve1/100/suspend", nil).expect(t, http.StatusSeeOther)
+	page := b.get(p.location()).expect(t, 200)
+	if !strings.Contains(page.body, "VM 100 paused.") || !strings.Contains(page.body, ">Resume</button>") ||
+		strings.Contains(page.body, ">Suspend</button>") {
+		t.Fatalf("after suspend:\n%s", page.body)
+	}
+	b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
+	if st, _ := e.sim.VM(100); st.QMPStatus != "running" {
+		t.Fatalf("VM 100 after resume: %+v", st)
+	}
+	if err := e.sim.SetPaused(100, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/vms/1/pve1/100").expect(t, 200); !strings.Contains(p.body, ">Resume</button>") {
+		t.Fatalf("a VM paused behind vmgate's back:\n%s", p.body)
+	}
+	p = b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
+	if page := b.get(p.location()); !strings.Contains(page.body, "VM 100 resumed.") {
+		t.Errorf("after resume:\n%s", page.body)
+	}
+	v := e.browser()
+	v.login(viewerEmail)
+	v.post("/vms/1/pve1/100/suspend", nil).expect(t, http.StatusForbidden)
+}
