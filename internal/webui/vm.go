@@ -81,7 +81,7 @@ func (u *UI) vmPage(w http.ResponseWriter, r *http.Request) error {
 		v.Offer.Migrate = true // PVE's pre-check says where to; a stopped VM migrates offline
 		v.Offer.Suspend = running && !paused
 		v.Offer.Resume = paused || !running && st.Lock == "suspended" // paused, or hibernated
-		v.Offer.Start = v.Offer.Start && st.Lock != "suspended"     // a hibernated VM is resumed
+		v.Offer.Start = v.Offer.Start && st.Lock != "suspended"       // a hibernated VM is resumed
 	}
 	if cs, err := u.fleet.Clusters(r.Context(), actor(r)); err == nil {
 		if i := slices.IndexFunc(cs, func(c fleet.ClusterView) bool { return c.ID == vm.ClusterID }); i >= 0 {
