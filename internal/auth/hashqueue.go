@@ -23,6 +23,10 @@ type hashQueue struct {
 	fixedLen int           // queue length when > 0; else derived from maxWait and the hash time
 	maxWait  time.Duration // the longest expected wait the derived queue admits; < 0: no queue
 
+	// onIdle, when set, is called (outside the lock, on its own goroutine) when
+	// the last running hash ends with nobody waiting.
+	onIdle func()
+
 	mu      sync.Mutex
 	busy    int           // slots in use
 	waiting *list.List    // of chan struct{}, closed when the slot is handed over
@@ -144,9 +148,13 @@ func (q *hashQueue) releaser() func() {
 		once.Do(func() {
 			held := time.Since(start)
 			q.mu.Lock()
-			defer q.mu.Unlock()
 			q.hold = max(q.hold+(held-q.hold)/8, time.Millisecond)
 			q.handOn()
+			idle := q.busy == 0
+			q.mu.Unlock()
+			if idle && q.onIdle != nil {
+				go q.onIdle()
+			}
 		})
 	}
 }

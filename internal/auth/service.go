@@ -148,6 +148,11 @@ func New(ctx context.Context, st Store, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("dummy hash: %w", err)
 	}
 	s.hashes = newHashQueue(cfg.MaxConcurrentHashes, cfg.HashQueue, cfg.HashWait, time.Since(start))
+	if cfg.Argon2.Memory >= reclaimAbove {
+		r := newReclaimer()
+		s.hashes.onIdle = r.idle
+		r.idle() // the dummy hash's memory
+	}
 	return s, nil
 }
 
