@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -80,6 +81,8 @@ type serverCmd struct {
 
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
+	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
+	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
@@ -230,6 +233,9 @@ func (c *serverCmd) Run() error {
 	logOut := newLogWriter(os.Stderr)
 	defer logOut.Close()
 	log := c.logger(logOut)
+	if c.HeapProfile != "" {
+		defer writeHeapProfile(c.HeapProfile, log)
+	}
 	if c.CPUProfile != "" {
 		stopProfile, err := startCPUProfile(c.CPUProfile)
 		if err != nil {
@@ -458,6 +464,20 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeHeapProfile writes what is live now (after a collection) to path.
+func writeHeapProfile(path string, log *slog.Logger) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Error("heap profile", "error", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		log.Error("heap profile", "error", err)
+	}
 }
 
 // pruneEvery deletes what no one needs any more — the change feed past a
