@@ -63,8 +63,12 @@ func clientAddr(r *http.Request) string { return infoFrom(r).addr }
 // requestID returns the request's id.
 func requestID(r *http.Request) string { return infoFrom(r).id }
 
-// query returns r's query parameters, parsed once per request.
+// query returns r's query parameters, parsed once per request (nil, read-only,
+// when there are none). Callers must not change them.
 func query(r *http.Request) url.Values {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
 	ri, ok := r.Context().Value(infoKey).(*reqInfo)
 	if !ok {
 		return r.URL.Query()
