@@ -55,3 +55,41 @@ func TestLogWriter(t *testing.T) {
 		t.Fatal("a line written after Close was held back")
 	}
 }
+
+// gatedWriter blocks every write until its gate is open, as a stalled disk would.
+type gatedWriter struct {
+	gate    chan struct{}
+	entered chan struct{}
+	lockedBuffer
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.lockedBuffer.Write(p)
+}
+
+// A line logged while the output is stalled is buffered, not waited for: requests
+// never wait for the disk (below logBufferMax).
+func TestLogWriterDoesNotWaitForTheOutput(t *testing.T) {
+	t.Parallel()
+	out := &gatedWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	w := newLogWriter(out)
+	big := strings.Repeat("b", logBufferLimit) + "\n"
+	w.Write([]byte(big)) // asks for a write at once
+	<-out.entered        // the flusher is stuck in the output
+	for i := range 100 {
+		w.Write([]byte(fmt.Sprintf("line %d\n", i))) // returns: buffered
+	}
+	close(out.gate)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := out.b.String()
+	if !strings.HasPrefix(got, big) || !strings.HasSuffix(got, "line 99\n") || strings.Count(got, "line ") != 100 {
+		t.Fatalf("output of %d bytes lacks lines or their order", len(got))
+	}
+}
