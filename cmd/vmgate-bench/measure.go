@@ -204,28 +204,39 @@ func (b *bench) measureTask(ctx context.Context) error {
 	b.printf("vmgate GET /api/v1/pve/task/{upid} of a finished task against the emulator's\n"+
 		"GET /api2/json/nodes/pve1/tasks/{upid}/status; %d clients, closed loop\n", b.cfg.clients)
 	sides := []side{
-		{"vmgate", b.readerTarget("/api/v1/pve/task/" + upid).do, 0},
-		{"emulator", pveTarget(b.toSmall, b.small, "/nodes/pve1/tasks/"+upid+"/status").do, 0},
+		{"vmgate", b.readerTarget("/api/v1/pve/task/" + upid).do, b.vg.proc.pid()},
+		{"emulator", pveTarget(b.toSmall, b.small, "/nodes/pve1/tasks/"+upid+"/status").do, b.small.proc.pid()},
 	}
 	for _, s := range sides {
 		closedLoop(ctx, b.cfg.clients, b.warmup(), s.do)
 	}
 	rates := make([][]float64, len(sides))
+	cpus := make([][]float64, len(sides))
 	var pveCalls int
 	var vmgateReqs int64
 	for r := range b.cfg.rounds {
 		for i, s := range sides {
+			c0, err := cpuTime(s.pid)
+			if err != nil {
+				return err
+			}
 			res, _, pve, err := b.countPVE(ctx, b.small, func() loadResult { return closedLoop(ctx, b.cfg.clients, b.cfg.duration, s.do) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
+			c1, err := cpuTime(s.pid)
+			if err != nil {
+				return err
+			}
+			perReq := float64(c1-c0) / float64(max(res.total(), 1))
 			if i == 0 {
 				pveCalls += pve
 				vmgateReqs += res.ok
 			}
 			rates[i] = append(rates[i], res.rate())
-			b.printf("  round %d  %-10s %7.0f req/s  p50 %8s  p99 %8s  PVE requests %d%s\n",
-				r+1, s.name, res.rate(), us(percentile(res.lat, 50)), us(percentile(res.lat, 99)), pve, res.errSummary())
+			cpus[i] = append(cpus[i], perReq)
+			b.printf("  round %d  %-10s %7.0f req/s  cpu %4s/req  p50 %8s  p99 %8s  PVE requests %d%s\n",
+				r+1, s.name, res.rate(), usf(perReq), us(percentile(res.lat, 50)), us(percentile(res.lat, 99)), pve, res.errSummary())
 		}
 	}
 	var ratios []float64
@@ -234,8 +245,8 @@ func (b *bench) measureTask(ctx context.Context) error {
 	}
 	ratio := median(ratios)
 	b.judge("task.throughput", ratio >= 2, fmt.Sprintf("%.2f×", ratio),
-		fmt.Sprintf("vmgate %.0f/s, emulator's task status %.0f/s; PVE requests during vmgate's rounds: %d for %d reads",
-			median(rates[0]), median(rates[1]), pveCalls, vmgateReqs))
+		fmt.Sprintf("vmgate %.0f/s (%s CPU/req), emulator's task status %.0f/s (%s CPU/req); PVE requests during vmgate's rounds: %d for %d reads",
+			median(rates[0]), usf(median(cpus[0])), median(rates[1]), usf(median(cpus[1])), pveCalls, vmgateReqs))
 	return nil
 }
 
