@@ -28,7 +28,8 @@ var notClient = map[string]bool{"server": true, "admin": true, "pvesim": true, "
 
 // reads are the client commands that print something read, and so take -o.
 var reads = []string{"me", "cluster list", "cluster show", "cluster add", "node list", "vm list", "vm status", "task list",
-	"task show", "token create", "token list", "user list", "user add", "audit"}
+	"task show", "token create", "token list", "user list", "user add", "audit",
+	"node evacuate", "bulk", "op list", "op show", "op watch"}
 
 // testModel is the command line's model, as kong builds it.
 func testModel(t *testing.T) *kong.Application {

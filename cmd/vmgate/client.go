@@ -32,8 +32,10 @@ type clientCmds struct {
 	Refresh refreshCmd `cmd:"" group:"client" help:"Rotate the saved token now (commands refresh it themselves before it runs out)."`
 	Me      meCmd      `cmd:"" group:"client" help:"Show who you are and your grants."`
 	Cluster clusterCmd `cmd:"" group:"client" help:"List or show clusters; add or remove them (admin)."`
-	Node    nodeCmd    `cmd:"" group:"client" help:"List a cluster's nodes."`
-	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot or migrate one."`
+	Node    nodeCmd    `cmd:"" group:"client" help:"List a cluster's nodes; evacuate one."`
+	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
+	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
+	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
 	Token   tokenCmd   `cmd:"" group:"client" help:"Create, list or delete API tokens for scripts."`
 	User    userCmd    `cmd:"" group:"client" help:"Add, list, disable, enable users or set a password (admin)."`
@@ -469,7 +471,8 @@ func (c *clusterRmCmd) Run() error {
 }
 
 type nodeCmd struct {
-	List nodeListCmd `cmd:"" help:"List a cluster's nodes."`
+	List     nodeListCmd     `cmd:"" help:"List a cluster's nodes."`
+	Evacuate nodeEvacuateCmd `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
 }
 
 type nodeListCmd struct {
@@ -991,6 +994,8 @@ type vmCmd struct {
 	Start   vmStartCmd   `cmd:"" help:"Start a VM."`
 	Stop    vmStopCmd    `cmd:"" help:"Shut a VM down gracefully, or power it off with --force."`
 	Reboot  vmRebootCmd  `cmd:"" help:"Reboot a VM."`
+	Suspend vmSuspendCmd `cmd:"" help:"Pause a VM, or hibernate it with --to-disk."`
+	Resume  vmResumeCmd  `cmd:"" help:"Resume a paused or hibernated VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
 }
 
@@ -1149,8 +1154,10 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 	case "shutdown_timeout":
 		e.Hint = "power it off: vmgate vm stop " + v.args() + " --force"
 	case "vm_paused":
-		if op != "start" {
-			e.Hint = "power it off: vmgate vm stop " + v.args() + " --force"
+		if op == "start" {
+			e.Hint = "resume it: vmgate vm resume " + v.args()
+		} else if op != "suspend" {
+			e.Hint = "resume it: vmgate vm resume " + v.args() + " (or power it off: vmgate vm stop " + v.args() + " --force)"
 		}
 	case "vm_locked", "in_progress":
 		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %d --vmid %d", v.Cluster, v.VMID)

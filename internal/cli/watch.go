@@ -42,6 +42,30 @@ const (
 // where it was: the task runs on in PVE and vmgate whatever happens to the stream.
 // Errors are vmgate's answers (401, 404) or the context's end.
 func (c *Client) Watch(ctx context.Context, upid string, o WatchOptions) (Task, error) {
+	view := newProgressView(o.Progress, o.Terminal, upid)
+	var last Task
+	err := c.follow(ctx, TaskPath(upid)+"/events", "task", o, "vmgate task watch "+upid, view.notice,
+		func(data []byte) (bool, error) {
+			var t Task
+			if err := json.Unmarshal(data, &t); err != nil {
+				return false, fmt.Errorf("task events: %w", err)
+			}
+			last = t
+			view.show(t)
+			return t.Status == "stopped", nil
+		})
+	view.finish()
+	return last, err
+}
+
+// follow reads the event stream at path to its end, handing each event named
+// name to each (which says whether the data is final), and reconnects when the
+// stream drops before the end — vmgate shut down (its `event: shutdown` says when
+// to come back), restarted, or the connection broke — with a notice, backoff, and
+// for at most o.GiveUp; again says how to follow it later. Errors are vmgate's
+// answers (401, 404) or the context's end.
+func (c *Client) follow(ctx context.Context, path, name string, o WatchOptions, again string, notice func(string),
+	each func(data []byte) (final bool, err error)) error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -51,56 +75,51 @@ func (c *Client) Watch(ctx context.Context, upid string, o WatchOptions) (Task, 
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
 	}
-	view := newProgressView(o.Progress, o.Terminal, upid)
 	var (
-		last      Task
+		final     bool
 		lostSince time.Time // zero while connected
 		backoff   = 250 * time.Millisecond
 	)
 	for {
-		_, end, err := c.streamOnce(ctx, upid, func(t Task) {
+		end, err := c.streamEvents(ctx, path, name, func(data []byte) error {
 			if !lostSince.IsZero() {
-				view.notice(NoticeReconnected)
+				notice(NoticeReconnected)
 				lostSince, backoff = time.Time{}, 250*time.Millisecond
 			}
-			last = t
-			view.show(t)
+			f, err := each(data)
+			final = f
+			return err
 		})
-		if end.ended || last.Status == "stopped" {
-			view.finish()
-			return last, nil
+		if end.ended || final {
+			return nil
 		}
 		if ctx.Err() != nil {
-			view.finish()
-			return last, ctx.Err()
+			return ctx.Err()
 		}
 		var ae *APIError
 		if errors.As(err, &ae) && !retryable(ae.Status) {
-			view.finish()
-			return last, err
+			return err
 		}
 		wait := backoff
 		if lostSince.IsZero() {
 			lostSince = time.Now()
 			if end.shutdown {
-				view.notice(NoticeRestarted)
+				notice(NoticeRestarted)
 			} else {
-				view.notice(NoticeUnreachable)
+				notice(NoticeUnreachable)
 			}
 		}
 		if end.shutdown && end.retry > 0 {
 			wait = end.retry
 		}
 		if time.Since(lostSince) > o.GiveUp {
-			view.finish()
-			return last, &ExitError{Code: ExitUnavailable, Err: err,
-				Msg:  fmt.Sprintf("vmgate did not come back within %s; the task goes on", HumanDuration(o.GiveUp)),
-				Hint: "follow it later with: vmgate task watch " + upid}
+			return &ExitError{Code: ExitUnavailable, Err: err,
+				Msg:  fmt.Sprintf("vmgate did not come back within %s; it goes on", HumanDuration(o.GiveUp)),
+				Hint: "follow it later with: " + again}
 		}
 		select {
 		case <-ctx.Done():
-			view.finish()
-			return last, ctx.Err()
+			return ctx.Err()
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, o.MaxBackoff)
@@ -121,20 +140,17 @@ type streamEnd struct {
 	retry    time.Duration // when to come back (the shutdown's retryMs, or the SSE retry field)
 }
 
-// streamOnce reads GET /pve/task/{upid}/events until it ends, calling each with
-// every snapshot; it returns the last one.
-func (c *Client) streamOnce(ctx context.Context, upid string, each func(Task)) (Task, streamEnd, error) {
-	var (
-		last Task
-		end  streamEnd
-	)
-	resp, err := c.openStream(ctx, upid)
+// streamEvents reads the event stream at path until it ends, calling each with
+// the data of every event named name.
+func (c *Client) streamEvents(ctx context.Context, path, name string, each func(data []byte) error) (streamEnd, error) {
+	var end streamEnd
+	resp, err := c.openStream(ctx, path)
 	if err != nil {
-		return last, end, err
+		return end, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	event, data := "", ""
 	for sc.Scan() {
 		line := sc.Text()
@@ -150,16 +166,13 @@ func (c *Client) streamOnce(ctx context.Context, upid string, each func(Task)) (
 			}
 		case line == "":
 			switch event {
-			case "task":
-				var t Task
-				if err := json.Unmarshal([]byte(data), &t); err != nil {
-					return last, end, fmt.Errorf("task events: %w", err)
+			case name:
+				if err := each([]byte(data)); err != nil {
+					return end, err
 				}
-				last = t
-				each(t)
 			case "end":
 				end.ended = true
-				return last, end, nil
+				return end, nil
 			case "shutdown":
 				end.shutdown = true
 				var s struct {
@@ -168,29 +181,29 @@ func (c *Client) streamOnce(ctx context.Context, upid string, each func(Task)) (
 				if json.Unmarshal([]byte(data), &s) == nil && s.RetryMs > 0 {
 					end.retry = time.Duration(s.RetryMs) * time.Millisecond
 				}
-				return last, end, io.ErrUnexpectedEOF
+				return end, io.ErrUnexpectedEOF
 			}
 			event, data = "", ""
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return last, end, err
+		return end, err
 	}
-	return last, end, io.ErrUnexpectedEOF // the stream ended without its end
+	return end, io.ErrUnexpectedEOF // the stream ended without its end
 }
 
 // openStream opens the event stream, retrying once with a renewed token after an
 // answer 401; an answer other than 200 comes back as *APIError.
-func (c *Client) openStream(ctx context.Context, upid string) (*http.Response, error) {
+func (c *Client) openStream(ctx context.Context, path string) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+TaskPath(upid)+"/events", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
 		if err != nil {
 			return nil, err
 		}
 		req.Header.Set("Accept", "text/event-stream")
 		c.authorize(req)
 		stream := *c.HTTP
-		stream.Timeout = 0 // the stream lasts as long as the task
+		stream.Timeout = 0 // the stream lasts as long as what it follows
 		resp, err := stream.Do(req)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+
+	"github.com/vmgate/vmgate/internal/cli"
+)
+
+// Operations on many VMs (issue 13): `vmgate node evacuate`, `vmgate bulk`,
+// `vmgate op list|show|watch|cancel`, and `vmgate vm suspend|resume`. Starting
+// one prints its plan (stdout), then one progress line per running item
+// (stderr) and the summary (stdout); Ctrl-C stops watching, never the operation.
+
+// opStart are the flags of the commands that start an operation.
+type opStart struct {
+	MaxParallel int  `name:"max-parallel" placeholder:"N" help:"At most N VMs at PVE at once (1 to 16; default: 2 for an evacuation, 4 for a bulk action)."`
+	DryRun      bool `help:"Print the plan and start nothing."`
+	StopOnError bool `help:"Start no further VM once one has failed."`
+	NoWatch     bool `help:"Print the plan and the operation's id, and return at once."`
+}
+
+type nodeEvacuateCmd struct {
+	conn
+	output
+	opStart
+	Cluster        string   `arg:"" placeholder:"CLUSTER" help:"The cluster, by id or name."`
+	Node           string   `arg:"" help:"The node to empty."`
+	Target         []string `placeholder:"NODE" help:"Only this node may take VMs (repeat for several; default: every other online node)."`
+	WithLocalDisks bool     `help:"Copy local disks too (without it a VM with one is skipped)."`
+	NoStopped      bool     `help:"Leave stopped VMs where they are."`
+}
+
+func (c *nodeEvacuateCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := clusterID(ctx, s, c.Cluster)
+		if err != nil {
+			return err
+		}
+		body := map[string]any{"dryRun": c.DryRun, "withLocalDisks": c.WithLocalDisks, "includeStopped": !c.NoStopped,
+			"stopOnError": c.StopOnError}
+		if len(c.Target) > 0 {
+			body["targets"] = c.Target
+		}
+		if c.MaxParallel != 0 {
+			body["maxParallel"] = c.MaxParallel
+		}
+		path := fmt.Sprintf("%s/nodes/%s/evacuate", cli.ClusterPath(id), url.PathEscape(c.Node))
+		return launch(ctx, s, c.output, c.opStart, path, body, true)
+	})
+}
+
+type bulkCmd struct {
+	conn
+	output
+	opStart
+	Action  string  `arg:"" enum:"start,stop,reboot,suspend,resume" placeholder:"ACTION" help:"start, stop, reboot, suspend or resume."`
+	Cluster string  `arg:"" placeholder:"CLUSTER" help:"The cluster, by id or name."`
+	VMID    []int64 `name:"vmid" placeholder:"ID" help:"This VM (repeat for several); or choose them with --node, --tag, --status."`
+	Node    string  `help:"The VMs on this node."`
+	Tag     string  `help:"The VMs with this tag."`
+	Status  string  `enum:",running,stopped" default:"" help:"The VMs in this state: running or stopped."`
+	Force   bool    `help:"stop: power off at once instead of a graceful shutdown."`
+	ToDisk  bool    `name:"to-disk" help:"suspend: hibernate (save the state to disk) instead of pausing."`
+}
+
+func (c *bulkCmd) Run() error {
+	sel := map[string]string{}
+	for k, v := range map[string]string{"node": c.Node, "tag": c.Tag, "status": c.Status} {
+		if v != "" {
+			sel[k] = v
+		}
+	}
+	switch {
+	case len(c.VMID) == 0 && len(sel) == 0:
+		return cli.UsageErrorf("choose the VMs: --vmid, or --node, --tag, --status")
+	case len(c.VMID) > 0 && len(sel) > 0:
+		return cli.UsageErrorf("give --vmid or --node/--tag/--status, not both")
+	case c.Force && c.Action != "stop":
+		return cli.UsageErrorf("--force applies to stop only")
+	case c.ToDisk && c.Action != "suspend":
+		return cli.UsageErrorf("--to-disk applies to suspend only")
+	}
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := clusterID(ctx, s, c.Cluster)
+		if err != nil {
+			return err
+		}
+		body := map[string]any{"dryRun": c.DryRun, "stopOnError": c.StopOnError}
+		if len(c.VMID) > 0 {
+			body["vmids"] = c.VMID
+		} else {
+			body["selector"] = sel
+		}
+		if c.Force {
+			body["force"] = true
+		}
+		if c.ToDisk {
+			body["toDisk"] = true
+		}
+		if c.MaxParallel != 0 {
+			body["maxParallel"] = c.MaxParallel
+		}
+		return launch(ctx, s, c.output, c.opStart, cli.ClusterPath(id)+"/bulk/"+c.Action, body, false)
+	})
+}
+
+// launch starts an operation (or plans it, with --dry-run), prints the plan and
+// follows the operation to its end.
+func launch(ctx context.Context, s *cli.Session, o output, st opStart, path string, body map[string]any, targets bool) error {
+	l, err := s.Launch(ctx, path, body)
+	if errors.Is(err, context.Canceled) {
+		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "interrupted before vmgate answered: the operation may have started",
+			Hint: "look for it: vmgate op list"}
+	}
+	if err != nil {
+		return err
+	}
+	f, err := cli.ChooseFormat(o.Output, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if f == cli.JSON && (st.DryRun || st.NoWatch) {
+		return cli.WriteJSON(os.Stdout, l.Raw)
+	}
+	if f == cli.Table {
+		if err := cli.PlanTable(l.Plan).Write(os.Stdout); err != nil {
+			return err
+		}
+		if targets && len(l.Plan.Targets) > 0 {
+			fmt.Println()
+			if err := cli.TargetsTable(l.Plan).Write(os.Stdout); err != nil {
+				return err
+			}
+		}
+	}
+	if st.DryRun {
+		return nil
+	}
+	if st.NoWatch {
+		fmt.Println(l.OperationID)
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "operation %d started; follow it with: vmgate op watch %d\n", l.OperationID, l.OperationID)
+	return watchOperation(ctx, s, o, l.OperationID, &l.Plan)
+}
+
+// watchOperation follows an operation to its end: progress on stderr, then the
+// summary (or, with -o json, the final operation) on stdout. Exit 1 unless it
+// ended done.
+func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, plan *cli.Plan) error {
+	view := cli.NewOperationView(os.Stderr, cli.IsTerminal(os.Stderr))
+	if plan != nil {
+		view.Shown(*plan)
+	}
+	op, err := s.WatchOperation(ctx, id, cli.WatchOptions{Progress: os.Stderr, Terminal: cli.IsTerminal(os.Stderr)},
+		view.Notice, view.Show)
+	view.Finish()
+	if errors.Is(err, context.Canceled) {
+		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: fmt.Sprintf("watching stopped; operation %d goes on in vmgate", id),
+			Hint: fmt.Sprintf("follow it again: vmgate op watch %d (or stop it: vmgate op cancel %d)", id, id)}
+	}
+	if err != nil {
+		return err
+	}
+	f, err := cli.ChooseFormat(o.Output, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if f == cli.JSON {
+		if err := cli.WriteJSON(os.Stdout, op); err != nil {
+			return err
+		}
+	} else {
+		fmt.Println(cli.OperationSummary(op))
+	}
+	if op.Status != "done" {
+		return &cli.ExitError{Code: cli.ExitFailed, Msg: fmt.Sprintf("operation %d ended %s", id, op.Status),
+			Hint: fmt.Sprintf("its items: vmgate op show %d", id)}
+	}
+	return nil
+}
+
+type opCmd struct {
+	List   opListCmd   `cmd:"" help:"List operations on many VMs, newest first."`
+	Show   opShowCmd   `cmd:"" help:"Show an operation and its VMs."`
+	Watch  opWatchCmd  `cmd:"" help:"Follow an operation to its end."`
+	Cancel opCancelCmd `cmd:"" help:"Cancel an operation: nothing more starts; with --abort its running migrations are stopped too."`
+}
+
+type opListCmd struct {
+	conn
+	output
+	Cluster string `placeholder:"ID|NAME" help:"Only this cluster."`
+	Limit   int    `default:"50" help:"At most this many (1 to 200)."`
+}
+
+func (c *opListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
+		if c.Cluster != "" {
+			id, err := clusterID(ctx, s, c.Cluster)
+			if err != nil {
+				return err
+			}
+			q.Set("clusterId", strconv.FormatInt(id, 10))
+		}
+		it, err := s.List(ctx, cli.OperationsPath, q)
+		if err != nil {
+			return err
+		}
+		return printItems(c.output, it, cli.OperationsTable)
+	})
+}
+
+type opRef struct {
+	ID int64 `arg:"" name:"id" help:"The operation's id."`
+}
+
+type opShowCmd struct {
+	conn
+	output
+	opRef
+}
+
+func (c *opShowCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		op, raw, err := s.Operation(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		return c.print(json.RawMessage(raw), func() (cli.TableOf, error) {
+			fmt.Fprintln(os.Stderr, cli.OperationSummary(op))
+			return cli.ItemsTable(op), nil
+		})
+	})
+}
+
+type opWatchCmd struct {
+	conn
+	output
+	opRef
+}
+
+func (c *opWatchCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		return watchOperation(ctx, s, c.output, c.ID, nil)
+	})
+}
+
+type opCancelCmd struct {
+	conn
+	opRef
+	Abort bool `help:"Also stop the running migrations through PVE (their VMs stay where they were)."`
+}
+
+func (c *opCancelCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		op, err := s.CancelOperation(ctx, c.ID, c.Abort)
+		if err != nil {
+			return err
+		}
+		what := "nothing more starts; the running items finish"
+		if c.Abort {
+			what = "nothing more starts; the running migrations are being stopped"
+		}
+		fmt.Printf("operation %d cancelled: %s (%d running)\n", op.ID, what, op.Counts.Running)
+		fmt.Fprintf(os.Stderr, "follow it to its end: vmgate op watch %d\n", op.ID)
+		return nil
+	})
+}
+
+type vmSuspendCmd struct {
+	conn
+	vmRef
+	ToDisk bool `name:"to-disk" help:"Hibernate: save the state to disk and stop QEMU (resume brings it back)."`
+	Wait   int  `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
+}
+
+func (c *vmSuspendCmd) Run() error {
+	var q url.Values
+	if c.ToDisk {
+		q = url.Values{"todisk": {"true"}}
+	}
+	return power(c.conn, c.vmRef, "suspend", false, c.Wait, q)
+}
+
+type vmResumeCmd struct {
+	conn
+	vmRef
+	Wait int `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
+}
+
+func (c *vmResumeCmd) Run() error { return power(c.conn, c.vmRef, "resume", false, c.Wait, nil) }

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var evacuated = regexp.MustCompile(`^operation (\d+) \(evacuation of pve1\): done — 2 ok, 0 failed, 0 skipped of 2 in \S+$`)
+
+// TestCLIOperations drives the operations on many VMs through the client: a dry
+// run prints the plan and starts nothing; an evacuation prints its plan, a line
+// per item as it goes (stderr) and the summary (stdout); the operation is listed,
+// shown and watched; a bulk action skips what is in the wanted state; suspend and
+// resume; cancelling an ended operation is a conflict (exit 4); an evacuation of a
+// node whose local disk stays ends done with the VM skipped and named.
+func TestCLIOperations(t *testing.T) {
+	const pw = "many machines at once"
+	_, _, c, _ := startLab(t, pw, "--speed", "50", "--auth-delay", "0s")
+	env := cliEnv(t)
+	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
+
+	r := runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--dry-run", "-o", "table").want(t, 0, "dry run")
+	if got := column(t, r.stdout, "VMID"); !slices.Contains(got, "100") || !slices.Contains(got, "101") {
+		t.Fatalf("dry run's plan:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "TARGET  STATUS") || strings.Contains(r.stderr, "operation") {
+		t.Fatalf("dry run:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	var plan struct {
+		Plan struct {
+			Items []map[string]any `json:"items"`
+		} `json:"plan"`
+	}
+	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--dry-run").want(t, 0, "dry run piped")
+	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil || len(plan.Plan.Items) != 2 {
+		t.Fatalf("dry run piped is not the API's JSON: %v\n%s", err, r.stdout)
+	}
+
+	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--max-parallel", "2", "-o", "table").want(t, 0, "evacuate")
+	m := evacuated.FindStringSubmatch(lastLine(r.stdout))
+	if m == nil {
+		t.Fatalf("the evacuation's last line: %q\nstderr:\n%s", lastLine(r.stdout), r.stderr)
+	}
+	id := m[1]
+	for _, want := range []string{"started  VM 100 web1 pve1 → ", "ok       VM 100 web1 pve1 → ", "ok       VM 101 db-staging pve1 → ",
+		"operation " + id + " started"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the progress lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	r = runCLI(t, env, "", "op", "list", "-o", "table").want(t, 0, "op list")
+	if got := column(t, r.stdout, "STATUS"); !slices.Equal(got, []string{"done"}) {
+		t.Fatalf("op list:\n%s", r.stdout)
+	}
+	r = runCLI(t, env, "", "op", "show", id, "-o", "table").want(t, 0, "op show")
+	if got := column(t, r.stdout, "STATE"); !slices.Equal(got, []string{"ok", "ok"}) {
+		t.Fatalf("op show:\n%s", r.stdout)
+	}
+	r = runCLI(t, env, "", "op", "watch", id, "-o", "table").want(t, 0, "op watch of an ended operation")
+	if !evacuated.MatchString(lastLine(r.stdout)) {
+		t.Fatalf("op watch: %q", r.stdout)
+	}
+	r = runCLI(t, env, "", "op", "cancel", id).want(t, 4, "cancel an ended operation")
+	if !strings.Contains(r.stderr, "already ended") {
+		t.Fatalf("cancel of an ended operation:\n%s", r.stderr)
+	}
+
+	r = runCLI(t, env, "", "bulk", "start", "lab", "--vmid", "104", "--vmid", "105", "-o", "table").want(t, 0, "bulk start")
+	if !strings.Contains(lastLine(r.stdout), "done — 1 ok, 0 failed, 1 skipped of 2") {
+		t.Fatalf("bulk start: %q\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	runCLI(t, env, "", "bulk", "stop", "lab").want(t, 2, "bulk without a selection")
+	runCLI(t, env, "", "bulk", "start", "lab", "--vmid", "100", "--force").want(t, 2, "--force on start")
+
+	r = runCLI(t, env, "", "vm", "suspend", "1", "pve3", "104").want(t, 0, "suspend")
+	r = runCLI(t, env, "", "vm", "start", "1", "pve3", "104").want(t, 4, "start a paused VM")
+	if !strings.Contains(r.stderr, "vmgate vm resume 1 pve3 104") {
+		t.Fatalf("no resume hint:\n%s", r.stderr)
+	}
+	runCLI(t, env, "", "vm", "resume", "1", "pve3", "104").want(t, 0, "resume")
+
+	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve2", "--target", "pve3", "-o", "table").want(t, 0, "evacuate pve2")
+	if !strings.Contains(r.stdout, "local-lvm:vm-102-disk-0") || !strings.Contains(lastLine(r.stdout), "2 ok, 0 failed, 1 skipped of 3") {
+		t.Fatalf("evacuation of pve2 (VM 100 is there since the first evacuation):\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+}
