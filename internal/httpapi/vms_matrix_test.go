@@ -28,6 +28,13 @@ var vmMatrixActions = []matrixAction{
 	{name: "task log", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "/log?clusterId={c}", need: fleet.GrantViewer, ok: []int{404}},
 	{name: "task events", method: "GET", path: "/api/v1/pve/task/" + matrixUPID + "/events?clusterId={c}", need: fleet.GrantViewer, ok: []int{404}},
 	{name: "tasks", method: "GET", path: "/api/v1/pve/tasks?clusterId={c}", need: fleet.GrantViewer},
+	{name: "suspend", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/101/suspend", need: fleet.GrantOperator, ok: []int{409}},
+	{name: "resume", method: "POST", path: "/api/v1/pve/vm/{c}/pve1/100/resume", need: fleet.GrantOperator, ok: []int{409}},
+	{name: "evacuate (plan)", method: "POST", path: "/api/v1/pve/clusters/{c}/nodes/pve1/evacuate", body: `{"dryRun":true}`,
+		need: fleet.GrantOperator},
+	{name: "bulk (plan)", method: "POST", path: "/api/v1/pve/clusters/{c}/bulk/stop",
+		body: `{"selector":{"status":"running"},"dryRun":true}`, need: fleet.GrantOperator},
+	{name: "operations", method: "GET", path: "/api/v1/pve/operations?clusterId={c}", need: fleet.GrantViewer},
 }
 
 // matrixUPID is a task no cluster knows.
@@ -42,6 +49,7 @@ func TestVMMatrix(t *testing.T) {
 	t.Cleanup(svc.Close)
 	cfg := e.apiConfig()
 	cfg.VMs = svc
+	cfg.Operations = vmops.NewOperations(svc, vmops.OperationsConfig{})
 	api, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
