@@ -68,6 +68,9 @@ type serverCmd struct {
 	ClientIPv4Prefix    int `default:"32" env:"VMGATE_CLIENT_IPV4_PREFIX" help:"IPv4 prefix length of a client network, the unit of login throttling."`
 	ClientIPv6Prefix    int `default:"64" env:"VMGATE_CLIENT_IPV6_PREFIX" help:"IPv6 prefix length of a client network, the unit of login throttling."`
 
+	// MemoryLimit is the Go runtime's soft memory limit (memlimit.go).
+	MemoryLimit string `default:"auto" env:"VMGATE_MEMORY_LIMIT" help:"Soft memory limit: auto (twice the live heap, at least 32 MiB, plus what the password hashes may hold), off, or a size like 256MiB. GOMEMLIMIT wins over auto."`
+
 	// FeedPoll is how often the store's change feed is read when nothing pushes it:
 	// the fallback while the PostgreSQL listener is lost, and on SQLite what carries
 	// other processes' writes. Hidden: tests set it very long to show that changes
@@ -293,6 +296,10 @@ func (c *serverCmd) Run() error {
 	}
 
 	bg, cancelBG := context.WithCancel(context.Background())
+	if err := governMemory(bg, c.MemoryLimit, c.MaxConcurrentHashes, log); err != nil {
+		cancelBG()
+		return err
+	}
 	var wg sync.WaitGroup
 	prune := func(ctx context.Context) error {
 		return pruneEvery(ctx, a.store, time.Hour, store.PruneOptions{AuditOlderThan: c.AuditRetention}, log)
