@@ -301,63 +301,144 @@ func (s *resourceScanner) field(r *Resource) bool {
 	}
 	key, v := s.b[ks:ke], s.b[vs:ve]
 	var err error
-	switch {
-	case asciiEqualFold(key, "id"):
+	switch field := resourceField(key); field {
+	case fID:
 		r.ID, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "type"):
+	case fType:
 		r.Type, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "node"):
+	case fNode:
 		r.Node, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "name"):
+	case fName:
 		r.Name, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "status"):
+	case fStatus:
 		r.Status, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "lock"):
+	case fLock:
 		r.Lock, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "tags"):
+	case fTags:
 		r.Tags, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "hastate"):
+	case fHAState:
 		r.HAState, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "pool"):
+	case fPool:
 		r.Pool, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "storage"):
+	case fStorage:
 		r.Storage, ok = s.str(vs, ve)
-	case asciiEqualFold(key, "vmid"):
+	case fVMID, fMaxMem, fMem, fMaxDisk, fDisk, fUptime:
 		var n flexInt
 		err = n.UnmarshalJSON(v)
-		r.VMID = intIn(n)
-	case asciiEqualFold(key, "maxmem"):
-		var n flexInt
-		err = n.UnmarshalJSON(v)
-		r.MaxMem = int64(n)
-	case asciiEqualFold(key, "mem"):
-		var n flexInt
-		err = n.UnmarshalJSON(v)
-		r.Mem = int64(n)
-	case asciiEqualFold(key, "maxdisk"):
-		var n flexInt
-		err = n.UnmarshalJSON(v)
-		r.MaxDisk = int64(n)
-	case asciiEqualFold(key, "disk"):
-		var n flexInt
-		err = n.UnmarshalJSON(v)
-		r.Disk = int64(n)
-	case asciiEqualFold(key, "uptime"):
-		var n flexInt
-		err = n.UnmarshalJSON(v)
-		r.Uptime = int64(n)
-	case asciiEqualFold(key, "maxcpu"):
+		switch field {
+		case fVMID:
+			r.VMID = intIn(n)
+		case fMaxMem:
+			r.MaxMem = int64(n)
+		case fMem:
+			r.Mem = int64(n)
+		case fMaxDisk:
+			r.MaxDisk = int64(n)
+		case fDisk:
+			r.Disk = int64(n)
+		case fUptime:
+			r.Uptime = int64(n)
+		}
+	case fMaxCPU, fCPU:
 		var f flexFloat
 		err = f.UnmarshalJSON(v)
-		r.MaxCPU = float64(f)
-	case asciiEqualFold(key, "cpu"):
-		var f flexFloat
-		err = f.UnmarshalJSON(v)
-		r.CPU = float64(f)
-	case asciiEqualFold(key, "template"):
+		if field == fMaxCPU {
+			r.MaxCPU = float64(f)
+		} else {
+			r.CPU = float64(f)
+		}
+	case fTemplate:
 		var t Bool
 		err = t.UnmarshalJSON(v)
 		r.Template = bool(t)
 	}
 	return ok && err == nil
+}
+
+// The fields of Resource, as resourceField names them.
+const (
+	fNone = iota
+	fID
+	fType
+	fNode
+	fName
+	fStatus
+	fLock
+	fTags
+	fHAState
+	fPool
+	fStorage
+	fVMID
+	fMaxMem
+	fMem
+	fMaxDisk
+	fDisk
+	fUptime
+	fMaxCPU
+	fCPU
+	fTemplate
+)
+
+// resourceField says which field of Resource a key names, as encoding/json
+// would match it (ignoring case), telling the candidates apart by length first:
+// every key of every VM passes here.
+func resourceField(key []byte) int {
+	eq := asciiEqualFold
+	switch len(key) {
+	case 2:
+		if eq(key, "id") {
+			return fID
+		}
+	case 3:
+		switch {
+		case eq(key, "mem"):
+			return fMem
+		case eq(key, "cpu"):
+			return fCPU
+		}
+	case 4:
+		switch {
+		case eq(key, "type"):
+			return fType
+		case eq(key, "node"):
+			return fNode
+		case eq(key, "vmid"):
+			return fVMID
+		case eq(key, "name"):
+			return fName
+		case eq(key, "lock"):
+			return fLock
+		case eq(key, "tags"):
+			return fTags
+		case eq(key, "pool"):
+			return fPool
+		case eq(key, "disk"):
+			return fDisk
+		}
+	case 6:
+		switch {
+		case eq(key, "status"):
+			return fStatus
+		case eq(key, "maxmem"):
+			return fMaxMem
+		case eq(key, "maxcpu"):
+			return fMaxCPU
+		case eq(key, "uptime"):
+			return fUptime
+		}
+	case 7:
+		switch {
+		case eq(key, "hastate"):
+			return fHAState
+		case eq(key, "storage"):
+			return fStorage
+		case eq(key, "maxdisk"):
+			return fMaxDisk
+		}
+	case 8:
+		if eq(key, "template") {
+			return fTemplate
+		}
+	}
+	return fNone
 }
