@@ -65,8 +65,8 @@ type serverCmd struct {
 	// Login throttling (internal/auth).
 	MaxConcurrentHashes int `env:"VMGATE_MAX_CONCURRENT_HASHES" help:"Password hashes run at once (default: the cores less one, at least 1)."`
 	LoginQueue          int `env:"VMGATE_LOGIN_QUEUE" help:"Logins that may wait for a hashing slot (default: about 1 s of expected wait)."`
-	ClientIPv4Prefix    int `default:"32" env:"VMGATE_CLIENT_IPV4_PREFIX" help:"IPv4 prefix length of a client network, the unit of login throttling."`
-	ClientIPv6Prefix    int `default:"64" env:"VMGATE_CLIENT_IPV6_PREFIX" help:"IPv6 prefix length of a client network, the unit of login throttling."`
+	ClientIPv4Prefix    int `name:"client-ipv4-prefix" default:"32" env:"VMGATE_CLIENT_IPV4_PREFIX" help:"IPv4 prefix length of a client network, the unit of login throttling."`
+	ClientIPv6Prefix    int `name:"client-ipv6-prefix" default:"64" env:"VMGATE_CLIENT_IPV6_PREFIX" help:"IPv6 prefix length of a client network, the unit of login throttling."`
 
 	// MemoryLimit is the Go runtime's soft memory limit (memlimit.go).
 	MemoryLimit string `default:"auto" env:"VMGATE_MEMORY_LIMIT" help:"Soft memory limit: auto (twice the live heap, at least 32 MiB, plus what the password hashes may hold), off, or a size like 256MiB. GOMEMLIMIT wins over auto."`
