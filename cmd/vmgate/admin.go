@@ -79,14 +79,16 @@ type adminUserCreateCmd struct {
 	Email         string `required:"" help:"E-mail (the login name)."`
 	Nickname      string `help:"Display name."`
 	Role          string `default:"user" enum:"admin,user" help:"Global role: admin or user."`
-	PasswordStdin bool   `help:"Read the password from one line of standard input (otherwise $VMGATE_PASSWORD)."`
+	PasswordStdin bool   `help:"Read the password from standard input: typed without echo on a terminal, else one line (otherwise $VMGATE_PASSWORD)."`
 }
 
 func (c *adminUserCreateCmd) Run(a *adminCmd) error {
 	pw := os.Getenv("VMGATE_PASSWORD")
 	if c.PasswordStdin {
+		// On a terminal (systemd-run --pty, a first install by hand) the password is
+		// typed: no echo, as vmgate login reads it.
 		var err error
-		if pw, err = cli.ReadLine(os.Stdin); err != nil {
+		if pw, err = cli.ReadPassword("password for "+c.Email+": ", os.Stdin, os.Stderr); err != nil {
 			return err
 		}
 	}

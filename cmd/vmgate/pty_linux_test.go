@@ -39,17 +39,12 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return m, s
 }
 
-// TestCLILoginWithoutEcho: on a terminal, `vmgate login` asks for the password
-// and reads it without echo: what the terminal shows holds the prompt, never the
-// password; the login works.
-func TestCLILoginWithoutEcho(t *testing.T) {
-	const pw = "never shown on screen"
-	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
-	base := srv.line(t, listening)[1]
-	env := cliEnv(t)
+// onTerminal runs cmd with a pseudo-terminal as its stdin, stdout and stderr,
+// waits for prompt on the screen, types input and a return, and answers what the
+// terminal showed once cmd has ended.
+func onTerminal(t *testing.T, cmd *exec.Cmd, prompt, input string) string {
+	t.Helper()
 	master, slave := openPTY(t)
-	cmd := exec.Command(binary, "login", "--server", base, "--email", "admin@vmgate.local")
-	cmd.Env = cliEnviron(env)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -75,23 +70,56 @@ func TestCLILoginWithoutEcho(t *testing.T) {
 		}
 	}()
 	shown := func() string { mu.Lock(); defer mu.Unlock(); return screen.String() }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(shown(), "password for admin@vmgate.local"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(shown(), prompt); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no prompt on the terminal:\n%q", shown())
 		}
 	}
-	if _, err := io.WriteString(master, pw+"\r"); err != nil {
+	if _, err := io.WriteString(master, input+"\r"); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitOrKill(cmd, 30*time.Second); err != nil {
-		t.Fatalf("login on a terminal: %v\n%q", err, shown())
+		t.Fatalf("%v on a terminal: %v\n%q", cmd.Args[1:], err, shown())
 	}
 	select {
 	case <-read:
 	case <-time.After(10 * time.Second):
 	}
-	if got := shown(); strings.Contains(got, pw) || strings.Contains(got, pw[:5]) || !strings.Contains(got, "logged in to") {
+	return shown()
+}
+
+// TestCLILoginWithoutEcho: on a terminal, `vmgate login` asks for the password
+// and reads it without echo: what the terminal shows holds the prompt, never the
+// password; the login works.
+func TestCLILoginWithoutEcho(t *testing.T) {
+	const pw = "never shown on screen"
+	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	env := cliEnv(t)
+	cmd := exec.Command(binary, "login", "--server", base, "--email", "admin@vmgate.local")
+	cmd.Env = cliEnviron(env)
+	got := onTerminal(t, cmd, "password for admin@vmgate.local", pw)
+	if strings.Contains(got, pw) || strings.Contains(got, pw[:5]) || !strings.Contains(got, "logged in to") {
 		t.Fatalf("the terminal showed:\n%q", got)
 	}
 	runCLI(t, env, "", "me").want(t, 0, "me after a login on a terminal")
+}
+
+// TestAdminCreateWithoutEcho: `vmgate admin user create --password-stdin` on a
+// terminal (a first install by hand, systemd-run --pty) reads the password without
+// echo, and the user it creates logs in with it.
+func TestAdminCreateWithoutEcho(t *testing.T) {
+	const pw = "typed once unseen"
+	dir := t.TempDir()
+	cmd := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "first@example.com",
+		"--role", "admin", "--password-stdin")
+	cmd.Env = cliEnviron(nil)
+	got := onTerminal(t, cmd, "password for first@example.com", pw)
+	if strings.Contains(got, pw) || strings.Contains(got, pw[:5]) || !strings.Contains(got, "created user 1 first@example.com (admin)") {
+		t.Fatalf("the terminal showed:\n%q", got)
+	}
+	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	env := cliEnv(t)
+	runCLI(t, env, pw+"\n", "login", "--server", srv.line(t, listening)[1], "--email", "first@example.com").
+		want(t, 0, "login with the password typed on the terminal")
 }
