@@ -268,10 +268,11 @@ func checkLog(t *testing.T, dir string, secrets ...string) {
 // as a reader pastes them: the curl walk starts `server --dev` itself, and the
 // client's walk goes on from where it left the emulated cluster. Each promise is
 // checked (the refresh's old token and the ended session answer unauthenticated,
-// the graceful stop of VM 104 shutdown_timeout, logout 401, the migration back's
-// last line, a deleted API token exit 3, …), every error answer must be a promised
-// one, and the server's log holds no token. The server must still answer after
-// both walks.
+// the graceful stop of VM 104 shutdown_timeout, the migration's task OK on pve2,
+// the bulk start's VMs ok, logout 401; the migration back's last line, the task
+// log's end, a deleted API token exit 3, the evacuation of pve3 done), every error
+// answer must be a promised one, and the server's log holds no token. The server
+// must still answer after both walks.
 func TestREADMEDevWalks(t *testing.T) {
 	needTools(t, "bash", "curl", "jq")
 	walks := readmeWalks(t)
