@@ -894,7 +894,7 @@ func (c *taskListCmd) Run() error {
 
 // taskRef names a task.
 type taskRef struct {
-	UPID    string `arg:"" name:"upid" help:"The task's id (UPID:…)."`
+	UPID    string `arg:"" name:"upid" help:"The task's id: its UPID (UPID:…), or vmgate's task reference (taskRef, a number) while the UPID is not known."`
 	Cluster int64  `placeholder:"ID" help:"Its cluster, for a task vmgate did not start."`
 }
 
@@ -933,7 +933,7 @@ func (c *taskShowCmd) Run() error {
 
 type taskWatchCmd struct {
 	conn
-	UPID string `arg:"" name:"upid" help:"The task's id (UPID:…)."`
+	UPID string `arg:"" name:"upid" help:"The task's id: its UPID (UPID:…), or vmgate's task reference (taskRef, a number) while the UPID is not known."`
 }
 
 func (c *taskWatchCmd) Run() error {

@@ -259,7 +259,7 @@ const runningTask = `{"code":200,"message":"success","data":{"taskId":"UPID:pve1
 	`"clusterId":1,"node":"pve1","type":"qmigrate","vmid":100,"pveUser":"vmgate@pve!gw","startedBy":null,"status":"running",` +
 	`"exitStatus":null,"result":"running","error":null,"startTime":"2026-11-22T10:00:00Z","endTime":null,"target":"pve2",` +
 	`"progress":{"percent":42.1,"transferredBytes":1808939008,"totalBytes":4294967296,"bytesPerSecond":614924697,"phase":"memory"},` +
-	`"followTaskId":null,"operationId":17,"stale":false,"staleSince":null}}`
+	`"followTaskId":null,"taskRef":17,"stale":false,"staleSince":null}}`
 
 func check(t *testing.T, method, path string, status int, hdr http.Header, body string) error {
 	t.Helper()

@@ -259,7 +259,11 @@ type Progress struct {
 
 // Task is a task as vmgate reports it (DESIGN §3.3).
 type Task struct {
-	TaskID     string     `json:"taskId"`
+	TaskID string `json:"taskId"`
+	// TaskRef is vmgate's own reference to the task (its task row): a task
+	// query takes it where it takes the UPID, also before the UPID is known.
+	// The X-Operation-Id header of an answer whose outcome is unknown names it.
+	TaskRef    int64      `json:"taskRef"`
 	ClusterID  int64      `json:"clusterId"`
 	Node       string     `json:"node"`
 	Type       string     `json:"type"`

@@ -144,6 +144,12 @@ func explainAPI(ae *APIError, server string) *ExitError {
 	if e.Code != ExitAuth {
 		e.Msg = fmt.Sprintf("%s (%d %s)", e.Msg, ae.Status, ae.Reason)
 	}
+	// An answer whose outcome is unknown (or whose first attempt still runs)
+	// names the request's task row in X-Operation-Id: the task's taskRef, which
+	// the task commands take where they take a UPID.
+	if ref := ae.Header.Get("X-Operation-Id"); ref != "" && e.Hint == "" {
+		e.Hint = "follow it with: vmgate task watch " + ref
+	}
 	return e
 }
 

@@ -75,3 +75,18 @@ func TestHintsInCLIWords(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeUnknownHint: an answer naming the request's task row in
+// X-Operation-Id (outcome unknown, or the first attempt still running) says how
+// to follow that task: the task commands take its reference where they take a
+// UPID.
+func TestOutcomeUnknownHint(t *testing.T) {
+	e := Explain(&APIError{Status: http.StatusGatewayTimeout, Reason: "outcome_unknown", Message: "follow it as task 42",
+		Header: http.Header{"X-Operation-Id": {"42"}}}, "")
+	if e.Code != ExitUnavailable || e.Hint != "follow it with: vmgate task watch 42" {
+		t.Errorf("exit %d, hint %q", e.Code, e.Hint)
+	}
+	if e := Explain(&APIError{Status: http.StatusConflict, Reason: "vm_running", Message: "m", Header: http.Header{}}, ""); e.Hint != "" {
+		t.Errorf("a conflict without a task row hints %q", e.Hint)
+	}
+}

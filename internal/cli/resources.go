@@ -272,7 +272,11 @@ func TasksTable(list []Task) TableOf {
 		if k.VMID != 0 {
 			vmid = strconv.FormatInt(k.VMID, 10)
 		}
-		t.Add(started, k.Type, vmid, k.Node, k.Target, k.Result, k.StartedBy, k.TaskID)
+		task := k.TaskID
+		if task == "" && k.TaskRef != 0 {
+			task = strconv.FormatInt(k.TaskRef, 10) // its UPID is not known (yet): vmgate's reference follows it
+		}
+		t.Add(started, k.Type, vmid, k.Node, k.Target, k.Result, k.StartedBy, task)
 	}
 	return t
 }

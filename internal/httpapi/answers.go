@@ -20,9 +20,9 @@ func (t *taskAnswer) appendJSON(e *jsonEnc) {
 	v := (*vmops.TaskView)(t)
 	e.key("taskId", true)
 	e.strOrNull(v.TaskID)
-	e.key("operationId", false)
-	if v.OperationID != 0 {
-		e.int(v.OperationID)
+	e.key("taskRef", false)
+	if v.TaskRef != 0 {
+		e.int(v.TaskRef)
 	} else {
 		e.raw("null")
 	}

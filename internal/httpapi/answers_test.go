@@ -18,7 +18,7 @@ import (
 // not known (yet) is null.
 type taskJSON struct {
 	TaskID       *string       `json:"taskId"`
-	OperationID  *int64        `json:"operationId"`
+	TaskRef      *int64        `json:"taskRef"`
 	ClusterID    int64         `json:"clusterId"`
 	Node         string        `json:"node"`
 	Type         string        `json:"type"`
@@ -62,9 +62,9 @@ func toTaskJSON(v vmops.TaskView) taskJSON {
 		id := v.VMID
 		out.VMID = &id
 	}
-	if v.OperationID != 0 {
-		id := v.OperationID
-		out.OperationID = &id
+	if v.TaskRef != 0 {
+		id := v.TaskRef
+		out.TaskRef = &id
 	}
 	if v.Stale {
 		since := v.StaleSince.UTC()
@@ -158,7 +158,7 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 		views := []vmops.TaskView{
 			{TaskID: s, ClusterID: int64(i), Node: s, Type: s, PVEUser: s, Status: vmops.StatusRunning, Result: s, StartTime: start,
 				Stale: i%2 == 1, StaleSince: start.Add(time.Second)},
-			{TaskID: s, OperationID: int64(i), VMID: 100 + int64(i), StartedBy: s, Status: vmops.StatusStopped, ExitStatus: s, Error: s, Target: s,
+			{TaskID: s, TaskRef: int64(i), VMID: 100 + int64(i), StartedBy: s, Status: vmops.StatusStopped, ExitStatus: s, Error: s, Target: s,
 				StartTime: start, EndTime: start.Add(time.Duration(i) * time.Second), FollowTaskID: s,
 				Progress: &vmops.Progress{Percent: f, TransferredBytes: int64(i), TotalBytes: 1 << 40, BytesPerSecond: -1, Phase: s}},
 		}

@@ -86,11 +86,12 @@ func newProxiedVMEnv(t *testing.T, speed float64, pveTimeout time.Duration, opts
 
 // TestOutcomeUnknownOverHTTP: PVE starts the task but its answers are slower than
 // vmgate waits, the node's task list too: the start answers 504 outcome_unknown
-// with X-Operation-Id and Location; the operation is listed by /pve/tasks and
-// answers by its id at once (pending); a retry with the same Idempotency-Key is
-// 409 in_progress naming it. When PVE's answers come through again the
-// operation gets its UPID within a search interval, and the retry replays the
-// real answer. PVE saw one POST.
+// with X-Operation-Id and Location naming its task row, whose reference is the
+// body's and the task views' taskRef (never operationId, which names operations
+// on many VMs); the row is listed by /pve/tasks and answers by its reference at
+// once (pending); a retry with the same Idempotency-Key is 409 in_progress
+// naming it. When PVE's answers come through again the row gets its UPID within
+// a search interval, and the retry replays the real answer. PVE saw one POST.
 func TestOutcomeUnknownOverHTTP(t *testing.T) {
 	// From the request after the next one on (the start's POST follows its read
 	// of the VM's state), PVE acts but its answers do not come back.
@@ -108,52 +109,53 @@ func TestOutcomeUnknownOverHTTP(t *testing.T) {
 	if d := time.Since(began); d > guard {
 		t.Errorf("the start took %v", d)
 	}
-	op := a.header.Get("X-Operation-Id")
-	if op == "" || a.header.Get("Location") != taskPath(op) || a.header.Get("X-Task-Id") != "" {
+	ref := a.header.Get("X-Operation-Id")
+	if ref == "" || a.header.Get("Location") != taskPath(ref) || a.header.Get("X-Task-Id") != "" {
 		t.Fatalf("headers %v", a.header)
 	}
 	var body struct {
-		OperationID int64 `json:"operationId"`
+		TaskRef     int64           `json:"taskRef"`
+		OperationID json.RawMessage `json:"operationId"`
 	}
-	if json.Unmarshal(a.raw, &body); itoa(body.OperationID) != op {
-		t.Errorf("body %s names no operation %s", a.raw, op)
+	if json.Unmarshal(a.raw, &body); itoa(body.TaskRef) != ref || body.OperationID != nil {
+		t.Errorf("body %s: want taskRef %s and no operationId", a.raw, ref)
 	}
 	if got := e.dev.TasksFor(101); len(got) != 1 {
 		t.Fatalf("PVE's tasks %+v: the start did not reach it", got)
 	}
 
-	// Listed and answering by its id from the moment it exists.
+	// Listed and answering by its reference from the moment it exists.
 	list := e.call("view", "GET", "/api/v1/pve/tasks?vmid=101", "").expect(t, 200, "")
 	var tasks []taskJSON
-	if err := json.Unmarshal(list.env.Data, &tasks); err != nil || len(tasks) != 1 || tasks[0].OperationID == nil ||
-		itoa(*tasks[0].OperationID) != op {
+	if err := json.Unmarshal(list.env.Data, &tasks); err != nil || len(tasks) != 1 || tasks[0].TaskRef == nil ||
+		itoa(*tasks[0].TaskRef) != ref {
 		t.Fatalf("task list %s", list.raw)
 	}
-	v := taskJSONOf(t, e.call("view", "GET", taskPath(op), ""))
+	v := taskJSONOf(t, e.call("view", "GET", taskPath(ref), ""))
 	if v.Status != "pending" || v.Result != "unknown" || v.TaskID != nil {
-		t.Errorf("the operation while PVE's answers are held: %+v", v)
+		t.Errorf("the row while PVE's answers are held: %+v", v)
 	}
 	r := e.call("op", "POST", startPath, "", "Idempotency-Key: k-1").expect(t, http.StatusConflict, "in_progress")
-	if r.header.Get("X-Operation-Id") != op {
-		t.Errorf("the retry's 409 names operation %q, want %s", r.header.Get("X-Operation-Id"), op)
+	if r.header.Get("X-Operation-Id") != ref {
+		t.Errorf("the retry's 409 names task %q, want %s", r.header.Get("X-Operation-Id"), ref)
 	}
 
 	p.Heal()
 	healed := time.Now()
 	var upid string
 	for deadline := time.Now().Add(guard); upid == ""; {
-		if v = taskJSONOf(t, e.call("view", "GET", taskPath(op), "")); v.TaskID != nil {
+		if v = taskJSONOf(t, e.call("view", "GET", taskPath(ref), "")); v.TaskID != nil {
 			upid = *v.TaskID
 		} else if time.Now().After(deadline) {
-			t.Fatalf("the operation has no UPID %v after the heal: %+v", guard, v)
+			t.Fatalf("the row has no UPID %v after the heal: %+v", guard, v)
 		} else {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	t.Logf("the operation had its UPID %v after PVE's answers came through again (search interval %v)",
+	t.Logf("the row had its UPID %v after PVE's answers came through again (search interval %v)",
 		time.Since(healed).Round(time.Millisecond), vmops.DefaultSearchEvery)
-	if want := e.dev.TasksFor(101)[0].UPID; upid != want || v.OperationID == nil || itoa(*v.OperationID) != op {
-		t.Fatalf("the operation found %s (%+v), PVE's task is %s", upid, v, want)
+	if want := e.dev.TasksFor(101)[0].UPID; upid != want || v.TaskRef == nil || itoa(*v.TaskRef) != ref {
+		t.Fatalf("the row found %s (%+v), PVE's task is %s", upid, v, want)
 	}
 	for deadline := time.Now().Add(guard); ; {
 		r = e.call("op", "POST", startPath, "", "Idempotency-Key: k-1")

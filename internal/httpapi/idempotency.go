@@ -96,10 +96,10 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 		case !got.Done:
 			e := errs.R(errs.Conflict, "in_progress",
 				"the first request with Idempotency-Key %q is still running (since %s)", safeText(key), got.Since.UTC().Format(time.RFC3339))
-			if got.OperationID != 0 {
-				e.Message += fmt.Sprintf("; follow operation %d", got.OperationID)
-				w.Header().Set("X-Operation-Id", strconv.FormatInt(got.OperationID, 10))
-				w.Header().Set("Location", taskPath(strconv.FormatInt(got.OperationID, 10)))
+			if got.TaskRef != 0 {
+				e.Message += fmt.Sprintf("; follow it as task %d", got.TaskRef)
+				w.Header().Set("X-Operation-Id", strconv.FormatInt(got.TaskRef, 10))
+				w.Header().Set("Location", taskPath(strconv.FormatInt(got.TaskRef, 10)))
 			}
 			return e
 		}

@@ -13,12 +13,13 @@ import (
 )
 
 // pathTask reads and validates {taskId}: a UPID exactly as PVE writes it, or
-// vmgate's operation id (the task row an outcome_unknown answer names).
+// vmgate's task reference (a task view's taskRef: the task row an
+// outcome_unknown answer names in X-Operation-Id).
 func pathTask(r *http.Request) (string, error) {
 	id := r.PathValue("taskId")
 	if !vmops.ValidTaskID(id) {
 		return "", errs.R(errs.Invalid, "invalid_request",
-			"the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor an operation id")
+			"the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor vmgate's task reference (a positive integer)")
 	}
 	return id, nil
 }

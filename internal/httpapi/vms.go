@@ -197,13 +197,13 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, read func(*ht
 // renderPower answers a power operation: 200 when its task ended well, 202 with
 // Location while it runs, the mapped error when it failed. Every answer that
 // started a task carries X-Task-Id; one whose outcome is unknown X-Operation-Id
-// and Location (operationHeaders).
+// and Location (outcomeHeaders).
 func renderPower(w http.ResponseWriter, out vmops.Outcome, err error) error {
 	if out.TaskID != "" {
 		w.Header().Set("X-Task-Id", out.TaskID)
 	}
 	if err != nil {
-		operationHeaders(w, err)
+		outcomeHeaders(w, err)
 		return err
 	}
 	if out.Running {
@@ -218,7 +218,7 @@ func renderPower(w http.ResponseWriter, out vmops.Outcome, err error) error {
 // renderMigrate answers a migration: its task id at once.
 func renderMigrate(w http.ResponseWriter, upid string, err error) error {
 	if err != nil {
-		operationHeaders(w, err)
+		outcomeHeaders(w, err)
 		return err
 	}
 	w.Header().Set("X-Task-Id", upid)
@@ -226,11 +226,13 @@ func renderMigrate(w http.ResponseWriter, upid string, err error) error {
 	return nil
 }
 
-// operationHeaders names, on an outcome_unknown answer, vmgate's task row
-// (X-Operation-Id) and where to follow it (Location): vmgate keeps looking for the
-// task and fills the row (issue 10).
-func operationHeaders(w http.ResponseWriter, err error) {
-	if id, ok := vmops.OperationOf(err); ok {
+// outcomeHeaders names, on an outcome_unknown answer, vmgate's task row and where
+// to follow it (Location): vmgate keeps looking for the task and fills the row
+// (issue 10). The header is X-Operation-Id because issue 10 names it so; its
+// value is the row's task reference, the body's and every task view's
+// `taskRef` (not the `operationId` of an operation on many VMs).
+func outcomeHeaders(w http.ResponseWriter, err error) {
+	if id, ok := vmops.TaskRefOf(err); ok {
 		w.Header().Set("X-Operation-Id", strconv.FormatInt(id, 10))
 		w.Header().Set("Location", taskPath(strconv.FormatInt(id, 10)))
 	}

@@ -100,10 +100,10 @@ func testAnswers(o KeyOutcome) Answer {
 }
 
 // TestOutcomeUnknownFoundWithinOneSearch: a start whose answer was lost before
-// PVE got it answers outcome_unknown naming its operation; the operation is
+// PVE got it answers outcome_unknown naming its task row (TaskRef); the row is
 // listed (pending) and answers by its id at once. PVE gets the request later: the
 // next search — one SearchEvery (3 s, under issue 10's 10 s) after the last —
-// finds the task and the operation reads as it. Driven by a fake clock.
+// finds the task and the row reads as it. Driven by a fake clock.
 func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	t.Parallel()
 	clock := &fakeAfter{}
@@ -118,21 +118,21 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	if !errors.Is(err, ErrMaybeStarted) {
 		t.Errorf("error %v does not wrap ErrMaybeStarted", err)
 	}
-	op, ok := OperationOf(err)
-	if !ok || op <= 0 {
-		t.Fatalf("no operation in %v", err)
+	ref, ok := TaskRefOf(err)
+	if !ok || ref <= 0 {
+		t.Fatalf("no task reference in %v", err)
 	}
-	opID := strconv.FormatInt(op, 10)
+	refID := strconv.FormatInt(ref, 10)
 
 	// The first search ran at once and found nothing; the next waits one interval.
 	eventually(t, "the search to wait for its next round", func() bool { return clock.waiting(DefaultSearchEvery) == 1 })
-	v, err := e.svc.Task(ctx, opID, 0, 0)
-	if err != nil || v.Status != StatusPending || v.Result != ResultUnknown || v.TaskID != "" || v.OperationID != op ||
+	v, err := e.svc.Task(ctx, refID, 0, 0)
+	if err != nil || v.Status != StatusPending || v.Result != ResultUnknown || v.TaskID != "" || v.TaskRef != ref ||
 		v.Type != "qmstart" {
-		t.Fatalf("the operation while unknown: %+v %v", v, err)
+		t.Fatalf("the row while unknown: %+v %v", v, err)
 	}
 	list, err := e.svc.Tasks(ctx, TaskFilter{})
-	if err != nil || len(list) != 1 || list[0].OperationID != op || list[0].Status != StatusPending {
+	if err != nil || len(list) != 1 || list[0].TaskRef != ref || list[0].Status != StatusPending {
 		t.Fatalf("listed while unknown: %+v %v", list, err)
 	}
 	if n := e.requests("POST", routeStart); n != 0 {
@@ -145,13 +145,13 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.fire(DefaultSearchEvery)
-	eventually(t, "the operation to have its UPID", func() bool {
-		r, err := e.store.TaskByID(ctx, op)
+	eventually(t, "the row to have its UPID", func() bool {
+		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.UPID == upid.String()
 	})
-	v, err = e.svc.Task(ctx, opID, 0, 0)
-	if err != nil || v.TaskID != upid.String() || v.OperationID != op || v.Status == StatusPending {
-		t.Fatalf("the operation once found: %+v %v", v, err)
+	v, err = e.svc.Task(ctx, refID, 0, 0)
+	if err != nil || v.TaskID != upid.String() || v.TaskRef != ref || v.Status == StatusPending {
+		t.Fatalf("the row once found: %+v %v", v, err)
 	}
 	if n := e.requests("POST", routeStart); n != 1 {
 		t.Errorf("PVE received %d POSTs, want 1", n)
@@ -162,31 +162,31 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 }
 
 // TestOutcomeUnknownGivenUp: a write that never reached PVE is searched for
-// LostGrace, then the operation reads stopped/lost and stays listed.
+// LostGrace, then its row reads stopped/lost and stays listed.
 func TestOutcomeUnknownGivenUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{cfg: func(c *Config) { c.LostGrace = 50 * time.Millisecond }})
 	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
-	op, ok := OperationOf(err)
+	ref, ok := TaskRefOf(err)
 	if !ok {
 		t.Fatalf("error %v, want outcome_unknown", err)
 	}
-	eventually(t, "the operation to be given up", func() bool {
-		r, err := e.store.TaskByID(ctx, op)
+	eventually(t, "the row to be given up", func() bool {
+		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.Status == store.TaskLost
 	})
-	v, err := e.svc.Task(ctx, strconv.FormatInt(op, 10), 0, 0)
+	v, err := e.svc.Task(ctx, strconv.FormatInt(ref, 10), 0, 0)
 	if err != nil || v.Status != StatusStopped || v.Result != ResultLost || v.TaskID != "" || v.Error == "" ||
 		v.Progress == nil || v.Progress.Phase != PhaseFailed {
-		t.Fatalf("a lost operation: %+v %v", v, err)
+		t.Fatalf("a lost row: %+v %v", v, err)
 	}
 	if list, _ := e.svc.Tasks(ctx, TaskFilter{}); len(list) != 1 || list[0].Result != ResultLost {
 		t.Errorf("listed: %+v", list)
 	}
-	if lg, err := e.svc.TaskLog(ctx, strconv.FormatInt(op, 10), 0, 0, 0); err != nil || len(lg.Lines) != 0 {
-		t.Errorf("log of a lost operation: %+v %v", lg, err)
+	if lg, err := e.svc.TaskLog(ctx, strconv.FormatInt(ref, 10), 0, 0, 0); err != nil || len(lg.Lines) != 0 {
+		t.Errorf("log of a lost row: %+v %v", lg, err)
 	}
 }
 
@@ -207,14 +207,14 @@ func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 		t.Errorf("the start took %v", d)
 	}
 	wantReason(t, err, errs.Timeout, ReasonOutcomeUnknown)
-	op, _ := OperationOf(err)
+	ref, _ := TaskRefOf(err)
 	if n := e.requests("POST", routeStart); n != 1 {
 		t.Fatalf("PVE received %d POSTs, want 1", n)
 	}
 	e.proxy.Heal()
 	var row store.Task
-	eventually(t, "the operation to have its UPID", func() bool {
-		row, err = e.store.TaskByID(ctx, op)
+	eventually(t, "the row to have its UPID", func() bool {
+		row, err = e.store.TaskByID(ctx, ref)
 		return err == nil && row.UPID != ""
 	})
 	if tasks := e.sim.TasksFor(101); len(tasks) != 1 || tasks[0].UPID != row.UPID {
@@ -384,8 +384,8 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	if err != nil || got.Claimed || got.Done {
 		t.Fatalf("a retry while the task is not found yet: %+v %v", got, err)
 	}
-	if got.OperationID == 0 {
-		t.Error("the in-progress claim names no operation")
+	if got.TaskRef == 0 {
+		t.Error("the in-progress claim names no task row")
 	}
 	close(release) // the POST reaches PVE now
 	if err := <-done; err != nil {
@@ -425,7 +425,7 @@ func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 		t.Fatalf("claim %+v %v", c, err)
 	}
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
-	if _, ok := OperationOf(err); !ok {
+	if _, ok := TaskRefOf(err); !ok {
 		t.Fatalf("error %v, want outcome_unknown", err)
 	}
 	e.svc.HoldKey(ctx, e.actor.UserID, key)

@@ -50,9 +50,9 @@ type KeyClaim struct {
 	Done        bool   // it ended and Answer is its answer; otherwise it still runs
 	Answer      Answer // when Done
 	Since       time.Time
-	// OperationID is, for a key still in progress, the task row its request
-	// wrote (0 when none yet): where to look meanwhile.
-	OperationID int64
+	// TaskRef is, for a key still in progress, the task row its request wrote
+	// (TaskView.TaskRef; 0 when none yet): where to look meanwhile.
+	TaskRef int64
 }
 
 // keyID names an Idempotency-Key: keys are per user.
@@ -129,7 +129,7 @@ func (s *Service) claimOf(ctx context.Context, r store.IdempotencyRecord) KeyCla
 		return out
 	}
 	if row, err := s.store.TaskByIdempotencyKey(ctx, r.UserID, r.Key); err == nil && !row.CreatedAt.Before(r.CreatedAt) {
-		out.OperationID = row.ID
+		out.TaskRef = row.ID
 	}
 	return out
 }
@@ -152,7 +152,7 @@ func (s *Service) ReleaseKey(ctx context.Context, userID int64, key string) erro
 // progress, held by this process, until its task row settles (vmgate finds the
 // task in PVE's list, or gives up after LostGrace), and is then finished with the
 // answer the request would have given (or released when PVE started nothing).
-// A retry meanwhile is 409 in_progress naming the operation.
+// A retry meanwhile is 409 in_progress naming the request's task (TaskRef).
 func (s *Service) HoldKey(ctx context.Context, userID int64, key string) {
 	id := keyID{userID, key}
 	s.mu.Lock()

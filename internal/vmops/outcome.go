@@ -16,16 +16,18 @@ import (
 // ReasonOutcomeUnknown is the reason (kind Timeout, 504) of a write whose outcome
 // vmgate cannot know: PVE's answer to the POST was lost after the request left
 // (a reset, a timeout) and the node's task list did not settle it. The error's
-// details name the operation (OperationOf); vmgate keeps looking for the task.
+// details name the request's task row (TaskRefOf); vmgate keeps looking for the
+// task.
 const ReasonOutcomeUnknown = "outcome_unknown"
 
-// OperationOf returns the task row (operation id) an outcome_unknown error names.
-func OperationOf(err error) (int64, bool) {
+// TaskRefOf returns the task reference (TaskView.TaskRef: the request's task
+// row) an outcome_unknown error names.
+func TaskRefOf(err error) (int64, bool) {
 	e, ok := errs.As(err)
 	if !ok || e.Reason != ReasonOutcomeUnknown {
 		return 0, false
 	}
-	id, ok := e.Details["operationId"].(int64)
+	id, ok := e.Details["taskRef"].(int64)
 	return id, ok
 }
 
@@ -35,8 +37,8 @@ func OperationOf(err error) (int64, bool) {
 func outcomeUnknown(op string, row store.Task, cause error) error {
 	return &errs.Error{Kind: errs.Timeout, Reason: ReasonOutcomeUnknown, Err: fmt.Errorf("%w: %w", ErrMaybeStarted, cause),
 		Message: fmt.Sprintf("vmgate could not tell whether PVE started the %s task; it keeps looking for it in the node's "+
-			"task list for %s: follow operation %d, and do not retry before it says", op, DefaultLostGrace, row.ID),
-		Details: map[string]any{"operationId": row.ID}}
+			"task list for %s: follow it as task %d, and do not retry before it says", op, DefaultLostGrace, row.ID),
+		Details: map[string]any{"taskRef": row.ID}}
 }
 
 // idemKey is the context key of the Idempotency-Key a request runs under.

@@ -117,7 +117,7 @@ func TestReconcileLost(t *testing.T) {
 		t.Errorf("audit %+v", rec)
 	}
 	list, _ := s2.Tasks(ctx, TaskFilter{})
-	if len(list) != 1 || list[0].OperationID != row.ID || list[0].Status != StatusStopped || list[0].Result != ResultLost ||
+	if len(list) != 1 || list[0].TaskRef != row.ID || list[0].Status != StatusStopped || list[0].Result != ResultLost ||
 		list[0].TaskID != "" {
 		t.Errorf("the lost row is listed as %+v", list)
 	}

@@ -36,24 +36,28 @@ const (
 
 // TaskView is a task as DESIGN §3.3 shows it.
 type TaskView struct {
-	// OperationID is vmgate's task row: every request that may start a task has
-	// one, written before PVE is called. 0 for a task vmgate did not start.
-	OperationID int64
-	TaskID      string // the UPID; "" while pending or when lost
-	ClusterID   int64
-	Node        string // the UPID's node (for a migration, the source)
-	Type        string // PVE's task type: qmstart, qmigrate, hastart, ...
-	VMID        int64  // 0 when the task's id is not a vmid
-	PVEUser     string // the UPID's user (vmgate's API token for tasks vmgate started)
-	StartedBy   string // the vmgate user's e-mail; empty for tasks vmgate did not start
-	Status      string // StatusRunning or StatusStopped
-	ExitStatus  string // PVE's exit status once stopped (OK, WARNINGS: n, the error); empty while running
-	Result      string // ResultRunning, ResultOK, ResultWarnings or ResultFailed
-	Error       string // for a failed task: the log line that says why
-	StartTime   time.Time
-	EndTime     time.Time // zero while running
-	Target      string    // a migration's target node
-	Progress    *Progress // migrations only
+	// TaskRef is vmgate's own reference to the task: the id of the task row that
+	// every request which may start a task writes before PVE is called. A query
+	// takes it where it takes a UPID, so it names the task before PVE's UPID is
+	// known (an outcome_unknown answer's X-Operation-Id header carries it). It is
+	// no operation on many VMs (OperationView.ID). 0 for a task vmgate did not
+	// start.
+	TaskRef    int64
+	TaskID     string // the UPID; "" while pending or when lost
+	ClusterID  int64
+	Node       string // the UPID's node (for a migration, the source)
+	Type       string // PVE's task type: qmstart, qmigrate, hastart, ...
+	VMID       int64  // 0 when the task's id is not a vmid
+	PVEUser    string // the UPID's user (vmgate's API token for tasks vmgate started)
+	StartedBy  string // the vmgate user's e-mail; empty for tasks vmgate did not start
+	Status     string // StatusRunning or StatusStopped
+	ExitStatus string // PVE's exit status once stopped (OK, WARNINGS: n, the error); empty while running
+	Result     string // ResultRunning, ResultOK, ResultWarnings or ResultFailed
+	Error      string // for a failed task: the log line that says why
+	StartTime  time.Time
+	EndTime    time.Time // zero while running
+	Target     string    // a migration's target node
+	Progress   *Progress // migrations only
 	// FollowTaskID is, for an HA stand-in task (hastart, hastop, hamigrate), the
 	// task the HA stack ran for it, once found. The stand-in's view reports that
 	// task's status, result and progress.
@@ -115,19 +119,19 @@ func resultOfExit(exit string) string {
 	}
 }
 
-// taskRef is what a task query names: a UPID, or vmgate's task row (its
-// OperationID), which answers before PVE's UPID is known.
+// taskRef is what a task query names: a UPID, or vmgate's task row (the view's
+// TaskRef), which answers before PVE's UPID is known.
 type taskRef struct {
 	upid pve.UPID
 	row  int64 // > 0 when the query named a row
 }
 
-// maxOperationID bounds a row id in a path (JSON's safe integers).
-const maxOperationID = 1<<53 - 1
+// maxTaskRef bounds a task reference in a path (JSON's safe integers).
+const maxTaskRef = 1<<53 - 1
 
 // ValidTaskID reports whether id is a task id a query accepts: a UPID as PVE
-// writes it (UPID:node:pid:pstart:starttime:type:id:user:), or vmgate's
-// operation id (a positive integer, no sign or leading zero).
+// writes it (UPID:node:pid:pstart:starttime:type:id:user:), or vmgate's task
+// reference (TaskView.TaskRef: a positive integer, no sign or leading zero).
 func ValidTaskID(id string) bool {
 	_, err := parseTaskRef(id)
 	return err == nil
@@ -139,8 +143,8 @@ func parseTaskRef(s string) (taskRef, error) {
 	// cost two allocations on every task read.
 	if len(s) > 0 && '1' <= s[0] && s[0] <= '9' {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			if n > maxOperationID {
-				return taskRef{}, errs.R(errs.Invalid, "invalid_request", "an operation id is an integer from 1 to %d", int64(maxOperationID))
+			if n > maxTaskRef {
+				return taskRef{}, errs.R(errs.Invalid, "invalid_request", "a task reference is an integer from 1 to %d", int64(maxTaskRef))
 			}
 			return taskRef{row: n}, nil
 		}
@@ -157,13 +161,14 @@ func parseUPID(s string) (pve.UPID, error) {
 	u, err := pve.ParseUPID(s)
 	if err != nil {
 		return pve.UPID{}, &errs.Error{Kind: errs.Invalid, Reason: "invalid_request", Err: err,
-			Message: "the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor vmgate's operation id"}
+			Message: "the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor vmgate's task reference (a positive integer)"}
 	}
 	return u, nil
 }
 
-func operationNotFound(id int64) error {
-	return errs.R(errs.NotFound, "not_found", "operation %d not found", id)
+// taskRefNotFound is the 404 of a task reference no task row has.
+func taskRefNotFound(id int64) error {
+	return errs.R(errs.NotFound, "not_found", "task %d not found", id)
 }
 
 func taskNotFound(upid string) error {
@@ -501,7 +506,7 @@ func newView(upid pve.UPID, clusterID int64, row *store.Task, target string) Tas
 		PVEUser: upid.User, StartTime: upid.StartTime, Status: StatusRunning, Result: ResultRunning}
 	v.VMID, _ = strconv.ParseInt(upid.ID, 10, 64)
 	if row != nil {
-		v.OperationID, v.StartedBy, v.Target = row.ID, row.UserEmail, row.Target
+		v.TaskRef, v.StartedBy, v.Target = row.ID, row.UserEmail, row.Target
 	}
 	if v.Target == "" {
 		v.Target = target
@@ -620,7 +625,7 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) bool {
 // request whose task vmgate has not found (pending) or that PVE never started
 // (lost); its type is the one PVE's task would have, its start the request's.
 func rowView(r store.Task) TaskView {
-	v := TaskView{OperationID: r.ID, TaskID: r.UPID, ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID,
+	v := TaskView{TaskRef: r.ID, TaskID: r.UPID, ClusterID: r.ClusterID, Node: r.Node, VMID: r.VMID,
 		StartedBy: r.UserEmail, Target: r.Target, StartTime: r.StartedAt, EndTime: r.EndedAt, Error: r.Error,
 		FollowTaskID: r.FollowUPID, ExitStatus: r.ExitStatus}
 	if u, err := pve.ParseUPID(r.UPID); err == nil {
@@ -711,7 +716,7 @@ func (s *Service) lookupRef(ctx context.Context, ref taskRef, clusterHint int64)
 	row, err := s.store.TaskByID(ctx, ref.row)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return TaskView{}, operationNotFound(ref.row)
+			return TaskView{}, taskRefNotFound(ref.row)
 		}
 		return TaskView{}, err
 	}
@@ -724,7 +729,7 @@ func (s *Service) lookupRef(ctx context.Context, ref taskRef, clusterHint int64)
 
 // TaskCluster says which cluster a task belongs to, so that the caller can be
 // authorized before the task is read: the cluster vmgate recorded for a task it
-// started (by UPID or operation id), else clusterHint (0 = none given →
+// started (by UPID or task reference), else clusterHint (0 = none given →
 // NotFound).
 func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64) (int64, error) {
 	ref, err := parseTaskRef(id)
@@ -734,7 +739,7 @@ func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64)
 	if ref.row > 0 {
 		row, err := s.store.TaskByID(ctx, ref.row)
 		if errs.KindOf(err) == errs.NotFound {
-			return 0, operationNotFound(ref.row)
+			return 0, taskRefNotFound(ref.row)
 		}
 		return row.ClusterID, err
 	}
@@ -756,7 +761,7 @@ func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64)
 	}
 }
 
-// Task returns a task's view (DESIGN §3.3) by UPID or operation id. With wait > 0
+// Task returns a task's view (DESIGN §3.3) by UPID or task reference. With wait > 0
 // (at most MaxTaskWait) it answers as soon as the task ends, or with its state
 // when wait has passed (at once when the service drains for a shutdown). The
 // caller has authorized the user on TaskCluster's answer.
@@ -872,7 +877,7 @@ func ignoreDone(err error) error {
 }
 
 // TaskLog reads lines of a task's log from PVE: up to limit lines (0 = all) after
-// line start. An operation whose task is not known (pending, lost) has no lines.
+// line start. A request whose task is not known (pending, lost) has no lines.
 func (s *Service) TaskLog(ctx context.Context, id string, clusterHint int64, start, limit int) (TaskLog, error) {
 	ref, err := parseTaskRef(id)
 	if err != nil {
@@ -882,7 +887,7 @@ func (s *Service) TaskLog(ctx context.Context, id string, clusterHint int64, sta
 		row, err := s.store.TaskByID(ctx, ref.row)
 		if err != nil {
 			if errs.KindOf(err) == errs.NotFound {
-				return TaskLog{}, operationNotFound(ref.row)
+				return TaskLog{}, taskRefNotFound(ref.row)
 			}
 			return TaskLog{}, err
 		}
@@ -963,7 +968,7 @@ func (s *Service) TaskPage(ctx context.Context, f TaskFilter) (tasks []TaskView,
 				if t := s.trackerOf(r.UPID); t != nil {
 					if tv, ok := t.cached(s.now(), time.Duration(1<<62)); ok {
 						v = tv
-						v.OperationID = r.ID
+						v.TaskRef = r.ID
 					}
 				}
 			}

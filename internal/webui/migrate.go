@@ -123,6 +123,11 @@ func (u *UI) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
+	if ref, ok := vmops.TaskRefOf(err); ok {
+		// The outcome is unknown: the task page follows vmgate's task row until
+		// PVE's task is found (or known never to have started).
+		return u.backWith(w, r, taskURL(itoa(ref)), sentence(errorText(err)))
+	}
 	if err != nil {
 		return u.refusedAs(w, r, back, "The migration", err)
 	}

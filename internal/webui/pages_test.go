@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -150,6 +151,22 @@ func TestPowerActionsShowTheOutcome(t *testing.T) {
 	}
 	if !ops["vm.start"] || !ops["vm.shutdown"] || !ops["vm.stop"] {
 		t.Errorf("audited VM actions of the operator: %v", ops)
+	}
+}
+
+// TestOutcomeUnknownNoticeLinksTheTaskRow: a power action whose outcome is
+// unknown links the task page of vmgate's task row (its taskRef, which the API's
+// X-Operation-Id names): it follows the task before PVE's UPID is known.
+func TestOutcomeUnknownNoticeLinksTheTaskRow(t *testing.T) {
+	t.Parallel()
+	err := &errs.Error{Kind: errs.Timeout, Reason: vmops.ReasonOutcomeUnknown, Message: "vmgate could not tell",
+		Details: map[string]any{"taskRef": int64(42)}}
+	if ref, ok := vmops.TaskRefOf(err); !ok || ref != 42 {
+		t.Fatalf("TaskRefOf: %d %v", ref, ok)
+	}
+	n := outcomeNotice("start", vmops.VMRef{ClusterID: 1, Node: "pve1", VMID: 101}, vmops.Outcome{}, err)
+	if n.Kind != "error" || n.Reason != vmops.ReasonOutcomeUnknown || n.TaskID != "42" {
+		t.Errorf("notice %+v, want an error linking task 42", n)
 	}
 }
 

@@ -185,6 +185,9 @@ func outcomeNotice(action string, vm vmops.VMRef, out vmops.Outcome, err error) 
 	if id, _ := e.Details["taskId"].(string); id != "" && n.TaskID == "" {
 		n.TaskID = id
 	}
+	if ref, ok := vmops.TaskRefOf(err); ok && n.TaskID == "" {
+		n.TaskID = itoa(ref) // outcome unknown: the task page follows vmgate's task row until PVE's task is found
+	}
 	switch e.Reason {
 	case "shutdown_timeout":
 		n.Message = "VM " + itoa(vm.VMID) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
