@@ -142,13 +142,17 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 // KeyAnswer renders what a request with an Idempotency-Key answers, for a key
 // vmops finishes on the request's behalf (vmops.Config.Answers): its holder died,
 // or its outcome became known only after it had answered outcome_unknown. It is
-// the answer the handler gives, through the same rendering.
+// the answer the handler gives, through the same rendering: for an evacuation or
+// a bulk action, 202 with the operation it created and its plan.
 func KeyAnswer(o vmops.KeyOutcome) vmops.Answer {
 	cw := &captureWriter{header: http.Header{}}
 	var err error
-	if o.Op == vmops.OpMigrate {
+	switch {
+	case o.Launched != nil:
+		err = launched(cw, *o.Launched, nil)
+	case o.Op == vmops.OpMigrate:
 		err = renderMigrate(cw, o.Outcome.TaskID, o.Err)
-	} else {
+	default:
 		err = renderPower(cw, o.Outcome, o.Err)
 	}
 	if err != nil {

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // opsEnv is the VM stack with the operations on many VMs served, their scheduler
@@ -181,6 +184,76 @@ func TestEvacuateAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.call("op", "POST", "/api/v1/pve/clusters/"+itoa(e.cid)+"/nodes/pve2/evacuate", `{}`).expect(t, 409, "node_offline")
+}
+
+// answerLostStore is a store whose every write of an Idempotency-Key's answer
+// fails: the process holding the key dies (or the store goes away) after the
+// request did its work and before its answer is kept.
+type answerLostStore struct{ store.Store }
+
+func (answerLostStore) CompleteIdempotencyKey(context.Context, store.IdempotencyRecord) error {
+	return errs.E(errs.Unavailable, "the process died before it kept the answer")
+}
+
+// TestEvacuateKeySurvivesItsHolder: an evacuation with an Idempotency-Key
+// creates its operation, and its process never keeps the key's answer (it
+// died). A restarted process, once the key's lease has run out by its clock
+// (31 s later), takes the key over and finds the operation the key created: the
+// retry replays the first answer — 202, the same operation and plan, its
+// Location — instead of starting a second evacuation. The operation completes;
+// PVE got one migrate POST per VM.
+func TestEvacuateKeySurvivesItsHolder(t *testing.T) {
+	t.Parallel()
+	e := &opsEnv{vmEnv: newVMEnv(t, 1000)}
+	e.start(func(c *vmops.Config) { c.Store = answerLostStore{e.store} })
+	first, cancel := context.WithCancel(context.Background())
+	go e.ops.Run(first)
+	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve1/evacuate"
+	const key = "Idempotency-Key: evacuate-pve1-once"
+	a := e.call("op", "POST", path, `{"maxParallel":1}`, key).expect(t, 202, "")
+	var started struct {
+		OperationID int64    `json:"operationId"`
+		Plan        planJSON `json:"plan"`
+	}
+	if err := json.Unmarshal(a.env.Data, &started); err != nil || started.OperationID == 0 || len(started.Plan.Items) != 2 {
+		t.Fatalf("started: %s", a.raw)
+	}
+	cancel() // the process is gone: no driver, no heartbeat
+	e.ops.Close()
+	e.svc.Close()
+
+	e.start(func(c *vmops.Config) { c.Now = func() time.Time { return time.Now().Add(31 * time.Second) } })
+	second, cancel2 := context.WithCancel(context.Background())
+	t.Cleanup(cancel2)
+	go e.svc.Run(second)
+	go e.ops.Run(second)
+	// The restarted process's sweep may be taking the key over just now: a retry
+	// meanwhile is 409 in_progress.
+	var r answer
+	for deadline := time.Now().Add(guard); ; {
+		r = e.call("op", "POST", path, `{"maxParallel":1}`, key)
+		if r.status != http.StatusConflict || r.env.Reason != "in_progress" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.expect(t, 202, "")
+	if r.header.Get("Idempotent-Replayed") != "true" || r.header.Get("Location") != operationPath(started.OperationID) ||
+		string(r.env.Data) != string(a.env.Data) || r.env.Message != a.env.Message {
+		t.Fatalf("the retry: %v %s\nwant the first answer replayed: %s", r.header, r.raw, a.raw)
+	}
+	v := e.waitOperation("op", operationPath(started.OperationID))
+	if v.Status != "done" || v.Counts.OK != 2 {
+		t.Fatalf("operation %+v", v)
+	}
+	var list []operationJSON
+	if err := json.Unmarshal(e.call("op", "GET", "/api/v1/pve/operations", "").expect(t, 200, "").env.Data, &list); err != nil ||
+		len(list) != 1 {
+		t.Errorf("%d operations (%v), want 1", len(list), err)
+	}
+	if n := e.dev.Requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 2 {
+		t.Errorf("PVE got %d migrate POSTs for 2 VMs", n)
+	}
 }
 
 // TestOperationCancelAPI: DELETE with abort=true stops the running migration

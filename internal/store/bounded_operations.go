@@ -18,6 +18,13 @@ func (b *bounded) OperationByID(ctx context.Context, id int64) (Operation, error
 	return call(b, ctx, func(ctx context.Context) (Operation, error) { return b.s.OperationByID(ctx, id) })
 }
 
+// OperationByIdempotencyKey implements Store.
+func (b *bounded) OperationByIdempotencyKey(ctx context.Context, userID int64, key string) (Operation, error) {
+	return call(b, ctx, func(ctx context.Context) (Operation, error) {
+		return b.s.OperationByIdempotencyKey(ctx, userID, key)
+	})
+}
+
 // ListOperations implements Store.
 func (b *bounded) ListOperations(ctx context.Context, f OperationFilter) ([]Operation, error) {
 	return call(b, ctx, func(ctx context.Context) ([]Operation, error) { return b.s.ListOperations(ctx, f) })

@@ -56,6 +56,13 @@ type Operation struct {
 	Owner             string
 	LeaseExpiresAt    time.Time
 	UpdatedAt         time.Time
+	// IdemKey is the Idempotency-Key of the request that created the operation
+	// ("" without one; keys are per UserID), and Plan what that request answered
+	// with (opaque JSON of vmops, kept only with a key). Whoever takes the key
+	// over after its holder died answers it from them (docs/decisions/0025).
+	// Written by CreateOperation, read back only by OperationByIdempotencyKey.
+	IdemKey string
+	Plan    string
 	// Items in order of Index; filled by OperationByID and ListOperations, nil from
 	// UnfinishedOperations.
 	Items []OperationItem
@@ -162,11 +169,12 @@ func (s *sqlStore) CreateOperation(ctx context.Context, o Operation) (Operation,
 		var err error
 		created, err = scanOperation(tx.QueryRowContext(ctx, `
 			INSERT INTO operations (kind, cluster_id, node, status, user_id, user_email, max_parallel, params, created_at,
-				started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $9)
+				started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at, idem_key, plan)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $9, $16, $17)
 			RETURNING `+operationColumns,
 			o.Kind, o.ClusterID, o.Node, o.Status, o.UserID, o.UserEmail, o.MaxParallel, o.Params, s.t(o.CreatedAt),
-			s.t(o.StartedAt), s.t(o.EndedAt), s.t(o.CancelRequestedAt), o.Abort, o.Owner, s.t(ms(o.LeaseExpiresAt))))
+			s.t(o.StartedAt), s.t(o.EndedAt), s.t(o.CancelRequestedAt), o.Abort, o.Owner, s.t(ms(o.LeaseExpiresAt)),
+			o.IdemKey, o.Plan))
 		if err != nil {
 			return err
 		}
@@ -208,6 +216,30 @@ func (s *sqlStore) OperationByID(ctx context.Context, id int64) (Operation, erro
 	}
 	return ops[0], nil
 }
+
+// OperationByIdempotencyKey implements Store.
+func (s *sqlStore) OperationByIdempotencyKey(ctx context.Context, userID int64, key string) (Operation, error) {
+	if key == "" {
+		return Operation{}, errs.E(errs.NotFound, "no operation for an empty idempotency key")
+	}
+	var idemKey, plan string
+	o, err := scanOperation(scanAlso{s.rdb.QueryRowContext(ctx, `SELECT `+operationColumns+`, idem_key, plan
+		FROM operations WHERE user_id = $1 AND idem_key = $2 AND idem_key <> '' ORDER BY id DESC LIMIT 1`, userID, key),
+		[]any{&idemKey, &plan}})
+	if err != nil {
+		return Operation{}, s.failRow(err, "read operation", errs.E(errs.NotFound, "no operation for this idempotency key"))
+	}
+	o.IdemKey, o.Plan = idemKey, plan
+	return o, nil
+}
+
+// scanAlso scans the columns a scan function knows, then more.
+type scanAlso struct {
+	sc   scanner
+	more []any
+}
+
+func (a scanAlso) Scan(dest ...any) error { return a.sc.Scan(append(dest, a.more...)...) }
 
 // fillItems reads the items of ops with one query.
 func (s *sqlStore) fillItems(ctx context.Context, ops []Operation) error {
@@ -496,6 +528,10 @@ type OperationStore interface {
 	OperationByID(ctx context.Context, id int64) (Operation, error)
 	// ListOperations returns operations with their items, newest first.
 	ListOperations(ctx context.Context, f OperationFilter) ([]Operation, error)
+	// OperationByIdempotencyKey returns, without its items, the newest operation
+	// that userID's request with Idempotency-Key key created (with its IdemKey and
+	// Plan); NotFound when there is none.
+	OperationByIdempotencyKey(ctx context.Context, userID int64, key string) (Operation, error)
 	// UnfinishedOperations lists the planned and running operations, oldest first,
 	// without their items.
 	UnfinishedOperations(ctx context.Context) ([]Operation, error)

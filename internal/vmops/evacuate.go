@@ -169,6 +169,13 @@ func errMessage(err error) error {
 func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operation, plan Plan) (out Launched, err error) {
 	now := o.svc.now()
 	op.UserID, op.UserEmail, op.Owner, op.LeaseExpiresAt = a.UserID, a.Email, o.owner, now.Add(o.lease)
+	// The operation names the Idempotency-Key its request runs under, with the
+	// plan it answers, in the same write that creates it: if this process dies
+	// before the key holds the answer, whoever takes the key over answers it from
+	// the operation instead of letting a retry start a second one (settleHeld).
+	if op.IdemKey = idempotencyKeyOf(ctx); op.IdemKey != "" {
+		op.Plan = jsonText(plan)
+	}
 	for _, it := range plan.Items {
 		si := store.OperationItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
 			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, Error: it.Error}

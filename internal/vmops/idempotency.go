@@ -31,7 +31,12 @@ type Answer struct {
 // only after it had answered outcome_unknown. It is what the request itself
 // would have answered with now.
 type KeyOutcome struct {
-	Op string // OpStart, OpShutdown, OpStop, OpReboot or OpMigrate
+	// Op is OpStart, OpShutdown, OpStop, OpReboot or OpMigrate; for an
+	// evacuation or a bulk action the operation's kind (Launched is set).
+	Op string
+	// Launched is, for an evacuation or a bulk action, the operation its request
+	// created: its id and the plan it answered with (Launched.Operation is zero).
+	Launched *Launched
 	// Outcome is the task: a migration's TaskID; a power operation's task as it
 	// is now (Running while it runs).
 	Outcome Outcome
@@ -304,16 +309,25 @@ func (s *Service) takeOverKeys(ctx context.Context) {
 }
 
 // settleHeld finishes a key this process holds and no request answers for, from
-// the task row its request wrote: no row (the request died before it, nothing
-// started) or a lost row → released; a row with its task → finished with the
-// answer the request would give now; a pending row → searched for, and finished
-// when the search settles it (settleKeyOf).
+// what its request wrote: an operation on many VMs (an evacuation, a bulk
+// action) → finished with the answer its request gave (202 with the operation);
+// else the task row: no row (the request died before it, nothing started) or a
+// lost row → released; a row with its task → finished with the answer the
+// request would give now; a pending row → searched for, and finished when the
+// search settles it (settleKeyOf).
 func (s *Service) settleHeld(ctx context.Context, id keyID) (*Answer, bool) {
 	s.mu.Lock()
 	h := s.held[id]
 	s.mu.Unlock()
 	if h == nil || !h.awaiting {
 		return nil, false
+	}
+	op, err := s.store.OperationByIdempotencyKey(ctx, id.user, id.key)
+	switch {
+	case err == nil && !op.CreatedAt.Before(h.since.Add(-time.Second)):
+		return s.settleWithOperation(ctx, h, op)
+	case err != nil && errs.KindOf(err) != errs.NotFound:
+		return nil, false // the next sweep tries again: the lease is renewed meanwhile
 	}
 	row, err := s.store.TaskByIdempotencyKey(ctx, id.user, id.key)
 	switch {
@@ -349,13 +363,31 @@ func (s *Service) settleWith(ctx context.Context, h *heldKey, row store.Task) (*
 		return nil, false
 	}
 	a := s.answers(s.keyOutcome(ctx, row))
+	return s.finishHeld(ctx, h, a, slog.Int64("task", row.ID), slog.String("upid", row.UPID))
+}
+
+// settleWithOperation finishes a key whose request created an operation on many
+// VMs with the answer that request gave: the operation and its plan. The
+// operation itself goes on under its own lease (operations_run.go).
+func (s *Service) settleWithOperation(ctx context.Context, h *heldKey, op store.Operation) (*Answer, bool) {
+	l := Launched{OperationID: op.ID}
+	if err := json.Unmarshal([]byte(op.Plan), &l.Plan); err != nil {
+		// Written by launch with the key; an unreadable plan still names the operation.
+		s.log.Warn("an operation's plan could not be read", slog.Int64("operation", op.ID), slog.String("error", err.Error()))
+	}
+	a := s.answers(KeyOutcome{Op: op.Kind, Launched: &l})
+	return s.finishHeld(ctx, h, a, slog.Int64("operation", op.ID))
+}
+
+// finishHeld stores a as the answer of a key this process holds.
+func (s *Service) finishHeld(ctx context.Context, h *heldKey, a Answer, what ...any) (*Answer, bool) {
 	s.dropHeld(h)
 	if err := s.complete(ctx, h.id, a); err != nil {
 		s.log.Warn("finishing an idempotency key failed", slog.Int64("user", h.id.user), slog.String("error", err.Error()))
 		return nil, false
 	}
-	s.log.Info("finished an idempotency key with its request's outcome", slog.Int64("user", h.id.user),
-		slog.Int64("task", row.ID), slog.String("upid", row.UPID), slog.Int("status", a.Status))
+	s.log.Info("finished an idempotency key with its request's outcome",
+		append([]any{slog.Int64("user", h.id.user), slog.Int("status", a.Status)}, what...)...)
 	return &a, false
 }
 

@@ -2,7 +2,9 @@ package vmops
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -525,5 +527,78 @@ func TestBulk(t *testing.T) {
 		if _, err := e.ops.Bulk(ctx, e.actor, 1, tc.action, tc.req); errs.KindOf(err) != errs.Invalid {
 			t.Errorf("bulk %s %+v: %v, want Invalid", tc.action, tc.req, err)
 		}
+	}
+}
+
+// TestOperationKeyTakenOverFromADeadHolder: an evacuation (and a bulk start)
+// with an Idempotency-Key creates its operation, and its process dies before the
+// key holds the answer. Another process, once the key's lease ran out by its
+// clock (31 s later), takes the key over and finds the operation the key
+// created: the key holds that answer (202, the same operation) and a retry gets
+// it instead of starting a second operation. The operation, taken over too,
+// completes; PVE got one POST per VM.
+func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		launch func(ctx context.Context, e *opsEnv) (Launched, error)
+		route  string
+		posts  int
+	}{
+		{"evacuate", func(ctx context.Context, e *opsEnv) (Launched, error) {
+			return e.ops.Evacuate(ctx, e.actor, 1, "pve1", EvacuateRequest{})
+		}, routeMigratePOST, 2}, // VMs 100 and 101
+		{"bulk start", func(ctx context.Context, e *opsEnv) (Launched, error) {
+			return e.ops.Bulk(ctx, e.actor, 1, BulkStart, BulkRequest{VMIDs: []int64{101, 105}})
+		}, routeStart, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newOpsEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }}, OperationsConfig{})
+			withUser(t, e.env)
+			const key = "once-only"
+			ctx := WithIdempotencyKey(e.request(), key)
+			if claim, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "hash"); err != nil || !claim.Claimed {
+				t.Fatalf("claim %+v %v", claim, err)
+			}
+			l, err := c.launch(ctx, e)
+			if err != nil || l.OperationID == 0 {
+				t.Fatalf("launch: %+v %v", l, err)
+			}
+			// The process dies before its answer is kept: no heartbeat of the key,
+			// no driver, no lease given up.
+			e.ops.die()
+			e.svc.Close()
+
+			later := func() time.Time { return time.Now().Add(31 * time.Second) }
+			other := e.newService(func(c *Config) { c.Answers, c.Now = testAnswers, later })
+			go other.Run(t.Context()) // its sweep takes the key over
+			e.ops = e.newOps(other, OperationsConfig{})
+			var got KeyClaim
+			eventually(t, "the key to hold the operation's answer", func() bool {
+				got, err = other.ClaimKey(e.request(), e.actor.UserID, key, "hash")
+				return err == nil && got.Done
+			})
+			var body struct {
+				OperationID int64 `json:"operationId"`
+				Items       int   `json:"items"`
+			}
+			if json.Unmarshal(got.Answer.Body, &body); got.Answer.Status != 202 || body.OperationID != l.OperationID ||
+				body.Items != len(l.Plan.Items) || got.Answer.Headers["Location"] != "/operations/"+strconv.FormatInt(l.OperationID, 10) {
+				t.Fatalf("the retry's answer %d %v %s, want 202 naming operation %d with its plan",
+					got.Answer.Status, got.Answer.Headers, got.Answer.Body, l.OperationID)
+			}
+			v := e.waitOp(l.OperationID)
+			if v.Status != OperationDone || v.Counts.OK != c.posts {
+				t.Fatalf("operation %+v", v)
+			}
+			if ops, err := e.store.ListOperations(context.Background(), store.OperationFilter{}); err != nil || len(ops) != 1 {
+				t.Errorf("%d operations (%v), want 1", len(ops), err)
+			}
+			if n := e.requests("POST", c.route); n != c.posts {
+				t.Errorf("PVE got %d POSTs for %d VMs", n, c.posts)
+			}
+		})
 	}
 }

@@ -193,3 +193,38 @@ func testOperationItemRace(t *testing.T, s store.Store) {
 	})
 	same(t, int(won.Load()), 1, "take-overs that won")
 }
+
+// testOperationByIdempotencyKey: an operation keeps the Idempotency-Key of the
+// request that created it, per user, and the plan that request answered with;
+// the newest operation of the key is found, without its items.
+func testOperationByIdempotencyKey(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mk := func(user int64, key, plan string) store.Operation {
+		t.Helper()
+		o, err := s.CreateOperation(ctx, store.Operation{Kind: "bulk.start", ClusterID: 1, UserID: user, MaxParallel: 4,
+			Params: "{}", Owner: "a", LeaseExpiresAt: at(time.Minute), IdemKey: key, Plan: plan,
+			Items: []store.OperationItem{{VMID: 100, Action: "start"}}})
+		ok(t, err, "create operation")
+		return o
+	}
+	mk(5, "k-1", `{"items":[1]}`)
+	newest := mk(5, "k-1", `{"items":[2]}`)
+	mk(6, "k-1", `{"items":[3]}`)
+	plain := mk(5, "", "")
+	got, err := s.OperationByIdempotencyKey(ctx, 5, "k-1")
+	ok(t, err, "operation by key")
+	if got.ID != newest.ID || got.IdemKey != "k-1" || got.Plan != `{"items":[2]}` || got.UserID != 5 || got.Items != nil {
+		t.Fatalf("the newest operation of user 5's key: %+v, want %d", got, newest.ID)
+	}
+	byID, err := s.OperationByID(ctx, plain.ID)
+	ok(t, err, "operation without a key by id")
+	if byID.IdemKey != "" || byID.Plan != "" {
+		t.Errorf("an operation without a key: %+v", byID)
+	}
+	_, err = s.OperationByIdempotencyKey(ctx, 5, "k-2")
+	wantKind(t, err, errs.NotFound, "another key")
+	_, err = s.OperationByIdempotencyKey(ctx, 7, "k-1")
+	wantKind(t, err, errs.NotFound, "another user's key")
+	_, err = s.OperationByIdempotencyKey(ctx, 5, "")
+	wantKind(t, err, errs.NotFound, "an empty key")
+}
