@@ -386,11 +386,20 @@ func (s *Service) apiTokenFailed(ctx context.Context, network, addr, id string, 
 // many requests wait for it. An unknown token is Unauthenticated.
 func (s *Service) apiTokenEntry(ctx context.Context, hash [32]byte) (sessionEntry, error) {
 	key := apiTokenKey(hash)
-	if e, ok := s.cache.get(key); ok && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck {
+	cached := func() (sessionEntry, bool) {
+		e, ok := s.cache.get(key)
+		return e, ok && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck
+	}
+	if e, ok := cached(); ok {
 		return e, nil
 	}
 	epoch := s.cache.currentEpoch()
 	ch := s.loads.DoChan(key+"\x00"+strconv.FormatUint(epoch, 10), func() (any, error) {
+		// As in session: a request that missed the cache just before another
+		// load filled it finds the answer there now.
+		if e, ok := cached(); ok {
+			return e, nil
+		}
 		e, err := s.readAPIToken(context.WithoutCancel(ctx), hash)
 		if err == nil {
 			s.cache.fill(key, e, epoch)

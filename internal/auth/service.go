@@ -465,13 +465,22 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, erro
 // has nothing, something old, or an older generation than the token's (the session
 // was refreshed on another replica).
 func (s *Service) session(ctx context.Context, sid string, gen int64) (sessionEntry, error) {
-	if e, ok := s.cache.get(sid); ok && gen <= e.gen && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck {
+	cached := func() (sessionEntry, bool) {
+		e, ok := s.cache.get(sid)
+		return e, ok && gen <= e.gen && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck
+	}
+	if e, ok := cached(); ok {
 		return e, nil
 	}
 	// Loads are shared per session and cache epoch: a request that comes after a
 	// change never takes the answer of a read that started before it.
 	epoch := s.cache.currentEpoch()
 	ch := s.loads.DoChan(sid+"\x00"+strconv.FormatUint(epoch, 10), func() (any, error) {
+		// A request that missed the cache just before another load filled it
+		// gets here after that load ended: the cache has the answer now.
+		if e, ok := cached(); ok {
+			return e, nil
+		}
 		e, err := s.readSession(context.WithoutCancel(ctx), sid)
 		if err == nil {
 			s.cache.fill(sid, e, epoch)

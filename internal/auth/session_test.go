@@ -378,7 +378,11 @@ func TestAuthenticateSteadyStateReadsNoStore(t *testing.T) {
 	}
 }
 
-// A cold cache is filled by one store read however many requests wait for it.
+// A cold cache is filled by one store read however many requests wait for it:
+// those that come while the read is in flight share it, and those that missed the
+// cache just before it was filled but reach the load after the read ended find the
+// answer in the cache (a goroutine descheduled between the two on a busy machine
+// used to read again).
 func TestAuthenticateColdCacheReadsOnce(t *testing.T) {
 	t.Parallel()
 	a := newEnv(t, nil)
