@@ -35,8 +35,8 @@ type Options struct {
 	// (default DefaultPollInterval): on PostgreSQL the fallback while the listener
 	// is lost, on SQLite what carries the writes of other processes.
 	PollInterval time.Duration
-	// Logger receives the change feed's warnings (listener lost, feed unreadable);
-	// nil discards them.
+	// Logger receives the change feed's events (listening, listener lost, feed
+	// unreadable); nil discards them.
 	Logger *slog.Logger
 
 	// listenerQuiet is how long the PostgreSQL listener waits for a notification

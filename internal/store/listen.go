@@ -82,6 +82,8 @@ func (l *pgListener) run(ctx context.Context, wake, resync func()) {
 			if listened {
 				resync()
 				l.log.Info("change feed: listening again", "channel", l.channel)
+			} else {
+				l.log.Info("change feed: listening", "channel", l.channel)
 			}
 			listened = true
 			backoff = listenerBackoffMin
