@@ -162,11 +162,11 @@ func TestAuthDelay(t *testing.T) {
 			t.Fatalf("401 after %v, want at least the auth delay", took)
 		}
 	}
-	began := time.Now()
-	wantLine(t, e.do(call{path: "/version"}), 200, "200 OK")
-	if took := time.Since(began); took >= delay {
-		t.Fatalf("a good request took %v: delayed like a failure", took)
-	}
+	// A good request is not held back: with failures held for an hour, it is
+	// answered at all (e.do gives up after its client's 20 s timeout). Counted by
+	// whether it is answered, not by how fast, so a busy machine cannot fail it.
+	held := newEnv(t, envOptions{opts: Options{AuthDelay: time.Hour}})
+	wantLine(t, held.do(call{path: "/version"}), 200, "200 OK")
 }
 
 // TestRawErrorResponse reads the bytes pveproxy would send for a 401.
