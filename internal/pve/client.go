@@ -67,6 +67,10 @@ type Config struct {
 	// more concurrent requests wait for one. The keep-alive pool keeps as many
 	// idle, so a connection is never closed only to be dialled again.
 	MaxConnsPerEndpoint int
+
+	// idleTimeout is how long a connection may stay unused in the keep-alive
+	// pool [idleConnTimeout]; tests that count connections lengthen it.
+	idleTimeout time.Duration
 }
 
 // Defaults.
@@ -229,7 +233,7 @@ func New(cfg Config) (*Client, error) {
 		MaxConnsPerHost:        conns,
 		MaxIdleConnsPerHost:    conns,
 		MaxIdleConns:           conns * len(c.eps),
-		IdleConnTimeout:        idleConnTimeout,
+		IdleConnTimeout:        orDefault(cfg.idleTimeout, idleConnTimeout),
 		MaxResponseHeaderBytes: 64 << 10,
 	}
 	return c, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
@@ -40,6 +41,11 @@ func poolRound(t *testing.T, c *pve.Client, workers, n int) {
 	}
 }
 
+// keepIdle makes a client's pool keep unused connections for an hour instead of
+// 4 s: a test counting new connections must not count the ones that replace
+// connections a slow round left unused that long (see pve.WithIdleTimeout).
+func keepIdle(cfg *pve.Config) { *cfg = pve.WithIdleTimeout(*cfg, time.Hour) }
+
 // TestConnectionPoolReuse is issue 8's upstream-connection goal: at most one
 // new TLS connection per 1000 requests at 1, 16, 64 and 256 concurrent
 // clients, counted by the client (Stats.NewConns) and by the emulator
@@ -59,10 +65,10 @@ func poolRound(t *testing.T, c *pve.Client, workers, n int) {
 func TestConnectionPoolReuse(t *testing.T) {
 	t.Parallel()
 	env := startSim(t, pvesim.Options{})
-	const measured = 2000
+	const measured = 1000 // the goal's own unit: at most 1 new connection in it
 	for _, clients := range []int{1, 16, 64, 256} {
 		t.Run(fmt.Sprintf("%d clients", clients), func(t *testing.T) {
-			c := env.client(t, nil)
+			c := env.client(t, keepIdle)
 			poolRound(t, c, clients, 2*clients+100)
 			before, acceptedBefore := c.Stats(), env.server.Connections()
 			poolRound(t, c, clients, measured)
@@ -97,7 +103,7 @@ func TestConnectionPoolUnderPVELimit(t *testing.T) {
 	const measured = 2000
 	for _, clients := range []int{1, 16} {
 		t.Run(fmt.Sprintf("%d clients", clients), func(t *testing.T) {
-			c := env.client(t, nil)
+			c := env.client(t, keepIdle)
 			poolRound(t, c, clients, 4*clients)
 			before := c.Stats()
 			poolRound(t, c, clients, measured)

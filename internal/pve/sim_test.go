@@ -392,7 +392,7 @@ func hasTask(list []pve.TaskListEntry, u pve.UPID) bool {
 func TestSimConnectionReuse(t *testing.T) {
 	t.Parallel()
 	env := startSim(t, pvesim.Options{})
-	c := env.client(t, nil)
+	c := env.client(t, keepIdle)
 	ctx := context.Background()
 	for i := 0; i < 1000; i++ {
 		if _, err := c.VMStatus(ctx, "pve2", 103); err != nil {
@@ -407,7 +407,7 @@ func TestSimConnectionReuse(t *testing.T) {
 		t.Errorf("%d new connections for 1000 sequential reads, want 1", s.NewConns)
 	}
 
-	c = env.client(t, nil)
+	c = env.client(t, keepIdle)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)

@@ -1,0 +1,14 @@
+package pve
+
+import "time"
+
+// WithIdleTimeout returns cfg with the keep-alive pool closing a connection only
+// after d unused. The net/http pool hands out the connection used last, so when
+// fewer requests are in flight than the pool holds, the connections at its
+// bottom stay unused; on a busy machine a test's round can last longer than the
+// 4 s default, and the pool then closes them and dials again, as it should. The
+// tests that count new connections are about reuse, not about that timeout.
+func WithIdleTimeout(cfg Config, d time.Duration) Config {
+	cfg.idleTimeout = d
+	return cfg
+}
