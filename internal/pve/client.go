@@ -68,6 +68,9 @@ type Config struct {
 	// idle, so a connection is never closed only to be dialled again.
 	MaxConnsPerEndpoint int
 
+	// wrapTransport, set only by tests, stands between the client and its
+	// transport (to hand over what net/http hands over only in a race).
+	wrapTransport func(roundTripper) roundTripper
 	// idleTimeout is how long a connection may stay unused in the keep-alive
 	// pool [idleConnTimeout]; tests that count connections lengthen it.
 	idleTimeout time.Duration
@@ -122,7 +125,7 @@ type Client struct {
 	sleep   func(context.Context, time.Duration) error
 	backoff func(int) time.Duration
 
-	tr        *http.Transport
+	tr        roundTripper
 	preferred atomic.Int32
 	recent    recentUPIDs
 
@@ -236,7 +239,16 @@ func New(cfg Config) (*Client, error) {
 		IdleConnTimeout:        orDefault(cfg.idleTimeout, idleConnTimeout),
 		MaxResponseHeaderBytes: 64 << 10,
 	}
+	if cfg.wrapTransport != nil {
+		c.tr = cfg.wrapTransport(c.tr)
+	}
 	return c, nil
+}
+
+// roundTripper is what the client needs of its *http.Transport.
+type roundTripper interface {
+	http.RoundTripper
+	CloseIdleConnections()
 }
 
 func orDefault[T comparable](v, def T) T {
@@ -532,6 +544,13 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 		return c.classifyTransportError(ctx, actx, ep, cl, sent != nil && sent.Load(), err)
 	}
 	defer resp.Body.Close()
+	if !cl.write() && actx.Err() != nil {
+		// The transport hands over an answer that raced the request's end
+		// (net/http prefers it). A server may have answered only because the
+		// connection was being closed under it, so a read does not trust it;
+		// a write keeps it, since its UPID is the only record of its task.
+		return c.classifyTransportError(ctx, actx, ep, cl, false, actx.Err())
+	}
 	if resp.Close {
 		c.stats.serverCloses.Add(1)
 	}
@@ -553,6 +572,11 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 			return result{}, outFailover, fmt.Errorf("reading the answer: %w", err)
 		}
 		total, envErr, dataErr := decodeAnswer(b, cl.out)
+		if envErr != nil && actx.Err() != nil {
+			// An unreadable answer that raced the write's end: whether its task
+			// started is unknown, as if the answer had broken off.
+			return c.classifyTransportError(ctx, actx, ep, cl, true, actx.Err())
+		}
 		if envErr != nil {
 			return result{}, outAnswer, fmt.Errorf("pve: %s %s at %s: %w: %v", cl.method, cl.path.escaped, ep.base, ErrBadResponse, envErr)
 		}

@@ -422,3 +422,45 @@ func TestInvalidArgumentsSendNothing(t *testing.T) {
 		t.Errorf("PVE received %d requests", srv.total())
 	}
 }
+
+// racingAnswer is what net/http's transport hands over when an answer races
+// the request's end: the caller's deadline has passed, and still a response,
+// here the empty 200 that net/http's server writes for a handler that returned
+// because its client hung up.
+type racingAnswer struct{ posts atomic.Int64 }
+
+func (r *racingAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost {
+		r.posts.Add(1)
+	}
+	<-req.Context().Done()
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Length": {"0"}}, ContentLength: 0, Body: http.NoBody, Request: req}, nil
+}
+
+// TestAnswerRacingTheDeadline: an answer that comes with the deadline is not
+// read as PVE's. A read times out (504, not 502 "cannot read"); a write whose
+// answer cannot be read is ambiguous (its task may have started), never a
+// plain failure that a caller could take as "nothing happened".
+func TestAnswerRacingTheDeadline(t *testing.T) {
+	t.Parallel()
+	srv := newFakePVE(t, versionHandler) // never reached: the wrapper answers
+	race := &racingAnswer{}
+	cfg := WithTransportWrapper(Config{Endpoints: []Endpoint{srv.endpoint()}, Timeout: 50 * time.Millisecond},
+		func(http.RoundTripper) http.RoundTripper { return race })
+	c := newTestClient(t, cfg)
+
+	_, err := c.Nodes(context.Background())
+	if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrBadResponse) {
+		t.Fatalf("read: err = %v, want ErrTimeout", err)
+	}
+
+	_, err = c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+	var amb *AmbiguousError
+	if errors.Is(err, ErrBadResponse) || !errors.As(err, &amb) {
+		t.Fatalf("write: err = %v, want an ambiguous outcome", err)
+	}
+	if got := race.posts.Load(); got != 1 {
+		t.Errorf("%d POSTs, want 1 (an ambiguous write is not sent again)", got)
+	}
+}

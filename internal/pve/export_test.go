@@ -1,6 +1,9 @@
 package pve
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // WithIdleTimeout returns cfg with the keep-alive pool closing a connection only
 // after d unused. The net/http pool hands out the connection used last, so when
@@ -12,3 +15,19 @@ func WithIdleTimeout(cfg Config, d time.Duration) Config {
 	cfg.idleTimeout = d
 	return cfg
 }
+
+// WithTransportWrapper returns cfg with wrap standing between the client and
+// its transport.
+func WithTransportWrapper(cfg Config, wrap func(http.RoundTripper) http.RoundTripper) Config {
+	cfg.wrapTransport = func(rt roundTripper) roundTripper {
+		return wrappedTransport{wrap(rt), rt}
+	}
+	return cfg
+}
+
+type wrappedTransport struct {
+	http.RoundTripper
+	idle interface{ CloseIdleConnections() }
+}
+
+func (w wrappedTransport) CloseIdleConnections() { w.idle.CloseIdleConnections() }

@@ -114,7 +114,11 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
+			// The client hung up (or said close_notify): pveproxy drops the
+			// connection. Returning would make net/http answer 200 with an
+			// empty body, which a client still reading could take for PVE's.
 			t.Stop()
+			hangUp(w)
 			return
 		}
 	}
@@ -158,6 +162,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 			case <-t.C:
 			case <-r.Context().Done():
 				t.Stop()
+				hangUp(w)
 				return
 			}
 		}

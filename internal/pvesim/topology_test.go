@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -500,5 +501,44 @@ func TestSetSpeed(t *testing.T) {
 	ts, err := c.WaitTask(ctx, t0.upid)
 	if err != nil || ts.ExitStatus != "OK" {
 		t.Fatalf("start at high speed: %+v %v", ts, err)
+	}
+}
+
+// TestHungUpClientGetsNoAnswer: a client that hangs up while its request is
+// held (SetLatency, or a 401's delay) gets nothing back, as from pveproxy.
+// net/http would otherwise write a 200 with an empty body for the returned
+// handler, which a client still reading could take for PVE's answer.
+func TestHungUpClientGetsNoAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	e.c.SetLatency(time.Hour)
+	u, err := url.Parse(e.eps["pve1"].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Scheme != "http" {
+		t.Fatalf("the test speaks plain HTTP, the endpoint is %s", u)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := "GET /api2/json/version HTTP/1.1\r\nHost: " + u.Host + "\r\nAuthorization: " + e.auth + "\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	// Half-close: the server's read sees the end, as when a client hangs up,
+	// while this side can still read whatever it writes.
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, err := io.ReadAll(conn)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read: %v (got %q)", err, got)
+	}
+	if len(got) != 0 {
+		t.Fatalf("a hung-up client got %q", got)
 	}
 }
