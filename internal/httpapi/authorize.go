@@ -24,3 +24,19 @@ func pathClusterID(r *http.Request) (int64, error) {
 func (s *Server) authorize(r *http.Request, clusterID int64, need string) error {
 	return s.fleet.Require(r.Context(), actor(r), clusterID, need, r.Method+" "+r.URL.Path)
 }
+
+// readScope is what a list of tasks or operations may show the caller: with a
+// clusterId (non-zero) that one cluster, once the caller's grant on it is checked,
+// and nil for "no further restriction"; without one the clusters the caller may
+// read, or nil for all of them (an admin). The use cases read a non-nil but empty
+// list as "none".
+func (s *Server) readScope(r *http.Request, clusterID int64) ([]int64, error) {
+	if clusterID != 0 {
+		return nil, s.authorize(r, clusterID, fleet.GrantViewer)
+	}
+	ids, all, err := s.fleet.Readable(r.Context(), actor(r))
+	if err != nil || all {
+		return nil, err
+	}
+	return ids, nil
+}

@@ -373,20 +373,11 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f := vmops.OperationFilter{ClusterID: clusterID, BeforeID: before, Limit: int(limit)}
-	if clusterID != 0 {
-		if err := s.authorize(r, clusterID, fleet.GrantViewer); err != nil {
-			return err
-		}
-	} else {
-		ids, all, err := s.fleet.Readable(r.Context(), actor(r))
-		if err != nil {
-			return err
-		}
-		if !all {
-			f.ClusterIDs = ids
-		}
+	ids, err := s.readScope(r, clusterID)
+	if err != nil {
+		return err
 	}
+	f := vmops.OperationFilter{ClusterID: clusterID, ClusterIDs: ids, BeforeID: before, Limit: int(limit)}
 	list, err := s.ops.ListOperations(r.Context(), f)
 	if err != nil {
 		return err

@@ -173,20 +173,11 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f := vmops.TaskFilter{ClusterID: clusterID, VMID: vmid, Limit: int(limit)}
-	if clusterID != 0 {
-		if err := s.authorize(r, clusterID, fleet.GrantViewer); err != nil {
-			return err
-		}
-	} else {
-		ids, all, err := s.fleet.Readable(r.Context(), actor(r))
-		if err != nil {
-			return err
-		}
-		if !all {
-			f.ClusterIDs = ids
-		}
+	ids, err := s.readScope(r, clusterID)
+	if err != nil {
+		return err
 	}
+	f := vmops.TaskFilter{ClusterID: clusterID, ClusterIDs: ids, VMID: vmid, Limit: int(limit)}
 	list, err := s.vms.Tasks(r.Context(), f)
 	if err != nil {
 		return err
