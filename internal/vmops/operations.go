@@ -3,10 +3,8 @@ package vmops
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 
@@ -388,45 +386,7 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 // service drains for a shutdown it returns ErrDraining at once (the operation
 // goes on: its lease passes to the next process).
 func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit func(OperationView) error) error {
-	var last *OperationView
-	// wait sleeps one poll interval: ErrDraining on a shutdown, errStreamDone
-	// when ctx ended.
-	wait := func() error {
-		if err := o.svc.pause(ctx, o.svc.poll); err != nil {
-			if errors.Is(err, ErrDraining) {
-				return err
-			}
-			return errStreamDone
-		}
-		return nil
-	}
-	for {
-		v, err := o.Operation(ctx, id)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return nil
-		case last != nil && transient(err):
-			if err := wait(); err != nil {
-				return ignoreDone(err)
-			}
-			continue
-		default:
-			return err
-		}
-		if last == nil || !reflect.DeepEqual(*last, v) {
-			if err := emit(v); err != nil {
-				return err
-			}
-			last = &v
-		}
-		if v.Finished() {
-			return nil
-		}
-		if err := wait(); err != nil {
-			return ignoreDone(err)
-		}
-	}
+	return follow(ctx, o.svc, func() (OperationView, error) { return o.Operation(ctx, id) }, emit)
 }
 
 // itemBinding ties the task row a use case writes to an operation's item: the

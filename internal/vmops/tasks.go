@@ -825,7 +825,15 @@ func (s *Service) Events(ctx context.Context, id string, clusterHint int64, emit
 	if err != nil {
 		return err
 	}
-	var last *TaskView
+	return follow(ctx, s, func() (TaskView, error) { return s.lookupRef(ctx, ref, clusterHint) }, emit)
+}
+
+// follow is the loop of Events and OperationEvents: it calls emit with what read
+// returns now and whenever that changes, until it is finished (after emitting it),
+// ctx ends, or emit fails. A transient read failure after the first view waits one
+// poll interval and reads again; a shutdown's drain returns ErrDraining at once.
+func follow[V interface{ Finished() bool }](ctx context.Context, s *Service, read func() (V, error), emit func(V) error) error {
+	var last *V
 	// wait sleeps one poll interval: ErrDraining on a shutdown, errStreamDone
 	// when ctx ended.
 	wait := func() error {
@@ -838,7 +846,7 @@ func (s *Service) Events(ctx context.Context, id string, clusterHint int64, emit
 		return nil
 	}
 	for {
-		v, err := s.lookupRef(ctx, ref, clusterHint)
+		v, err := read()
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
@@ -866,7 +874,7 @@ func (s *Service) Events(ctx context.Context, id string, clusterHint int64, emit
 	}
 }
 
-// errStreamDone ends Events quietly (the client went away).
+// errStreamDone ends follow quietly (the client went away).
 var errStreamDone = errors.New("stream done")
 
 func ignoreDone(err error) error {
