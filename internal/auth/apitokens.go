@@ -390,31 +390,9 @@ func (s *Service) apiTokenEntry(ctx context.Context, hash [32]byte) (sessionEntr
 		e, ok := s.cache.get(key)
 		return e, ok && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck
 	}
-	if e, ok := cached(); ok {
-		return e, nil
-	}
-	epoch := s.cache.currentEpoch()
-	ch := s.loads.DoChan(key+"\x00"+strconv.FormatUint(epoch, 10), func() (any, error) {
-		// As in session: a request that missed the cache just before another
-		// load filled it finds the answer there now.
-		if e, ok := cached(); ok {
-			return e, nil
-		}
-		e, err := s.readAPIToken(context.WithoutCancel(ctx), hash)
-		if err == nil {
-			s.cache.fill(key, e, epoch)
-		}
-		return e, err
+	return s.cachedLoad(ctx, key, cached, "read api token", func(ctx context.Context) (sessionEntry, error) {
+		return s.readAPIToken(ctx, hash)
 	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return sessionEntry{}, r.Err
-		}
-		return r.Val.(sessionEntry), nil
-	case <-ctx.Done():
-		return sessionEntry{}, fmt.Errorf("read api token: %w", ctx.Err())
-	}
 }
 
 func (s *Service) readAPIToken(ctx context.Context, hash [32]byte) (sessionEntry, error) {

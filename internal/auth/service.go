@@ -469,21 +469,32 @@ func (s *Service) session(ctx context.Context, sid string, gen int64) (sessionEn
 		e, ok := s.cache.get(sid)
 		return e, ok && gen <= e.gen && s.cfg.Now().Sub(e.loadedAt) < s.cfg.SessionRecheck
 	}
+	return s.cachedLoad(ctx, sid, cached, "read session", func(ctx context.Context) (sessionEntry, error) {
+		return s.readSession(ctx, sid)
+	})
+}
+
+// cachedLoad returns the cache's entry under key while cached says it serves, and
+// otherwise reads it with read and fills the cache. Loads are shared per key and
+// cache epoch: a request that comes after a change never takes the answer of a
+// read that started before it. The read outlives a caller that gives up (ctx
+// ends): the others waiting for it still get its answer. what names the read in
+// the error of a caller that gave up.
+func (s *Service) cachedLoad(ctx context.Context, key string, cached func() (sessionEntry, bool), what string,
+	read func(context.Context) (sessionEntry, error)) (sessionEntry, error) {
 	if e, ok := cached(); ok {
 		return e, nil
 	}
-	// Loads are shared per session and cache epoch: a request that comes after a
-	// change never takes the answer of a read that started before it.
 	epoch := s.cache.currentEpoch()
-	ch := s.loads.DoChan(sid+"\x00"+strconv.FormatUint(epoch, 10), func() (any, error) {
+	ch := s.loads.DoChan(key+"\x00"+strconv.FormatUint(epoch, 10), func() (any, error) {
 		// A request that missed the cache just before another load filled it
 		// gets here after that load ended: the cache has the answer now.
 		if e, ok := cached(); ok {
 			return e, nil
 		}
-		e, err := s.readSession(context.WithoutCancel(ctx), sid)
+		e, err := read(context.WithoutCancel(ctx))
 		if err == nil {
-			s.cache.fill(sid, e, epoch)
+			s.cache.fill(key, e, epoch)
 		}
 		return e, err
 	})
@@ -494,7 +505,7 @@ func (s *Service) session(ctx context.Context, sid string, gen int64) (sessionEn
 		}
 		return r.Val.(sessionEntry), nil
 	case <-ctx.Done():
-		return sessionEntry{}, fmt.Errorf("read session: %w", ctx.Err())
+		return sessionEntry{}, fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 }
 
