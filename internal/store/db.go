@@ -361,3 +361,34 @@ func clampLimit(limit, def, max int) int {
 	}
 	return limit
 }
+
+// listQuery gathers the conditions of a list's WHERE clause and their $n
+// parameters, which both SQLite and PostgreSQL accept.
+type listQuery struct {
+	where []string
+	args  []any
+}
+
+// param adds v as the next parameter and returns its placeholder.
+func (q *listQuery) param(v any) string {
+	q.args = append(q.args, v)
+	return fmt.Sprintf("$%d", len(q.args))
+}
+
+// in adds "col IN (...)" over ids, which must not be empty: an empty list matches
+// nothing, and the list methods answer that without asking the database.
+func (q *listQuery) in(col string, ids []int64) {
+	ps := make([]string, len(ids))
+	for i, id := range ids {
+		ps[i] = q.param(id)
+	}
+	q.where = append(q.where, col+" IN ("+strings.Join(ps, ", ")+")")
+}
+
+// clause is " WHERE" and the conditions joined by AND, or "" when there are none.
+func (q *listQuery) clause() string {
+	if len(q.where) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(q.where, " AND ")
+}

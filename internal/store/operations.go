@@ -281,33 +281,19 @@ func (s *sqlStore) ListOperations(ctx context.Context, f OperationFilter) ([]Ope
 	if f.ClusterIDs != nil && len(f.ClusterIDs) == 0 {
 		return []Operation{}, nil
 	}
-	var (
-		where []string
-		args  []any
-	)
-	param := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
+	var q listQuery
 	if f.ClusterIDs != nil {
-		ps := make([]string, len(f.ClusterIDs))
-		for i, id := range f.ClusterIDs {
-			ps[i] = param(id)
-		}
-		where = append(where, "cluster_id IN ("+strings.Join(ps, ", ")+")")
+		q.in("cluster_id", f.ClusterIDs)
 	}
 	if f.ClusterID != 0 {
-		where = append(where, "cluster_id = "+param(f.ClusterID))
+		q.where = append(q.where, "cluster_id = "+q.param(f.ClusterID))
 	}
 	if f.BeforeID > 0 {
-		where = append(where, "id < "+param(f.BeforeID))
+		q.where = append(q.where, "id < "+q.param(f.BeforeID))
 	}
-	query := `SELECT ` + operationColumns + ` FROM operations`
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY id DESC LIMIT " + param(clampLimit(f.Limit, 50, 200))
-	ops, err := queryAll(ctx, s.rdb, "list operations", scanOperation, query, args...)
+	query := `SELECT ` + operationColumns + ` FROM operations` + q.clause()
+	query += " ORDER BY id DESC LIMIT " + q.param(clampLimit(f.Limit, 50, 200))
+	ops, err := queryAll(ctx, s.rdb, "list operations", scanOperation, query, q.args...)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
 )
@@ -107,41 +105,27 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 	if f.ClusterIDs != nil && len(f.ClusterIDs) == 0 {
 		return []Task{}, nil
 	}
-	var (
-		where []string
-		args  []any
-	)
-	param := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
+	var q listQuery
 	if f.ClusterIDs != nil {
-		ps := make([]string, len(f.ClusterIDs))
-		for i, id := range f.ClusterIDs {
-			ps[i] = param(id)
-		}
-		where = append(where, "cluster_id IN ("+strings.Join(ps, ", ")+")")
+		q.in("cluster_id", f.ClusterIDs)
 	}
 	for _, c := range []struct {
 		col string
 		v   int64
 	}{{"cluster_id", f.ClusterID}, {"vmid", f.VMID}, {"user_id", f.UserID}} {
 		if c.v != 0 {
-			where = append(where, c.col+" = "+param(c.v))
+			q.where = append(q.where, c.col+" = "+q.param(c.v))
 		}
 	}
 	if f.BeforeID > 0 {
-		where = append(where, "id < "+param(f.BeforeID))
+		q.where = append(q.where, "id < "+q.param(f.BeforeID))
 	}
 	if f.ExcludeRefused {
-		where = append(where, "(status <> 'lost' OR outcome_unknown_at IS NOT NULL)")
+		q.where = append(q.where, "(status <> 'lost' OR outcome_unknown_at IS NOT NULL)")
 	}
-	query := `SELECT ` + taskColumns + ` FROM tasks`
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY id DESC LIMIT " + param(clampLimit(f.Limit, 50, 500))
-	return queryAll(ctx, s.rdb, "list tasks", scanTask, query, args...)
+	query := `SELECT ` + taskColumns + ` FROM tasks` + q.clause()
+	query += " ORDER BY id DESC LIMIT " + q.param(clampLimit(f.Limit, 50, 500))
+	return queryAll(ctx, s.rdb, "list tasks", scanTask, query, q.args...)
 }
 
 // UnfinishedTasks implements Store.
