@@ -179,7 +179,9 @@ func TestMigrationFromThePage(t *testing.T) {
 	b := e.browser()
 	b.login(opEmail)
 	p := b.get("/vms/1/pve2/102/migrate").expect(t, 200)
-	for _, s := range []string{`<label for="target">Target node</label>`, `name="withLocalDisks"`, "local-lvm", "Start migration"} {
+	// The copy of local disks is offered ticked, as PVE's own migrate dialog
+	// does: without it PVE refuses the migration.
+	for _, s := range []string{`<label for="target">Target node</label>`, `name="withLocalDisks" id="withLocalDisks" aria-describedby="disks-hint" checked>`, "local-lvm", "Start migration"} {
 		if !strings.Contains(p.body, s) {
 			t.Errorf("migrate page of 102 lacks %q", s)
 		}
