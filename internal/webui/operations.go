@@ -2,18 +2,14 @@ package webui
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -341,49 +337,10 @@ func (u *UI) operationEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	raw := sessionToken(r)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	sessionEnded := false
-	sessionOK := func() bool {
-		if _, err := u.sessions.Authenticate(ctx, raw); errs.KindOf(err) == errs.Unauthenticated {
-			sessionEnded = true
-			cancel()
-			return false
-		}
-		return true
+	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
+		return u.ops.OperationEvents(ctx, id, emit)
 	}
-	var stream *sse.Stream
-	err = u.ops.OperationEvents(ctx, id, func(op vmops.OperationView) error {
-		if !sessionOK() {
-			return errUnauthenticated
-		}
-		b, err := json.Marshal(liveOp(op))
-		if err != nil {
-			return err
-		}
-		if stream == nil {
-			stream = sse.Start(ctx, w, ssePing, sessionOK)
-		}
-		return stream.Event("operation", string(b))
+	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op vmops.OperationView) any {
+		return liveOp(op)
 	})
-	if stream != nil {
-		stream.Close()
-	}
-	switch {
-	case stream == nil && sessionEnded:
-		return errUnauthenticated
-	case stream == nil && errors.Is(err, vmops.ErrDraining):
-		return &errs.Error{Kind: errs.Unavailable, Reason: "shutting_down", Message: "vmgate is shutting down; try again",
-			RetryAfter: int(shutdownRetry / time.Second), Err: err}
-	case stream == nil:
-		return err
-	case sessionEnded:
-		_ = stream.Event("session", "{}")
-	case errors.Is(err, vmops.ErrDraining):
-		_ = stream.Retry("shutdown", shutdownRetry, "{}")
-	case err == nil && r.Context().Err() == nil:
-		_ = stream.Event("end", "{}")
-	}
-	return nil
 }

@@ -262,6 +262,31 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	next, _ := strconv.Atoi(r.URL.Query().Get("from")) // the last log line the page has
+	next = max(next, 0)
+	follow := func(ctx context.Context, emit func(vmops.TaskView) error) error {
+		return u.vms.Events(ctx, upid, hint, emit)
+	}
+	return sessionStream(u, w, r, "task", follow, func(ctx context.Context, t vmops.TaskView) any {
+		l := live(t, u.now())
+		if lg, err := u.vms.TaskLog(ctx, upid, hint, next, 500); err == nil {
+			l.Log = lg.Lines
+			if n := len(lg.Lines); n > 0 {
+				next = lg.Lines[n-1].N
+			}
+		}
+		return l
+	})
+}
+
+// sessionStream is the event stream of a live page (a task's, an operation's) on
+// the UI's cookie session: follow calls emit with the view now and each time it
+// changes, and each call sends one event named event carrying show's answer as
+// JSON. The session is checked again at every event and ping, so a logout or
+// revocation ends the stream at once ("session"); it ends with "end" when the
+// view is final, or with a retry hint when vmgate shuts down ("shutdown").
+func sessionStream[V any](u *UI, w http.ResponseWriter, r *http.Request, event string,
+	follow func(ctx context.Context, emit func(V) error) error, show func(ctx context.Context, v V) any) error {
 	raw := sessionToken(r)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -274,28 +299,19 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		return true
 	}
-	next, _ := strconv.Atoi(r.URL.Query().Get("from")) // the last log line the page has
-	next = max(next, 0)
 	var stream *sse.Stream
-	err = u.vms.Events(ctx, upid, hint, func(t vmops.TaskView) error {
+	err := follow(ctx, func(v V) error {
 		if !sessionOK() {
 			return errUnauthenticated
 		}
-		l := live(t, u.now())
-		if lg, err := u.vms.TaskLog(ctx, upid, hint, next, 500); err == nil {
-			l.Log = lg.Lines
-			if n := len(lg.Lines); n > 0 {
-				next = lg.Lines[n-1].N
-			}
-		}
-		b, err := json.Marshal(l)
+		b, err := json.Marshal(show(ctx, v))
 		if err != nil {
 			return err
 		}
 		if stream == nil {
 			stream = sse.Start(ctx, w, ssePing, sessionOK)
 		}
-		return stream.Event("task", string(b))
+		return stream.Event(event, string(b))
 	})
 	if stream != nil {
 		stream.Close()
