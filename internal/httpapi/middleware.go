@@ -55,6 +55,15 @@ func infoFrom(r *http.Request) *reqInfo {
 
 func logFrom(r *http.Request) *slog.Logger { return infoFrom(r).logger() }
 
+// NoteCaller names the caller of r in its log line, for a handler that
+// authenticates by itself (the web UI): session is the audit trail's name of
+// the session (auth.Principal.AuditSession).
+func NoteCaller(r *http.Request, userID int64, session string) {
+	if ri, ok := r.Context().Value(infoKey).(*reqInfo); ok {
+		ri.userID, ri.session = userID, session
+	}
+}
+
 func setRoutePattern(r *http.Request, p string) { infoFrom(r).pattern = p }
 
 // clientAddr returns the caller's address for rate limits and audit.

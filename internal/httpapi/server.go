@@ -241,8 +241,22 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) bool {
 		route = named.Route(r)
 	}
 	setRoutePattern(r, "UI "+route)
-	r = r.WithContext(audit.WithRequest(r.Context(), clientAddr(r), requestID(r), r.UserAgent()))
-	s.ui.ServeHTTP(w, r)
+	ctx := audit.WithRequest(r.Context(), clientAddr(r), requestID(r), r.UserAgent())
+	// A page has the API's deadline, plus what its route may wait for (a power
+	// action's task); an event stream has none (its own limits bound it).
+	var extra time.Duration
+	stream := false
+	if h, ok := s.ui.(interface {
+		Hold(*http.Request) (time.Duration, bool)
+	}); ok {
+		extra, stream = h.Hold(r)
+	}
+	if !stream && s.requestTimeout >= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.requestTimeout+extra)
+		defer cancel()
+	}
+	s.ui.ServeHTTP(w, r.WithContext(ctx))
 	return true
 }
 

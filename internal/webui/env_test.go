@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -75,6 +76,10 @@ type envOptions struct {
 	tls   bool                 // serve over TLS
 	clock *clock               // auth's and the UI's time (default: real)
 	auth  func(c *auth.Config) // tweaks of auth's configuration
+
+	requestTimeout time.Duration // httpapi's (default its own)
+	pveTimeout     time.Duration // each PVE call's bound (default the PVE client's)
+	log            *slog.Logger  // httpapi's request log (default none)
 }
 
 type env struct {
@@ -126,7 +131,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.acc = accounts.New(accounts.Config{Store: st, Auth: e.auth, Audit: e.trail})
-	if e.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: e.trail}); err != nil {
+	if e.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: e.trail, PVETimeout: o.pveTimeout}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.fleet.Close)
@@ -175,12 +180,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
-		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second})
+		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second,
+		NoteCaller: httpapi.NoteCaller})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api, err := httpapi.New(httpapi.Config{Sessions: e.auth, Accounts: e.acc, Audit: e.trail, Store: st,
-		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now})
+		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
@@ -35,7 +36,7 @@ type route struct {
 // a same-site Origin and, past log-in, the session's CSRF token (wrap); pages are
 // GETs that change nothing.
 func (u *UI) routes() []route {
-	const vm = "/vms/{clusterId}/{node}/{vmid}"
+	const vm = vmRoute
 	rs := []route{
 		{"GET", "/static/{file}", public, u.static},
 		{"GET", "/login", public, u.loginPage},
@@ -94,6 +95,9 @@ func (u *UI) routes() []route {
 	return rs
 }
 
+// vmRoute is the pattern of a VM's page, and the prefix of its actions.
+const vmRoute = "/vms/{clusterId}/{node}/{vmid}"
+
 // maxForm bounds a form's body, as the API bounds JSON bodies (SECURITY.md 22).
 const maxForm = 64 << 10
 
@@ -101,6 +105,20 @@ var (
 	errCrossOrigin = errs.R(errs.Forbidden, "forbidden", "this form was sent from another site; vmgate refused it")
 	errCSRF        = errs.R(errs.Forbidden, "forbidden", "this form has expired or did not come from vmgate; reload the page and try again")
 )
+
+// Hold says how much longer than the server's request timeout the request r may
+// take, and whether it is an event stream, which no whole-request deadline
+// bounds: a power action waits for its task (PowerWait) on top of the timeout.
+func (u *UI) Hold(r *http.Request) (extra time.Duration, stream bool) {
+	switch u.Route(r) {
+	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events":
+		return 0, true
+	case "POST " + vmRoute + "/start", "POST " + vmRoute + "/stop", "POST " + vmRoute + "/force-stop",
+		"POST " + vmRoute + "/reboot", "POST " + vmRoute + "/suspend", "POST " + vmRoute + "/resume":
+		return u.powerWait, false
+	}
+	return 0, false
+}
 
 // wrap turns a route into a handler: for a POST the Origin check and the form
 // (url-encoded, at most maxForm); past log-in the session (renewed when due), the
@@ -125,6 +143,7 @@ func (u *UI) wrap(rt route) http.Handler {
 				u.fail(w, r, err)
 				return
 			}
+			u.noteCaller(r, p.UserID, p.AuditSession())
 			ctx := audit.WithActor(r.Context(), p.UserID, p.Email, p.SessionID)
 			r = r.WithContext(context.WithValue(ctx, principalKey, p))
 			if post && !csrfOK(r, u.csrfToken(p.SessionID)) {
@@ -183,6 +202,12 @@ func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 		}
 		return
+	}
+	if _, ok := errs.As(err); !ok && errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		// What the page waited on ran out of the request's time without saying
+		// why, as the API answers it (httpapi's request_timeout).
+		err = &errs.Error{Kind: errs.Unavailable, Reason: "request_timeout", Err: err, RetryAfter: 1,
+			Message: "vmgate could not answer within the request's time limit; try again"}
 	}
 	status := u.status(err)
 	e, ok := errs.As(err)

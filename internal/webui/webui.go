@@ -139,8 +139,11 @@ type Config struct {
 	// PowerWait is how long a start, stop or reboot waits for its task before the
 	// page says it still runs (default 15 s).
 	PowerWait time.Duration
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// NoteCaller, when set, names the authenticated caller of a request in its
+	// log line (httpapi.NoteCaller).
+	NoteCaller func(r *http.Request, userID int64, session string)
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // UI is the web UI's handler. It is safe for concurrent use.
@@ -155,10 +158,11 @@ type UI struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	ttl       time.Duration
-	powerWait time.Duration
-	csrfKey   []byte
-	noticeKey []byte
+	ttl        time.Duration
+	powerWait  time.Duration
+	noteCaller func(*http.Request, int64, string)
+	csrfKey    []byte
+	noticeKey  []byte
 
 	pages  map[string]*template.Template
 	assets *assets
@@ -178,7 +182,7 @@ func New(cfg Config) (*UI, error) {
 	}
 	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
-		renewals: map[string]renewal{}}
+		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
 	}
@@ -190,6 +194,9 @@ func New(cfg Config) (*UI, error) {
 	}
 	if u.powerWait <= 0 {
 		u.powerWait = 15 * time.Second
+	}
+	if u.noteCaller == nil {
+		u.noteCaller = func(*http.Request, int64, string) {}
 	}
 	var err error
 	if u.csrfKey, err = hkdf.Key(sha256.New, cfg.Secret, nil, "vmgate webui csrf", 32); err != nil {
