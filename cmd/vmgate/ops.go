@@ -173,7 +173,11 @@ func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, pla
 		return err
 	}
 	if f == cli.JSON {
-		if err := cli.WriteJSON(os.Stdout, op); err != nil {
+		var out any = op
+		if op.Raw != nil {
+			out = op.Raw // vmgate's own answer, nulls and all, as op show prints it
+		}
+		if err := cli.WriteJSON(os.Stdout, out); err != nil {
 			return err
 		}
 	} else {

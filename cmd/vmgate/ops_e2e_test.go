@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -71,6 +73,30 @@ func TestCLIOperations(t *testing.T) {
 	r = runCLI(t, env, "", "bulk", "start", "lab", "--vmid", "104", "--vmid", "105", "-o", "table").want(t, 0, "bulk start")
 	if !strings.Contains(lastLine(r.stdout), "done — 1 ok, 0 failed, 1 skipped of 2") {
 		t.Fatalf("bulk start: %q\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	// Piped, a watched operation's end is vmgate's own JSON, as op show prints it:
+	// an item without a target or an error says null, not "".
+	r = runCLI(t, env, "", "bulk", "stop", "lab", "--vmid", "105", "--force").want(t, 0, "bulk stop piped")
+	var watched struct {
+		ID    int64            `json:"id"`
+		Items []map[string]any `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &watched); err != nil || len(watched.Items) != 1 {
+		t.Fatalf("bulk stop piped is not an operation's JSON: %v\n%s", err, r.stdout)
+	}
+	item := watched.Items[0]
+	if v, ok := item["target"]; !ok || v != nil {
+		t.Errorf("target %#v, want null: %s", v, r.stdout)
+	}
+	if v, ok := item["error"]; !ok || v != nil {
+		t.Errorf("error %#v, want null: %s", v, r.stdout)
+	}
+	shown := runCLI(t, env, "", "op", "show", strconv.FormatInt(watched.ID, 10)).want(t, 0, "op show piped")
+	var fromShow struct {
+		Items []map[string]any `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(shown.stdout), &fromShow); err != nil || !reflect.DeepEqual(fromShow.Items, watched.Items) {
+		t.Errorf("the watched end and op show differ (%v):\nwatched:\n%s\nshown:\n%s", err, r.stdout, shown.stdout)
 	}
 	runCLI(t, env, "", "bulk", "stop", "lab").want(t, 2, "bulk without a selection")
 	runCLI(t, env, "", "bulk", "start", "lab", "--vmid", "100", "--force").want(t, 2, "--force on start")

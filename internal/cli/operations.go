@@ -36,6 +36,9 @@ type Operation struct {
 	Abort           bool            `json:"abort"`
 	Counts          OperationCounts `json:"counts"`
 	Items           []OperationItem `json:"items"`
+	// Raw is the operation as vmgate sent it (WatchOperation's last snapshot),
+	// for -o json: re-encoding the fields above would turn its nulls into "".
+	Raw json.RawMessage `json:"-"`
 }
 
 // Finished reports whether the operation has ended.
@@ -139,6 +142,7 @@ func (c *Client) WatchOperation(ctx context.Context, id int64, o WatchOptions, n
 			if err := json.Unmarshal(data, &op); err != nil {
 				return false, fmt.Errorf("operation events: %w", err)
 			}
+			op.Raw = append(json.RawMessage(nil), data...)
 			last = op
 			each(op)
 			return op.Finished(), nil
