@@ -94,6 +94,29 @@ func printItems[T any](o output, it cli.Items, table func([]T) cli.TableOf) erro
 	})
 }
 
+// printList reads the list at path, with the query q, and prints it as printItems does.
+func printList[T any](ctx context.Context, s *cli.Session, o output, path string, q url.Values, table func([]T) cli.TableOf) error {
+	it, err := s.List(ctx, path, q)
+	if err != nil {
+		return err
+	}
+	return printItems(o, it, table)
+}
+
+// listQuery is the query of a list command with --limit and --cluster: the limit,
+// and the cluster (given by id or name) when there is one.
+func listQuery(ctx context.Context, s *cli.Session, limit int, cluster string) (url.Values, error) {
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if cluster != "" {
+		id, err := clusterID(ctx, s, cluster)
+		if err != nil {
+			return nil, err
+		}
+		q.Set("clusterId", strconv.FormatInt(id, 10))
+	}
+	return q, nil
+}
+
 // signalContext ends on Ctrl-C or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -290,11 +313,7 @@ type clusterListCmd struct {
 
 func (c *clusterListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		it, err := s.List(ctx, cli.ClustersPath, nil)
-		if err != nil {
-			return err
-		}
-		return printItems(c.output, it, cli.ClustersTable)
+		return printList(ctx, s, c.output, cli.ClustersPath, nil, cli.ClustersTable)
 	})
 }
 
@@ -487,11 +506,7 @@ func (c *nodeListCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		it, err := s.List(ctx, cli.ClusterPath(id)+"/nodes", nil)
-		if err != nil {
-			return err
-		}
-		return printItems(c.output, it, cli.NodesTable)
+		return printList(ctx, s, c.output, cli.ClusterPath(id)+"/nodes", nil, cli.NodesTable)
 	})
 }
 
@@ -512,11 +527,7 @@ type userListCmd struct {
 
 func (c *userListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		it, err := s.List(ctx, cli.UsersPath, nil)
-		if err != nil {
-			return err
-		}
-		return printItems(c.output, it, cli.UsersTable)
+		return printList(ctx, s, c.output, cli.UsersPath, nil, cli.UsersTable)
 	})
 }
 
@@ -873,22 +884,14 @@ type taskListCmd struct {
 
 func (c *taskListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
-		if c.Cluster != "" {
-			id, err := clusterID(ctx, s, c.Cluster)
-			if err != nil {
-				return err
-			}
-			q.Set("clusterId", strconv.FormatInt(id, 10))
+		q, err := listQuery(ctx, s, c.Limit, c.Cluster)
+		if err != nil {
+			return err
 		}
 		if c.VMID != 0 {
 			q.Set("vmid", strconv.FormatInt(c.VMID, 10))
 		}
-		it, err := s.List(ctx, cli.TasksPath, q)
-		if err != nil {
-			return err
-		}
-		return printItems(c.output, it, cli.TasksTable)
+		return printList(ctx, s, c.output, cli.TasksPath, q, cli.TasksTable)
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strconv"
 
 	"github.com/vmgate/vmgate/internal/cli"
 )
@@ -206,19 +205,11 @@ type opListCmd struct {
 
 func (c *opListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
-		if c.Cluster != "" {
-			id, err := clusterID(ctx, s, c.Cluster)
-			if err != nil {
-				return err
-			}
-			q.Set("clusterId", strconv.FormatInt(id, 10))
-		}
-		it, err := s.List(ctx, cli.OperationsPath, q)
+		q, err := listQuery(ctx, s, c.Limit, c.Cluster)
 		if err != nil {
 			return err
 		}
-		return printItems(c.output, it, cli.OperationsTable)
+		return printList(ctx, s, c.output, cli.OperationsPath, q, cli.OperationsTable)
 	})
 }
 
