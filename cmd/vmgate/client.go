@@ -103,6 +103,38 @@ func printList[T any](ctx context.Context, s *cli.Session, o output, path string
 	return printItems(o, it, table)
 }
 
+// readList reads the list at path whole: its raw items and their decoded form.
+func readList[T any](ctx context.Context, s *cli.Session, path string) (cli.Items, []T, error) {
+	it, err := s.List(ctx, path, nil)
+	if err != nil {
+		return cli.Items{}, nil, err
+	}
+	list, err := cli.Decode[T](it)
+	if err != nil {
+		return cli.Items{}, nil, err
+	}
+	return it, list, nil
+}
+
+// idOrName resolves ref, a positive id or else a name, against the list at path:
+// the id of the item whose name (key's first answer) is ref, ignoring case;
+// missing when there is none.
+func idOrName[T any](ctx context.Context, s *cli.Session, path, ref string, key func(T) (string, int64), missing *cli.ExitError) (int64, error) {
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
+		return id, nil
+	}
+	_, list, err := readList[T](ctx, s, path)
+	if err != nil {
+		return 0, err
+	}
+	for _, v := range list {
+		if name, id := key(v); strings.EqualFold(name, ref) {
+			return id, nil
+		}
+	}
+	return 0, missing
+}
+
 // listQuery is the query of a list command with --limit and --cluster: the limit,
 // and the cluster (given by id or name) when there is one.
 func listQuery(ctx context.Context, s *cli.Session, limit int, cluster string) (url.Values, error) {
@@ -320,24 +352,9 @@ func (c *clusterListCmd) Run() error {
 // clusterID resolves a cluster given by id or name against the clusters the
 // caller may see.
 func clusterID(ctx context.Context, s *cli.Session, ref string) (int64, error) {
-	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
-		return id, nil
-	}
-	it, err := s.List(ctx, cli.ClustersPath, nil)
-	if err != nil {
-		return 0, err
-	}
-	list, err := cli.Decode[cli.ClusterView](it)
-	if err != nil {
-		return 0, err
-	}
-	for _, c := range list {
-		if strings.EqualFold(c.Name, ref) {
-			return c.ID, nil
-		}
-	}
-	return 0, &cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no cluster %q among yours", ref),
-		Hint: "see them with: vmgate cluster list"}
+	return idOrName(ctx, s, cli.ClustersPath, ref, func(c cli.ClusterView) (string, int64) { return c.Name, c.ID },
+		&cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no cluster %q among yours", ref),
+			Hint: "see them with: vmgate cluster list"})
 }
 
 // clusterFlag is --cluster for the commands that read one cluster: by id or name,
@@ -350,11 +367,7 @@ func (f clusterFlag) resolve(ctx context.Context, s *cli.Session) (int64, error)
 	if f.Cluster != "" {
 		return clusterID(ctx, s, f.Cluster)
 	}
-	it, err := s.List(ctx, cli.ClustersPath, nil)
-	if err != nil {
-		return 0, err
-	}
-	list, err := cli.Decode[cli.ClusterView](it)
+	_, list, err := readList[cli.ClusterView](ctx, s, cli.ClustersPath)
 	if err != nil {
 		return 0, err
 	}
@@ -389,11 +402,7 @@ func (c *clusterShowCmd) Run() error {
 		var ae *cli.APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
 			// Not an admin: the row of the list is what this caller may know.
-			it, err := s.List(ctx, cli.ClustersPath, nil)
-			if err != nil {
-				return err
-			}
-			list, err := cli.Decode[cli.ClusterView](it)
+			it, list, err := readList[cli.ClusterView](ctx, s, cli.ClustersPath)
 			if err != nil {
 				return err
 			}
@@ -533,23 +542,8 @@ func (c *userListCmd) Run() error {
 
 // userID resolves a user given by id or e-mail.
 func userID(ctx context.Context, s *cli.Session, ref string) (int64, error) {
-	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
-		return id, nil
-	}
-	it, err := s.List(ctx, cli.UsersPath, nil)
-	if err != nil {
-		return 0, err
-	}
-	users, err := cli.Decode[cli.User](it)
-	if err != nil {
-		return 0, err
-	}
-	for _, u := range users {
-		if strings.EqualFold(u.Email, ref) {
-			return u.ID, nil
-		}
-	}
-	return 0, &cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no user %q", ref), Hint: "see them with: vmgate user list"}
+	return idOrName(ctx, s, cli.UsersPath, ref, func(u cli.User) (string, int64) { return u.Email, u.ID },
+		&cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no user %q", ref), Hint: "see them with: vmgate user list"})
 }
 
 // newPassword reads a password to set: one line of stdin with --password-stdin or
