@@ -25,6 +25,20 @@ func (s *Server) authorize(r *http.Request, clusterID int64, need string) error 
 	return s.fleet.Require(r.Context(), actor(r), clusterID, need, r.Method+" "+r.URL.Path)
 }
 
+// operatorWrite ends a VM write handler once its path, query and body are valid,
+// in the order of every request's checks: the Idempotency-Key header (400), then
+// the caller's operator grant on the cluster (404/403), then act under the key.
+func (s *Server) operatorWrite(w http.ResponseWriter, r *http.Request, clusterID int64, body []byte,
+	act func(w http.ResponseWriter, r *http.Request) error) error {
+	if _, _, err := idempotencyKey(r); err != nil {
+		return err
+	}
+	if err := s.authorize(r, clusterID, fleet.GrantOperator); err != nil {
+		return err
+	}
+	return s.idempotent(w, r, body, act)
+}
+
 // readScope is what a list of tasks or operations may show the caller: with a
 // clusterId (non-zero) that one cluster, once the caller's grant on it is checked,
 // and nil for "no further restriction"; without one the clusters the caller may

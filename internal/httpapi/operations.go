@@ -239,13 +239,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 		}
 		req.MaxParallel = int(*in.MaxParallel)
 	}
-	if _, _, err := idempotencyKey(r); err != nil {
-		return err
-	}
-	if err := s.authorize(r, clusterID, fleet.GrantOperator); err != nil {
-		return err
-	}
-	return s.idempotent(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
+	return s.operatorWrite(w, r, clusterID, body, func(w http.ResponseWriter, r *http.Request) error {
 		l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
 		return launched(w, l, err)
 	})
@@ -295,13 +289,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 		}
 		req.MaxParallel = int(*in.MaxParallel)
 	}
-	if _, _, err := idempotencyKey(r); err != nil {
-		return err
-	}
-	if err := s.authorize(r, clusterID, fleet.GrantOperator); err != nil {
-		return err
-	}
-	return s.idempotent(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
+	return s.operatorWrite(w, r, clusterID, body, func(w http.ResponseWriter, r *http.Request) error {
 		l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
 		return launched(w, l, err)
 	})

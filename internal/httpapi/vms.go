@@ -182,13 +182,7 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, read func(*ht
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	if _, _, err := idempotencyKey(r); err != nil {
-		return err
-	}
-	if err := s.authorize(r, vm.ClusterID, fleet.GrantOperator); err != nil {
-		return err
-	}
-	return s.idempotent(w, r, nil, func(w http.ResponseWriter, r *http.Request) error {
+	return s.operatorWrite(w, r, vm.ClusterID, nil, func(w http.ResponseWriter, r *http.Request) error {
 		out, err := op(r.Context(), vmActor(r), vm, q)
 		return renderPower(w, out, err)
 	})
@@ -293,13 +287,7 @@ func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 		n := int(*in.BWLimit)
 		req.BWLimit = &n
 	}
-	if _, _, err := idempotencyKey(r); err != nil {
-		return err
-	}
-	if err := s.authorize(r, vm.ClusterID, fleet.GrantOperator); err != nil {
-		return err
-	}
-	return s.idempotent(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
+	return s.operatorWrite(w, r, vm.ClusterID, body, func(w http.ResponseWriter, r *http.Request) error {
 		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
 		return renderMigrate(w, upid, err)
 	})
