@@ -233,11 +233,8 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	req.Targets = in.Targets
-	if in.MaxParallel != nil {
-		if *in.MaxParallel < 1 || *in.MaxParallel > vmops.MaxParallelLimit {
-			return errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
-		}
-		req.MaxParallel = int(*in.MaxParallel)
+	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
+		return err
 	}
 	return s.operatorWrite(w, r, clusterID, body, func(w http.ResponseWriter, r *http.Request) error {
 		l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
@@ -283,16 +280,25 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	if sel := in.Selector; sel != nil {
 		req.Selector = &vmops.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
 	}
-	if in.MaxParallel != nil {
-		if *in.MaxParallel < 1 || *in.MaxParallel > vmops.MaxParallelLimit {
-			return errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
-		}
-		req.MaxParallel = int(*in.MaxParallel)
+	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
+		return err
 	}
 	return s.operatorWrite(w, r, clusterID, body, func(w http.ResponseWriter, r *http.Request) error {
 		l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
 		return launched(w, l, err)
 	})
+}
+
+// maxParallel reads an operation's optional maxParallel: 1 to
+// vmops.MaxParallelLimit, or 0 (the default) when absent.
+func maxParallel(p *int64) (int, error) {
+	if p == nil {
+		return 0, nil
+	}
+	if *p < 1 || *p > vmops.MaxParallelLimit {
+		return 0, errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
+	}
+	return int(*p), nil
 }
 
 // deref is *p, or the zero value for nil.
