@@ -1,9 +1,6 @@
 package webui
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,35 +11,7 @@ import (
 
 // opEvents reads an operation page's event stream to its end.
 func (b *browser) opEvents(path string) (names []string, ops []liveOperation, err error) {
-	req, _ := http.NewRequest("GET", b.e.srv.URL+path, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Sec-Fetch-Mode", "cors")
-	resp, err := b.c.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		return nil, nil, fmt.Errorf("event stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	event := ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-			names = append(names, event)
-		case strings.HasPrefix(line, "data: ") && event == "operation":
-			var o liveOperation
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &o); err != nil {
-				return names, ops, err
-			}
-			ops = append(ops, o)
-		}
-	}
-	return names, ops, sc.Err()
+	return readEvents[liveOperation](b, path, "operation", nil)
 }
 
 var dataEvents = regexp.MustCompile(`data-events="([^"]*)"`)

@@ -257,6 +257,13 @@ func taskPageOf(t *testing.T, b *browser, vmid int) string {
 // closed at the first event.
 // It may run on a goroutine of its own, so it returns its failure.
 func (b *browser) events(path string, first chan<- struct{}) (names []string, tasks []liveTask, err error) {
+	return readEvents[liveTask](b, path, "task", first)
+}
+
+// readEvents reads one of the UI's event streams to its end: the names of its
+// events, and the data of those named kind decoded as V. first, when not nil, is
+// closed at the first event.
+func readEvents[V any](b *browser, path, kind string, first chan<- struct{}) (names []string, vs []V, err error) {
 	req, _ := http.NewRequest("GET", b.e.srv.URL+path, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Sec-Fetch-Mode", "cors")
@@ -281,15 +288,15 @@ func (b *browser) events(path string, first chan<- struct{}) (names []string, ta
 				close(first)
 				first = nil
 			}
-		case strings.HasPrefix(line, "data: ") && event == "task":
-			var l liveTask
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &l); err != nil {
-				return names, tasks, err
+		case strings.HasPrefix(line, "data: ") && event == kind:
+			var v V
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v); err != nil {
+				return names, vs, err
 			}
-			tasks = append(tasks, l)
+			vs = append(vs, v)
 		}
 	}
-	return names, tasks, sc.Err()
+	return names, vs, sc.Err()
 }
 
 // openStream opens one of the UI's event streams on a goroutine of its own and
