@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -400,22 +399,5 @@ func (e *opsEnv) operationEvents(user, path string) (names []string, ops []opera
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		e.t.Fatalf("events: %s", resp.Status)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	event := ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-			names = append(names, event)
-		case strings.HasPrefix(line, "data: ") && event == "operation":
-			var v operationJSON
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v); err != nil {
-				e.t.Fatalf("event data %q: %v", line, err)
-			}
-			ops = append(ops, v)
-		}
-	}
-	return names, ops
+	return readEvents[operationJSON](e.t, resp.Body, "operation")
 }

@@ -134,7 +134,7 @@ func TestMigrationHTTP(t *testing.T) {
 			streamed <- stream{err: &json.UnsupportedValueError{Str: "content type " + ct}}
 			return
 		}
-		names, tasks := readEvents(t, resp.Body)
+		names, tasks := readEvents[taskJSON](t, resp.Body, "task")
 		streamed <- stream{names: names, tasks: tasks}
 	}()
 

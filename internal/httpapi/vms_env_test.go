@@ -188,8 +188,8 @@ func (e *vmEnv) waitTask(user, upid string) taskJSON {
 }
 
 // readEvents reads a server-sent event stream to its end: the event names and
-// the data of the "task" events.
-func readEvents(t *testing.T, body io.Reader) (names []string, tasks []taskJSON) {
+// the data of the events named kind, decoded as V.
+func readEvents[V any](t testing.TB, body io.Reader, kind string) (names []string, vs []V) {
 	t.Helper()
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -200,15 +200,15 @@ func readEvents(t *testing.T, body io.Reader) (names []string, tasks []taskJSON)
 		case strings.HasPrefix(line, "event: "):
 			event = strings.TrimPrefix(line, "event: ")
 			names = append(names, event)
-		case strings.HasPrefix(line, "data: ") && event == "task":
-			var v taskJSON
+		case strings.HasPrefix(line, "data: ") && event == kind:
+			var v V
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v); err != nil {
 				t.Fatalf("event data %q: %v", line, err)
 			}
-			tasks = append(tasks, v)
+			vs = append(vs, v)
 		}
 	}
-	return names, tasks
+	return names, vs
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
