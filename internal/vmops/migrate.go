@@ -295,6 +295,24 @@ func checkTarget(ctx context.Context, api pveAPI, target string) error {
 	return errs.R(errs.Invalid, "invalid_request", "target %s is not a node of this cluster", target)
 }
 
+// localDiskNames names a pre-check's local disks as "volid (drive)", the CD-ROM
+// images apart: those cannot be migrated at all, the others only with
+// withLocalDisks.
+func localDiskNames(ds []pve.LocalDisk) (disks, cdroms []string) {
+	for _, d := range ds {
+		name := d.Volid
+		if d.DriveName != "" {
+			name += " (" + d.DriveName + ")"
+		}
+		if d.CDROM {
+			cdroms = append(cdroms, name)
+		} else {
+			disks = append(disks, name)
+		}
+	}
+	return disks, cdroms
+}
+
 // blocked turns PVE's pre-check into 409 migration_blocked, with PVE's reasons in
 // the message and, machine-readable, in the details.
 func blocked(vm VMRef, req MigrateRequest, running bool, pc pve.MigratePrecheck) error {
@@ -318,18 +336,7 @@ func blocked(vm VMRef, req MigrateRequest, running bool, pc pve.MigratePrecheck)
 		details["notAllowed"] = map[string]any{"unavailableStorages": nonNil(na.UnavailableStorages),
 			"unavailableResources": nonNil(na.UnavailableResources), "blockingHaResources": haSIDs(na.BlockingHAResources)}
 	}
-	var disks, cdroms []string
-	for _, d := range pc.LocalDisks {
-		name := d.Volid
-		if d.DriveName != "" {
-			name += " (" + d.DriveName + ")"
-		}
-		if d.CDROM {
-			cdroms = append(cdroms, name)
-		} else {
-			disks = append(disks, name)
-		}
-	}
+	disks, cdroms := localDiskNames(pc.LocalDisks)
 	if len(cdroms) > 0 {
 		reasons = append(reasons, "local CD-ROM images cannot be migrated, remove them first: "+strings.Join(cdroms, ", "))
 	}

@@ -178,18 +178,7 @@ func blockedFrom(v planVM, req EvacuateRequest, running bool) string {
 	if len(v.check.LocalResources) > 0 {
 		return "local devices prevent migration: " + strings.Join(v.check.LocalResources, ", ")
 	}
-	var disks, cdroms []string
-	for _, d := range v.check.LocalDisks {
-		name := d.Volid
-		if d.DriveName != "" {
-			name += " (" + d.DriveName + ")"
-		}
-		if d.CDROM {
-			cdroms = append(cdroms, name)
-		} else {
-			disks = append(disks, name)
-		}
-	}
+	disks, cdroms := localDiskNames(v.check.LocalDisks)
 	if len(cdroms) > 0 {
 		return "local CD-ROM images cannot be migrated: " + strings.Join(cdroms, ", ")
 	}
