@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -429,30 +426,12 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := s.authorizeOperation(r, id, fleet.GrantViewer); err != nil {
 		return err
 	}
-	ctx := r.Context()
-	var stream *sse.Stream
-	err = s.ops.OperationEvents(ctx, id, func(v vmops.OperationView) error {
-		b, err := json.Marshal(toOperationJSON(v))
-		if err != nil {
-			return err
-		}
-		if stream == nil {
-			stream = sse.Start(ctx, w, ssePing, nil)
-		}
-		return stream.Event("operation", string(b))
+	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
+		return s.ops.OperationEvents(ctx, id, emit)
+	}
+	return eventStream(w, r, "operation", follow, func(v vmops.OperationView) ([]byte, error) {
+		return json.Marshal(toOperationJSON(v))
 	})
-	if stream == nil {
-		return err
-	}
-	defer stream.Close()
-	switch {
-	case errors.Is(err, vmops.ErrDraining):
-		ms := shutdownRetry.Milliseconds()
-		_ = stream.Retry("shutdown", shutdownRetry, fmt.Sprintf(`{"reason":"shutdown","retryMs":%d}`, ms))
-	case err == nil && ctx.Err() == nil:
-		_ = stream.Event("end", "{}")
-	}
-	return nil
 }
 
 // operationsCollector exposes the operations' figures of this process: how many

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -129,17 +130,32 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	follow := func(ctx context.Context, emit func(vmops.TaskView) error) error {
+		return s.vms.Events(ctx, upid, hint, emit)
+	}
+	return eventStream(w, r, "task", follow, func(v vmops.TaskView) ([]byte, error) {
+		return encode((*taskAnswer)(&v))
+	})
+}
+
+// eventStream answers with server-sent events: follow calls emit with the view now
+// and each time it changes, and each call sends one event named event with the
+// view as enc writes it. An error before the first event is answered as usual;
+// after it, the stream ends with "end" when the view is final, or with "shutdown"
+// and a retry hint when vmgate drains.
+func eventStream[V any](w http.ResponseWriter, r *http.Request, event string,
+	follow func(ctx context.Context, emit func(V) error) error, enc func(V) ([]byte, error)) error {
 	ctx := r.Context()
 	var stream *sse.Stream
-	err = s.vms.Events(ctx, upid, hint, func(v vmops.TaskView) error {
-		b, err := encode((*taskAnswer)(&v))
+	err := follow(ctx, func(v V) error {
+		b, err := enc(v)
 		if err != nil {
 			return err
 		}
 		if stream == nil {
 			stream = sse.Start(ctx, w, ssePing, nil)
 		}
-		return stream.Event("task", string(b))
+		return stream.Event(event, string(b))
 	})
 	if stream == nil {
 		return err
