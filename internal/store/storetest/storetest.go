@@ -111,6 +111,25 @@ func race(t *testing.T, s store.Store, n int, fn func(i int)) {
 	wg.Wait()
 }
 
+// oneWinner returns which racer of race won, failing t unless exactly one did;
+// what names a racer ("claim").
+func oneWinner(t *testing.T, won []bool, what string) int {
+	t.Helper()
+	winner := -1
+	for i, w := range won {
+		if w {
+			if winner >= 0 {
+				t.Fatalf("%ss %d and %d both won", what, winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no %s won", what)
+	}
+	return winner
+}
+
 // ok fails t on err.
 func ok(t *testing.T, err error, what string) {
 	t.Helper()
@@ -1327,18 +1346,7 @@ func testIdempotencyTakeOverRace(t *testing.T, s store.Store) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	winner := -1
-	for i, won := range taken {
-		if won {
-			if winner >= 0 {
-				t.Fatalf("take-overs %d and %d both won", winner, i)
-			}
-			winner = i
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no take-over won")
-	}
+	winner := oneWinner(t, taken, "take-over")
 	for i := range n {
 		same(t, owners[i], fmt.Sprint("r", winner), fmt.Sprintf("owner seen by take-over %d", i))
 	}
@@ -1363,18 +1371,7 @@ func testIdempotencyRace(t *testing.T, s store.Store) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	winner := -1
-	for i, c := range claimed {
-		if c {
-			if winner >= 0 {
-				t.Fatalf("claims %d and %d both won", winner, i)
-			}
-			winner = i
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no claim won")
-	}
+	winner := oneWinner(t, claimed, "claim")
 	for i := range n {
 		same(t, hashes[i], fmt.Sprint("h", winner), fmt.Sprintf("record seen by claim %d", i))
 	}
