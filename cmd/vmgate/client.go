@@ -976,14 +976,20 @@ func watch(ctx context.Context, s *cli.Session, upid, interrupted string) error 
 
 // ---- VMs ----
 
-// vmRef names a VM.
+// vmRef names a VM. The cluster is given as everywhere else in the client, by id
+// or name; hints repeat it as it was typed.
 type vmRef struct {
-	Cluster int64  `arg:"" help:"Cluster id."`
+	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
 	Node    string `arg:"" help:"Node the VM is on."`
 	VMID    int64  `arg:"" name:"vmid" help:"VM id."`
 }
 
-func (v vmRef) args() string { return fmt.Sprintf("%d %s %d", v.Cluster, v.Node, v.VMID) }
+func (v vmRef) args() string { return fmt.Sprintf("%s %s %d", v.Cluster, v.Node, v.VMID) }
+
+// clusterID resolves the cluster (a number is taken as it is, without a request).
+func (v vmRef) clusterID(ctx context.Context, s *cli.Session) (int64, error) {
+	return clusterID(ctx, s, v.Cluster)
+}
 
 type vmCmd struct {
 	List    vmListCmd    `cmd:"" help:"List a cluster's VMs, filtered; read in pages to the end."`
@@ -1032,8 +1038,12 @@ type vmStatusCmd struct {
 
 func (c *vmStatusCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		cid, err := c.clusterID(ctx, s)
+		if err != nil {
+			return err
+		}
 		var raw json.RawMessage
-		if _, err := s.Do(ctx, http.MethodGet, cli.VMPath(c.Cluster, c.Node, c.VMID), nil, nil, &raw); err != nil {
+		if _, err := s.Do(ctx, http.MethodGet, cli.VMPath(cid, c.Node, c.VMID), nil, nil, &raw); err != nil {
 			return vmHint(err, c.vmRef, "status")
 		}
 		return c.print(raw, func() (cli.TableOf, error) {
@@ -1089,7 +1099,11 @@ func (c *vmStopCmd) Run() error {
 
 func power(c conn, v vmRef, op string, force bool, wait int, extra url.Values) error {
 	return withSession(c, func(ctx context.Context, s *cli.Session) error {
-		upid, running, err := s.Power(ctx, v.Cluster, v.Node, v.VMID, op, force, wait, extra)
+		cid, err := v.clusterID(ctx, s)
+		if err != nil {
+			return err
+		}
+		upid, running, err := s.Power(ctx, cid, v.Node, v.VMID, op, force, wait, extra)
 		if err != nil {
 			return vmHint(err, v, op)
 		}
@@ -1121,7 +1135,11 @@ func (c *vmMigrateCmd) Run() error {
 			f := false
 			req.Online = &f
 		}
-		upid, err := s.Migrate(ctx, c.Cluster, c.Node, c.VMID, req)
+		cid, err := c.clusterID(ctx, s)
+		if err != nil {
+			return err
+		}
+		upid, err := s.Migrate(ctx, cid, c.Node, c.VMID, req)
 		if errors.Is(err, context.Canceled) {
 			return &cli.ExitError{Code: cli.ExitInterrupted,
 				Msg:  "interrupted before vmgate answered: the migration may have started",
@@ -1157,7 +1175,7 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 			e.Hint = "resume it: vmgate vm resume " + v.args() + " (or power it off: vmgate vm stop " + v.args() + " --force)"
 		}
 	case "vm_locked", "in_progress":
-		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %d --vmid %d", v.Cluster, v.VMID)
+		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %s --vmid %d", v.Cluster, v.VMID)
 	case "migration_blocked":
 		if _, ok := ae.Body["localDisks"]; ok {
 			t := "TARGET"
@@ -1168,7 +1186,7 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 		}
 	case "not_found":
 		if node, ok := ae.Body["node"].(string); ok && node != "" && node != v.Node {
-			e.Hint = fmt.Sprintf("it is on %s: vmgate vm %s %d %s %d", node, op, v.Cluster, node, v.VMID)
+			e.Hint = fmt.Sprintf("it is on %s: vmgate vm %s %s %s %d", node, op, v.Cluster, node, v.VMID)
 		}
 	}
 	return e

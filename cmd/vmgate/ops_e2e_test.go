@@ -106,7 +106,17 @@ func TestCLIOperations(t *testing.T) {
 	if !strings.Contains(r.stderr, "vmgate vm resume 1 pve3 104") {
 		t.Fatalf("no resume hint:\n%s", r.stderr)
 	}
-	runCLI(t, env, "", "vm", "resume", "1", "pve3", "104").want(t, 0, "resume")
+	// A VM's cluster by name, as every other command takes it; hints repeat it.
+	r = runCLI(t, env, "", "vm", "start", "lab", "pve3", "104").want(t, 4, "start a paused VM, cluster by name")
+	if !strings.Contains(r.stderr, "vmgate vm resume lab pve3 104") {
+		t.Fatalf("no resume hint with the cluster's name:\n%s", r.stderr)
+	}
+	r = runCLI(t, env, "", "vm", "status", "nosuch", "pve3", "104").want(t, 4, "a cluster that is not there")
+	if !strings.Contains(r.stderr, `no cluster "nosuch"`) {
+		t.Fatalf("unknown cluster:\n%s", r.stderr)
+	}
+	runCLI(t, env, "", "vm", "resume", "lab", "pve3", "104").want(t, 0, "resume")
+	runCLI(t, env, "", "vm", "status", "LAB", "pve3", "104", "-o", "json").want(t, 0, "status, the name in any case")
 
 	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve2", "--target", "pve3", "-o", "table").want(t, 0, "evacuate pve2")
 	if !strings.Contains(r.stdout, "local-lvm:vm-102-disk-0") || !strings.Contains(lastLine(r.stdout), "2 ok, 0 failed, 1 skipped of 3") {
