@@ -375,7 +375,7 @@ func (c *Client) do(ctx context.Context, cl call) (result, error) {
 	if err := checkEscapedPath(cl.path.escaped); err != nil {
 		return result{}, fmt.Errorf("pve: %w: %v", ErrInvalidArgument, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := within(ctx, c.timeout)
 	defer cancel()
 
 	rounds := c.maxAttempts
@@ -496,13 +496,24 @@ var (
 	formEncodedCT = []string{"application/x-www-form-urlencoded"}
 )
 
+// within bounds ctx to d from now, unless its deadline already comes sooner:
+// then ctx is returned as it is, and no timer is armed for a deadline that
+// could never be the first to pass (a proxied read would otherwise arm four:
+// the request's, the stale read's, the call's and the attempt's).
+func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(d)) {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 // attempt sends cl once to ep and classifies what happened.
 func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft bool) (result, outcome, error) {
 	actx := ctx
 	if !cl.write() && othersLeft {
 		// A read may give up on a silent endpoint early while others remain.
 		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, c.attemptTimeout)
+		actx, cancel = within(ctx, c.attemptTimeout)
 		defer cancel()
 	}
 	// Whether a write's request left matters (an ambiguous write is never sent

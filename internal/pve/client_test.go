@@ -464,3 +464,27 @@ func TestAnswerRacingTheDeadline(t *testing.T) {
 		t.Errorf("%d POSTs, want 1 (an ambiguous write is not sent again)", got)
 	}
 }
+
+// TestWithinArmsOnlyTheFirstDeadline: a bound that cannot come first adds no
+// context (and no timer); one that can, does, and the sooner one holds.
+func TestWithinArmsOnlyTheFirstDeadline(t *testing.T) {
+	t.Parallel()
+	parent, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx, stop := within(parent, time.Hour)
+	defer stop()
+	if ctx != parent {
+		t.Error("a later bound made a new context")
+	}
+	ctx, stop2 := within(parent, time.Second)
+	defer stop2()
+	pd, _ := parent.Deadline()
+	if d, ok := ctx.Deadline(); ctx == parent || !ok || !d.Before(pd) {
+		t.Errorf("a sooner bound: deadline %v (parent's %v)", d, pd)
+	}
+	ctx, stop3 := within(context.Background(), time.Second)
+	defer stop3()
+	if _, ok := ctx.Deadline(); !ok {
+		t.Error("no deadline under a parent without one")
+	}
+}
