@@ -8,6 +8,7 @@
 package errs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -125,4 +126,21 @@ func As(err error) (*Error, bool) {
 	var e *Error
 	ok := errors.As(err, &e)
 	return e, ok
+}
+
+// ReasonRequestTimeout is the reason of a request that ran out of its own
+// deadline while waiting on something that did not classify the failure itself
+// (the store and PVE say store_unavailable and upstream_timeout). It is a 503
+// with Retry-After, like every other "not now".
+const ReasonRequestTimeout = "request_timeout"
+
+// TimedOut classifies an error that no layer classified, when ctx's deadline
+// (the request's) is why it happened: Unavailable, request_timeout, rather than
+// an internal error. Every front end (the API, the web UI) answers so.
+func TimedOut(ctx context.Context, err error) error {
+	if _, ok := As(err); ok || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return &Error{Kind: Unavailable, Reason: ReasonRequestTimeout, Err: err, RetryAfter: 1,
+		Message: "vmgate could not answer within the request's time limit; try again"}
 }

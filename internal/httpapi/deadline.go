@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -14,12 +13,6 @@ import (
 // Config.RequestTimeout is zero: as long as one PVE call may (the client's own
 // deadline), so a request is never cut shorter than what it waits on.
 const DefaultRequestTimeout = 30 * time.Second
-
-// reasonRequestTimeout is the reason of a request that ran out of its own
-// deadline while waiting on something that did not classify the failure itself
-// (the store and PVE say store_unavailable and upstream_timeout). It is a 503
-// with Retry-After, like every other "not now".
-const reasonRequestTimeout = "request_timeout"
 
 // holdFor says how much longer than the request timeout a route may hold its
 // answer open, and whether it is a stream that no whole-request deadline bounds.
@@ -61,6 +54,12 @@ func waitParam(r *http.Request, def, most time.Duration) time.Duration {
 // nothing a request waits on can hold it longer. Streams get none.
 func (s *Server) deadline(ctx context.Context, route string, r *http.Request) (context.Context, context.CancelFunc) {
 	extra, stream := holdFor(route, r)
+	return s.holdDeadline(ctx, extra, stream)
+}
+
+// holdDeadline is the request timeout plus extra, or none for a stream; the
+// API's routes (holdFor) and the UI's (its Hold) both get theirs here.
+func (s *Server) holdDeadline(ctx context.Context, extra time.Duration, stream bool) (context.Context, context.CancelFunc) {
 	if stream || s.requestTimeout < 0 {
 		return ctx, func() {}
 	}
@@ -69,10 +68,4 @@ func (s *Server) deadline(ctx context.Context, route string, r *http.Request) (c
 
 // timedOut classifies an error that no layer classified, when the request's
 // own deadline is why it happened: 503 request_timeout rather than 500.
-func timedOut(r *http.Request, err error) error {
-	if _, ok := errs.As(err); ok || !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-		return err
-	}
-	return &errs.Error{Kind: errs.Unavailable, Reason: reasonRequestTimeout, Err: err, RetryAfter: 1,
-		Message: "vmgate could not answer within the request's time limit; try again"}
-}
+func timedOut(r *http.Request, err error) error { return errs.TimedOut(r.Context(), err) }

@@ -251,11 +251,8 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) bool {
 	}); ok {
 		extra, stream = h.Hold(r)
 	}
-	if !stream && s.requestTimeout >= 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.requestTimeout+extra)
-		defer cancel()
-	}
+	ctx, cancel := s.holdDeadline(ctx, extra, stream)
+	defer cancel()
 	s.ui.ServeHTTP(w, r.WithContext(ctx))
 	return true
 }

@@ -203,12 +203,7 @@ func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		return
 	}
-	if _, ok := errs.As(err); !ok && errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-		// What the page waited on ran out of the request's time without saying
-		// why, as the API answers it (httpapi's request_timeout).
-		err = &errs.Error{Kind: errs.Unavailable, Reason: "request_timeout", Err: err, RetryAfter: 1,
-			Message: "vmgate could not answer within the request's time limit; try again"}
-	}
+	err = errs.TimedOut(r.Context(), err) // as the API answers it
 	status := u.status(err)
 	e, ok := errs.As(err)
 	msg := "internal error"
