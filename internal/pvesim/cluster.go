@@ -187,30 +187,37 @@ type node struct {
 	archive  []*task // finished tasks in the order they ended
 }
 
+// guest is what a VM and a container share: identity, placement, size,
+// power and HA state. All fields are guarded by Cluster.mu.
+type guest struct {
+	vmid      int
+	node      string
+	name      string
+	running   bool
+	cpus      int
+	mem       int64
+	disks     []Disk
+	ha        bool
+	haState   string
+	haGen     int // invalidates stale HA follow-ups
+	tags      string
+	lock      string
+	template  bool
+	startedAt time.Time
+	pid       int64
+	powerOff  *event // a shutdown the guest is carrying out
+	// onPowerOff runs when the guest has powered off.
+	onPowerOff []func(at time.Time)
+}
+
 type vm struct {
-	vmid           int
-	node           string
-	name           string
-	running        bool
+	guest
 	qmp            string // QEMU's run state while running: running, paused or prelaunch
 	freeze         bool
 	vmstate        string // the saved state of a hibernated VM (lock "suspended")
-	cpus           int
-	mem            int64
-	disks          []Disk
-	ha             bool
-	haState        string
 	ignoreACPI     bool
-	tags           string
-	lock           string
-	template       bool
 	localResources []string
-	startedAt      time.Time
-	pid            int64
-	powerOff       *event // an ACPI power-off the guest is carrying out
-	onPowerOff     []func(at time.Time)
 	rebootRequest  bool // qmeventd restarts the VM at its next power-off
-	haGen          int  // invalidates stale HA follow-ups
 }
 
 type token struct {
@@ -354,19 +361,21 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 		return fmt.Errorf("add VM %d: already exists", spec.VMID)
 	}
 	v := &vm{
-		vmid:           spec.VMID,
-		node:           n.name,
-		name:           spec.Name,
-		running:        spec.Running || spec.Paused || spec.Prelaunch,
+		guest: guest{
+			vmid:     spec.VMID,
+			node:     n.name,
+			name:     spec.Name,
+			running:  spec.Running || spec.Paused || spec.Prelaunch,
+			cpus:     spec.CPUs,
+			mem:      spec.MemBytes,
+			disks:    append([]Disk(nil), spec.Disks...),
+			ha:       spec.HA,
+			tags:     spec.Tags,
+			lock:     spec.Lock,
+			template: spec.Template,
+		},
 		freeze:         spec.Freeze,
-		cpus:           spec.CPUs,
-		mem:            spec.MemBytes,
-		disks:          append([]Disk(nil), spec.Disks...),
-		ha:             spec.HA,
 		ignoreACPI:     spec.IgnoreACPI,
-		tags:           spec.Tags,
-		lock:           spec.Lock,
-		template:       spec.Template,
 		localResources: append([]string(nil), spec.LocalResources...),
 	}
 	switch {
