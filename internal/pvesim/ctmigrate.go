@@ -97,9 +97,10 @@ func hCTMigrate(r *request) response {
 	if to, given := r.integer("timeout"); given {
 		timeout = to
 	}
-	var bwlimit float64
+	var bwlimit *float64
 	if bw, given := r.param("bwlimit"); given {
-		bwlimit, _ = strconv.ParseFloat(bw, 64)
+		f, _ := strconv.ParseFloat(bw, 64)
+		bwlimit = &f
 	}
 	n := c.nodes[r.node]
 	if k.ha {
@@ -188,7 +189,10 @@ type ctMigration struct {
 	restart    bool
 	timeout    int64 // the restart migration's shutdown timeout
 	storageMap *idMap
-	bwlimit    float64 // KiB/s; 0: none
+	// bwlimit is the bandwidth limit given, in KiB/s; without one (and with
+	// no storage or datacenter limits in the emulator) nothing is limited.
+	// 0 is logged and passed on as a limit of 0, which cstream ignores.
+	bwlimit *float64
 
 	k          *ct
 	begin      time.Time
@@ -369,10 +373,12 @@ func (m *ctMigration) copyVolumes(at time.Time, vols []localVolume) {
 	_, volname, _ := strings.Cut(v.volid, ":")
 	newVolid := v.target + ":" + volname
 	rate := float64(m.c.opts.DiskBandwidth)
-	if m.bwlimit > 0 {
-		bps := m.bwlimit * 1024
+	if m.bwlimit != nil {
+		bps := *m.bwlimit * 1024
 		m.logf(at, "using a bandwidth limit of %s bytes per second for transferring '%s'", perlFloat(bps), v.volid)
-		rate = math.Min(rate, bps)
+		if bps > 0 {
+			rate = math.Min(rate, bps)
+		}
 	}
 	if !m.c.nodes[m.dst].online {
 		m.failPhase1(at, m.copyFailure(v, newVolid, "exit code 255"))
@@ -448,8 +454,8 @@ func (m *ctMigration) copyDone(at time.Time, v localVolume, newVolid string, too
 // is "interrupted by signal".
 func (m *ctMigration) copyFailure(v localVolume, newVolid, why string) string {
 	pipe := "pvesm export " + v.volid + " raw+size - -with-snapshots 0"
-	if m.bwlimit > 0 {
-		pipe += " | /usr/bin/cstream -t " + perlFloat(m.bwlimit*1024)
+	if m.bwlimit != nil {
+		pipe += " | /usr/bin/cstream -t " + perlFloat(*m.bwlimit*1024)
 	}
 	pipe += " | " + m.sshCommand() + " -- pvesm import " + newVolid + " raw+size - -with-snapshots 0 -allow-rename 1"
 	return fmt.Sprintf("storage migration for '%s' to storage '%s' failed - command 'set -o pipefail && %s' failed: %s",

@@ -453,3 +453,20 @@ func TestCTHAMigrate(t *testing.T) {
 		t.Fatalf("HA migration log %q", log)
 	}
 }
+
+// TestCTMigrateBandwidthLimitZero: bwlimit 0 is still a limit given to
+// storage_migrate (get_bandwidth_limit returns it): logged, passed to
+// cstream, and no limit at all.
+func TestCTMigrateBandwidthLimitZero(t *testing.T) {
+	t.Parallel()
+	spec := localCT(201)
+	spec.Running = false
+	e := ctMigrateEnv(t, "9.1", spec)
+	upid := e.post("pve1", ctPath("pve1", 201, "/migrate"), url.Values{"target": {"pve2"}, "bwlimit": {"0"}})
+	e.c.Advance(time.Minute)
+	log := e.logOf(upid)
+	want := "2026-03-14 10:00:01 using a bandwidth limit of 0 bytes per second for transferring 'local-lvm:vm-201-disk-0'"
+	if log[3] != want || log[len(log)-2] != "2026-03-14 10:00:09 migration finished successfully (duration 00:00:09)" {
+		t.Fatalf("log\n%s", strings.Join(log, "\n"))
+	}
+}
