@@ -96,7 +96,8 @@ type Disk struct {
 	// Local marks a disk on node-local (not shared) storage: it blocks a live
 	// migration without with-local-disks and is copied by a migration.
 	Local bool
-	// Path is a container mount point's path inside the container (mpN).
+	// Path is where a container volume is mounted inside the container: an
+	// mpN's mount point ("/" for the rootfs); unused for VM disks.
 	Path string
 }
 

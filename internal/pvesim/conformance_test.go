@@ -146,8 +146,9 @@ func TestRoutesConformToSchema(t *testing.T) {
 	}
 }
 
-// TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5): each method
-// must be served and each parameter acted on.
+// TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5) and will call
+// for containers (issue 18): each method must be served and each parameter
+// acted on.
 func TestVMGateNeeds(t *testing.T) {
 	t.Parallel()
 	needs := map[string][]string{
@@ -172,6 +173,16 @@ func TestVMGateNeeds(t *testing.T) {
 		"DELETE /nodes/{node}/tasks/{upid}":     {"node", "upid"},
 		"GET /nodes/{node}/tasks/{upid}/status": {"node", "upid"},
 		"GET /nodes/{node}/tasks/{upid}/log":    {"node", "upid", "start", "limit"},
+		// Containers, as issue 18 will call them.
+		"GET /nodes/{node}/lxc":                         {"node"},
+		"GET /nodes/{node}/lxc/{vmid}/status/current":   {"node", "vmid"},
+		"GET /nodes/{node}/lxc/{vmid}/config":           {"node", "vmid"},
+		"POST /nodes/{node}/lxc/{vmid}/status/start":    {"node", "vmid"},
+		"POST /nodes/{node}/lxc/{vmid}/status/stop":     {"node", "vmid", "overrule-shutdown"},
+		"POST /nodes/{node}/lxc/{vmid}/status/shutdown": {"node", "vmid", "timeout", "forceStop"},
+		"POST /nodes/{node}/lxc/{vmid}/status/reboot":   {"node", "vmid", "timeout"},
+		"GET /nodes/{node}/lxc/{vmid}/migrate":          {"node", "vmid"},
+		"POST /nodes/{node}/lxc/{vmid}/migrate":         {"node", "vmid", "target", "restart", "timeout", "target-storage", "bwlimit"},
 	}
 	routes := map[string]Route{}
 	for _, r := range Routes() {
