@@ -470,3 +470,21 @@ func TestCTMigrateBandwidthLimitZero(t *testing.T) {
 		t.Fatalf("log\n%s", strings.Join(log, "\n"))
 	}
 }
+
+// TestCTMigrateLongCopy: the shutdown's timeout ends with the shutdown; a
+// copy that outlasts it logs nothing of lxc-stop.
+func TestCTMigrateLongCopy(t *testing.T) {
+	t.Parallel()
+	spec := localCT(202)
+	spec.RootFS.Size = 16 << 30
+	e := ctMigrateEnv(t, "9.1", spec)
+	upid := e.post("pve1", ctPath("pve1", 202, "/migrate"), url.Values{"target": {"pve2"}, "restart": {"1"}, "timeout": {"5"}})
+	e.c.Advance(time.Minute)
+	log := e.logOf(upid)
+	if log[len(log)-1] != "TASK OK" || strings.Contains(strings.Join(log, "\n"), "lxc-stop") {
+		t.Fatalf("log\n%s", strings.Join(log, "\n"))
+	}
+	if ct, _ := e.c.CT(202); ct.Node != "pve2" || ct.Status != "running" {
+		t.Fatalf("after: %+v", ct)
+	}
+}

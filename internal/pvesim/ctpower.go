@@ -254,12 +254,18 @@ func (c *Cluster) lxcStop(t *task, k *ct, at time.Time, timeout *int64, killAfte
 		return // lxc-stop -t 0 only signals; vm_stop reads the socket until the container is gone
 	case wait == -1:
 		c.after(t, at, 4*time.Second, func(at time.Time) {
+			if ended {
+				return
+			}
 			t.log(fmt.Sprintf("command '%s' failed: got timeout", cmd))
 			giveUp(at, 4)
 		})
 		return
 	}
 	c.after(t, at, time.Duration(wait)*time.Second, func(at time.Time) {
+		if ended {
+			return // down in time; the task has moved on
+		}
 		if killAfter {
 			c.after(t, at, stopDuration, func(at time.Time) { c.ctPowerOff(k, at) })
 			return
