@@ -40,7 +40,7 @@ func TestEvacuationSurvivesKill9(t *testing.T) {
 	defer cancel()
 	sim := pvesim.DevCluster(pvesim.Options{Speed: 20})
 	var vmids []int
-	for id := 200; id < 208; id++ {
+	for id := 300; id < 308; id++ { // the dev cluster's containers are 200-203
 		if err := sim.AddVM(pvesim.VMSpec{VMID: id, Node: "pve1", Running: true, MemBytes: 2 << 30,
 			Disks: []pvesim.Disk{{Name: "scsi0", Volid: fmt.Sprintf("ceph:vm-%d-disk-0", id), Size: 8 << 30}}}); err != nil {
 			t.Fatal(err)

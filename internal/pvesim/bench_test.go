@@ -152,11 +152,30 @@ func BenchmarkStartStop(b *testing.B) {
 // BenchmarkClusterResources10k: one client listing 10 000 VMs (the body is
 // read, gzip-compressed as Go's client asks, but not decoded).
 func BenchmarkClusterResources10k(b *testing.B) {
+	benchResources(b, func(c *Cluster, i int) error {
+		return c.AddVM(VMSpec{VMID: 100 + i, Node: "pve1", Running: i%2 == 0, Disks: sharedDisk(100 + i)})
+	})
+}
+
+// BenchmarkClusterResourcesGuests10k: the same with every other guest a
+// container, as a fleet of both kinds is listed.
+func BenchmarkClusterResourcesGuests10k(b *testing.B) {
+	benchResources(b, func(c *Cluster, i int) error {
+		if i%2 == 1 {
+			return c.AddCT(CTSpec{VMID: 100 + i, Node: "pve1", Running: i%4 == 1, RootFS: sharedRootFS(100 + i)})
+		}
+		return c.AddVM(VMSpec{VMID: 100 + i, Node: "pve1", Running: i%4 == 0, Disks: sharedDisk(100 + i)})
+	})
+}
+
+func benchResources(b *testing.B, add func(c *Cluster, i int) error) {
 	c := New(Options{})
 	c.AddNode(NodeSpec{Name: "pve1"})
 	c.AddToken(testTokenID, testSecret, TokenOptions{})
 	for i := 0; i < 10000; i++ {
-		c.AddVM(VMSpec{VMID: 100 + i, Node: "pve1", Running: i%2 == 0, Disks: sharedDisk(100 + i)})
+		if err := add(c, i); err != nil {
+			b.Fatal(err)
+		}
 	}
 	srv, err := c.Serve(context.Background(), ServeOptions{})
 	if err != nil {

@@ -96,6 +96,9 @@ type Disk struct {
 	// Local marks a disk on node-local (not shared) storage: it blocks a live
 	// migration without with-local-disks and is copied by a migration.
 	Local bool
+	// Path is where a container volume is mounted inside the container: an
+	// mpN's mount point ("/" for the rootfs); unused for VM disks.
+	Path string
 }
 
 // VMSpec describes a QEMU guest.
@@ -123,6 +126,8 @@ type VMSpec struct {
 	Template   bool
 	// LocalResources are devices that block migration ("hostpci0", "usb0").
 	LocalResources []string
+	// Pool is the resource pool the VM is a member of.
+	Pool string
 }
 
 // TokenOptions limit an API token.
@@ -152,7 +157,8 @@ type Cluster struct {
 	nodes     map[string]*node
 	nodeNames []string // sorted
 	vms       map[int]*vm
-	vmOrder   []string // vmids as PVE sorts them: as strings (sorted lazily)
+	cts       map[int]*ct
+	vmOrder   []string // every guest's vmid as PVE sorts them: as strings (sorted lazily)
 	vmSorted  bool
 	vmSorts   int // how often vmOrder was sorted (TestScale counts it)
 	tasks     map[string]*task
@@ -183,34 +189,43 @@ type node struct {
 	nextPID  int64
 	cert     *nodeCert
 	vms      map[int]*vm
+	cts      map[int]*ct
 	active   []*task // running tasks in start order
 	archive  []*task // finished tasks in the order they ended
 }
 
+// guest is what a VM and a container share: identity, placement, size,
+// power and HA state. All fields are guarded by Cluster.mu.
+type guest struct {
+	vmid      int
+	node      string
+	name      string
+	running   bool
+	cpus      int
+	mem       int64
+	disks     []Disk
+	ha        bool
+	haState   string
+	haGen     int // invalidates stale HA follow-ups
+	tags      string
+	lock      string
+	template  bool
+	pool      string // the resource pool, if any
+	startedAt time.Time
+	pid       int64
+	powerOff  *event // a shutdown the guest is carrying out
+	// onPowerOff runs when the guest has powered off.
+	onPowerOff []func(at time.Time)
+}
+
 type vm struct {
-	vmid           int
-	node           string
-	name           string
-	running        bool
+	guest
 	qmp            string // QEMU's run state while running: running, paused or prelaunch
 	freeze         bool
 	vmstate        string // the saved state of a hibernated VM (lock "suspended")
-	cpus           int
-	mem            int64
-	disks          []Disk
-	ha             bool
-	haState        string
 	ignoreACPI     bool
-	tags           string
-	lock           string
-	template       bool
 	localResources []string
-	startedAt      time.Time
-	pid            int64
-	powerOff       *event // an ACPI power-off the guest is carrying out
-	onPowerOff     []func(at time.Time)
 	rebootRequest  bool // qmeventd restarts the VM at its next power-off
-	haGen          int  // invalidates stale HA follow-ups
 }
 
 type token struct {
@@ -263,6 +278,7 @@ func New(opts Options) *Cluster {
 		name:      opts.ClusterName,
 		nodes:     map[string]*node{},
 		vms:       map[int]*vm{},
+		cts:       map[int]*ct{},
 		tasks:     map[string]*task{},
 		locks:     map[string]*fileLock{},
 		tokens:    map[string]*token{},
@@ -315,6 +331,7 @@ func (c *Cluster) AddNode(spec NodeSpec) error {
 		nextPID: 200000 + int64(id)*7919,
 		cert:    cert,
 		vms:     map[int]*vm{},
+		cts:     map[int]*ct{},
 	}
 	if spec.Storages != nil {
 		n.storages = map[string]bool{}
@@ -350,23 +367,26 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 	if !ok {
 		return fmt.Errorf("add VM %d: no node %q", spec.VMID, spec.Node)
 	}
-	if _, dup := c.vms[spec.VMID]; dup {
+	if c.vmidTaken(spec.VMID) {
 		return fmt.Errorf("add VM %d: already exists", spec.VMID)
 	}
 	v := &vm{
-		vmid:           spec.VMID,
-		node:           n.name,
-		name:           spec.Name,
-		running:        spec.Running || spec.Paused || spec.Prelaunch,
+		guest: guest{
+			vmid:     spec.VMID,
+			node:     n.name,
+			name:     spec.Name,
+			running:  spec.Running || spec.Paused || spec.Prelaunch,
+			cpus:     spec.CPUs,
+			mem:      spec.MemBytes,
+			disks:    append([]Disk(nil), spec.Disks...),
+			ha:       spec.HA,
+			tags:     spec.Tags,
+			lock:     spec.Lock,
+			template: spec.Template,
+			pool:     spec.Pool,
+		},
 		freeze:         spec.Freeze,
-		cpus:           spec.CPUs,
-		mem:            spec.MemBytes,
-		disks:          append([]Disk(nil), spec.Disks...),
-		ha:             spec.HA,
 		ignoreACPI:     spec.IgnoreACPI,
-		tags:           spec.Tags,
-		lock:           spec.Lock,
-		template:       spec.Template,
 		localResources: append([]string(nil), spec.LocalResources...),
 	}
 	switch {
@@ -577,16 +597,20 @@ func (c *Cluster) SetQMPStatus(vmid int, state string) error {
 	return nil
 }
 
-// SetLock sets or (with "") clears a VM's config lock, e.g. "backup".
+// SetLock sets or (with "") clears a VM's or a container's config lock,
+// e.g. "backup".
 func (c *Cluster) SetLock(vmid int, lock string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.vms[vmid]
-	if !ok {
-		return fmt.Errorf("lock VM %d: no such VM", vmid)
+	if v, ok := c.vms[vmid]; ok {
+		v.lock = lock
+		return nil
 	}
-	v.lock = lock
-	return nil
+	if k, ok := c.cts[vmid]; ok {
+		k.lock = lock
+		return nil
+	}
+	return fmt.Errorf("lock guest %d: no such VM or container", vmid)
 }
 
 // VMState is a snapshot of a VM.
@@ -647,8 +671,8 @@ func (c *Cluster) Task(upid string) (TaskState, bool) {
 	return t.snapshot(), true
 }
 
-// TasksFor lists the tasks about a VM in the order they started, including
-// those HA or a reboot started on their own.
+// TasksFor lists the tasks about a VM or a container in the order they
+// started, including those HA or a reboot started on their own.
 func (c *Cluster) TasksFor(vmid int) []TaskState {
 	id := strconv.Itoa(vmid)
 	c.mu.RLock()
@@ -699,13 +723,6 @@ func (c *Cluster) nextPID(n *node) int64 {
 		n.nextPID = 1000
 	}
 	return n.nextPID
-}
-
-func (v *vm) status() string {
-	if v.running {
-		return "running"
-	}
-	return "stopped"
 }
 
 // QEMU run states (query-status) of a running VM.

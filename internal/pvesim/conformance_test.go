@@ -10,26 +10,37 @@ import (
 	"testing"
 )
 
-// TestEmbeddedSchemaIsTheReference: the embedded 9.1 schema holds PVE's
-// schema as the project keeps it (shared/reference/pve-api-schema-9.1.json),
-// method for method, plus status/suspend and status/resume, extracted from the
-// same pve-docs commit.
-func TestEmbeddedSchemaIsTheReference(t *testing.T) {
-	t.Parallel()
+// readReference reads one of the project's PVE schema files
+// (shared/reference), or skips the test where they are not available.
+func readReference(t *testing.T, name string) map[string]json.RawMessage {
+	t.Helper()
 	var raw []byte
 	var err error
-	for _, p := range []string{"../../../shared/reference/pve-api-schema-9.1.json", "../../../../shared/reference/pve-api-schema-9.1.json"} {
-		if raw, err = os.ReadFile(p); err == nil {
+	for _, dir := range []string{"../../../shared/reference/", "../../../../shared/reference/"} {
+		if raw, err = os.ReadFile(dir + name); err == nil {
 			break
 		}
 	}
 	if err != nil {
 		t.Skipf("reference not available here: %v", err)
 	}
-	var ref, emb map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &ref); err != nil {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
+	return doc
+}
+
+// TestEmbeddedSchemaIsTheReference: the embedded 9.1 schema holds PVE's
+// schema as the project keeps it (shared/reference/pve-api-schema-9.1.json),
+// method for method, plus status/suspend and status/resume extracted from the
+// same pve-docs commit, plus the container methods the emulator serves, each
+// as shared/reference/pve-api-schema-9.x-more.json has it (the same commit).
+func TestEmbeddedSchemaIsTheReference(t *testing.T) {
+	t.Parallel()
+	ref := readReference(t, "pve-api-schema-9.1.json")
+	more := readReference(t, "pve-api-schema-9.x-more.json")
+	var emb map[string]json.RawMessage
 	if err := json.Unmarshal(SchemaJSON(), &emb); err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +52,31 @@ func TestEmbeddedSchemaIsTheReference(t *testing.T) {
 			t.Errorf("%s differs from the reference", path)
 		}
 	}
-	for path := range emb {
-		if _, ok := ref[path]; !ok && path != "_source" && !strings.HasSuffix(path, "/status/suspend") && !strings.HasSuffix(path, "/status/resume") {
-			t.Errorf("%s is not in the reference", path)
+	lxc := 0
+	for path, got := range emb {
+		if _, ok := ref[path]; ok || path == "_source" || strings.HasSuffix(path, "/qemu/{vmid}/status/suspend") || strings.HasSuffix(path, "/qemu/{vmid}/status/resume") {
+			continue
 		}
+		if !strings.HasPrefix(path, "/nodes/{node}/lxc") {
+			t.Errorf("%s is not in the reference", path)
+			continue
+		}
+		var gotMethods, wantMethods map[string]json.RawMessage
+		if err := json.Unmarshal(got, &gotMethods); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(more[path], &wantMethods); err != nil {
+			t.Fatalf("%s is not in pve-api-schema-9.x-more.json: %v", path, err)
+		}
+		for method, schema := range gotMethods {
+			if !jsonEqual(t, wantMethods[method], schema) {
+				t.Errorf("%s %s differs from pve-api-schema-9.x-more.json", method, path)
+			}
+			lxc++
+		}
+	}
+	if lxc == 0 {
+		t.Error("no container methods embedded")
 	}
 }
 
@@ -114,8 +146,9 @@ func TestRoutesConformToSchema(t *testing.T) {
 	}
 }
 
-// TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5): each method
-// must be served and each parameter acted on.
+// TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5) and will call
+// for containers (issue 18): each method must be served and each parameter
+// acted on.
 func TestVMGateNeeds(t *testing.T) {
 	t.Parallel()
 	needs := map[string][]string{
@@ -140,6 +173,16 @@ func TestVMGateNeeds(t *testing.T) {
 		"DELETE /nodes/{node}/tasks/{upid}":     {"node", "upid"},
 		"GET /nodes/{node}/tasks/{upid}/status": {"node", "upid"},
 		"GET /nodes/{node}/tasks/{upid}/log":    {"node", "upid", "start", "limit"},
+		// Containers, as issue 18 will call them.
+		"GET /nodes/{node}/lxc":                         {"node"},
+		"GET /nodes/{node}/lxc/{vmid}/status/current":   {"node", "vmid"},
+		"GET /nodes/{node}/lxc/{vmid}/config":           {"node", "vmid"},
+		"POST /nodes/{node}/lxc/{vmid}/status/start":    {"node", "vmid"},
+		"POST /nodes/{node}/lxc/{vmid}/status/stop":     {"node", "vmid", "overrule-shutdown"},
+		"POST /nodes/{node}/lxc/{vmid}/status/shutdown": {"node", "vmid", "timeout", "forceStop"},
+		"POST /nodes/{node}/lxc/{vmid}/status/reboot":   {"node", "vmid", "timeout"},
+		"GET /nodes/{node}/lxc/{vmid}/migrate":          {"node", "vmid"},
+		"POST /nodes/{node}/lxc/{vmid}/migrate":         {"node", "vmid", "target", "restart", "timeout", "target-storage", "bwlimit"},
 	}
 	routes := map[string]Route{}
 	for _, r := range Routes() {
@@ -180,6 +223,8 @@ func sampleValue(name string, p *paramSchema) string {
 		return "pam"
 	case p.formatName == "pve-priv-list":
 		return "VM.Audit"
+	case p.formatName == "pve-configid":
+		return "snap1"
 	case p.propFormat != nil:
 		return "q35"
 	case p.Pattern != "":
@@ -207,6 +252,7 @@ func TestWalkEveryRoute(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{build: func(c *Cluster) {
 		addVM(t, c, VMSpec{VMID: 100, Node: "pve1", Running: true, Disks: sharedDisk(100)})
+		addCT(t, c, CTSpec{VMID: 200, Node: "pve1", Running: true, RootFS: sharedRootFS(200)})
 	}})
 	login := decodeData[map[string]any](t, e.do(call{method: "POST", path: "/access/ticket", noAuth: true,
 		form: url.Values{"username": {"root@pam"}, "password": {"rootpw"}}}))
@@ -217,7 +263,11 @@ func TestWalkEveryRoute(t *testing.T) {
 	upid := e.post("pve1", vmPath("pve1", 100, "/status/start"), nil)
 	for _, rt := range routeTable {
 		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
-			path := strings.NewReplacer("{node}", "pve1", "{vmid}", "100", "{upid}", url.PathEscape(upid)).Replace(rt.path)
+			vmid := "100"
+			if strings.Contains(rt.path, "/lxc/") {
+				vmid = "200"
+			}
+			path := strings.NewReplacer("{node}", "pve1", "{vmid}", vmid, "{upid}", url.PathEscape(upid)).Replace(rt.path)
 			form := url.Values{}
 			for name, p := range rt.schema.Parameters.Properties {
 				if name == "node" || name == "vmid" || name == "upid" {

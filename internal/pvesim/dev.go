@@ -12,11 +12,13 @@ import (
 // DevTokenID is the API token of the dev cluster.
 const DevTokenID = "vmgate@pve!gw"
 
-// DevCluster builds the dev cluster of DESIGN.md §7: nodes pve1–pve3 and VMs
+// DevCluster builds the dev cluster of DESIGN.md §7: nodes pve1–pve3, VMs
 // 100 (pve1, running), 101 (pve1, stopped), 102 (pve2, running, local disk),
 // 103 (pve2, running, HA-managed), 104 (pve3, running, ignores ACPI) and 105
-// (pve3, stopped), plus the token DevTokenID with a random UUID secret
-// (see DevToken).
+// (pve3, stopped), containers 200 (pve1, running, rootfs on shared storage),
+// 201 (pve2, stopped), 202 (pve3, running, rootfs on local-lvm, which a
+// migration copies) and 203 (pve1, running, HA-managed), plus the token
+// DevTokenID with a random UUID secret (see DevToken).
 func DevCluster(opts Options) *Cluster {
 	c := New(opts)
 	for _, name := range []string{"pve1", "pve2", "pve3"} {
@@ -35,6 +37,21 @@ func DevCluster(opts Options) *Cluster {
 		{VMID: 105, Node: "pve3", Name: "archive", CPUs: 1, MemBytes: 1 << 30, Disks: shared(105, 8<<30)},
 	} {
 		must(c.AddVM(v))
+	}
+	rootfs := func(vmid int, size int64) Disk {
+		return Disk{Volid: fmt.Sprintf("ceph:vm-%d-disk-0", vmid), Size: size}
+	}
+	for _, ct := range []CTSpec{
+		{VMID: 200, Node: "pve1", Hostname: "proxy", Running: true, Cores: 2, MemBytes: 1 << 30, SwapBytes: 512 << 20,
+			RootFS: rootfs(200, 8<<30), Tags: "web;prod", Unprivileged: true},
+		{VMID: 201, Node: "pve2", Hostname: "dns-staging", Cores: 1, MemBytes: 512 << 20, SwapBytes: 512 << 20,
+			RootFS: rootfs(201, 4<<30), Unprivileged: true},
+		{VMID: 202, Node: "pve3", Hostname: "cache", Running: true, Cores: 2, MemBytes: 2 << 30, SwapBytes: 512 << 20,
+			RootFS: Disk{Volid: "local-lvm:vm-202-disk-0", Size: 8 << 30, Local: true}, Unprivileged: true},
+		{VMID: 203, Node: "pve1", Hostname: "ha-ct", Running: true, Cores: 1, MemBytes: 1 << 30, SwapBytes: 512 << 20,
+			RootFS: rootfs(203, 8<<30), HA: true, Unprivileged: true},
+	} {
+		must(c.AddCT(ct))
 	}
 	secret := newUUID()
 	must(c.AddToken(DevTokenID, secret, TokenOptions{}))
@@ -116,8 +133,8 @@ func RunDev(ctx context.Context, opts DevOptions, stdout, stderr io.Writer) erro
 		speed = 1
 	}
 	v := c.Version()
-	fmt.Fprintf(stderr, "pvesim: PVE %s (pve-manager %s, qemu-server %s); time runs at %gx; VMs 100-105; interrupt to stop\n",
-		v.Release, v.Version, v.QemuServer, speed)
+	fmt.Fprintf(stderr, "pvesim: PVE %s (pve-manager %s, qemu-server %s, pve-container %s); time runs at %gx; VMs 100-105, containers 200-203; interrupt to stop\n",
+		v.Release, v.Version, v.QemuServer, v.Container, speed)
 	<-ctx.Done()
 	return nil
 }

@@ -1,5 +1,6 @@
 // Package pvesim emulates a Proxmox VE cluster's HTTP API closely enough that
-// a PVE client cannot tell it from the real thing for everything vmgate uses.
+// a PVE client cannot tell it from the real thing for everything vmgate uses:
+// QEMU VMs and LXC containers, their power, migration and tasks.
 // Tests, benchmarks, `vmgate server --dev` and `vmgate pvesim` run against it.
 // Its specification is shared/reference/pve-api.md (§0–§5, §8) and PVE's own
 // sources; parameters are validated from PVE's own schema of the emulated
@@ -11,30 +12,35 @@
 //
 // Options.Version picks the PVE release the cluster answers as: 8.0, 8.3,
 // 8.4 or 9.1 (DefaultVersion; `vmgate pvesim --pve-version`). Each is a
-// release's pve-manager with the qemu-server, pve-http-server and
-// pve-ha-manager of its day (VersionInfo), and the release decides /version,
-// the schema parameters are checked against, and every behaviour vmgate
-// depends on that changed between them: error bodies without "message"
-// before 8.4, the detailed 401 reasons before 9.1.5, the migrate pre-check's
-// node lists for running VMs from 8.4, its mapped-resource-info (8.4) and
-// has-dbus-vmstate/dependent-ha-resources (9.1), overrule-shutdown (8.2+) and
-// with-conntrack-state (9.x) parameters, the migration log's job names,
-// active mirroring, transfer summary and conntrack line, memhost and
-// pressure figures (9.1), the HA group key (8.x), prelaunch counted as
-// paused (8.1+) and resume refusing templates (8.4+). docs/pve-versions.md
-// lists each with the source that shows it.
+// release's pve-manager with the qemu-server, pve-container, pve-storage,
+// pve-cluster, pve-http-server and pve-ha-manager of its day (VersionInfo),
+// and the release decides /version, the schema parameters are checked
+// against, and every behaviour vmgate depends on that changed between them:
+// error bodies without "message" before 8.4, the detailed 401 reasons before
+// 9.1.5, the migrate pre-check's node lists for running VMs from 8.4, its
+// mapped-resource-info (8.4) and has-dbus-vmstate/dependent-ha-resources
+// (9.1), overrule-shutdown (8.2+) and with-conntrack-state (9.x) parameters,
+// the migration log's job names, active mirroring, transfer summary and
+// conntrack line, memhost and pressure figures (9.1), the HA group key
+// (8.x), prelaunch counted as paused (8.1+), resume refusing templates
+// (8.4+), and for containers stop's overrule-shutdown (8.2+), the migrate
+// pre-check (9.x), pressure figures (9.1), dd's progress in volume copies
+// and the pinned ssh host key of migration commands (8.3+).
+// docs/pve-versions.md lists each with the source that shows it.
 //
 // # Shape
 //
-// New builds a Cluster; AddNode, AddVM, AddToken and AddUser populate it;
-// DevCluster builds the dev cluster of DESIGN.md §7. Serve puts it on the
-// network: every node is its own pveproxy endpoint with its own self-signed
-// ECDSA certificate, node i on 127.0.0.(10+i), all on one port, all sharing one
-// cluster state. /cluster/status reports each node's ip and /nodes its
-// ssl_fingerprint, so a client given one endpoint learns the others. A request
-// about another node is "proxied" inside the emulator; for an offline node it
-// gets "595 No route to host", and the offline node's own endpoint refuses
-// connections.
+// New builds a Cluster; AddNode, AddVM, AddCT, AddToken and AddUser
+// populate it; DevCluster builds the dev cluster of DESIGN.md §7, with the
+// containers 200-203 of issue 18. VMs and containers share one vmid space;
+// a VM's vmid on an lxc path (and the reverse) is a missing config there,
+// as in PVE. Serve puts it on the network: every node is its own pveproxy
+// endpoint with its own self-signed ECDSA certificate, node i on
+// 127.0.0.(10+i), all on one port, all sharing one cluster state.
+// /cluster/status reports each node's ip and /nodes its ssl_fingerprint, so a
+// client given one endpoint learns the others. A request about another node
+// is "proxied" inside the emulator; for an offline node it gets "595 No route
+// to host", and the offline node's own endpoint refuses connections.
 //
 // Requests go through PVE's pipeline in PVE's order: unknown HTTP method →
 // missing format (501) → authentication (401, empty body, reason in the status
@@ -60,15 +66,17 @@
 // DropNextResponses (the POST acts, the answer is lost), Requests (counts per
 // method and route pattern, to prove a POST was not repeated), SetPaused and
 // SetQMPStatus (a VM paused or in prelaunch without a task, as a backup or
-// `qm suspend` leave it), and SetLock. Inspection: VM, Task, TasksFor,
-// WaitTask, Server.Connections (connections accepted). Routes lists every
-// method served and the parameters acted on, for conformance tests.
+// `qm suspend` leave it), SetLock (VMs and containers), and
+// CTSpec.IgnoreShutdown (a container whose init ignores lxc-stop's request).
+// Inspection: VM, CT, Task, TasksFor, WaitTask, Server.Connections
+// (connections accepted). Routes lists every method served and the
+// parameters acted on, for conformance tests.
 //
 // # Choices where PVE leaves room
 //
-//   - Status is served without the RRD lag: /cluster/resources, /nodes and
-//     /nodes/{node}/qemu show a VM's state the moment it changes, exactly as
-//     status/current does. PVE's lag of up to 10 s is an artefact of pvestatd's
+//   - Status is served without the RRD lag: /cluster/resources, /nodes,
+//     /nodes/{node}/qemu and /nodes/{node}/lxc show a guest's state the
+//     moment it changes, exactly as status/current does. PVE's lag of up to 10 s is an artefact of pvestatd's
 //     polling that a client must tolerate but cannot rely on; being current
 //     everywhere keeps the emulator consistent with itself. Usage figures
 //     (cpu, mem, net, disk I/O) are synthetic and deterministic.
@@ -81,7 +89,21 @@
 //     stand-in task ends after 1 s and the HA agent acts HADelay (3 s) later,
 //     migration prepare takes 1 s (3 s to find the target unreachable), RAM
 //     moves at MigrationBandwidth (300 MiB/s) and disks at DiskBandwidth
-//     (1 GiB/s), both capped by bwlimit.
+//     (1 GiB/s), both capped by bwlimit. Containers start and are killed in
+//     1 s and shut down in 2 s; a container volume copies at DiskBandwidth.
+//   - Containers' usage figures are synthetic like VMs'; the node's container
+//     list is sorted by vmid (PVE's order is a Perl hash's); the config
+//     digest is the SHA-1 of the emulator's own rendering of the config.
+//   - Storages: "local" is PVE's default directory storage (iso, vztmpl,
+//     backup: no guest volumes, so a container volume there cannot
+//     migrate); every other storage holds images and rootdir, a shared one
+//     as RBD, a local one (local-lvm and any other) as LVM-thin, whose
+//     lvcreate and lvremove lines a container migration logs. Pools exist
+//     through their members (VMSpec.Pool, CTSpec.Pool).
+//   - A container migration's copy logs dd's progress at whole seconds of
+//     DiskBandwidth and both dd summaries with the same record counts
+//     (PVE's receiving dd reads partial records from the pipe); a lost
+//     target is noticed at the next progress line or the copy's end.
 //   - Tickets, CSRF tokens and token expiry follow emulated time, so a manual
 //     clock can expire them; at Speed 1000 a ticket lasts 7.2 real seconds
 //     (vmgate uses API tokens, which do not expire unless told to).
@@ -97,9 +119,10 @@
 //     "no formatter". The GUI and static files: 501 "no such uri". Plain HTTP
 //     on the TLS port (PVE redirects) is not offered: Serve is either HTTPS or
 //     plain. vmgate speaks json over HTTPS only.
-//   - Methods outside pve-api-schema-9.1.json answer 501 "Method ... not
-//     implemented", as PVE does for unknown ones, although PVE would serve
-//     them. The schema subset is what vmgate calls.
+//   - Methods outside the embedded schema (pve-api-schema-9.1.json and the
+//     container methods of pve-api-schema-9.x-more.json) answer 501 "Method
+//     ... not implemented", as PVE does for unknown ones, although PVE would
+//     serve them. The schema subset is what vmgate calls or will call.
 //   - Authentication: tickets are signed with an HMAC-SHA256 key per cluster
 //     instead of the cluster's RSA key (same ticket and CSRF token formats,
 //     2 h lifetime, 5 min clock skew); no key rotation, no two-factor
@@ -124,6 +147,21 @@
 //     tasks keep running inside the emulator, its VMs show status "unknown" in
 //     /cluster/resources, and nothing fences it or recovers its HA VMs.
 //     Quorum is a majority of online nodes (no corosync, no QDevice).
+//   - Containers: suspend and resume (vzsuspend/vzresume, lxc-checkpoint;
+//     PVE marks them experimental) answer 501 "not implemented", like every
+//     method outside the embedded schema; so do console, snapshots, clone,
+//     create, destroy, move_volume, remote migration and the rest of
+//     pve-container's API. Start's debug is validated and ignored; start
+//     does not fail (no "startup for container failed", except through
+//     FailNextTasks), has no hookscripts, pending changes or DHCP. Bind and
+//     device mount points, replication, snapshots and linked clones (which
+//     block or change a migration) are not modelled. PVE 8.0 takes a
+//     container's config lock in the API handler (a busy lock makes the
+//     request wait up to 10 s and fail with 500); the emulator takes it in
+//     the worker, as 8.2+ does, on every release. The HA manager's error
+//     and relocation states for containers (a failed shutdown during an HA
+//     migration) settle back to started/stopped. Shared storage's
+//     "not online on source node" warning is not emitted.
 //   - Power operations: start's machine, timeout, stateuri, migratedfrom,
 //     targetstorage, force-cpu, nets-host-mtu and with-conntrack-state, and
 //     stop's and shutdown's keepActive, are validated (and root-checked) but
@@ -151,7 +189,8 @@
 //     target goes offline fails with the lines of a failed QEMU migration;
 //     force (root) only affects local devices.
 //   - HA: requests are honoured directly (started, stopped, request_stop,
-//     migrate); no CRM/LRM state machine, groups, affinity rules (so
+//     migrate; a container migrates by shutdown, offline migration and a
+//     start on the target, as PVECT does); no CRM/LRM state machine, groups, affinity rules (so
 //     dependent-ha-resources is always empty and no node is blocked), retries,
 //     relocation, maintenance mode, or action on offline nodes.
 //   - status/current leaves out proxmox-support, blockstat, ballooninfo and

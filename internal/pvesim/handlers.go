@@ -65,6 +65,12 @@ func (c *Cluster) nodeStats(n *node, now time.Time) (cpu float64, mem, disk int6
 			running++
 		}
 	}
+	for _, k := range n.cts {
+		if k.running {
+			used += k.figures(now).mem
+			running++
+		}
+	}
 	if used > n.mem {
 		used = n.mem
 	}
@@ -204,6 +210,7 @@ type vmEntry struct {
 	Lock      string   `json:"lock,omitempty"`
 	Tags      string   `json:"tags,omitempty"`
 	HAState   string   `json:"hastate,omitempty"`
+	Pool      string   `json:"pool,omitempty"`
 }
 
 func (e vmEntry) appendJSON(b []byte) []byte {
@@ -236,6 +243,7 @@ func (e vmEntry) appendJSON(b []byte) []byte {
 	o.strOpt("lock", e.Lock)
 	o.strOpt("tags", e.Tags)
 	o.strOpt("hastate", e.HAState)
+	o.strOpt("pool", e.Pool)
 	return o.close()
 }
 
@@ -273,7 +281,7 @@ func (v *vm) maxDisk() int64 {
 }
 
 func (c *Cluster) vmEntry(v *vm, now time.Time) vmEntry {
-	e := vmEntry{ID: "qemu/" + strconv.Itoa(v.vmid), VMID: v.vmid, Node: v.node, Type: "qemu", Lock: v.lock, Tags: v.tags}
+	e := vmEntry{ID: "qemu/" + strconv.Itoa(v.vmid), VMID: v.vmid, Node: v.node, Type: "qemu", Lock: v.lock, Tags: v.tags, Pool: v.pool}
 	if v.ha {
 		e.HAState = v.haState
 	}
@@ -324,12 +332,13 @@ func (e storageEntry) appendJSON(b []byte) []byte {
 	return o.close()
 }
 
-// storages lists the storages the cluster knows (every disk's storage, plus
-// local and local-lvm), with whether each is shared; c.mu must be held.
+// storages lists the storages the cluster knows (every VM disk's and
+// container volume's storage, plus local and local-lvm), with whether each
+// is shared; c.mu must be held.
 func (c *Cluster) storages() map[string]bool {
 	res := map[string]bool{"local": false, "local-lvm": false}
-	for _, v := range c.vms {
-		for _, d := range v.disks {
+	add := func(disks []Disk) {
+		for _, d := range disks {
 			if sid, _, ok := strings.Cut(d.Volid, ":"); ok {
 				if _, seen := res[sid]; !seen || !d.Local {
 					res[sid] = !d.Local
@@ -337,30 +346,70 @@ func (c *Cluster) storages() map[string]bool {
 			}
 		}
 	}
+	for _, v := range c.vms {
+		add(v.disks)
+	}
+	for _, k := range c.cts {
+		add(k.disks)
+	}
 	return res
 }
 
+// storageContent is what a storage of the emulator holds: "local" is PVE's
+// default directory storage (no guest volumes), every other one takes VM
+// disks and container volumes.
+func storageContent(sid string) string {
+	if sid == "local" {
+		return "iso,vztmpl,backup"
+	}
+	return "images,rootdir"
+}
+
+// hClusterResources is GET /cluster/resources (API2/Cluster.pm resources):
+// pools (only without a type: the schema's enum has no "pool"), guests of
+// both kinds in PVE's vmid order, nodes and storages.
 func hClusterResources(r *request) response {
 	c := r.c
 	typ, _ := r.param("type")
 	c.sortVMs()
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	res := make(jsonList, 0, len(c.vms)+len(c.nodes))
+	res := make(jsonList, 0, len(c.vmOrder)+len(c.nodes))
+	var pools map[string]*poolEntry
+	if typ == "" {
+		pools = c.poolEntries(r.now)
+		names := make([]string, 0, len(pools))
+		for name := range pools {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			res = append(res, pools[name])
+		}
+	}
 	if typ == "" || typ == "vm" {
 		for _, key := range c.vmOrder {
-			id, _ := strconv.Atoi(key)
-			v := c.vms[id]
 			if !c.hasPriv(r.who, "/vms/"+key, "VM.Audit") {
 				continue
 			}
-			res = append(res, c.vmEntry(v, r.now))
+			id, _ := strconv.Atoi(key)
+			if v := c.vms[id]; v != nil {
+				res = append(res, c.vmEntry(v, r.now))
+			} else {
+				res = append(res, c.ctEntry(c.cts[id], r.now))
+			}
 		}
 	}
 	if typ == "" || typ == "node" {
 		haConfigured := false
 		for _, v := range c.vms {
 			if v.ha {
+				haConfigured = true
+				break
+			}
+		}
+		for _, k := range c.cts {
+			if k.ha {
 				haConfigured = true
 				break
 			}
@@ -393,12 +442,12 @@ func hClusterResources(r *request) response {
 					continue
 				}
 				e := storageEntry{ID: "storage/" + name + "/" + s, Storage: s, Node: name, Type: "storage",
-					Status: "available", Shared: boolInt(stores[s]), PluginType: "rbd", Content: "images"}
+					Status: "available", Shared: boolInt(stores[s]), PluginType: "rbd", Content: storageContent(s)}
 				switch s {
 				case "local":
-					e.PluginType, e.Content = "dir", "iso,vztmpl,backup"
+					e.PluginType = "dir"
 				case "local-lvm":
-					e.PluginType, e.Content = "lvmthin", "images,rootdir"
+					e.PluginType = "lvmthin"
 				}
 				if n.online {
 					maxdisk, disk := int64(1<<40), int64(200<<30)
@@ -411,6 +460,72 @@ func hClusterResources(r *request) response {
 		}
 	}
 	return success(res)
+}
+
+// poolEntry is a /cluster/resources pool: the running members' figures
+// summed (cpu weighted by maxcpu), as resources computes them.
+type poolEntry struct {
+	pool    string
+	running bool
+	uptime  int64
+	mem     int64
+	maxmem  int64
+	cpu     float64
+	maxcpu  int64
+}
+
+func (e *poolEntry) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("id", "/pool/"+e.pool)
+	o.str("pool", e.pool)
+	o.str("type", "pool")
+	if e.running {
+		o.int("uptime", e.uptime)
+		o.int("mem", e.mem)
+		o.int("maxmem", e.maxmem)
+		o.float("cpu", round4(e.cpu))
+		o.int("maxcpu", e.maxcpu)
+	}
+	return o.close()
+}
+
+// add is resources' pool accounting of one member with an uptime.
+func (e *poolEntry) add(g vmEntry) {
+	if g.Uptime == nil || *g.Uptime == 0 {
+		return
+	}
+	e.running = true
+	e.uptime = max(e.uptime, *g.Uptime)
+	e.mem += *g.Mem
+	e.maxmem += *g.MaxMem
+	maxcpu := int64(*g.MaxCPU)
+	if e.maxcpu+maxcpu > 0 {
+		e.cpu = (e.cpu*float64(e.maxcpu) + *g.CPU*float64(maxcpu)) / float64(e.maxcpu+maxcpu)
+	}
+	e.maxcpu += maxcpu
+}
+
+// poolEntries are the pools of every guest's pool membership (the emulator
+// knows pools only by their members); c.mu must be held.
+func (c *Cluster) poolEntries(now time.Time) map[string]*poolEntry {
+	pools := map[string]*poolEntry{}
+	member := func(pool string) *poolEntry {
+		e := pools[pool]
+		if e == nil {
+			e = &poolEntry{pool: pool}
+			pools[pool] = e
+		}
+		return e
+	}
+	for _, key := range c.vmOrder {
+		id, _ := strconv.Atoi(key)
+		if v := c.vms[id]; v != nil && v.pool != "" {
+			member(v.pool).add(c.vmEntry(v, now))
+		} else if k := c.cts[id]; k != nil && k.pool != "" {
+			member(k.pool).add(c.ctEntry(k, now))
+		}
+	}
+	return pools
 }
 
 // vmStatus is QemuServer::vmstatus for one VM.
@@ -489,14 +604,6 @@ func hVMStatus(r *request) response {
 		return die(configMissing(r.node, vmid))
 	}
 	st := c.vmStatus(v, r.now, true)
-	if v.ha {
-		ha := map[string]any{"managed": 1, "state": v.haState}
-		if c.rel.haGroupField {
-			ha["group"] = nil // pve-ha-manager < 5.0.7; the emulator has no HA groups
-		}
-		st["ha"] = ha
-	} else {
-		st["ha"] = map[string]any{"managed": 0}
-	}
+	st["ha"] = c.haStatus(&v.guest)
 	return success(st)
 }

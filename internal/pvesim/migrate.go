@@ -161,9 +161,9 @@ func hMigrate(r *request) response {
 	}
 	n := c.nodes[r.node]
 	if v.ha {
-		t := c.haRequest(n, "hamigrate", v, r.who.user, r.now,
+		t := c.haRequest(n, "hamigrate", &v.guest, r.who.user, r.now,
 			fmt.Sprintf("Requesting HA migration for VM %d to node %s", vmid, target),
-			func(v *vm, at time.Time) { c.haMigrate(v, target, at) })
+			func(at time.Time) { c.haMigrate(v, target, at) })
 		return success(t.upid)
 	}
 	t := c.newTask(n, "qmigrate", strconv.Itoa(vmid), r.who.user, r.now)
@@ -176,13 +176,13 @@ func hMigrate(r *request) response {
 // haMigrate is the HA agent migrating the VM (root@pam, online if running).
 func (c *Cluster) haMigrate(v *vm, target string, at time.Time) {
 	v.haState = "migrate"
-	c.haAgent(v, at, func(n *node, at time.Time) {
+	c.haAgent(&v.guest, at, func(n *node, at time.Time) {
 		if _, ok := c.nodes[target]; !ok || v.node == target || v.lock != "" {
-			c.settleHA(v)
+			c.settleHA(&v.guest)
 			return
 		}
 		t := c.haTask(n, "qmigrate", strconv.Itoa(v.vmid), at)
-		t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(v) })
+		t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(&v.guest) })
 		m := &migration{c: c, t: t, vmid: v.vmid, src: n.name, dst: target, online: v.running}
 		m.run(at)
 	})

@@ -290,8 +290,13 @@ func extractParams(r *http.Request, method string) (map[string]value, string) {
 // for "not defined in schema" but not as given.
 const nullValue valueKind = -1
 
-// decodeURLEncoded is pveproxy's decode_urlencoded: pairs split on & and ;,
-// a repeated key becomes an array, "a=b=c" keeps only "b".
+// decodeURLEncoded is pveproxy's decode_urlencoded (pve-http-server
+// PVE/APIServer/AnyEvent.pm): pairs split on & and ;, a repeated key becomes
+// an array, "a=b=c" keeps only "b". A pair is split with Perl's
+// `split(/=/, $kv)`, which drops trailing empty fields, so "a=" (and "a==")
+// leave the value undefined, exactly like a bare "a": the parameter is "not
+// given" (a schema default applies, a required one is missing), while
+// "a==b" keeps an empty string.
 func decodeURLEncoded(data string, into map[string]value) {
 	if data == "" {
 		return
@@ -311,6 +316,9 @@ func decodeURLEncoded(data string, into map[string]value) {
 	}
 	for _, kv := range strings.FieldsFunc(data, func(r rune) bool { return r == '&' || r == ';' }) {
 		parts := strings.Split(kv, "=")
+		for len(parts) > 1 && parts[len(parts)-1] == "" {
+			parts = parts[:len(parts)-1]
+		}
 		k := unescape(parts[0])
 		if len(parts) < 2 {
 			into[k] = value{kind: nullValue}

@@ -222,6 +222,13 @@ func TestParameters(t *testing.T) {
 			map[string]string{"type": "value 'pool' does not have a value in the enumeration 'vm, storage, node, sdn'"}},
 		{"query wins over body", call{method: "POST", path: shutdown, form: url.Values{"timeout": {"x"}}, query: url.Values{"timeout": {"5"}}}, "200 OK", nil},
 		{"_dc is dropped", call{path: "/version", query: url.Values{"_dc": {"12345"}}}, "200 OK", nil},
+		// An empty value is no value (Perl's split drops the empty field).
+		{"empty query value is not given", call{path: "/cluster/resources", query: url.Values{"type": {""}}}, "200 OK", nil},
+		{"empty form value is not given", call{method: "POST", path: shutdown, form: url.Values{"timeout": {""}, "forceStop": {""}}}, "200 OK", nil},
+		{"empty required value is missing", call{method: "POST", path: migrate, form: url.Values{"target": {""}}}, "400 Parameter verification failed.",
+			map[string]string{"target": "property is missing and it is not optional"}},
+		{"empty unknown value is still unknown", call{path: "/version", query: url.Values{"foo": {""}}}, "400 Parameter verification failed.",
+			map[string]string{"foo": "property is not defined in schema and the schema does not allow additional properties"}},
 		// Root-only parameters are checked in the handler, after validation.
 		{"skiplock by a token", call{method: "POST", path: shutdown, form: url.Values{"skiplock": {"1"}}}, "400 Parameter verification failed.",
 			map[string]string{"skiplock": "Only root may use this option."}},

@@ -46,7 +46,8 @@ func hStart(r *request) response {
 	}
 	n := c.nodes[r.node]
 	if v := c.vms[vmid]; v != nil && v.ha && !r.flag("stateuri") {
-		t := c.haRequest(n, "hastart", v, r.who.user, r.now, fmt.Sprintf("Requesting HA start for VM %d", vmid), c.haStart)
+		t := c.haRequest(n, "hastart", &v.guest, r.who.user, r.now, fmt.Sprintf("Requesting HA start for VM %d", vmid),
+			func(at time.Time) { c.haStart(v, at) })
 		return success(t.upid)
 	}
 	t := c.newTask(n, "qmstart", strconv.Itoa(vmid), r.who.user, r.now)
@@ -114,8 +115,8 @@ func hStop(r *request) response {
 		if r.flag("overrule-shutdown") {
 			return paramFail(map[string]string{"overrule-shutdown": "Not applicable for HA resources."})
 		}
-		t := c.haRequest(n, "hastop", v, r.who.user, r.now, fmt.Sprintf("Requesting HA stop for VM %d", vmid),
-			func(v *vm, at time.Time) { c.haStop(v, at, nil) })
+		t := c.haRequest(n, "hastop", &v.guest, r.who.user, r.now, fmt.Sprintf("Requesting HA stop for VM %d", vmid),
+			func(at time.Time) { c.haStop(v, at, nil) })
 		return success(t.upid)
 	}
 	t := c.newTask(n, "qmstop", strconv.Itoa(vmid), r.who.user, r.now)
@@ -213,8 +214,8 @@ func hShutdown(r *request) response {
 		if timeout != nil {
 			to = *timeout
 		}
-		t := c.haRequest(n, "hastop", v, r.who.user, r.now, fmt.Sprintf("Requesting HA stop for VM %d", vmid),
-			func(v *vm, at time.Time) { c.haStop(v, at, &to) })
+		t := c.haRequest(n, "hastop", &v.guest, r.who.user, r.now, fmt.Sprintf("Requesting HA stop for VM %d", vmid),
+			func(at time.Time) { c.haStop(v, at, &to) })
 		return success(t.upid)
 	}
 	t := c.newTask(n, "qmshutdown", strconv.Itoa(vmid), r.who.user, r.now)
@@ -378,33 +379,34 @@ func hReset(r *request) response {
 	return success(t.upid)
 }
 
-// haRequest starts an HA stand-in task (hastart, hastop, hamigrate): it
-// queues a request with the HA manager and ends about a second later; the
-// HA agent acts on the request after HADelay. c.mu must be held.
-func (c *Cluster) haRequest(n *node, typ string, v *vm, user string, at time.Time, line string, effect func(v *vm, at time.Time)) *task {
-	t := c.newTask(n, typ, strconv.Itoa(v.vmid), user, at)
+// haRequest starts an HA stand-in task (hastart, hastop, hamigrate) for a VM
+// or a container: it queues a request with the HA manager and ends about a
+// second later; the HA agent acts on the request after HADelay. c.mu must be
+// held.
+func (c *Cluster) haRequest(n *node, typ string, g *guest, user string, at time.Time, line string, effect func(at time.Time)) *task {
+	t := c.newTask(n, typ, strconv.Itoa(g.vmid), user, at)
 	t.log(line)
 	c.after(t, at, haStandIn, func(at time.Time) {
 		if msg, failing := c.takeFailure(typ); failing {
 			c.finish(t, at, msg)
 			return
 		}
-		v.haGen++
-		effect(v, at)
+		g.haGen++
+		effect(at)
 		c.finish(t, at, "")
 	})
 	return t
 }
 
-// haAgent runs fn after HADelay on the VM's node if no newer HA request has
-// superseded this one and the node is up; c.mu must be held.
-func (c *Cluster) haAgent(v *vm, at time.Time, fn func(n *node, at time.Time)) {
-	gen := v.haGen
+// haAgent runs fn after HADelay on the guest's node if no newer HA request
+// has superseded this one and the node is up; c.mu must be held.
+func (c *Cluster) haAgent(g *guest, at time.Time, fn func(n *node, at time.Time)) {
+	gen := g.haGen
 	c.later(at, c.opts.HADelay, func(at time.Time) {
-		if v.haGen != gen {
+		if g.haGen != gen {
 			return
 		}
-		n := c.nodes[v.node]
+		n := c.nodes[g.node]
 		if !n.online {
 			return
 		}
@@ -414,7 +416,7 @@ func (c *Cluster) haAgent(v *vm, at time.Time, fn func(n *node, at time.Time)) {
 
 func (c *Cluster) haStart(v *vm, at time.Time) {
 	v.haState = "started"
-	c.haAgent(v, at, func(n *node, at time.Time) {
+	c.haAgent(&v.guest, at, func(n *node, at time.Time) {
 		if v.running {
 			return
 		}
@@ -431,7 +433,7 @@ func (c *Cluster) haStop(v *vm, at time.Time, timeout *int64) {
 		return
 	}
 	v.haState = "request_stop"
-	c.haAgent(v, at, func(n *node, at time.Time) {
+	c.haAgent(&v.guest, at, func(n *node, at time.Time) {
 		if !v.running {
 			v.haState = "stopped"
 			return
@@ -439,22 +441,22 @@ func (c *Cluster) haStop(v *vm, at time.Time, timeout *int64) {
 		var t *task
 		if timeout != nil && *timeout > 0 {
 			t = c.haTask(n, "qmshutdown", strconv.Itoa(v.vmid), at)
-			t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(v) })
+			t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(&v.guest) })
 			c.shutdownWorker(t, n, v.vmid, false, timeout, true, true, at)
 			return
 		}
 		t = c.haTask(n, "qmstop", strconv.Itoa(v.vmid), at)
-		t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(v) })
+		t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(&v.guest) })
 		c.stopWorker(t, n, v.vmid, false, at)
 	})
 }
 
-// settleHA sets the HA state from the VM's state after an HA action.
-func (c *Cluster) settleHA(v *vm) {
-	if v.running {
-		v.haState = "started"
+// settleHA sets the HA state from the guest's state after an HA action.
+func (c *Cluster) settleHA(g *guest) {
+	if g.running {
+		g.haState = "started"
 	} else {
-		v.haState = "stopped"
+		g.haState = "stopped"
 	}
 }
 

@@ -52,6 +52,7 @@ func TestPowerTasks(t *testing.T) {
 		{"shutdown ignored waits 60 s", deaf, "pve1", "shutdown", nil, 59 * time.Second, "", nil, "running"},
 		{"shutdown ignored", deaf, "pve1", "shutdown", nil, 60 * time.Second, "VM quit/powerdown failed - got timeout",
 			[]string{"TASK ERROR: VM quit/powerdown failed - got timeout"}, "running"},
+		{"shutdown with an empty timeout waits 60 s", deaf, "pve1", "shutdown", url.Values{"timeout": {""}}, 59 * time.Second, "", nil, "running"},
 		{"shutdown ignored with timeout", deaf, "pve1", "shutdown", url.Values{"timeout": {"5"}}, 5 * time.Second, "VM quit/powerdown failed - got timeout",
 			[]string{"TASK ERROR: VM quit/powerdown failed - got timeout"}, "running"},
 		{"shutdown with timeout 0", running, "pve1", "shutdown", url.Values{"timeout": {"0"}}, 0, "VM quit/powerdown failed - got timeout",

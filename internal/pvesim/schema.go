@@ -363,6 +363,7 @@ var (
 	storageIDRE = regexp.MustCompile(`(?i)^[a-z][a-z0-9\-_.]*[a-z0-9]$`)
 	taskStateRE = regexp.MustCompile(`(?i)^(ok|error|warning|unknown)$`)
 	privNameRE  = regexp.MustCompile(`^[A-Z][A-Za-z]*\.[A-Za-z.]+$`)
+	configIDRE  = regexp.MustCompile(`(?i)^[a-z][a-z0-9_-]+$`)
 )
 
 func checkNamedFormat(name, s string) string {
@@ -401,6 +402,10 @@ func checkNamedFormat(name, s string) string {
 	case "pve-priv":
 		if !privNameRE.MatchString(s) {
 			return fmt.Sprintf("invalid privilege '%s'\n", s)
+		}
+	case "pve-configid": // PVE::JSONSchema::pve_verify_configid
+		if !configIDRE.MatchString(s) {
+			return fmt.Sprintf("invalid configuration ID '%s'\n", s)
 		}
 	default:
 		return fmt.Sprintf("undefined format '%s'\n", name)

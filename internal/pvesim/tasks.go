@@ -87,6 +87,15 @@ func (c *Cluster) after(t *task, at time.Time, d time.Duration, step func(at tim
 	return e
 }
 
+// cancelSteps drops a running task's pending steps, for a worker that
+// changes course (a migration's cleanup after a failure); c.mu must be held.
+func (c *Cluster) cancelSteps(t *task) {
+	for _, e := range t.timers {
+		c.clock.Cancel(e)
+	}
+	t.timers = nil
+}
+
 // later schedules cluster work not tied to a running task.
 func (c *Cluster) later(at time.Time, d time.Duration, fn func(at time.Time)) *event {
 	return c.clock.At(at.Add(d), func(at time.Time) {

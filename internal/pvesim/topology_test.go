@@ -361,6 +361,22 @@ func TestDevCluster(t *testing.T) {
 	if c.vms[104].ignoreACPI != true || c.vms[100].mem != 4<<30 {
 		t.Fatal("VM 104 must ignore ACPI and VM 100 have 4 GiB")
 	}
+	for _, tc := range []struct {
+		vmid         int
+		node, status string
+		ha, local    bool
+	}{
+		{200, "pve1", "running", false, false},
+		{201, "pve2", "stopped", false, false},
+		{202, "pve3", "running", false, true},
+		{203, "pve1", "running", true, false},
+	} {
+		ct, ok := c.CT(tc.vmid)
+		if !ok || ct.Node != tc.node || ct.Status != tc.status || ct.HA != tc.ha || ct.RootFS.Local != tc.local ||
+			(tc.local && !strings.HasPrefix(ct.RootFS.Volid, "local-lvm:")) {
+			t.Fatalf("CT %d: %+v", tc.vmid, ct)
+		}
+	}
 	if got := strings.Join(c.Nodes(), ","); got != "pve1,pve2,pve3" {
 		t.Fatalf("nodes %s", got)
 	}
@@ -404,7 +420,11 @@ func TestRunDev(t *testing.T) {
 	}
 	json.NewDecoder(resp.Body).Decode(&res)
 	resp.Body.Close()
-	if len(res.Data) != 6 {
+	kinds := map[string]int{}
+	for _, r := range res.Data {
+		kinds[r["type"].(string)]++
+	}
+	if len(res.Data) != 10 || kinds["qemu"] != 6 || kinds["lxc"] != 4 {
 		t.Fatalf("dev resources %v", res.Data)
 	}
 	cancel()

@@ -53,6 +53,34 @@ func TestDurations(t *testing.T) {
 	}
 }
 
+// TestDecodeURLEncoded: pveproxy's decoding of a query or form body, Perl's
+// split included (an empty value is an undefined one).
+func TestDecodeURLEncoded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want map[string]value
+	}{
+		{"a=1&b=2;c=3", map[string]value{"a": {s: "1"}, "b": {s: "2"}, "c": {s: "3"}}},
+		{"a=", map[string]value{"a": {kind: nullValue}}},
+		{"a==", map[string]value{"a": {kind: nullValue}}},
+		{"a", map[string]value{"a": {kind: nullValue}}},
+		{"a==b", map[string]value{"a": {s: ""}}},
+		{"a=b=c", map[string]value{"a": {s: "b"}}},
+		{"a=b=", map[string]value{"a": {s: "b"}}},
+		{"a=1&a=", map[string]value{"a": {kind: nullValue}}},
+		{"a=&a=1", map[string]value{"a": {s: "1"}}},
+		{"a=1&a=2", map[string]value{"a": {kind: arrayValue}}},
+		{"x+y=%41%2", map[string]value{"x y": {s: "A%2"}}},
+	} {
+		got := map[string]value{}
+		decodeURLEncoded(tc.in, got)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("decode %q = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
 func TestUPID(t *testing.T) {
 	t.Parallel()
 	u := upidInfo{node: "pve1", pid: 0x3A1B2, pstart: 0x129F3C4, starttime: 0x66B1E7F0, typ: "qmstart", id: "100", user: "root@pam"}

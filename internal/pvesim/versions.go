@@ -21,6 +21,9 @@ type VersionInfo struct {
 	QemuServer string // qemu-server version
 	HTTPServer string // libpve-http-server-perl version
 	HAManager  string // pve-ha-manager version
+	Container  string // pve-container version (containers)
+	Storage    string // libpve-storage-perl version (volume copies of migrations)
+	PVECluster string // pve-cluster version (the ssh commands of migrations)
 	Schema     string // the pve-docs commit the parameter schema comes from
 }
 
@@ -73,32 +76,42 @@ type release struct {
 	// pve-ha-manager < 5.0.7: status/current's ha object has a "group" key
 	// (null without a group).
 	haGroupField bool
+	// pve-container ≥ 6.0.7: a running container's status has the pressure
+	// stall figures.
+	ctPressureStats bool
+	// pve-storage ≥ 8.0.4: an offline volume copy logs dd's progress (every
+	// 3 s in the first minute); before, only dd's summary.
+	ddProgress bool
+	// pve-cluster ≥ 8.0.6: migration ssh commands pin the node's host key
+	// (UserKnownHostsFile=/etc/pve/nodes/NODE/ssh_known_hosts).
+	sshPinnedHostKey bool
 }
 
 // releases are the emulated PVE releases, oldest first.
 var releases = []*release{
 	{
 		info: VersionInfo{Release: "8.0", Version: "8.0.3", RepoID: "bbf3993334bfa916", QemuServer: "8.0.6",
-			HTTPServer: "5.0.3", HAManager: "4.0.2", Schema: "c8eee6f"},
+			HTTPServer: "5.0.3", HAManager: "4.0.2", Container: "5.0.3", Storage: "8.0.1", PVECluster: "8.0.1", Schema: "c8eee6f"},
 		completingJobIDTypo: true, haGroupField: true,
 	},
 	{
 		info: VersionInfo{Release: "8.3", Version: "8.3.0", RepoID: "c1689ccb1065a83b", QemuServer: "8.3.0",
-			HTTPServer: "5.1.2", HAManager: "4.0.6", Schema: "cc9dad4"},
-		activeMirror: true, prelaunchIsPaused: true, haGroupField: true,
+			HTTPServer: "5.1.2", HAManager: "4.0.6", Container: "5.2.2", Storage: "8.2.9", PVECluster: "8.0.10", Schema: "cc9dad4"},
+		activeMirror: true, prelaunchIsPaused: true, haGroupField: true, ddProgress: true, sshPinnedHostKey: true,
 	},
 	{
 		info: VersionInfo{Release: "8.4", Version: "8.4.0", RepoID: "ec58e45e1bcdf2ac", QemuServer: "8.3.12",
-			HTTPServer: "5.2.2", HAManager: "4.0.7", Schema: "46601a3"},
+			HTTPServer: "5.2.2", HAManager: "4.0.7", Container: "5.2.6", Storage: "8.3.6", PVECluster: "8.1.0", Schema: "46601a3"},
 		errorBodies: true, precheckNodesWhenRunning: true, mappedResourceInfo: true, migrationSummary: true,
 		activeMirror: true, prelaunchIsPaused: true, resumeTemplateCheck: true, haGroupField: true,
+		ddProgress: true, sshPinnedHostKey: true,
 	},
 	{
 		info: VersionInfo{Release: "9.1", Version: "9.1.5", RepoID: "80cf92a64bef6889", QemuServer: "9.1.4",
-			HTTPServer: "6.0.5", HAManager: "5.1.0", Schema: "a8736b6"},
+			HTTPServer: "6.0.5", HAManager: "5.1.0", Container: "6.0.19", Storage: "9.1.0", PVECluster: "9.0.7", Schema: "a8736b6"},
 		errorBodies: true, unifiedAuthFailure: true, precheckNodesWhenRunning: true, mappedResourceInfo: true,
 		migrationSummary: true, conntrack: true, haRules: true, blockdevMirror: true, activeMirror: true, prelaunchIsPaused: true,
-		resumeTemplateCheck: true, hostMemStats: true,
+		resumeTemplateCheck: true, hostMemStats: true, ctPressureStats: true, ddProgress: true, sshPinnedHostKey: true,
 	},
 }
 
