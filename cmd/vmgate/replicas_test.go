@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,12 @@ type replicas struct {
 
 func startReplicas(t *testing.T) *replicas {
 	t.Helper()
+	return startReplicasOn(t, pvesim.Options{Speed: 1000})
+}
+
+// startReplicasOn is startReplicas with the emulator's options.
+func startReplicasOn(t *testing.T, opts pvesim.Options) *replicas {
+	t.Helper()
 	dsn := storetest.FreshSchema(t)
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -48,7 +55,7 @@ func startReplicas(t *testing.T) *replicas {
 	}
 	r := &replicas{t: t, dsn: dsn, schema: u.Query().Get("search_path")}
 
-	r.sim = pvesim.DevCluster(pvesim.Options{Speed: 1000})
+	r.sim = pvesim.DevCluster(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := r.sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
@@ -298,5 +305,75 @@ func TestReplicaListenerReconnect(t *testing.T) {
 		func() error { return get(r.onB(root), "/api/v1/user/me", http.StatusUnauthorized) })
 	if again := r.listener(r.bListens, aListens); again == r.bListens || again == aListens {
 		t.Fatalf("B's listener did not reconnect")
+	}
+}
+
+// TestReplicasHoldANodeOnce: the same evacuation sent to both replicas at once
+// is started once: one answers 202, the other 409 operation_in_progress naming
+// the first's operation, and PVE gets the migrations of one evacuation. The
+// emulator's clock stands still, so the first evacuation is still running when
+// the second is stored, whichever replica is first.
+func TestReplicasHoldANodeOnce(t *testing.T) {
+	storetest.PostgresDSN(t)
+	t.Parallel()
+	r := startReplicasOn(t, pvesim.Options{ManualClock: true})
+	root := r.login("root@example.com", replicaPassword)
+	var cl struct {
+		ID int64 `json:"id"`
+	}
+	r.must(root, http.MethodPost, "/api/v1/clusters", map[string]any{"name": "lab", "endpoints": []string{r.simURL},
+		"tokenId": r.tokenID, "tokenSecret": r.secret, "tlsFingerprint": r.simFP}, &cl)
+	path := fmt.Sprintf("/api/v1/pve/clusters/%d/nodes/pve1/evacuate", cl.ID)
+	r.eventually("B knows the cluster", func() error { return get(r.onB(root), fmt.Sprintf("/api/v1/clusters/%d", cl.ID), 200) })
+
+	clients := []*cli.Client{root, r.onB(root)}
+	ids := make([]int64, 2)
+	errsOf := make([]error, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, c := range clients {
+		wg.Go(func() {
+			<-start
+			var out struct {
+				OperationID int64 `json:"operationId"`
+			}
+			_, errsOf[i] = c.Do(context.Background(), http.MethodPost, path, nil, map[string]any{}, &out)
+			ids[i] = out.OperationID
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	if errsOf[0] != nil {
+		won = 1
+	}
+	lost := 1 - won
+	if errsOf[won] != nil || ids[won] == 0 {
+		t.Fatalf("neither replica started the evacuation: %v; %v", errsOf[0], errsOf[1])
+	}
+	var ae *cli.APIError
+	if !errors.As(errsOf[lost], &ae) || ae.Status != http.StatusConflict || ae.Reason != "operation_in_progress" ||
+		!strings.Contains(ae.Message, fmt.Sprintf("operation %d (evacuate of pve1", ids[won])) {
+		t.Fatalf("the other replica answered %v, want 409 operation_in_progress naming operation %d", errsOf[lost], ids[won])
+	}
+	if op, _ := ae.Body["operation"].(map[string]any); op["id"] != float64(ids[won]) {
+		t.Errorf("the refusal's operation: %+v", ae.Body)
+	}
+	var list []struct {
+		ID     int64  `json:"id"`
+		Status string `json:"status"`
+		Counts struct {
+			Running int `json:"running"`
+		} `json:"counts"`
+	}
+	r.eventually("the evacuation's two migrations at PVE", func() error {
+		r.must(clients[lost], http.MethodGet, "/api/v1/pve/operations", nil, &list)
+		if len(list) != 1 || list[0].ID != ids[won] || list[0].Counts.Running != 2 {
+			return fmt.Errorf("operations %+v", list)
+		}
+		return nil
+	})
+	if n := r.sim.Requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 2 {
+		t.Errorf("PVE got %d migrate POSTs for pve1's two VMs", n)
 	}
 }

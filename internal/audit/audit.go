@@ -38,6 +38,13 @@
 // minute are counted in memory and written as one row whose Count says how many
 // it stands for, when the minute is over (Run), on Flush, or when the table of
 // counts is full (the oldest first): never dropped silently. See fold.go.
+//
+// # A store that takes no writes
+//
+// A record the store cannot take now (its disk is full, it is read-only or
+// unreachable) is kept in memory, in order, bounded, and written when the store
+// takes writes again; records lost to the bound are counted in an
+// "audit.dropped" record. See spool.go.
 package audit
 
 import (
@@ -106,9 +113,14 @@ type Options struct {
 	// MaxFolds bounds the sessions whose denials are being counted at once
 	// (default 10 000); beyond it the oldest count is written early.
 	MaxFolds int
-	// FlushEvery is how often Run writes the counts of windows that are over
-	// (default 10 s).
+	// FlushEvery is how often Run writes the counts of windows that are over, and
+	// tries the store again for the records it could not take (default 10 s).
 	FlushEvery time.Duration
+	// MaxSpool and MaxSpoolBytes bound the records kept in memory while the
+	// store takes no writes (spool.go; defaults DefaultMaxSpool,
+	// DefaultMaxSpoolBytes).
+	MaxSpool      int
+	MaxSpoolBytes int
 }
 
 // Trail writes and lists audit records. It is safe for concurrent use. A nil *Trail
@@ -119,6 +131,7 @@ type Trail struct {
 	now   func() time.Time
 	folds *folder
 	every time.Duration
+	spool *spool
 }
 
 // New returns the trail kept in st. Run it (in the background) so that folded
@@ -141,6 +154,13 @@ func New(st Store, o Options) *Trail {
 		o.MaxFolds = 10_000
 	}
 	t.folds = newFolder(o.FoldWindow, o.MaxFolds)
+	t.spool = &spool{max: o.MaxSpool, maxBytes: o.MaxSpoolBytes}
+	if t.spool.max <= 0 {
+		t.spool.max = DefaultMaxSpool
+	}
+	if t.spool.maxBytes <= 0 {
+		t.spool.maxBytes = DefaultMaxSpoolBytes
+	}
 	return t
 }
 
@@ -150,9 +170,11 @@ func New(st Store, o Options) *Trail {
 // record about somebody else keeps its user as it is, so that a record never mixes
 // two people. An empty address and request id are the request's. A zero At is now.
 //
-// A failed write is logged, never returned: the action being audited has happened
-// (or failed) already, and the caller's answer must not depend on the audit store.
-// The write outlives ctx's cancellation for the same reason.
+// A failed write is never returned: the action being audited has happened (or
+// failed) already, and the caller's answer must not depend on the audit store.
+// A record the store cannot take now (full, read-only, unreachable) is kept in
+// memory and written when it can (spool.go); any other failure is logged. The
+// write outlives ctx's cancellation for the same reason.
 func (t *Trail) Record(ctx context.Context, rec store.AuditRecord) {
 	if t == nil {
 		return
@@ -205,9 +227,18 @@ func (t *Trail) Append(ctx context.Context, rec store.AuditRecord) {
 	t.write(ctx, rec)
 }
 
-// write stores rec; a failure is logged.
+// write stores rec. While records wait in the spool it joins them, behind; a
+// write the store cannot take now is spooled; any other failure is logged.
 func (t *Trail) write(ctx context.Context, rec store.AuditRecord) {
+	if t.spool.held() {
+		t.keep(ctx, rec, nil)
+		return
+	}
 	if _, err := t.st.AppendAudit(context.WithoutCancel(ctx), rec); err != nil {
+		if spoolable(err) {
+			t.keep(ctx, rec, err)
+			return
+		}
 		t.log.LogAttrs(ctx, slog.LevelError, "audit write failed", slog.String("action", rec.Action),
 			slog.String("request_id", rec.RequestID), slog.String("error", err.Error()))
 	}

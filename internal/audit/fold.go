@@ -155,9 +155,10 @@ func (f *folder) pending() int {
 	return len(f.folds)
 }
 
-// Run writes the folded rows of windows that are over, every Options.FlushEvery,
-// until ctx ends; then it writes every fold still counting (Flush), so a shutdown
-// loses no count.
+// Run writes the folded rows of windows that are over, and the spooled records
+// the store could not take before, every Options.FlushEvery, until ctx ends;
+// then it writes every fold still counting (Flush), so a shutdown loses no
+// count, and logs the spooled records the store still does not take.
 func (t *Trail) Run(ctx context.Context) error {
 	if t == nil {
 		return nil
@@ -168,8 +169,10 @@ func (t *Trail) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Flush(context.WithoutCancel(ctx))
+			t.abandonSpool(context.WithoutCancel(ctx))
 			return nil
 		case <-tick.C:
+			t.flushSpool(ctx)
 			for _, row := range t.folds.due(t.now(), false) {
 				t.write(ctx, row)
 			}
@@ -177,11 +180,13 @@ func (t *Trail) Run(ctx context.Context) error {
 	}
 }
 
-// Flush writes every fold's count now, whether its window is over or not.
+// Flush writes the spooled records the store takes now, then every fold's
+// count, whether its window is over or not.
 func (t *Trail) Flush(ctx context.Context) {
 	if t == nil {
 		return
 	}
+	t.flushSpool(ctx)
 	for _, row := range t.folds.due(t.now(), true) {
 		t.write(ctx, row)
 	}

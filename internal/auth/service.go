@@ -239,14 +239,17 @@ func errBusy(wait time.Duration) *errs.Error {
 // not logged in from (all 429, the right password too: a delayed login is not
 // verified, so the delay is no oracle), a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
 // queue is full), then one argon2id verification, against the dummy hash for an
-// unknown e-mail. Every failure — unknown e-mail, wrong password, disabled user — is
+// unknown e-mail. A login that fails on vmgate's store (reading the user,
+// writing the session) gives its attempt back to the network's bucket: the
+// store's failure is not the client's. Every failure — unknown e-mail, wrong password, disabled user — is
 // the same 401 "invalid credentials". A hash made with other parameters than
 // Config.Argon2 is replaced.
 func (s *Service) Login(ctx context.Context, email, password, addr string) (Token, store.User, error) {
 	now := s.cfg.Now()
 	email = normalizeEmail(email)
 	network := s.network(addr)
-	if ok, wait := s.addrs.allow(network, now); !ok {
+	ok, wait, giveBack := s.addrs.allow(network, now)
+	if !ok {
 		s.cfg.LoginOutcome(OutcomeRateLimited)
 		// Debug: under attack this is every request; LoginOutcome counts them.
 		s.log.LogAttrs(ctx, slog.LevelDebug, "login rate-limited", slog.String("address", addr),
@@ -270,6 +273,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	known := err == nil
 	if err != nil && !errs.Is(err, errs.NotFound) {
 		place.leave()
+		giveBack(s.cfg.Now()) // the store failed, not the client
 		return Token{}, store.User{}, fmt.Errorf("login: %w", err)
 	}
 	release, ok := place.wait(ctx)
@@ -305,6 +309,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
 		RotatedAt: now, Address: addr, UserAgent: userAgent(ctx)}
 	if err := s.st.CreateSession(ctx, sess); err != nil {
+		giveBack(s.cfg.Now()) // the store failed, not the client
 		return Token{}, store.User{}, fmt.Errorf("login: create session: %w", err)
 	}
 	tok, err := s.issue(u.ID, sess.ID, 0, sess.ExpiresAt, now)

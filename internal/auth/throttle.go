@@ -37,37 +37,87 @@ type addressLimiter struct {
 	max   int
 
 	mu      sync.Mutex
-	buckets map[string]*rate.Limiter
+	buckets map[string]*bucket
 }
 
 func newAddressLimiter(limit rate.Limit, burst, max int) *addressLimiter {
-	return &addressLimiter{limit: limit, burst: burst, max: max, buckets: make(map[string]*rate.Limiter)}
+	return &addressLimiter{limit: limit, burst: burst, max: max, buckets: make(map[string]*bucket)}
 }
 
 // allow takes one attempt from the network's bucket, or says how long until one is
-// there.
-func (a *addressLimiter) allow(network string, now time.Time) (bool, time.Duration) {
+// there. giveBack returns the attempt to the bucket: a login that failed on
+// vmgate's store, not on what the client sent, does not count (issue 17).
+func (a *addressLimiter) allow(network string, now time.Time) (ok bool, wait time.Duration, giveBack func(at time.Time)) {
 	if a.limit == rate.Inf {
-		return true, 0
+		return true, 0, func(time.Time) {}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b, ok := a.buckets[network]
-	if !ok {
+	b, found := a.buckets[network]
+	if !found {
 		if len(a.buckets) >= a.max { // full buckets are the same as none: they go first
-			shrink(a.buckets, a.max, func(b *rate.Limiter) bool { return b.TokensAt(now) >= float64(a.burst) })
+			shrink(a.buckets, a.max, func(b *bucket) bool { return b.TokensAt(now) >= float64(a.burst) })
 		}
-		b = rate.NewLimiter(a.limit, a.burst)
+		b = newBucket(a.limit, a.burst, now)
 		a.buckets[network] = b
 	}
-	if b.AllowN(now, 1) {
-		return true, 0
+	if b.take(now) {
+		return true, 0, func(at time.Time) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			b.giveBack(at)
+		}
 	}
 	if a.limit <= 0 {
-		return false, time.Hour
+		return false, time.Hour, nil
 	}
 	missing := 1 - b.TokensAt(now)
-	return false, time.Duration(missing / float64(a.limit) * float64(time.Second))
+	return false, time.Duration(missing / float64(a.limit) * float64(time.Second)), nil
+}
+
+// bucket is a token bucket that, unlike rate.Limiter, can take a token back
+// after it was used. Its owner locks it.
+type bucket struct {
+	limit  rate.Limit // tokens a second; not rate.Inf
+	burst  float64
+	tokens float64
+	last   time.Time // when tokens was counted
+}
+
+func newBucket(limit rate.Limit, burst int, now time.Time) *bucket {
+	return &bucket{limit: limit, burst: float64(burst), tokens: float64(burst), last: now}
+}
+
+// TokensAt is how many tokens the bucket holds at now (a time before the last
+// count adds none).
+func (b *bucket) TokensAt(now time.Time) float64 {
+	if !now.After(b.last) || b.limit <= 0 {
+		return b.tokens
+	}
+	return min(b.burst, b.tokens+float64(b.limit)*now.Sub(b.last).Seconds())
+}
+
+func (b *bucket) advance(now time.Time) {
+	b.tokens = b.TokensAt(now)
+	if now.After(b.last) {
+		b.last = now
+	}
+}
+
+// take takes a token if the bucket holds one at now.
+func (b *bucket) take(now time.Time) bool {
+	b.advance(now)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// giveBack returns a token taken before.
+func (b *bucket) giveBack(now time.Time) {
+	b.advance(now)
+	b.tokens = min(b.burst, b.tokens+1)
 }
 
 // exhausted reports, without taking anything, whether the network's bucket is

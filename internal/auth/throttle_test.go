@@ -355,3 +355,29 @@ func TestLockedTellsDelayFromThrottle(t *testing.T) {
 		t.Fatalf("a login refused by the network's bucket is Locked: %v", bucket)
 	}
 }
+
+// TestLoginFailedOnTheStoreIsNotCounted: logins that fail because vmgate's
+// store does not answer give their attempt back to the network's bucket: after
+// more of them than the burst, the network's next login, once the store is
+// back, is verified and succeeds (no 429), on the same clock instant; the
+// bucket still refuses the attempt past the burst that the client did spend.
+func TestLoginFailedOnTheStoreIsNotCounted(t *testing.T) {
+	t.Parallel()
+	const burst = 3
+	e := newEnv(t, func(c *Config) { c.PerAddressRate, c.PerAddressBurst = rate.Every(time.Hour), burst })
+	e.createUser("ann@example.com", alicePassword, store.RoleUser)
+	e.st.down.Store(true)
+	for i := range 2 * burst {
+		err := e.loginFrom("ann@example.com", alicePassword, "192.0.2.9")
+		if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable {
+			t.Fatalf("login %d with the store down: %v, want it unavailable", i, err)
+		}
+	}
+	e.st.down.Store(false)
+	for i := range burst {
+		if err := e.loginFrom("ann@example.com", alicePassword, "192.0.2.9"); err != nil {
+			t.Fatalf("login %d of the burst after the store came back: %v", i, err)
+		}
+	}
+	wantKind(t, e.loginFrom("ann@example.com", alicePassword, "192.0.2.9"), errs.RateLimited)
+}

@@ -49,6 +49,18 @@ const (
 	// ReasonStoreUnavailable (kind Unavailable): vmgate's own database did not answer
 	// in time or refused the connection. It says nothing about the clusters.
 	ReasonStoreUnavailable = "store_unavailable"
+	// ReasonStoreFull (kind Unavailable): vmgate's database answers but has no room
+	// for a write: its disk is full (SQLite's SQLITE_FULL, PostgreSQL's disk_full,
+	// SQLSTATE 53100). Reads still work; an operator must free space.
+	ReasonStoreFull = "store_full"
+	// ReasonStoreReadOnly (kind Unavailable): vmgate's database answers but refuses
+	// writes: a read-only file or file system (SQLITE_READONLY), a PostgreSQL
+	// standby or read-only transaction (SQLSTATE 25006). Reads still work.
+	ReasonStoreReadOnly = "store_read_only"
+	// ReasonStoreUnwritable (kind Unavailable) is /readyz's answer when its write
+	// probe fails, whatever the cause (full, read-only, ...): the replica cannot do
+	// its work and a load balancer should take it out.
+	ReasonStoreUnwritable = "store_unwritable"
 )
 
 // String returns the default reason of the kind.

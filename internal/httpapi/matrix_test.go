@@ -77,12 +77,18 @@ func newTestEnvWith(t testing.TB, cfg auth.Config) *testEnv {
 // newTestEnvOn is newTestEnvWith on the store at dsn.
 func newTestEnvOn(t testing.TB, dsn string, cfg auth.Config) *testEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, dsn)
+	st, err := store.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return newTestEnvOnStore(t, st, cfg)
+}
+
+// newTestEnvOnStore is newTestEnvOn on an open store.
+func newTestEnvOnStore(t testing.TB, st store.Store, cfg auth.Config) *testEnv {
+	t.Helper()
+	ctx := context.Background()
 	trail := audit.New(st, audit.Options{})
 	sealer, err := seal.New(bytes.Repeat([]byte{5}, seal.KeySize))
 	if err != nil {

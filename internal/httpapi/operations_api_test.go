@@ -401,3 +401,56 @@ func (e *opsEnv) operationEvents(user, path string) (names []string, ops []opera
 	}
 	return readEvents[operationJSON](e.t, resp.Body, "operation")
 }
+
+// TestEvacuateHeldNodeAPI: while an evacuation of pve1 runs (the emulator's
+// clock stands still), a second one is 409 operation_in_progress whose message
+// and `operation` name the first (as api/openapi.yaml describes it), and a bulk
+// action's plan skips the VMs on pve1, naming the evacuation.
+func TestEvacuateHeldNodeAPI(t *testing.T) {
+	t.Parallel()
+	e := &opsEnv{vmEnv: newVMEnvWith(t, pvesim.Options{ManualClock: true})}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.svc.Run(ctx)
+	go e.ops.Run(ctx)
+	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve1/evacuate"
+	var started struct {
+		OperationID int64 `json:"operationId"`
+	}
+	if a := e.call("op", "POST", path, `{}`).expect(t, 202, ""); json.Unmarshal(a.env.Data, &started) != nil {
+		t.Fatalf("started: %s", a.raw)
+	}
+	a := e.call("root", "POST", path, `{"dryRun":true}`).expect(t, 409, "operation_in_progress")
+	var refused struct {
+		Message   string `json:"message"`
+		Operation struct {
+			ID        int64  `json:"id"`
+			Kind      string `json:"kind"`
+			Node      string `json:"node"`
+			CreatedBy string `json:"createdBy"`
+		} `json:"operation"`
+	}
+	if err := json.Unmarshal(a.raw, &refused); err != nil {
+		t.Fatal(err)
+	}
+	op := refused.Operation
+	if op.ID != started.OperationID || op.Kind != "evacuate" || op.Node != "pve1" || op.CreatedBy != "op@example.org" ||
+		!strings.Contains(refused.Message, "operation "+itoa(started.OperationID)+" (evacuate of pve1, started by op@example.org)") {
+		t.Fatalf("the refusal: %s", a.raw)
+	}
+	e.call("op", "POST", path, `{}`).expect(t, 409, "operation_in_progress")
+
+	a = e.call("op", "POST", "/api/v1/pve/clusters/"+itoa(e.cid)+"/bulk/stop", `{"vmids":[100,102],"dryRun":true}`).
+		expect(t, 200, "")
+	var dry struct {
+		Plan planJSON `json:"plan"`
+	}
+	if err := json.Unmarshal(a.env.Data, &dry); err != nil || len(dry.Plan.Items) != 2 {
+		t.Fatalf("the bulk plan: %s", a.raw)
+	}
+	held, free := dry.Plan.Items[0], dry.Plan.Items[1]
+	if held.State != "skipped" || held.Error == nil ||
+		!strings.Contains(*held.Error, "operation "+itoa(started.OperationID)+" (evacuate of pve1") || free.State != "pending" {
+		t.Errorf("the bulk plan while pve1 is evacuated: %s", a.raw)
+	}
+}

@@ -78,8 +78,13 @@ type Config struct {
 	Accounts Accounts
 	// Audit lists the audit trail for admins; the use cases write it.
 	Audit AuditTrail
-	// Store is checked by /readyz; every store.Store is one.
+	// Store is checked by /readyz; every store.Store is one. A store that is a
+	// WriteProber is also written to (ReadyWriteProbe).
 	Store Pinger
+	// ReadyWriteProbe is how often /readyz writes to the store at most; the
+	// checks in between answer with the last write's result
+	// [DefaultReadyWriteProbe]. Negative: /readyz never writes.
+	ReadyWriteProbe time.Duration
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
 	Fleet Fleet
 	VMs   VMs
@@ -116,6 +121,7 @@ type Server struct {
 	accounts Accounts
 	trail    AuditTrail
 	store    Pinger
+	writes   *writeProbe // nil: /readyz does not write
 	fleet    Fleet
 	vms      VMs
 	ops      Operations
@@ -150,6 +156,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if p, ok := cfg.Store.(WriteProber); ok && cfg.ReadyWriteProbe >= 0 {
+		s.writes = &writeProbe{probe: p.ProbeWrite, every: cfg.ReadyWriteProbe, now: s.now}
+		if s.writes.every == 0 {
+			s.writes.every = DefaultReadyWriteProbe
+		}
 	}
 	reg := cfg.Registry
 	if reg == nil {

@@ -47,7 +47,13 @@ func newVMEnv(t testing.TB, speed float64) *vmEnv {
 // newVMEnvWith is newVMEnv with the emulator's options (its PVE version, ...).
 func newVMEnvWith(t testing.TB, opts pvesim.Options) *vmEnv {
 	t.Helper()
-	e := &vmEnv{testEnv: newTestEnv(t)}
+	return newVMEnvOf(t, newTestEnv(t), opts)
+}
+
+// newVMEnvOf is newVMEnvWith on a test env of the caller's.
+func newVMEnvOf(t testing.TB, te *testEnv, opts pvesim.Options) *vmEnv {
+	t.Helper()
+	e := &vmEnv{testEnv: te}
 	opts.ClusterName = "dev"
 	e.dev = pvesim.DevCluster(opts)
 	ctx, cancel := context.WithCancel(context.Background())

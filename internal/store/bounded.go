@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"time"
@@ -34,13 +35,19 @@ type bounded struct {
 	// A request still running while the process shuts down is answered 503 like
 	// any other store failure, never 500.
 	closed atomic.Bool
+	// log hears of writes the database refuses (refusals.go).
+	log     *slog.Logger
+	refusal refusalLog
 }
 
 var _ Store = (*bounded)(nil)
 
 // unavailable returns err as it should reach the caller: nil stays nil, errors the
-// store already classified (NotFound, Conflict, ...) pass unchanged, and a failure
-// of the database, or its deadline running out, becomes errs.Unavailable. ctx is
+// store already classified (NotFound, Conflict, ...) pass unchanged, a write the
+// database refuses for want of room or because it is read-only becomes
+// errs.Unavailable with reason store_full or store_read_only (refusals.go), and a
+// failure of the database, or its deadline running out, becomes errs.Unavailable
+// with reason store_unavailable. ctx is
 // the caller's own context: when the caller itself gave up (cancelled), the error
 // stays what it was, since nobody is waiting for a status any more.
 func (b *bounded) unavailable(ctx context.Context, err error) error {
@@ -52,6 +59,9 @@ func (b *bounded) unavailable(ctx context.Context, err error) error {
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return err
+	}
+	if reason := b.s.d.refusal(err); reason != "" && !b.closed.Load() {
+		return b.refused(reason, err)
 	}
 	if !b.closed.Load() && !errors.Is(err, context.DeadlineExceeded) && !connectionFailed(err) && !b.s.d.unavailable(err) {
 		return err
@@ -93,6 +103,9 @@ func call0(b *bounded, ctx context.Context, fn func(ctx context.Context) error) 
 
 // Ping implements Store.
 func (b *bounded) Ping(ctx context.Context) error { return call0(b, ctx, b.s.Ping) }
+
+// ProbeWrite implements Store.
+func (b *bounded) ProbeWrite(ctx context.Context) error { return call0(b, ctx, b.s.ProbeWrite) }
 
 // Close implements Store.
 func (b *bounded) Close() error {

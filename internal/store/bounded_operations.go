@@ -13,6 +13,11 @@ func (b *bounded) CreateOperation(ctx context.Context, o Operation) (Operation, 
 	return call(b, ctx, func(ctx context.Context) (Operation, error) { return b.s.CreateOperation(ctx, o) })
 }
 
+// OperationHolds implements Store.
+func (b *bounded) OperationHolds(ctx context.Context, clusterID int64) (Holds, error) {
+	return call(b, ctx, func(ctx context.Context) (Holds, error) { return b.s.OperationHolds(ctx, clusterID) })
+}
+
 // OperationByID implements Store.
 func (b *bounded) OperationByID(ctx context.Context, id int64) (Operation, error) {
 	return call(b, ctx, func(ctx context.Context) (Operation, error) { return b.s.OperationByID(ctx, id) })

@@ -36,8 +36,15 @@ type Options struct {
 	// is lost, on SQLite what carries the writes of other processes.
 	PollInterval time.Duration
 	// Logger receives the change feed's events (listening, listener lost, feed
-	// unreadable); nil discards them.
+	// unreadable) and the database refusing writes (full, read-only: at most once a
+	// minute each); nil discards them.
 	Logger *slog.Logger
+	// SQLiteMaxPages caps a SQLite database at that many pages of 4 KiB (PRAGMA
+	// max_page_count on every connection): a write that would grow it further
+	// fails as on a full disk (store_full). 0: no cap, the disk is the limit,
+	// which is what vmgate's server uses. It keeps a database from filling a disk
+	// it shares, and lets tests fill one without filling a disk.
+	SQLiteMaxPages int64
 
 	// listenerQuiet is how long the PostgreSQL listener waits for a notification
 	// before it pings (listenerQuiet by default; tests shorten it).
@@ -116,7 +123,8 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 			return nil, err
 		}
 	}
-	return &bounded{s: s, timeout: o.Timeout}, nil
+	s.probeOwner = probeOwner()
+	return &bounded{s: s, timeout: o.Timeout, log: o.Logger}, nil
 }
 
 // dialect is what differs between the engines. The SQL in this package is otherwise
@@ -141,6 +149,10 @@ type dialect struct {
 	timeArg func(time.Time) any
 	// constraint classifies a constraint violation; any other error is noViolation.
 	constraint func(err error) constraintKind
+	// refusal names what kind of write refusal err is: errs.ReasonStoreFull (no
+	// room for the write), errs.ReasonStoreReadOnly (the database refuses
+	// writes), or "" for anything else.
+	refusal func(err error) string
 	// unavailable reports whether err is the engine saying it cannot serve now
 	// (too many connections, shutting down, busy, a statement cancelled by the
 	// deadline, ...), as opposed to a bug in a statement. Connection failures that
@@ -178,6 +190,11 @@ type sqlStore struct {
 	channel string
 	// pgConfig is what the change feed's listener connects with (PostgreSQL only).
 	pgConfig *pgx.ConnConfig
+	// place says where the database is, for the log of a refused write: the
+	// SQLite file, or the PostgreSQL server and database.
+	place string
+	// probeOwner names this store in the write probe's rows (host and pid).
+	probeOwner string
 }
 
 // Ping implements Store.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -52,4 +53,22 @@ func MigrateUpTo(ctx context.Context, dsn string, version int64) error {
 func WithListenerQuiet(o Options, d time.Duration) Options {
 	o.listenerQuiet = d
 	return o
+}
+
+// SetQueryOnly makes the SQLite store's one writing connection refuse writes
+// (PRAGMA query_only), as a database on a file system mounted read-only does, or
+// lifts that.
+func SetQueryOnly(s Store, on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	_, err := s.(*bounded).s.wdb.Exec(fmt.Sprintf("PRAGMA query_only = %d", v))
+	return err
+}
+
+// PostgresRefusal classifies err as the PostgreSQL store would: what a caller gets.
+func PostgresRefusal(err error) error {
+	b := &bounded{s: &sqlStore{d: postgresDialect, place: "the PostgreSQL server at db:5432 (database vmgate)"}}
+	return b.unavailable(context.Background(), err)
 }

@@ -56,6 +56,9 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 	if err != nil {
 		return fmt.Errorf("load %s migrations: %w", d.name, err)
 	}
+	if upToDate(ctx, db, all) {
+		return nil
+	}
 	for {
 		done, err := migrateOne(ctx, db, d, all)
 		if err != nil {
@@ -65,6 +68,35 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 			return nil
 		}
 	}
+}
+
+// upToDate reports, reading only, whether every migration of all is applied and
+// none newer: then migrate writes nothing, so that a process starts on a database
+// that takes no writes (a full disk, a standby) and says so in /readyz, instead of
+// failing to start. Anything else, errors included, is left to migrateOne.
+func upToDate(ctx context.Context, db *sql.DB, all []migration) bool {
+	rows, err := db.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	applied := map[int64]bool{}
+	for rows.Next() {
+		var v int64
+		if rows.Scan(&v) != nil {
+			return false
+		}
+		applied[v] = true
+	}
+	if rows.Err() != nil || len(applied) != len(all) {
+		return false
+	}
+	for _, m := range all {
+		if !applied[m.version] {
+			return false
+		}
+	}
+	return true
 }
 
 // migrateOne applies the first pending migration and reports whether none was left.

@@ -40,7 +40,7 @@ type Operation struct {
 	ID          int64
 	Kind        string // "evacuate", "bulk.start", ...
 	ClusterID   int64
-	Node        string // the evacuated node; "" for bulk actions
+	Node        string // the evacuated node, which the operation holds while unfinished; "" for bulk actions
 	Status      string // OperationPlanned, ...
 	UserID      int64
 	UserEmail   string // copied at creation so the record survives user deletion
@@ -157,8 +157,9 @@ func nullID(v int64) any {
 	return v
 }
 
-// CreateOperation implements Store: the operation and its items in one
-// transaction. A zero CreatedAt is now; an empty Status is OperationPlanned.
+// CreateOperation implements Store: the operation, the hold of its node and its
+// items in one transaction (holds.go). A zero CreatedAt is now; an empty Status
+// is OperationPlanned.
 func (s *sqlStore) CreateOperation(ctx context.Context, o Operation) (Operation, error) {
 	o.CreatedAt = s.stamp(o.CreatedAt)
 	if o.Status == "" {
@@ -176,6 +177,9 @@ func (s *sqlStore) CreateOperation(ctx context.Context, o Operation) (Operation,
 			s.t(o.StartedAt), s.t(o.EndedAt), s.t(o.CancelRequestedAt), o.Abort, o.Owner, s.t(ms(o.LeaseExpiresAt)),
 			o.IdemKey, o.Plan))
 		if err != nil {
+			return err
+		}
+		if err := s.takeHolds(ctx, tx, created, o.Items); err != nil {
 			return err
 		}
 		for i, it := range o.Items {
@@ -340,24 +344,46 @@ func (s *sqlStore) RenewOperationLease(ctx context.Context, id int64, owner stri
 	return s.opChanged(ctx, res, err, "renew the lease of", id)
 }
 
-// SetOperationStatus implements Store.
+// SetOperationStatus implements Store. A final status gives up the operation's
+// node hold in the same transaction.
 func (s *sqlStore) SetOperationStatus(ctx context.Context, id int64, owner, status string, at time.Time) error {
 	at = s.stamp(at)
-	var res sql.Result
-	var err error
 	if status == OperationRunning || status == OperationPlanned {
-		res, err = s.wdb.ExecContext(ctx, `
+		res, err := s.wdb.ExecContext(ctx, `
 			UPDATE operations SET status = $3, started_at = COALESCE(started_at, $4), updated_at = $4
 			WHERE id = $1 AND owner = $2 AND status IN ('planned', 'running')`,
 			id, owner, status, s.t(at))
-	} else {
-		res, err = s.wdb.ExecContext(ctx, `
+		return s.opChanged(ctx, res, err, "set the status of", id)
+	}
+	var changed error
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
 			UPDATE operations SET status = $3, ended_at = $4, started_at = COALESCE(started_at, $4), updated_at = $4
 			WHERE id = $1 AND owner = $2 AND status IN ('planned', 'running')`,
 			id, owner, status, s.t(at))
+		if err != nil {
+			return fmt.Errorf("end operation: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("end operation: %w", err)
+		} else if n != 1 {
+			changed = errNotChanged
+			return changed
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM operation_holds WHERE operation_id = $1`, id); err != nil {
+			return fmt.Errorf("give up the holds of operation %d: %w", id, err)
+		}
+		return nil
+	})
+	if changed != nil {
+		return s.whyUnchanged(ctx, "set the status of", id)
 	}
-	return s.opChanged(ctx, res, err, "set the status of", id)
+	return err
 }
+
+// errNotChanged ends a transaction whose conditional write matched no row; the
+// caller says why (whyUnchanged).
+var errNotChanged = errors.New("not changed")
 
 // UpdateOperationItems implements Store: every change in one transaction, each
 // conditional on the item's state, all conditional on the owner.
@@ -489,8 +515,14 @@ func (s *sqlStore) opChanged(ctx context.Context, res sql.Result, err error, ver
 	if n == 1 {
 		return nil
 	}
+	return s.whyUnchanged(ctx, verb, id)
+}
+
+// whyUnchanged says why a conditional write on an operation changed nothing:
+// it is missing, has ended, or another process drives it.
+func (s *sqlStore) whyUnchanged(ctx context.Context, verb string, id int64) error {
 	var status string
-	err = s.rdb.QueryRowContext(ctx, `SELECT status FROM operations WHERE id = $1`, id).Scan(&status)
+	err := s.rdb.QueryRowContext(ctx, `SELECT status FROM operations WHERE id = $1`, id).Scan(&status)
 	if err != nil {
 		return s.failRow(err, verb+" operation", operationMissing(id))
 	}
@@ -507,8 +539,15 @@ func (s *sqlStore) opChanged(ctx context.Context, res sql.Result, err error, ver
 type OperationStore interface {
 	// CreateOperation stores o with its Items (their Index is their position) in one
 	// transaction and returns it with its ID. o.Owner holds it until
-	// o.LeaseExpiresAt.
+	// o.LeaseExpiresAt. An operation with a Node holds that node until it ends
+	// (SetOperationStatus to a final status). Conflict with a *HeldError, and
+	// nothing written, when another unfinished operation holds o.Node, or holds
+	// the guest of a pending item (its VM is that operation's pending or running
+	// item, or is on a node it holds): see holds.go.
 	CreateOperation(ctx context.Context, o Operation) (Operation, error)
+	// OperationHolds returns what the cluster's unfinished operations hold: the
+	// nodes and the guests CreateOperation would refuse.
+	OperationHolds(ctx context.Context, clusterID int64) (Holds, error)
 	// OperationByID returns an operation with its items (each with its task row's
 	// UPID, FollowUPID, Progress and TaskStatus); NotFound when there is none.
 	OperationByID(ctx context.Context, id int64) (Operation, error)
@@ -529,7 +568,8 @@ type OperationStore interface {
 	// RenewOperationLease extends owner's lease to until (never shortening it).
 	RenewOperationLease(ctx context.Context, id int64, owner string, until time.Time) error
 	// SetOperationStatus moves an unfinished operation to status at at: running
-	// sets StartedAt (once), a final status EndedAt too.
+	// sets StartedAt (once), a final status EndedAt too and gives up the
+	// operation's node hold.
 	SetOperationStatus(ctx context.Context, id int64, owner, status string, at time.Time) error
 	// UpdateOperationItems writes changes in one transaction; each applies only
 	// to an item in its From state, else nothing is written (Conflict).

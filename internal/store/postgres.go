@@ -3,13 +3,17 @@ package store
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver the tests use
+
+	"github.com/vmgate/vmgate/internal/errs"
 )
 
 //go:embed migrations/postgres/*.sql
@@ -52,6 +56,19 @@ var postgresDialect = dialect{
 			return checkViolation
 		}
 		return noViolation
+	},
+	refusal: func(err error) string {
+		var e *pgconn.PgError
+		if !errors.As(err, &e) {
+			return ""
+		}
+		switch e.Code {
+		case "53100": // disk_full
+			return errs.ReasonStoreFull
+		case "25006": // read_only_sql_transaction: a standby, default_transaction_read_only
+			return errs.ReasonStoreReadOnly
+		}
+		return ""
 	},
 	unavailable: func(err error) bool {
 		var e *pgconn.PgError
@@ -126,5 +143,6 @@ func openPostgres(dsn string, o Options) (*sqlStore, error) {
 	db.SetMaxIdleConns(poolMaxIdle)
 	db.SetConnMaxLifetime(poolMaxLifetime)
 	db.SetConnMaxIdleTime(poolMaxIdleTime)
-	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout, pgConfig: cfg}, nil
+	place := fmt.Sprintf("the PostgreSQL server at %s (database %s)", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
+	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout, pgConfig: cfg, place: place}, nil
 }

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/vmgate/vmgate/internal/errs"
 )
 
 //go:embed migrations/sqlite/*.sql
@@ -49,6 +52,19 @@ var sqliteDialect = dialect{
 		}
 		return noViolation
 	},
+	refusal: func(err error) string {
+		var e *sqlite.Error
+		if !errors.As(err, &e) {
+			return ""
+		}
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_FULL: // the disk, or the page limit (Options.SQLiteMaxPages)
+			return errs.ReasonStoreFull
+		case sqlite3.SQLITE_READONLY: // a read-only file or file system, the file moved, ...
+			return errs.ReasonStoreReadOnly
+		}
+		return ""
+	},
 	unavailable: func(err error) bool {
 		var e *sqlite.Error
 		if !errors.As(err, &e) {
@@ -76,6 +92,12 @@ const sqlitePragmas = "_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=
 // openSQLite opens the file (or memory database) named by dsn; see Open.
 func openSQLite(dsn string, o Options) (*sqlStore, error) {
 	pragmas := fmt.Sprintf(sqlitePragmas, o.Timeout.Milliseconds())
+	if o.SQLiteMaxPages < 0 {
+		return nil, errors.New("open sqlite store: SQLiteMaxPages must not be negative")
+	}
+	if o.SQLiteMaxPages > 0 {
+		pragmas += fmt.Sprintf("&_pragma=max_page_count(%d)", o.SQLiteMaxPages)
+	}
 	path := dsn
 	if rest, ok := strings.CutPrefix(dsn, "sqlite:"); ok {
 		path = strings.TrimPrefix(rest, "//")
@@ -96,7 +118,7 @@ func openSQLite(dsn string, o Options) (*sqlStore, error) {
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout}, nil
+		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout, place: "in memory"}, nil
 	}
 	if err := createPrivate(path); err != nil {
 		return nil, err
@@ -117,7 +139,11 @@ func openSQLite(dsn string, o Options) (*sqlStore, error) {
 	readers := max(4, runtime.GOMAXPROCS(0))
 	rdb.SetMaxOpenConns(readers)
 	rdb.SetMaxIdleConns(readers)
-	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: time.Now, timeout: o.Timeout}, nil
+	place := path
+	if abs, err := filepath.Abs(path); err == nil {
+		place = abs
+	}
+	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: time.Now, timeout: o.Timeout, place: place}, nil
 }
 
 // createPrivate creates the database file with mode 0600 if it does not exist yet;

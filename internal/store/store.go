@@ -6,6 +6,12 @@
 // Unique-constraint violations return kind errs.Conflict. Times are stored in UTC with
 // at least millisecond precision and come back in UTC.
 //
+// A write the database refuses is errs.Unavailable too, with a reason of its own and
+// a message an operator can act on: errs.ReasonStoreFull (no room: the disk is full)
+// or errs.ReasonStoreReadOnly (a read-only file system, a PostgreSQL standby). The
+// store logs such a refusal, where the database is and what to do, at most once a
+// minute for each reason. ProbeWrite tells whether writes go through at all.
+//
 // Every call has a deadline (Options.Timeout, 5 s by default, or the caller's own when
 // sooner). A call that runs out of it, or that the database cannot serve (unreachable,
 // connection reset, too many connections, shutting down, SQLite's lock held too long),
@@ -387,6 +393,11 @@ type PruneResult struct {
 type Store interface {
 	// Ping checks that the database answers (used by /readyz).
 	Ping(ctx context.Context) error
+	// ProbeWrite checks that the database takes writes (used by /readyz): in one
+	// transaction it writes a row of its own table, large enough to need pages
+	// the database does not hold yet, and deletes the rows before it. It fails
+	// as a write would: store_full, store_read_only, store_unavailable.
+	ProbeWrite(ctx context.Context) error
 	// Close releases the database.
 	Close() error
 

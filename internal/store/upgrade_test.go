@@ -108,3 +108,48 @@ func TestPostgresUpgrade(t *testing.T) {
 	dsn := freshSchema(t)
 	testUpgrade(t, "pgx", dsn, dsn, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
+
+// testHoldsUpgrade: the unfinished operations an older vmgate (schema 0045)
+// left behind hold their nodes after the upgrade (0055); of two unfinished
+// evacuations of one node the older holds it, and an ended one holds nothing.
+func testHoldsUpgrade(t *testing.T, driver, raw, dsn string, created any) {
+	ctx := t.Context()
+	if err := store.MigrateUpTo(ctx, dsn, 45); err != nil {
+		t.Fatalf("migrate to schema 45: %v", err)
+	}
+	db, err := sql.Open(driver, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, row := range []struct {
+		node, status string
+	}{{"pve1", "done"}, {"pve1", "running"}, {"pve1", "planned"}, {"pve2", "running"}, {"", "running"}} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO operations (kind, cluster_id, node, status, user_id, max_parallel,
+			created_at, lease_expires_at, updated_at) VALUES ('evacuate', 1, $1, $2, 1, 1, $3, $3, $3)`,
+			row.node, row.status, created); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openDSN(t, dsn)
+	holds, err := s.OperationHolds(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(holds.Nodes) != 2 || holds.Nodes["pve1"].OperationID != 2 || holds.Nodes["pve2"].OperationID != 4 {
+		t.Fatalf("holds after the upgrade: %+v, want pve1 by operation 2 and pve2 by 4", holds.Nodes)
+	}
+}
+
+func TestSQLiteHoldsUpgrade(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	testHoldsUpgrade(t, "sqlite", path, "sqlite://"+path, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
+}
+
+func TestPostgresHoldsUpgrade(t *testing.T) {
+	postgresDSN(t)
+	t.Parallel()
+	dsn := freshSchema(t)
+	testHoldsUpgrade(t, "pgx", dsn, dsn, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+}

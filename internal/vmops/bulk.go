@@ -55,7 +55,8 @@ type BulkRequest struct {
 // starts the operation that carries it out. VMs already in the wanted state (or
 // with nothing to act on: a stopped VM for reboot or suspend, a running one for
 // resume) are skipped with the reason; a VMID the cluster does not have is
-// skipped too. The selection never leaves the cluster, on which the caller has
+// skipped too, and so is a VM another unfinished operation holds (its item, or
+// on the node it holds: holds.go), naming that operation. The selection never leaves the cluster, on which the caller has
 // been authorized (operator).
 func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
 	if err := validBulk(clusterID, action, &req); err != nil {
@@ -115,6 +116,13 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 			Error: "the cluster has no VM with this id"})
 	}
 	slices.SortStableFunc(plan.Items, func(a, b ItemView) int { return cmp.Compare(a.VMID, b.VMID) })
+	// A VM another operation acts on, or on a node one holds, is skipped, the
+	// holder named; CreateOperation checks again (holds.go).
+	holds, err := o.st.OperationHolds(ctx, clusterID)
+	if err != nil {
+		return Launched{}, err
+	}
+	skipHeld(&plan, holds)
 	if req.DryRun {
 		return Launched{Plan: plan}, nil
 	}

@@ -36,7 +36,9 @@ const preReads = 8
 // operation that carries the plan out: running VMs migrate online, stopped ones
 // offline, HA-managed ones through PVE's HA migration (followed to the real
 // task); never more than MaxParallel at once. It returns the operation's id and
-// the plan. The caller has authorized (operator on the cluster).
+// the plan. The operation holds the node until it ends: while another one holds
+// it, an evacuation is 409 operation_in_progress naming that one, a dry run too
+// (holds.go). The caller has authorized (operator on the cluster).
 func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
 	if err := validEvacuation(clusterID, node, &req); err != nil {
 		return Launched{}, err
@@ -44,6 +46,15 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 	api, err := o.svc.connect(ctx, clusterID)
 	if err != nil {
 		return Launched{}, err
+	}
+	// Refused before PVE is asked anything when another operation holds the
+	// node; CreateOperation checks again (holds.go).
+	holds, err := o.st.OperationHolds(ctx, clusterID)
+	if err != nil {
+		return Launched{}, err
+	}
+	if h, ok := holds.Nodes[node]; ok {
+		return Launched{}, o.refuseHeld(ctx, a, KindEvacuate, clusterID, node, h)
 	}
 	nodes, err := api.Nodes(ctx)
 	if err != nil {
@@ -69,7 +80,10 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 	if err := o.precheckAll(ctx, api, clusterID, node, vms); err != nil {
 		return Launched{}, err
 	}
-	plan := evacuationPlan(node, vms, nodes, req)
+	for i := range vms {
+		vms[i].held = heldReason(holds, int64(vms[i].res.VMID), "")
+	}
+	plan := evacuationPlan(node, vms, nodes, req, holds.Nodes)
 	if req.DryRun {
 		return Launched{Plan: plan}, nil
 	}
@@ -173,25 +187,46 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 	// plan it answers, in the same write that creates it: if this process dies
 	// before the key holds the answer, whoever takes the key over answers it from
 	// the operation instead of letting a retry start a second one (settleHeld).
-	if op.IdemKey = idempotencyKeyOf(ctx); op.IdemKey != "" {
-		op.Plan = jsonText(plan)
-	}
-	for _, it := range plan.Items {
-		si := store.OperationItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
-			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, Error: it.Error}
-		if si.State == ItemSkipped {
-			si.EndedAt = now
-		}
-		op.Items = append(op.Items, si)
-	}
+	op.IdemKey = idempotencyKeyOf(ctx)
 	defer func() {
 		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
 			Node: op.Node, Target: fmt.Sprintf("operation:%d", out.OperationID), Params: op.Params,
 			Result: audit.Result(err)})
 	}()
-	created, err := o.st.CreateOperation(ctx, op)
-	if err != nil {
-		return Launched{}, err
+	var created store.Operation
+	for attempt := 1; ; attempt++ {
+		if op.IdemKey != "" {
+			op.Plan = jsonText(plan)
+		}
+		op.Items = op.Items[:0]
+		for _, it := range plan.Items {
+			si := store.OperationItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
+				Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, Error: it.Error}
+			if si.State == ItemSkipped {
+				si.EndedAt = now
+			}
+			op.Items = append(op.Items, si)
+		}
+		created, err = o.st.CreateOperation(ctx, op)
+		held, isHeld := heldError(err)
+		switch {
+		case err == nil:
+		case isHeld && held.Node != nil:
+			return Launched{}, errOperationInProgress(op.Node, *held.Node)
+		case isHeld && attempt < createAttempts:
+			// Another operation took some of the plan's VMs since the plan
+			// read the holds: they are skipped, the rest goes ahead.
+			for i, h := range held.Items {
+				plan.skip(i, heldItemReason(h, plan.Items[i].Node))
+			}
+			continue
+		case isHeld:
+			return Launched{}, errs.R(errs.Conflict, "conflict",
+				"other operations on this cluster kept taking this operation's VMs while it was being stored; try again")
+		default:
+			return Launched{}, err
+		}
+		break
 	}
 	for _, it := range created.Items {
 		if it.State == ItemSkipped {
@@ -201,6 +236,10 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 	o.startDriver(created)
 	return Launched{OperationID: created.ID, Plan: plan, Operation: o.view(created)}, nil
 }
+
+// createAttempts is how often launch stores an operation whose VMs other
+// operations keep taking in the meantime.
+const createAttempts = 3
 
 // auditItem records an item's end (or its skip in the plan), for the operation's
 // creator.

@@ -25,7 +25,10 @@ import (
 // transaction that moves the item from pending to running, so an item starts at
 // most once whoever drives it, and a driver that takes over follows the item's
 // task (reconciled from PVE's task list when its UPID was never recorded) instead
-// of starting it again. docs/decisions/ has the model and the planner's rules.
+// of starting it again. An unfinished operation holds its node (an evacuation)
+// and its items' VMs: a second evacuation of the node is refused, and other
+// operations skip the VMs, naming it (holds.go). docs/decisions/ has the model
+// and the planner's rules.
 
 // Operation kinds (OperationView.Kind, the metrics' kind label).
 const (

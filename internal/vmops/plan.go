@@ -7,12 +7,16 @@ import (
 	"strings"
 
 	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
 )
 
 // The evacuation planner's rules (docs/decisions: the planner):
 //
 //   - Targets are the cluster's nodes other than the source, limited to the
-//     request's targets when it names some, and online ones only.
+//     request's targets when it names some, and online ones only, none that
+//     another operation holds (an evacuation's node: holds.go).
+//   - A VM another operation acts on (its pending or running item) is skipped,
+//     naming that operation.
 //   - Each VM is placed after PVE's pre-check (GET migrate): a node PVE lists as
 //     not allowed (storage or mapped resources missing, HA rules) is out; local
 //     devices, local CD-ROM images, a lock and (without withLocalDisks) local
@@ -36,7 +40,8 @@ const memoryBound = 0.9
 type planVM struct {
 	res      pve.Resource
 	check    pve.MigratePrecheck
-	checkErr error // the pre-check failed
+	checkErr error  // the pre-check failed
+	held     string // another operation holds the VM: why it is skipped
 }
 
 // planNode is a node as the planner sees it.
@@ -45,7 +50,8 @@ type planNode struct {
 	status  string
 	mem     int64
 	maxMem  int64
-	allowed bool // may be a target: online, not the source, among the request's targets
+	allowed bool   // may be a target: online, not the source, among the request's targets, not held
+	heldBy  string // another operation holds the node: who
 	planned int64
 	vms     int
 }
@@ -55,8 +61,9 @@ func (n *planNode) room() int64 {
 	return int64(float64(n.maxMem)*memoryBound) - n.mem - n.planned
 }
 
-// evacuationPlan places the VMs of source on the other nodes by the rules above.
-func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateRequest) Plan {
+// evacuationPlan places the VMs of source on the other nodes by the rules above;
+// nodes that other operations hold (held) are no targets.
+func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateRequest, held map[string]store.Holder) Plan {
 	var targets []*planNode
 	only := map[string]bool{}
 	for _, t := range req.Targets {
@@ -67,7 +74,10 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 			continue
 		}
 		pn := &planNode{name: n.Node, status: orUnknown(n.Status), mem: n.Mem, maxMem: n.MaxMem}
-		pn.allowed = n.Status == "online" && (len(only) == 0 || only[n.Node])
+		if h, ok := held[n.Node]; ok {
+			pn.heldBy = holderText(h)
+		}
+		pn.allowed = n.Status == "online" && (len(only) == 0 || only[n.Node]) && pn.heldBy == ""
 		targets = append(targets, pn)
 	}
 	slices.SortFunc(targets, func(a, b *planNode) int { return cmp.Compare(a.name, b.name) })
@@ -111,7 +121,11 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 		fits := 0
 		for _, n := range targets {
 			if !n.allowed {
-				if len(only) == 0 || only[n.name] {
+				switch {
+				case len(only) > 0 && !only[n.name]:
+				case n.heldBy != "" && n.status == "online":
+					excluded = append(excluded, n.name+" is held by "+n.heldBy)
+				default:
 					excluded = append(excluded, n.name+" is "+n.status)
 				}
 				continue
@@ -166,6 +180,9 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 
 // blockedFrom says why a VM cannot leave its node at all, "" when it may.
 func blockedFrom(v planVM, req EvacuateRequest, running bool) string {
+	if v.held != "" {
+		return v.held
+	}
 	if v.checkErr != nil {
 		return "PVE's migration pre-check failed: " + v.checkErr.Error()
 	}

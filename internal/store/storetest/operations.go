@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,7 +183,7 @@ func testOperationItemRace(t *testing.T, s store.Store) {
 	same(t, len(tasks), 1, "task rows")
 
 	// Takers race for an expired lease: one wins.
-	op2 := mkOperation(t, s, 7, "a", at(0), 0)
+	op2 := mkOperation(t, s, 8, "a", at(0), 0) // cluster 7's pve1 is op's
 	won.Store(0)
 	race(t, s, 8, func(i int) {
 		_, took, err := s.TakeOverOperation(ctx, op2.ID, string(rune('b'+i)), at(time.Second), at(time.Minute))
@@ -199,11 +200,13 @@ func testOperationItemRace(t *testing.T, s store.Store) {
 // the newest operation of the key is found, without its items.
 func testOperationByIdempotencyKey(t *testing.T, s store.Store) {
 	ctx := t.Context()
+	vmid := int64(100)
 	mk := func(user int64, key, plan string) store.Operation {
 		t.Helper()
+		vmid++ // a VM of its own: one unfinished operation's pending item holds its VM
 		o, err := s.CreateOperation(ctx, store.Operation{Kind: "bulk.start", ClusterID: 1, UserID: user, MaxParallel: 4,
 			Params: "{}", Owner: "a", LeaseExpiresAt: at(time.Minute), IdemKey: key, Plan: plan,
-			Items: []store.OperationItem{{VMID: 100, Action: "start"}}})
+			Items: []store.OperationItem{{VMID: vmid, Action: "start"}}})
 		ok(t, err, "create operation")
 		return o
 	}
@@ -227,4 +230,156 @@ func testOperationByIdempotencyKey(t *testing.T, s store.Store) {
 	wantKind(t, err, errs.NotFound, "another user's key")
 	_, err = s.OperationByIdempotencyKey(ctx, 5, "")
 	wantKind(t, err, errs.NotFound, "an empty key")
+}
+
+// heldBy fails t unless err is CreateOperation's Conflict with a *HeldError,
+// which it returns.
+func heldBy(t *testing.T, err error, what string) *store.HeldError {
+	t.Helper()
+	wantKind(t, err, errs.Conflict, what)
+	var held *store.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("%s: %v carries no *store.HeldError", what, err)
+	}
+	return held
+}
+
+// testOperationHolds: an operation with a node holds it until it ends, through
+// a take-over of its lease; a second one on the node is refused naming the
+// first, and nothing of it is written; an operation whose pending items are on
+// a held node or are another operation's unfinished items is refused naming
+// those items, and goes through with them skipped; holds are per cluster.
+func testOperationHolds(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	evac := mkOperation(t, s, 7, "a", at(time.Minute), 2) // pve1: VMs 100 and 101
+	holds, err := s.OperationHolds(ctx, 7)
+	ok(t, err, "holds")
+	want := store.Holder{OperationID: evac.ID, Kind: "evacuate", Node: "pve1", UserID: 3, UserEmail: "op@example.com",
+		CreatedAt: evac.CreatedAt}
+	same(t, holds.Nodes, map[string]store.Holder{"pve1": want}, "held nodes")
+	same(t, holds.Guests, map[int64]store.Holder{100: want, 101: want}, "held guests")
+	none, err := s.OperationHolds(ctx, 8)
+	ok(t, err, "holds of another cluster")
+	if len(none.Nodes) != 0 || len(none.Guests) != 0 {
+		t.Fatalf("cluster 8 holds nothing: %+v", none)
+	}
+
+	second := store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve1", UserID: 4, UserEmail: "other@example.com",
+		MaxParallel: 1, Owner: "b", LeaseExpiresAt: at(time.Minute),
+		Items: []store.OperationItem{{VMID: 102, Node: "pve1", Target: "pve2", Action: "migrate"}}}
+	_, err = s.CreateOperation(ctx, second)
+	held := heldBy(t, err, "a second evacuation of pve1")
+	if held.Node == nil || *held.Node != want || held.Items != nil {
+		t.Fatalf("the refusal names %+v, want the first evacuation %+v", held, want)
+	}
+	list, err := s.ListOperations(ctx, store.OperationFilter{ClusterID: 7})
+	ok(t, err, "list")
+	same(t, len(list), 1, "operations after the refusal")
+	elsewhere := second
+	elsewhere.ClusterID = 8
+	_, err = s.CreateOperation(ctx, elsewhere)
+	ok(t, err, "pve1 of another cluster")
+
+	// A bulk action: VM 100 is the evacuation's item, VM 300 is on its node,
+	// VM 400 on another node is free, VM 101 is skipped already.
+	bulk := store.Operation{Kind: "bulk.start", ClusterID: 7, UserID: 4, UserEmail: "other@example.com", MaxParallel: 4,
+		Owner: "b", LeaseExpiresAt: at(time.Minute), Items: []store.OperationItem{
+			{VMID: 100, Node: "pve1", Action: "start"},
+			{VMID: 101, Node: "pve1", Action: "start", State: store.ItemSkipped, Error: "already running"},
+			{VMID: 300, Node: "pve1", Action: "start"},
+			{VMID: 400, Node: "pve2", Action: "start"}}}
+	_, err = s.CreateOperation(ctx, bulk)
+	held = heldBy(t, err, "a bulk action on held guests")
+	same(t, held.Items, map[int]store.Holder{0: want, 2: want}, "held items")
+	if held.Node != nil {
+		t.Fatalf("a bulk action holds no node: %+v", held)
+	}
+	bulk.Items[0].State, bulk.Items[0].Error = store.ItemSkipped, "held"
+	bulk.Items[2].State, bulk.Items[2].Error = store.ItemSkipped, "held"
+	b, err := s.CreateOperation(ctx, bulk)
+	ok(t, err, "the bulk action without its held items")
+	holds, err = s.OperationHolds(ctx, 7)
+	ok(t, err, "holds")
+	if h := holds.Guests[400]; h.OperationID != b.ID || h.Node != "" || len(holds.Nodes) != 1 {
+		t.Fatalf("holds with the bulk action: %+v", holds)
+	}
+	// An evacuation of pve2 would take the bulk action's pending VM 400.
+	_, err = s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve2", UserID: 3,
+		MaxParallel: 1, Owner: "a", LeaseExpiresAt: at(time.Minute),
+		Items: []store.OperationItem{{VMID: 400, Node: "pve2", Target: "pve3", Action: "migrate"}}})
+	held = heldBy(t, err, "an evacuation of the bulk action's VM")
+	if held.Node != nil || held.Items[0].OperationID != b.ID {
+		t.Fatalf("the evacuation of pve2 is refused for %+v, want item 0 held by %d", held, b.ID)
+	}
+
+	// The evacuation's lease is taken over: the hold stays with it.
+	_, took, err := s.TakeOverOperation(ctx, evac.ID, "c", at(2*time.Minute), at(3*time.Minute))
+	ok(t, err, "take over")
+	if !took {
+		t.Fatal("the take-over of a lease that ran out lost")
+	}
+	_, err = s.CreateOperation(ctx, second)
+	if held := heldBy(t, err, "pve1 after the take-over"); held.Node.OperationID != evac.ID {
+		t.Fatalf("pve1 after the take-over is held by %+v", held.Node)
+	}
+	// An item that ended holds its guest no more; the node is still held.
+	ok(t, s.UpdateOperationItems(ctx, evac.ID, "c", []store.ItemChange{{Index: 0, From: store.ItemPending,
+		State: store.ItemSkipped, EndedAt: at(2 * time.Minute)}}), "end item 0")
+	holds, err = s.OperationHolds(ctx, 7)
+	ok(t, err, "holds")
+	if _, ok := holds.Guests[100]; ok || holds.Guests[101].OperationID != evac.ID || holds.Nodes["pve1"].OperationID != evac.ID {
+		t.Fatalf("holds after item 0 ended: %+v", holds)
+	}
+	// The end gives the node up; then a second evacuation may hold it.
+	ok(t, s.SetOperationStatus(ctx, evac.ID, "c", store.OperationCancelled, at(3*time.Minute)), "end")
+	holds, err = s.OperationHolds(ctx, 7)
+	ok(t, err, "holds")
+	if _, ok := holds.Nodes["pve1"]; ok {
+		t.Fatalf("pve1 is still held after its evacuation ended: %+v", holds)
+	}
+	if _, ok := holds.Guests[101]; ok {
+		t.Fatalf("an ended operation's pending item still holds its VM: %+v", holds)
+	}
+	next, err := s.CreateOperation(ctx, second)
+	ok(t, err, "an evacuation of pve1 after the first ended")
+	holds, _ = s.OperationHolds(ctx, 7)
+	same(t, holds.Nodes["pve1"].OperationID, next.ID, "pve1's holder")
+}
+
+// testOperationHoldRace: evacuations of one node created at once (through two
+// replicas, say): exactly one is written, and each other is refused naming it.
+func testOperationHoldRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const n = 8
+	ids := make([]int64, n)
+	holders := make([]int64, n)
+	race(t, s, n, func(i int) {
+		o, err := s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve1",
+			UserID: int64(i + 1), MaxParallel: 1, Owner: string(rune('a' + i)), LeaseExpiresAt: at(time.Minute),
+			Items: []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: "migrate"}}})
+		var held *store.HeldError
+		switch {
+		case err == nil:
+			ids[i] = o.ID
+		case errors.As(err, &held) && held.Node != nil && errs.KindOf(err) == errs.Conflict:
+			holders[i] = held.Node.OperationID
+		default:
+			t.Errorf("evacuation %d: %v", i, err)
+		}
+	})
+	won := make([]bool, n)
+	for i, id := range ids {
+		won[i] = id != 0
+	}
+	w := oneWinner(t, won, "evacuation")
+	for i, h := range holders {
+		if i != w && h != ids[w] {
+			t.Errorf("evacuation %d was refused naming operation %d, want the winner %d", i, h, ids[w])
+		}
+	}
+	list, err := s.ListOperations(ctx, store.OperationFilter{ClusterID: 7})
+	ok(t, err, "list")
+	if len(list) != 1 || list[0].ID != ids[w] {
+		t.Fatalf("operations written: %+v, want only %d", list, ids[w])
+	}
 }

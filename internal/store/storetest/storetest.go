@@ -62,6 +62,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Operations", testOperations},
 		{"OperationItemRace", testOperationItemRace},
 		{"OperationByIdempotencyKey", testOperationByIdempotencyKey},
+		{"OperationHolds", testOperationHolds},
+		{"OperationHoldRace", testOperationHoldRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
