@@ -49,6 +49,16 @@ const (
 	// ReasonStoreUnavailable (kind Unavailable): vmgate's own database did not answer
 	// in time or refused the connection. It says nothing about the clusters.
 	ReasonStoreUnavailable = "store_unavailable"
+
+	// ReasonSessionRequired (kind Forbidden): the caller authenticated with an API
+	// token, and the action manages credentials — users, grants, API tokens,
+	// passwords, sessions — which only a login session may (SECURITY.md 32): a
+	// leaked token must not be able to make itself permanent or lock its owner out.
+	ReasonSessionRequired = "session_required"
+
+	// ReasonTooManyStreams (kind RateLimited): the caller holds as many event
+	// streams as one user or one session may (SECURITY.md 34); one ends first.
+	ReasonTooManyStreams = "too_many_streams"
 )
 
 // String returns the default reason of the kind.

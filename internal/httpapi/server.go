@@ -43,12 +43,13 @@ type Accounts interface {
 	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
 	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
 	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
+	RequireSession(ctx context.Context, p auth.Principal, attempt string) error
 
 	Users(ctx context.Context) ([]accounts.User, error)
 	User(ctx context.Context, id int64) (accounts.User, error)
-	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
-	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
-	DeleteUser(ctx context.Context, id int64) error
+	CreateUser(ctx context.Context, p auth.Principal, in accounts.NewUser) (accounts.User, error)
+	UpdateUser(ctx context.Context, p auth.Principal, id int64, ch accounts.UserChange) (accounts.User, error)
+	DeleteUser(ctx context.Context, p auth.Principal, id int64) error
 
 	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
 	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
@@ -59,7 +60,7 @@ type Accounts interface {
 	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
 	EndMySession(ctx context.Context, p auth.Principal, sid string) error
 	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
-	EndUserSession(ctx context.Context, userID int64, sid string) error
+	EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error
 }
 
 // AuditTrail is what the HTTP layer needs of the audit trail; *audit.Trail is one.
@@ -213,8 +214,11 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		// The use cases refuse an API token what only a login session may do
+		// themselves (SECURITY.md 32); this is the second wall, and the one that
+		// keeps a token's attempt from reaching a handler at all.
 		if rt.access == session || rt.access == adminSession {
-			if err := auth.RequireLoginSession(*ri.principal); err != nil {
+			if err := s.accounts.RequireSession(r.Context(), *ri.principal, name); err != nil {
 				writeError(w, r, err)
 				return
 			}

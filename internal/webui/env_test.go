@@ -29,6 +29,13 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
+// setupAdmin and setupActor are an admin's login session as the use cases see it:
+// who sets the tests' users and grants up, straight through the use cases.
+var (
+	setupAdmin = auth.Principal{Role: accounts.RoleAdmin, SessionID: "test-setup"}
+	setupActor = fleet.Actor{Role: accounts.RoleAdmin}
+)
+
 // The UI's tests run the whole stack as `vmgate server` composes it: the real use
 // cases on SQLite, the emulator's dev cluster over HTTPS, httpapi with the UI
 // mounted, over real HTTP on loopback.
@@ -167,13 +174,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 		{viewerEmail, accounts.RoleUser, fleet.GrantViewer},
 		{nobodyEmail, accounts.RoleUser, ""},
 	} {
-		nu, err := e.acc.CreateUser(ctx, accounts.NewUser{Email: u.email, Password: password, Role: u.role})
+		nu, err := e.acc.CreateUser(ctx, setupAdmin, accounts.NewUser{Email: u.email, Password: password, Role: u.role})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.users[u.email] = nu
 		if u.grant != "" {
-			if _, err := e.fleet.PutGrant(ctx, nu.ID, e.cid, u.grant); err != nil {
+			if _, err := e.fleet.PutGrant(ctx, setupActor, nu.ID, e.cid, u.grant); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -53,7 +53,7 @@ type Accounts interface {
 	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
 	EndMySession(ctx context.Context, p auth.Principal, sid string) error
 	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
-	EndUserSession(ctx context.Context, userID int64, sid string) error
+	EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error
 	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
 	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
 	DeleteMyToken(ctx context.Context, p auth.Principal, id string) error
@@ -62,9 +62,9 @@ type Accounts interface {
 
 	Users(ctx context.Context) ([]accounts.User, error)
 	User(ctx context.Context, id int64) (accounts.User, error)
-	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
-	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
-	DeleteUser(ctx context.Context, id int64) error
+	CreateUser(ctx context.Context, p auth.Principal, in accounts.NewUser) (accounts.User, error)
+	UpdateUser(ctx context.Context, p auth.Principal, id int64, ch accounts.UserChange) (accounts.User, error)
+	DeleteUser(ctx context.Context, p auth.Principal, id int64) error
 }
 
 // Fleet is what the UI needs of internal/fleet; *fleet.Service is one.
@@ -81,8 +81,8 @@ type Fleet interface {
 	Cluster(ctx context.Context, id int64) (fleet.Cluster, error)
 	List(ctx context.Context) ([]fleet.Cluster, error)
 
-	PutGrant(ctx context.Context, userID, clusterID int64, role string) (fleet.Grant, error)
-	DeleteGrant(ctx context.Context, userID, clusterID int64) error
+	PutGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64, role string) (fleet.Grant, error)
+	DeleteGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64) error
 	UserGrants(ctx context.Context, userID int64) ([]fleet.Grant, error)
 
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
