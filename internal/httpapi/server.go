@@ -24,6 +24,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/sse"
 )
 
 // Sessions is what the HTTP layer needs of internal/auth: tokens and sessions.
@@ -105,6 +106,10 @@ type Config struct {
 	// the context (internal/audit). A UI that has a Route method names its routes
 	// for the metrics and the log (the web UI does).
 	UI http.Handler
+	// Streams caps the event streams one user and one session hold open at once
+	// (SECURITY.md 34); give the web UI the same one. Nil: a limiter of its own
+	// with sse's default caps.
+	Streams *sse.Limiter
 	// RequestTimeout bounds every request as a whole, authentication and all
 	// [DefaultRequestTimeout]; long-polls get their wait on top, event streams
 	// none (see holdFor). Negative: no deadline.
@@ -127,6 +132,7 @@ type Server struct {
 	openapi  []byte
 	handler  http.Handler
 	ui       http.Handler
+	streams  *sse.Limiter
 
 	metricsPublic bool
 
@@ -142,6 +148,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
+		streams: cfg.Streams,
+	}
+	if s.streams == nil {
+		s.streams = sse.NewLimiter(sse.Limits{})
 	}
 	if s.requestTimeout == 0 {
 		s.requestTimeout = DefaultRequestTimeout
@@ -161,6 +171,10 @@ func New(cfg Config) (*Server, error) {
 		defer cancel()
 		return float64(s.sessions.ActiveSessions(ctx))
 	})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "vmgate_event_streams_open",
+		Help: "Event streams open now, the API's and the web UI's (when they share the limiter).",
+	}, func() float64 { return float64(s.streams.Open()) }))
 	if st, ok := cfg.Fleet.(upstreamStats); ok {
 		reg.MustRegister(pveCollector{stats: st.ClientStats})
 	}

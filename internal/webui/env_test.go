@@ -25,6 +25,7 @@ import (
 	"github.com/vmgate/vmgate/internal/httpapi"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
@@ -87,6 +88,8 @@ type envOptions struct {
 	requestTimeout time.Duration // httpapi's (default its own)
 	pveTimeout     time.Duration // each PVE call's bound (default the PVE client's)
 	log            *slog.Logger  // httpapi's request log (default none)
+	manualClock    bool          // the emulator's time moves only when a test says (tasks stay running)
+	streams        *sse.Limiter  // the event stream caps the UI and the API share (default each its own)
 }
 
 type env struct {
@@ -152,7 +155,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if speed == 0 {
 		speed = 1000
 	}
-	e.sim = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev"})
+	e.sim = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev", ManualClock: o.manualClock})
 	sctx, cancel := context.WithCancel(ctx)
 	ssrv, err := e.sim.Serve(sctx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
@@ -188,12 +191,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
 		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second,
-		NoteCaller: httpapi.NoteCaller})
+		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api, err := httpapi.New(httpapi.Config{Sessions: e.auth, Accounts: e.acc, Audit: e.trail, Store: st,
-		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log})
+		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -142,8 +143,12 @@ type Config struct {
 	// NoteCaller, when set, names the authenticated caller of a request in its
 	// log line (httpapi.NoteCaller).
 	NoteCaller func(r *http.Request, userID int64, session string)
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Streams caps the live pages' event streams of one user and one session
+	// (SECURITY.md 34): the API's limiter, so that both count together. Nil: a
+	// limiter of the UI's own with sse's default caps.
+	Streams *sse.Limiter
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // UI is the web UI's handler. It is safe for concurrent use.
@@ -155,6 +160,7 @@ type UI struct {
 	ops      Operations
 	trail    AuditTrail
 	status   func(error) int
+	streams  *sse.Limiter
 	log      *slog.Logger
 	now      func() time.Time
 
@@ -182,7 +188,10 @@ func New(cfg Config) (*UI, error) {
 	}
 	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
-		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}}
+		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
+	if u.streams == nil {
+		u.streams = sse.NewLimiter(sse.Limits{})
+	}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
 	}
