@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -26,11 +27,13 @@ import (
 	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/connlimit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
 	"github.com/vmgate/vmgate/internal/webui"
@@ -58,6 +61,13 @@ type serverCmd struct {
 	AuditRetention  time.Duration `default:"9600h" env:"VMGATE_AUDIT_RETENTION" help:"Keep audit records this long (default 400 days); older ones are pruned hourly, leaving a checkpoint the rest verifies from."`
 	RequestTimeout  time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
 	ShutdownTimeout time.Duration `default:"25s" env:"VMGATE_SHUTDOWN_TIMEOUT" help:"On SIGTERM, how long requests still running (writes to PVE) may take to finish; long-polls and event streams end at once."`
+
+	// What one client may hold (SECURITY.md 34, docs/decisions/0039).
+	MaxConnections          int           `default:"4096" env:"VMGATE_MAX_CONNECTIONS" help:"Client connections open at once; past it the one idle the longest is closed, or with none idle the new one is refused. 0: no cap."`
+	MaxConnectionsPerClient int           `default:"256" env:"VMGATE_MAX_CONNECTIONS_PER_CLIENT" help:"Connections open at once from one client network (--client-ipv4-prefix, --client-ipv6-prefix; --trusted-proxies are held by --max-connections only), reclaimed or refused likewise. 0: no cap."`
+	IdleTimeout             time.Duration `default:"120s" env:"VMGATE_IDLE_TIMEOUT" help:"How long a keep-alive connection may wait for its next request before it is closed."`
+	MaxStreamsPerSession    int           `default:"8" env:"VMGATE_MAX_STREAMS_PER_SESSION" help:"Event streams (the API's and the web UI's live pages) one session or API token holds open at once; past it 429 too_many_streams. 0: no cap."`
+	MaxStreamsPerUser       int           `default:"32" env:"VMGATE_MAX_STREAMS_PER_USER" help:"Event streams one user holds open at once, every session and API token together. 0: no cap."`
 
 	// A rotation of the key file (admin keys rotate-seal, docs/deploy.md).
 	PreviousSecretKeyFile string `env:"VMGATE_PREVIOUS_SECRET_KEY_FILE" help:"During a rotation of the key file: the old key file, which then only opens what it sealed."`
@@ -142,6 +152,7 @@ type app struct {
 	vms      *vmops.Service
 	ops      *vmops.OperationService
 	handler  *httpapi.Server
+	registry *prometheus.Registry // the metrics /metrics serves
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
@@ -200,6 +211,9 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// with the answer the API would have given (httpapi.KeyAnswer).
 	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer})
 	a.ops = vmops.NewOperations(a.vms, vmops.OperationsConfig{Lease: c.OperationLease})
+	// One count of event streams for the API and the web UI: a user's cap holds
+	// across both.
+	streams := sse.NewLimiter(sse.Limits{PerSession: flagCap(c.MaxStreamsPerSession), PerUser: flagCap(c.MaxStreamsPerUser)})
 	// The embedded OpenAPI YAML becomes the served JSON once, at start.
 	spec, err := api.OpenAPIJSON()
 	if err != nil {
@@ -212,17 +226,20 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
+		Streams: streams,
 	})
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
+	a.registry = prometheus.NewRegistry()
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
-		Logger: log, TrustedProxies: c.TrustedProxies, Registry: prometheus.NewRegistry(), OpenAPIJSON: spec,
+		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
+		Streams:        streams,
 	})
 	if err != nil {
 		st.Close()
@@ -276,10 +293,16 @@ func (c *serverCmd) Run() error {
 		defer sim.Close()
 	}
 
-	ln, err := net.Listen("tcp", c.Listen)
+	raw, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
+	ln, err := c.limitConnections(raw, log)
+	if err != nil {
+		raw.Close()
+		return err
+	}
+	a.registry.MustRegister(ln)
 	var mln net.Listener
 	if c.MetricsListen != "" {
 		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
@@ -316,7 +339,8 @@ func (c *serverCmd) Run() error {
 		}()
 	}
 
-	hs := httpapi.NewHTTPServer(c.Listen, a.handler, log)
+	hs := httpapi.NewHTTPServerWith(c.Listen, a.handler, log, httpapi.Timeouts{Idle: c.IdleTimeout})
+	hs.ConnState = ln.ConnState // which connections are idle, for the caps
 	served := make(chan error, 2)
 	go func() { served <- serve(hs, ln, cert) }()
 	var ms *http.Server
@@ -346,6 +370,38 @@ func (c *serverCmd) Run() error {
 		err = nil
 	}
 	return err
+}
+
+// limitConnections holds the listener's connections within --max-connections
+// and --max-connections-per-client (SECURITY.md 34). A client network is the one
+// of the login throttling; the trusted proxies carry many clients on one
+// address, so only the total holds them.
+func (c *serverCmd) limitConnections(ln net.Listener, log *slog.Logger) (*connlimit.Listener, error) {
+	var exempt []netip.Prefix
+	for _, p := range c.TrustedProxies {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return nil, fmt.Errorf("--trusted-proxies: %q is neither an address nor a CIDR", p)
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		exempt = append(exempt, pfx.Masked())
+	}
+	return connlimit.New(ln, connlimit.Limits{
+		Total: flagCap(c.MaxConnections), PerNetwork: flagCap(c.MaxConnectionsPerClient),
+		IPv4Prefix: c.ClientIPv4Prefix, IPv6Prefix: c.ClientIPv6Prefix, Exempt: exempt, Logger: log,
+	}), nil
+}
+
+// flagCap turns a cap flag, where 0 means none, into the limits' terms, where 0
+// is the default and a negative cap is none.
+func flagCap(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // shutdown stops serving on SIGTERM: no new connections; every long-poll

@@ -2,8 +2,13 @@
 // with their own account: the use cases every front end (internal/httpapi, later
 // internal/webui) calls, so that each rule lives here once.
 //
-// The rules: only admins manage users (RequireAdmin, a refusal audited); a user
-// sees and ends their own sessions, an admin anyone's (SECURITY.md 29); the last
+// The rules: only admins manage users (RequireAdmin, a refusal audited); only a
+// login session manages credentials — users, API tokens, passwords, sessions — so
+// that a leaked API token, even an admin's, cannot create an admin, set a
+// password, mint tokens or end sessions (RequireSession, 403 session_required,
+// SECURITY.md 32, docs/decisions/0038): every use case that does takes the caller
+// and checks it itself, whatever the front end checked before; a user sees and
+// ends their own sessions, an admin anyone's (SECURITY.md 29); the last
 // enabled admin can be neither disabled, demoted nor deleted (409 last_admin), so
 // that somebody can still manage vmgate; disabling, a role change, a password reset
 // and deletion end the user's sessions at once (SECURITY.md 11); every change is
@@ -177,7 +182,7 @@ func (s *Service) Me(ctx context.Context, p auth.Principal) (Profile, error) {
 // caller's other sessions end (auth.Service.ChangePassword). The attempt is audited
 // as user.password_change whatever its outcome.
 func (s *Service) ChangePassword(ctx context.Context, p auth.Principal, current, next string) error {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.RequireSession(ctx, p, "user.password_change"); err != nil {
 		return err
 	}
 	if current == "" || next == "" {
@@ -200,6 +205,30 @@ func (s *Service) RequireAdmin(ctx context.Context, p auth.Principal, attempt st
 	err := errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
 	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", Target: attempt, Result: "denied", Reason: err.Message})
 	return err
+}
+
+// RequireSession lets a login session through and refuses an API token (403
+// session_required), auditing the refusal as access.denied with attempt as its
+// target: a token trying to manage credentials is worth a record, it may be a
+// leaked one (SECURITY.md 32).
+func (s *Service) RequireSession(ctx context.Context, p auth.Principal, attempt string) error {
+	err := auth.RequireLoginSession(p)
+	if err == nil {
+		return nil
+	}
+	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", Target: attempt, Result: "denied",
+		Reason: audit.Reason(err)})
+	return err
+}
+
+// requireAdminSession is the check of every use case that manages other users'
+// accounts or credentials: an admin (RequireAdmin), from a login session
+// (RequireSession).
+func (s *Service) requireAdminSession(ctx context.Context, p auth.Principal, attempt string) error {
+	if err := s.RequireAdmin(ctx, p, attempt); err != nil {
+		return err
+	}
+	return s.RequireSession(ctx, p, attempt)
 }
 
 // Users lists every user by id.
@@ -232,10 +261,14 @@ type NewUser struct {
 	Role     string // RoleAdmin or RoleUser; empty is RoleUser
 }
 
-// CreateUser adds a user (auth checks the e-mail, the nickname and the password
-// policy). A bad role is refused before anything else and not audited; every other
+// CreateUser is admin p adding a user (auth checks the e-mail, the nickname and
+// the password policy). Only an admin's login session may (403 forbidden, 403
+// session_required). A bad role is refused next and not audited; every other
 // attempt is audited as user.create.
-func (s *Service) CreateUser(ctx context.Context, in NewUser) (User, error) {
+func (s *Service) CreateUser(ctx context.Context, p auth.Principal, in NewUser) (User, error) {
+	if err := s.requireAdminSession(ctx, p, "user.create"); err != nil {
+		return User{}, err
+	}
 	if in.Role == "" {
 		in.Role = RoleUser
 	}
@@ -260,11 +293,18 @@ type UserChange struct {
 	Password *string // an admin's reset: the policy holds
 }
 
-// UpdateUser changes a user. Disabling or demoting the last enabled admin is 409
-// last_admin. A new password, a role given (even the same one) and disabling end
-// every session of the user. A successful change is audited as user.update, naming
-// the fields changed (a password only as "(changed)").
-func (s *Service) UpdateUser(ctx context.Context, id int64, ch UserChange) (User, error) {
+// UpdateUser is admin p changing user id. Only an admin's login session may (403
+// forbidden, 403 session_required), the nickname too: it names the account in
+// every list, and one rule for every change of a user leaves nothing to get
+// wrong. Disabling or demoting
+// the last enabled admin is 409 last_admin. A new password, a role given (even
+// the same one) and disabling end every session of the user. A successful change
+// is audited as user.update, naming the fields changed (a password only as
+// "(changed)").
+func (s *Service) UpdateUser(ctx context.Context, p auth.Principal, id int64, ch UserChange) (User, error) {
+	if err := s.requireAdminSession(ctx, p, "user.update"); err != nil {
+		return User{}, err
+	}
 	if ch.Role != nil {
 		if err := checkRole(*ch.Role); err != nil {
 			return User{}, err
@@ -318,10 +358,14 @@ func (s *Service) UpdateUser(ctx context.Context, id int64, ch UserChange) (User
 	return view(u), nil
 }
 
-// DeleteUser ends a user's sessions and removes the user with their grants; their
-// tasks and audit records stay. The last enabled admin cannot be deleted (409
-// last_admin). A deletion is audited as user.delete with the e-mail it had.
-func (s *Service) DeleteUser(ctx context.Context, id int64) error {
+// DeleteUser is admin p ending a user's sessions and removing the user with their
+// grants; their tasks and audit records stay. Only an admin's login session may
+// (403 forbidden, 403 session_required). The last enabled admin cannot be deleted
+// (409 last_admin). A deletion is audited as user.delete with the e-mail it had.
+func (s *Service) DeleteUser(ctx context.Context, p auth.Principal, id int64) error {
+	if err := s.requireAdminSession(ctx, p, "user.delete"); err != nil {
+		return err
+	}
 	u, err := s.st.UserByID(ctx, id)
 	if err != nil {
 		return err

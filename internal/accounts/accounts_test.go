@@ -140,30 +140,30 @@ func TestLastAdminGuard(t *testing.T) {
 		"disable": {Disabled: ptr(true)},
 		"demote":  {Role: ptr(RoleUser)},
 	} {
-		_, err := e.svc.UpdateUser(ctx, root.ID, ch)
+		_, err := e.svc.UpdateUser(ctx, p, root.ID, ch)
 		wantReason(t, err, errs.Conflict, "last_admin")
 		if u, _ := e.st.UserByID(context.Background(), root.ID); u.Disabled || u.Role != RoleAdmin {
 			t.Errorf("%s: the refused change was written: %+v", name, u)
 		}
 	}
-	wantReason(t, e.svc.DeleteUser(ctx, root.ID), errs.Conflict, "last_admin")
+	wantReason(t, e.svc.DeleteUser(ctx, p, root.ID), errs.Conflict, "last_admin")
 	// Harmless changes of the last admin pass.
-	if _, err := e.svc.UpdateUser(ctx, root.ID, UserChange{Nickname: ptr("Root"), Disabled: ptr(false)}); err != nil {
+	if _, err := e.svc.UpdateUser(ctx, p, root.ID, UserChange{Nickname: ptr("Root"), Disabled: ptr(false)}); err != nil {
 		t.Errorf("renaming the last admin: %v", err)
 	}
 
 	// A disabled admin is no second admin.
 	other := e.user("other", RoleAdmin)
-	if _, err := e.svc.UpdateUser(ctx, other.ID, UserChange{Disabled: ptr(true)}); err != nil {
+	if _, err := e.svc.UpdateUser(ctx, p, other.ID, UserChange{Disabled: ptr(true)}); err != nil {
 		t.Fatalf("disabling the other admin: %v", err)
 	}
-	wantReason(t, e.svc.DeleteUser(ctx, root.ID), errs.Conflict, "last_admin")
+	wantReason(t, e.svc.DeleteUser(ctx, p, root.ID), errs.Conflict, "last_admin")
 
 	// An enabled second admin lets the first go.
-	if _, err := e.svc.UpdateUser(ctx, other.ID, UserChange{Disabled: ptr(false)}); err != nil {
+	if _, err := e.svc.UpdateUser(ctx, p, other.ID, UserChange{Disabled: ptr(false)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.UpdateUser(ctx, root.ID, UserChange{Role: ptr(RoleUser)}); err != nil {
+	if _, err := e.svc.UpdateUser(ctx, p, root.ID, UserChange{Role: ptr(RoleUser)}); err != nil {
 		t.Errorf("demoting one of two admins: %v", err)
 	}
 	// Refusals are not audited as changes; the four changes that passed are.
@@ -182,7 +182,7 @@ func TestChangesEndSessions(t *testing.T) {
 	ctx := as(p, "req-1")
 	update := func(ch UserChange) func(int64) error {
 		return func(id int64) error {
-			_, err := e.svc.UpdateUser(ctx, id, ch)
+			_, err := e.svc.UpdateUser(ctx, p, id, ch)
 			return err
 		}
 	}
@@ -194,7 +194,7 @@ func TestChangesEndSessions(t *testing.T) {
 		{"disable", update(UserChange{Disabled: ptr(true)}), auth.WhyAdmin},
 		{"demote", update(UserChange{Role: ptr(RoleUser)}), auth.WhyAdmin},
 		{"password reset", update(UserChange{Password: ptr("a brand new long passphrase")}), auth.WhyPassword},
-		{"delete", func(id int64) error { return e.svc.DeleteUser(ctx, id) }, auth.WhyDeleted},
+		{"delete", func(id int64) error { return e.svc.DeleteUser(ctx, p, id) }, auth.WhyDeleted},
 	} {
 		role := RoleUser
 		if c.name == "demote" {
@@ -229,7 +229,7 @@ func TestChangesEndSessions(t *testing.T) {
 	// A nickname alone ends nothing.
 	u := e.user("nick", RoleUser)
 	_, tok := e.login(u)
-	if _, err := e.svc.UpdateUser(ctx, u.ID, UserChange{Nickname: ptr("Nick")}); err != nil || !e.live(tok) {
+	if _, err := e.svc.UpdateUser(ctx, p, u.ID, UserChange{Nickname: ptr("Nick")}); err != nil || !e.live(tok) {
 		t.Errorf("renaming ended the session (%v)", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestUserAuditRecords(t *testing.T) {
 		}
 	}
 
-	u, err := e.svc.CreateUser(ctx, NewUser{Email: "New@Example.org", Nickname: "N", Password: "a good long passphrase"})
+	u, err := e.svc.CreateUser(ctx, p, NewUser{Email: "New@Example.org", Nickname: "N", Password: "a good long passphrase"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,20 +263,20 @@ func TestUserAuditRecords(t *testing.T) {
 		t.Errorf("created %+v", u)
 	}
 	// A refused creation is recorded with its reason; a bad role is refused before.
-	if _, err := e.svc.CreateUser(ctx, NewUser{Email: "new@example.org", Password: "a good long passphrase"}); errs.KindOf(err) != errs.Conflict {
+	if _, err := e.svc.CreateUser(ctx, p, NewUser{Email: "new@example.org", Password: "a good long passphrase"}); errs.KindOf(err) != errs.Conflict {
 		t.Errorf("duplicate: %v", err)
 	}
 	if rec := e.last(); rec.Action != "user.create" || rec.Result != "conflict" {
 		t.Errorf("duplicate's record %+v", rec)
 	}
 	n := len(e.records("user.create"))
-	_, err = e.svc.CreateUser(ctx, NewUser{Email: "x@example.org", Password: "a good long passphrase", Role: "root"})
+	_, err = e.svc.CreateUser(ctx, p, NewUser{Email: "x@example.org", Password: "a good long passphrase", Role: "root"})
 	wantReason(t, err, errs.Invalid, "invalid_request")
 	if len(e.records("user.create")) != n {
 		t.Error("a bad role was audited")
 	}
 
-	if _, err := e.svc.UpdateUser(ctx, u.ID, UserChange{Nickname: ptr("M"), Disabled: ptr(true), Password: ptr("another long passphrase")}); err != nil {
+	if _, err := e.svc.UpdateUser(ctx, p, u.ID, UserChange{Nickname: ptr("M"), Disabled: ptr(true), Password: ptr("another long passphrase")}); err != nil {
 		t.Fatal(err)
 	}
 	rec = e.last()
@@ -286,7 +286,7 @@ func TestUserAuditRecords(t *testing.T) {
 	}
 	attributed(rec)
 
-	if err := e.svc.DeleteUser(ctx, u.ID); err != nil {
+	if err := e.svc.DeleteUser(ctx, p, u.ID); err != nil {
 		t.Fatal(err)
 	}
 	rec = e.last()

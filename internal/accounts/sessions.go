@@ -31,7 +31,7 @@ func sessionViews(list []auth.SessionInfo, current string) []Session {
 // their token belongs to is Current. Like every session route, only a login
 // session may (403 for an API token: SECURITY.md 32).
 func (s *Service) MySessions(ctx context.Context, p auth.Principal) ([]Session, error) {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.RequireSession(ctx, p, "session.list"); err != nil {
 		return nil, err
 	}
 	list, err := s.auth.Sessions(ctx, p.UserID)
@@ -45,16 +45,17 @@ func (s *Service) MySessions(ctx context.Context, p auth.Principal) ([]Session, 
 // logout by another name): its tokens fail at once. A session that is not theirs
 // is 404, exactly like one that does not exist. Audited by auth.
 func (s *Service) EndMySession(ctx context.Context, p auth.Principal, sid string) error {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.RequireSession(ctx, p, "session.end"); err != nil {
 		return err
 	}
 	return s.auth.EndSession(ctx, p.UserID, sid, auth.WhyEnded)
 }
 
-// UserSessions is an admin's view of user userID's live sessions (404 for a user
-// that does not exist); Current marks the admin's own.
+// UserSessions is admin p's view of user userID's live sessions (404 for a user
+// that does not exist); Current marks the admin's own. Only an admin's login
+// session may.
 func (s *Service) UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]Session, error) {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.requireAdminSession(ctx, p, "session.list"); err != nil {
 		return nil, err
 	}
 	if _, err := s.st.UserByID(ctx, userID); err != nil {
@@ -67,10 +68,14 @@ func (s *Service) UserSessions(ctx context.Context, p auth.Principal, userID int
 	return sessionViews(list, p.SessionID), nil
 }
 
-// EndUserSession is an admin ending session sid of user userID: 404 for a user
+// EndUserSession is admin p ending session sid of user userID: 404 for a user
 // that does not exist and for a session that is not the user's or has ended.
+// Only an admin's login session may (403 forbidden, 403 session_required).
 // Audited by auth, attributed to the admin.
-func (s *Service) EndUserSession(ctx context.Context, userID int64, sid string) error {
+func (s *Service) EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error {
+	if err := s.requireAdminSession(ctx, p, "session.end"); err != nil {
+		return err
+	}
 	if _, err := s.st.UserByID(ctx, userID); err != nil {
 		return err
 	}

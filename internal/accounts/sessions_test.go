@@ -45,17 +45,17 @@ func TestSessionsRules(t *testing.T) {
 	if _, err := e.svc.UserSessions(as(rootP, "r4"), rootP, 9999); !errs.Is(err, errs.NotFound) {
 		t.Errorf("sessions of a missing user: %v", err)
 	}
-	if err := e.svc.EndUserSession(as(rootP, "r5"), 9999, annP.SessionID); !errs.Is(err, errs.NotFound) {
+	if err := e.svc.EndUserSession(as(rootP, "r5"), rootP, 9999, annP.SessionID); !errs.Is(err, errs.NotFound) {
 		t.Errorf("ending a session of a missing user: %v", err)
 	}
-	if err := e.svc.EndUserSession(as(rootP, "r6"), bob.ID, annP.SessionID); !errs.Is(err, errs.NotFound) {
+	if err := e.svc.EndUserSession(as(rootP, "r6"), rootP, bob.ID, annP.SessionID); !errs.Is(err, errs.NotFound) {
 		t.Errorf("ending ann's session as bob's: %v", err)
 	}
 	list, err := e.svc.UserSessions(as(rootP, "r7"), rootP, ann.ID)
 	if err != nil || len(list) != 1 || list[0].ID != annP.SessionID || list[0].Current {
 		t.Fatalf("root's view of ann: %v %+v", err, list)
 	}
-	if err := e.svc.EndUserSession(as(rootP, "r8"), ann.ID, annP.SessionID); err != nil {
+	if err := e.svc.EndUserSession(as(rootP, "r8"), rootP, ann.ID, annP.SessionID); err != nil {
 		t.Fatal(err)
 	}
 	if e.live(annTok) {

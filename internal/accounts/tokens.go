@@ -64,7 +64,7 @@ func tokenViews(list []auth.APITokenInfo, now time.Time) []Token {
 // cluster the caller holds no grant on, or operator where the caller is a viewer,
 // is 403 (an admin may name any cluster). The secret is in the answer only.
 func (s *Service) CreateMyToken(ctx context.Context, p auth.Principal, in NewToken) (CreatedToken, error) {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.RequireSession(ctx, p, "token.create"); err != nil {
 		return CreatedToken{}, err
 	}
 	req := auth.NewAPIToken{Name: in.Name, Days: in.ExpiresInDays}
@@ -111,7 +111,7 @@ func (s *Service) withinOwnGrants(ctx context.Context, userID int64, want []Gran
 // MyTokens lists the caller's API tokens, expired ones too, the newest first.
 // Only a login session may (403 for a token).
 func (s *Service) MyTokens(ctx context.Context, p auth.Principal) ([]Token, error) {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.RequireSession(ctx, p, "token.list"); err != nil {
 		return nil, err
 	}
 	list, err := s.auth.APITokens(ctx, p.UserID)
@@ -125,16 +125,16 @@ func (s *Service) MyTokens(ctx context.Context, p auth.Principal) ([]Token, erro
 // replica. A token that is not theirs is 404, like one that does not exist. Only a
 // login session may (403 for a token). Audited by auth (token.delete).
 func (s *Service) DeleteMyToken(ctx context.Context, p auth.Principal, id string) error {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.RequireSession(ctx, p, "token.delete"); err != nil {
 		return err
 	}
 	return s.auth.DeleteAPIToken(ctx, p.UserID, id)
 }
 
-// UserTokens is an admin's view of user userID's API tokens (404 for a user that
-// does not exist). Only a login session may (403 for a token).
+// UserTokens is admin p's view of user userID's API tokens (404 for a user that
+// does not exist). Only an admin's login session may (403 for a token).
 func (s *Service) UserTokens(ctx context.Context, p auth.Principal, userID int64) ([]Token, error) {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.requireAdminSession(ctx, p, "token.list"); err != nil {
 		return nil, err
 	}
 	if _, err := s.st.UserByID(ctx, userID); err != nil {
@@ -147,11 +147,11 @@ func (s *Service) UserTokens(ctx context.Context, p auth.Principal, userID int64
 	return tokenViews(list, s.now()), nil
 }
 
-// DeleteUserToken is an admin revoking token id of user userID: 404 for a user
-// that does not exist and for a token that is not the user's. Only a login
-// session may (403 for a token). Audited by auth, attributed to the admin.
+// DeleteUserToken is admin p revoking token id of user userID: 404 for a user
+// that does not exist and for a token that is not the user's. Only an admin's
+// login session may (403 for a token). Audited by auth, attributed to the admin.
 func (s *Service) DeleteUserToken(ctx context.Context, p auth.Principal, userID int64, id string) error {
-	if err := auth.RequireLoginSession(p); err != nil {
+	if err := s.requireAdminSession(ctx, p, "token.delete"); err != nil {
 		return err
 	}
 	if _, err := s.st.UserByID(ctx, userID); err != nil {

@@ -188,14 +188,15 @@ func tokenInfo(t store.APIToken) APITokenInfo {
 
 // errLoginSession refuses a credential or session change to an API token.
 func errLoginSession() *errs.Error {
-	return errs.R(errs.Forbidden, "forbidden",
-		"an API token cannot manage tokens, passwords or sessions: log in with your password for this")
+	return errs.R(errs.Forbidden, errs.ReasonSessionRequired,
+		"an API token cannot manage users, grants, API tokens, passwords or sessions: log in with your password for this")
 }
 
-// RequireLoginSession refuses (403) a caller that authenticated with an API token:
-// tokens, password changes, refresh and sessions are managed only from a login
-// session, so a leaked token cannot make itself permanent or lock its owner out
-// (SECURITY.md 32).
+// RequireLoginSession refuses (403 session_required) a caller that authenticated
+// with an API token: users, grants, tokens, password changes and sessions are
+// managed only from a login session, so a leaked token cannot make itself
+// permanent, take over an account or lock its owner out (SECURITY.md 32,
+// docs/decisions/0038).
 func RequireLoginSession(p Principal) error {
 	if p.APITokenID != "" {
 		return errLoginSession()

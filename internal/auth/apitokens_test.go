@@ -220,13 +220,15 @@ func TestAPITokenGrantsAndScope(t *testing.T) {
 		t.Fatalf("an admin's token without grants: %+v %v", pf, err)
 	}
 
-	wantKind(t, RequireLoginSession(pf), errs.Forbidden)
+	wantReason(t, RequireLoginSession(pf), errs.ReasonSessionRequired)
 	if err := RequireLoginSession(e.authOK(e.login("root@example.com", alicePassword).Raw)); err != nil {
 		t.Fatalf("a login session: %v", err)
 	}
+	// At /user/refresh an API token is a token that failed, like any other: the
+	// one 401 body (SECURITY.md 1), which says nothing of what kind it was.
 	_, err = e.refresh(full.Secret)
-	wantKind(t, err, errs.Forbidden)
-	wantKind(t, e.s.Logout(context.Background(), pf), errs.Forbidden)
+	wantTokenError(t, err)
+	wantReason(t, e.s.Logout(context.Background(), pf), errs.ReasonSessionRequired)
 }
 
 // TestAPITokenFailuresAreThrottled (SECURITY.md 32, 15): failed token uses empty

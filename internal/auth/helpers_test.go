@@ -188,6 +188,14 @@ func wantKind(t testing.TB, err error, kind errs.Kind) *errs.Error {
 	return e
 }
 
+// wantReason checks err is a 403 with the given reason.
+func wantReason(t testing.TB, err error, reason string) {
+	t.Helper()
+	if e := wantKind(t, err, errs.Forbidden); e.Reason != reason {
+		t.Fatalf("want reason %q, got %v (%q)", reason, err, e.Reason)
+	}
+}
+
 // jwtParts splits a compact token into its decoded header and claims.
 func jwtParts(t *testing.T, raw string) (header, claims map[string]any) {
 	t.Helper()

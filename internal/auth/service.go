@@ -540,7 +540,9 @@ func (s *Service) readSession(ctx context.Context, sid string) (sessionEntry, er
 // The new token never outlives the session's absolute end.
 func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) {
 	if IsAPIToken(raw) {
-		return Token{}, errLoginSession()
+		// An API token has nothing to refresh; it gets the one answer every token
+		// failure gets, so that /user/refresh tells nobody what kind a token is.
+		return Token{}, errToken(errors.New("an API token is not refreshed"))
 	}
 	v, err := s.verifyLearning(ctx, raw)
 	if err != nil {

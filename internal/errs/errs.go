@@ -61,6 +61,16 @@ const (
 	// probe fails, whatever the cause (full, read-only, ...): the replica cannot do
 	// its work and a load balancer should take it out.
 	ReasonStoreUnwritable = "store_unwritable"
+
+	// ReasonSessionRequired (kind Forbidden): the caller authenticated with an API
+	// token, and the action manages credentials — users, grants, API tokens,
+	// passwords, sessions — which only a login session may (SECURITY.md 32): a
+	// leaked token must not be able to make itself permanent or lock its owner out.
+	ReasonSessionRequired = "session_required"
+
+	// ReasonTooManyStreams (kind RateLimited): the caller holds as many event
+	// streams as one user or one session may (SECURITY.md 34); one ends first.
+	ReasonTooManyStreams = "too_many_streams"
 )
 
 // String returns the default reason of the kind.

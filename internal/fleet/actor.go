@@ -12,7 +12,15 @@ type Actor struct {
 	// role and the owner's current one (an admin owner's is operator on every
 	// existing cluster). nil: the owner's grants, unlimited. SECURITY.md 32.
 	Limit map[int64]string
+	// APITokenID is the API token the caller authenticated with; empty for a
+	// login session. A token never changes grants, whoever owns it (SECURITY.md
+	// 32): they are credentials, and a leaked token must not widen itself.
+	APITokenID string
 }
+
+// IsAdmin reports whether the actor may administer the fleet: an admin, not
+// narrowed by an API token's grants.
+func (a Actor) IsAdmin() bool { return a.Role == store.RoleAdmin && a.Limit == nil }
 
 // roleRank orders the roles: a higher rank allows more.
 func roleRank(role string) int {

@@ -11,6 +11,10 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
+// rootActor is user 1, an admin from a login session: who changes grants in these
+// tests.
+var rootActor = Actor{UserID: 1, Email: "root@example.org", Role: store.RoleAdmin}
+
 // adminCtx is a request of user 1 (an admin) from 198.51.100.7, for the audit trail.
 func adminCtx(requestID string) context.Context {
 	ctx := audit.WithRequest(context.Background(), "198.51.100.7", requestID, "test-agent/1")
@@ -135,7 +139,7 @@ func TestGrantAuditRecords(t *testing.T) {
 	u := storeUser(t, st, "bob@x", store.RoleUser)
 	uid := "user:" + strconv.FormatInt(u.ID, 10)
 
-	g, err := svc.PutGrant(adminCtx("g1"), u.ID, c.ID, GrantViewer)
+	g, err := svc.PutGrant(adminCtx("g1"), rootActor, u.ID, c.ID, GrantViewer)
 	if err != nil || g.Role != GrantViewer || g.UserID != u.ID || g.ClusterID != c.ID || g.CreatedAt.IsZero() {
 		t.Fatalf("put: %+v (%v)", g, err)
 	}
@@ -146,20 +150,20 @@ func TestGrantAuditRecords(t *testing.T) {
 	attributedTo(t, rec, "g1")
 
 	n := len(auditRecords(t, st))
-	if _, err := svc.PutGrant(adminCtx("g2"), u.ID, c.ID, "owner"); errs.KindOf(err) != errs.Invalid {
+	if _, err := svc.PutGrant(adminCtx("g2"), rootActor, u.ID, c.ID, "owner"); errs.KindOf(err) != errs.Invalid {
 		t.Errorf("bad role: %v", err)
 	}
 	if len(auditRecords(t, st)) != n {
 		t.Error("a bad role was audited")
 	}
-	if _, err := svc.PutGrant(adminCtx("g3"), 999, c.ID, GrantOperator); errs.KindOf(err) != errs.NotFound {
+	if _, err := svc.PutGrant(adminCtx("g3"), rootActor, 999, c.ID, GrantOperator); errs.KindOf(err) != errs.NotFound {
 		t.Errorf("missing user: %v", err)
 	}
 	if rec := lastRecord(t, st); rec.Action != "grant.put" || rec.Target != "user:999" || rec.Result != "not_found" {
 		t.Errorf("failed put record %+v", rec)
 	}
 
-	if err := svc.DeleteGrant(adminCtx("g4"), u.ID, c.ID); err != nil {
+	if err := svc.DeleteGrant(adminCtx("g4"), rootActor, u.ID, c.ID); err != nil {
 		t.Fatal(err)
 	}
 	rec = lastRecord(t, st)
@@ -167,7 +171,7 @@ func TestGrantAuditRecords(t *testing.T) {
 		t.Errorf("delete record %+v", rec)
 	}
 	attributedTo(t, rec, "g4")
-	if err := svc.DeleteGrant(adminCtx("g5"), u.ID, c.ID); errs.KindOf(err) != errs.NotFound {
+	if err := svc.DeleteGrant(adminCtx("g5"), rootActor, u.ID, c.ID); errs.KindOf(err) != errs.NotFound {
 		t.Errorf("second delete: %v", err)
 	}
 	if rec := lastRecord(t, st); rec.Action != "grant.delete" || rec.Result != "not_found" {
@@ -183,7 +187,7 @@ func TestRequireAuditsRefusals(t *testing.T) {
 	svc, st := newTestService(t)
 	c := storeCluster(t, svc, "c1")
 	viewer := storeUser(t, st, "viewer@x", store.RoleUser)
-	if _, err := svc.PutGrant(context.Background(), viewer.ID, c.ID, GrantViewer); err != nil {
+	if _, err := svc.PutGrant(context.Background(), rootActor, viewer.ID, c.ID, GrantViewer); err != nil {
 		t.Fatal(err)
 	}
 	a := Actor{UserID: viewer.ID, Email: viewer.Email, Role: store.RoleUser}
@@ -233,7 +237,7 @@ func TestReadable(t *testing.T) {
 	bob := storeUser(t, st, "bob@x", store.RoleUser)
 	none := storeUser(t, st, "none@x", store.RoleUser)
 	for c, role := range map[int64]string{c1.ID: GrantViewer, c2.ID: GrantOperator} {
-		if _, err := svc.PutGrant(ctx, bob.ID, c, role); err != nil {
+		if _, err := svc.PutGrant(ctx, rootActor, bob.ID, c, role); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,5 +250,50 @@ func TestReadable(t *testing.T) {
 	}
 	if ids, all, err := svc.Readable(ctx, Actor{UserID: none.ID, Role: store.RoleUser}); err != nil || all || ids == nil || len(ids) != 0 {
 		t.Errorf("no grant: %v %v %v", ids, all, err)
+	}
+}
+
+// TestGrantsNeedAnAdminsLoginSession (SECURITY.md 32, docs/decisions/0038): the
+// fleet itself refuses a grant change to an API token, an admin's too (403
+// session_required), and to a user or an admin's token narrowed by grants (403
+// forbidden); each refusal is audited as access.denied and changes nothing.
+func TestGrantsNeedAnAdminsLoginSession(t *testing.T) {
+	t.Parallel()
+	svc, st := newTestService(t)
+	c := storeCluster(t, svc, "c1")
+	u := storeUser(t, st, "bob@x", store.RoleUser)
+	if _, err := svc.PutGrant(adminCtx("setup"), rootActor, u.ID, c.ID, GrantViewer); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		actor  Actor
+		reason string
+	}{
+		{"an admin's token", Actor{UserID: 1, Role: store.RoleAdmin, APITokenID: "tok123456789"}, errs.ReasonSessionRequired},
+		{"an admin's narrowed token", Actor{UserID: 1, Role: store.RoleAdmin, APITokenID: "tok123456789",
+			Limit: map[int64]string{c.ID: GrantOperator}}, "forbidden"},
+		{"a user's session", Actor{UserID: u.ID, Role: store.RoleUser}, "forbidden"},
+	}
+	// A request with no session in its facts: each refusal is a record of its
+	// own, not folded into its session's (internal/audit).
+	ctx := audit.WithRequest(context.Background(), "198.51.100.7", "r1", "test-agent/1")
+	for _, tc := range cases {
+		for name, call := range map[string]func() error{
+			"put":    func() error { _, err := svc.PutGrant(ctx, tc.actor, u.ID, c.ID, GrantOperator); return err },
+			"delete": func() error { return svc.DeleteGrant(ctx, tc.actor, u.ID, c.ID) },
+		} {
+			err := call()
+			if e, ok := errs.As(err); !ok || e.Kind != errs.Forbidden || e.ReasonOrDefault() != tc.reason {
+				t.Errorf("%s, %s: %v, want 403 %s", tc.name, name, err, tc.reason)
+			}
+			if rec := lastRecord(t, st); rec.Action != "access.denied" || rec.Target != "grant."+name || rec.ClusterID != c.ID {
+				t.Errorf("%s, %s: refusal record %+v", tc.name, name, rec)
+			}
+		}
+	}
+	gs, err := svc.UserGrants(context.Background(), u.ID)
+	if err != nil || len(gs) != 1 || gs[0].Role != GrantViewer {
+		t.Fatalf("the grant changed: %+v %v", gs, err)
 	}
 }

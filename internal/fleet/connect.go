@@ -257,7 +257,7 @@ func connectError(ep, tokenID string, err error) *errs.Error {
 		return &errs.Error{Kind: errs.Invalid, Reason: ReasonUnreachable, Err: err, Details: at,
 			Message: "cannot reach PVE at " + ep + ": " + clip(attemptText(err), 200) + "; check the address, the port (PVE listens on 8006) and the network between vmgate and the node"}
 	case errors.As(err, &pe):
-		text := pveText(pe)
+		text := pveSaid(pe)
 		switch {
 		case pe.StatusCode == 401:
 			return &errs.Error{Kind: errs.Invalid, Reason: ReasonTokenRejected, Err: err, Details: at,
@@ -267,14 +267,20 @@ func connectError(ep, tokenID string, err error) *errs.Error {
 				Message: "the API token " + quoteSafe(tokenID) + " lacks a permission: PVE at " + ep + " said \"" + text + "\"; give the token (with privilege separation, the token itself) at least the PVEAuditor role on / and VM.PowerMgmt and VM.Migrate on /vms"}
 		case pe.StatusCode == 404 || pe.StatusCode == 501:
 			return &errs.Error{Kind: errs.Invalid, Reason: ReasonUnreachable, Err: err, Details: at,
-				Message: ep + " does not answer like a PVE API (" + itoa(pe.StatusCode) + " " + text + "); give a node's address and port, e.g. https://10.0.0.1:8006"}
+				Message: ep + " does not answer like a PVE API (" + itoa(pe.StatusCode) + " " + text + notPVEBody(pe) +
+					"); give a node's address and port, e.g. https://10.0.0.1:8006, and check that a proxy in front passes /api2/json through"}
+		case pe.Plain && pe.Message != "":
+			return &errs.Error{Kind: errs.Upstream, Reason: "upstream_error", Err: err, Details: at,
+				Message: ep + " answered " + itoa(pe.StatusCode) + " " + text + notPVEBody(pe) +
+					"; check that the address is a PVE node's (port 8006) and, if a proxy is in front, that it reaches the node"}
 		default:
 			return &errs.Error{Kind: errs.Upstream, Reason: "upstream_error", Err: err, Details: at,
-				Message: "PVE at " + ep + " answered " + itoa(pe.StatusCode) + " " + text}
+				Message: "PVE at " + ep + " answered " + itoa(pe.StatusCode) + " " + text +
+					"; check the cluster's health on that node (quorum: pvecm status) and PVE's API services (systemctl status pveproxy pvedaemon), then try again"}
 		}
 	case errors.Is(err, pve.ErrBadResponse):
 		return &errs.Error{Kind: errs.Invalid, Reason: ReasonUnreachable, Err: err, Details: at,
-			Message: ep + " does not answer like a PVE API; give a node's address and port, e.g. https://10.0.0.1:8006"}
+			Message: ep + " does not answer like a PVE API; give a node's address and port, e.g. https://10.0.0.1:8006, and check that a proxy in front passes /api2/json through"}
 	default:
 		return &errs.Error{Kind: errs.Invalid, Reason: ReasonUnreachable, Err: err, Details: at,
 			Message: "cannot reach PVE at " + ep + ": " + clip(err.Error(), 200)}
@@ -330,6 +336,32 @@ func worstFailure(fs []*errs.Error) error {
 	}
 	e.Message = best.Message + " (also: " + strings.Join(others, "; ") + ")"
 	return &e
+}
+
+// pveSaid is what a registration error quotes of an answer: PVE's own words —
+// the message of its JSON envelope, else the status line's reason phrase —
+// never a body that was not PVE's JSON. The far side of a registration is
+// whatever the admin typed: a proxy's or another server's page could say
+// anything (a script, a link, a phishing text), and vmgate would be the one
+// repeating it to an admin. The body stays in the log (Err).
+func pveSaid(pe *pve.Error) string {
+	t := pe.Message
+	if pe.Plain || t == "" {
+		t = pe.Reason
+	}
+	t = strings.TrimSpace(t)
+	if i := strings.IndexByte(t, '\n'); i >= 0 {
+		t = t[:i]
+	}
+	return clip(t, 200)
+}
+
+// notPVEBody says that the answer had a body that is not PVE's, without quoting it.
+func notPVEBody(pe *pve.Error) string {
+	if pe.Plain && pe.Message != "" {
+		return ", with a body that is not PVE's JSON"
+	}
+	return ""
 }
 
 // pveText is PVE's own words for an error: its message, else its reason phrase.

@@ -101,6 +101,13 @@ func TestLearnSkipsNodesItCannotPin(t *testing.T) {
 	}
 }
 
+// farSideBody is what something that is not PVE may answer a registration with;
+// farSideBits are pieces of it no message may repeat.
+const farSideBody = `<html><head><title>Login</title></head><body><script>location="https://evil.example/"</script>` +
+	`Your session expired: log in again at https://evil.example/pve</body></html>`
+
+var farSideBits = []string{"<html", "<script", "evil.example", "session expired"}
+
 func TestConnectErrorNamesTheProblem(t *testing.T) {
 	t.Parallel()
 	const ep = "https://10.0.0.1:8006"
@@ -120,6 +127,14 @@ func TestConnectErrorNamesTheProblem(t *testing.T) {
 		{"not pve", &pve.Error{StatusCode: 501, Message: "no such uri"}, errs.Invalid, ReasonUnreachable, []string{"does not answer like a PVE API"}},
 		{"500", &pve.Error{StatusCode: 500, Message: "cluster not ready - no quorum?"}, errs.Upstream, "upstream_error", []string{"no quorum"}},
 		{"cancelled", fmt.Errorf("x: %w", context.Canceled), errs.Timeout, "", nil},
+		// Only PVE's own JSON message is quoted; a body that is not (a proxy's page)
+		// is named, not repeated, and the message says what to check.
+		{"html 502", &pve.Error{StatusCode: 502, Reason: "Bad Gateway", Message: farSideBody, Plain: true}, errs.Upstream, "upstream_error",
+			[]string{ep, "502 Bad Gateway", "not PVE's JSON", "port 8006", "proxy"}},
+		{"html 404", &pve.Error{StatusCode: 404, Reason: "Not Found", Message: farSideBody, Plain: true}, errs.Invalid, ReasonUnreachable,
+			[]string{"404 Not Found", "not PVE's JSON", "/api2/json"}},
+		{"json 500 hint", &pve.Error{StatusCode: 500, Message: "cluster not ready - no quorum?"}, errs.Upstream, "upstream_error",
+			[]string{"no quorum", "pvecm status", "pveproxy"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -127,6 +142,11 @@ func TestConnectErrorNamesTheProblem(t *testing.T) {
 			e := connectError(ep, "vmgate@pve!gw", c.err)
 			if e.Kind != c.kind || (c.reason != "" && e.Reason != c.reason) {
 				t.Fatalf("got %v/%q, want %v/%q", e.Kind, e.Reason, c.kind, c.reason)
+			}
+			for _, bit := range farSideBits {
+				if strings.Contains(e.Message, bit) {
+					t.Errorf("message %q repeats the far side's body (%q)", e.Message, bit)
+				}
 			}
 			for _, s := range c.says {
 				if !strings.Contains(e.Message, s) {

@@ -85,7 +85,7 @@ const (
 // holds a grant on, whatever its role (any grant allows reading), possibly none.
 // An API token's grants narrow either to the clusters they name.
 func (s *Service) Readable(ctx context.Context, a Actor) (ids []int64, all bool, err error) {
-	if a.Role == store.RoleAdmin && a.Limit == nil {
+	if a.IsAdmin() {
 		return nil, true, nil
 	}
 	var roles userRoles
@@ -122,10 +122,34 @@ type Grant struct {
 
 func userTarget(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
 
-// PutGrant gives a user a role on a cluster, or changes it. A role that is not a
-// grant role is refused first and not audited; every other attempt is audited as
+// requireAdminSession is the check of every grant change: only an admin (403
+// forbidden) from a login session (403 session_required: an API token, even an
+// admin's, changes no grant; SECURITY.md 32, docs/decisions/0038). A refusal is
+// audited as access.denied with attempt as its target.
+func (s *Service) requireAdminSession(ctx context.Context, a Actor, clusterID int64, attempt string) error {
+	var err error
+	switch {
+	case !a.IsAdmin():
+		err = errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
+	case a.APITokenID != "":
+		err = errs.R(errs.Forbidden, errs.ReasonSessionRequired,
+			"an API token cannot change grants: log in with your password for this")
+	default:
+		return nil
+	}
+	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", ClusterID: clusterID, Target: attempt, Result: "denied",
+		Reason: audit.Reason(err)})
+	return err
+}
+
+// PutGrant is admin a giving a user a role on a cluster, or changing it. Only an
+// admin's login session may (requireAdminSession). A role that is not a grant
+// role is refused next and not audited; every other attempt is audited as
 // grant.put.
-func (s *Service) PutGrant(ctx context.Context, userID, clusterID int64, role string) (Grant, error) {
+func (s *Service) PutGrant(ctx context.Context, a Actor, userID, clusterID int64, role string) (Grant, error) {
+	if err := s.requireAdminSession(ctx, a, clusterID, "grant.put"); err != nil {
+		return Grant{}, err
+	}
 	if !ValidGrantRole(role) {
 		return Grant{}, invalid("role must be %q or %q", GrantOperator, GrantViewer)
 	}
@@ -145,10 +169,14 @@ func (s *Service) putGrant(ctx context.Context, userID, clusterID int64, role st
 	return s.store.PutGrant(ctx, store.Grant{UserID: userID, ClusterID: clusterID, Role: role, CreatedAt: s.now()})
 }
 
-// DeleteGrant removes a user's grant on a cluster. Removing a grant that does not
-// exist is NotFound, so a typo in the user id does not pass for success. Every
+// DeleteGrant is admin a removing a user's grant on a cluster. Only an admin's
+// login session may (requireAdminSession). Removing a grant that does not exist
+// is NotFound, so a typo in the user id does not pass for success. Every other
 // attempt is audited as grant.delete.
-func (s *Service) DeleteGrant(ctx context.Context, userID, clusterID int64) error {
+func (s *Service) DeleteGrant(ctx context.Context, a Actor, userID, clusterID int64) error {
+	if err := s.requireAdminSession(ctx, a, clusterID, "grant.delete"); err != nil {
+		return err
+	}
 	err := s.deleteGrant(ctx, userID, clusterID)
 	s.audit.Record(ctx, store.AuditRecord{Action: "grant.delete", ClusterID: clusterID, Target: userTarget(userID), Result: audit.Result(err)})
 	return err

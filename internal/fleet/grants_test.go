@@ -87,10 +87,10 @@ func TestAuthorize(t *testing.T) {
 	op := storeUser(t, st, "op@x", store.RoleUser)
 	viewer := storeUser(t, st, "viewer@x", store.RoleUser)
 	none := storeUser(t, st, "none@x", store.RoleUser)
-	if _, err := svc.PutGrant(ctx, op.ID, c.ID, store.GrantOperator); err != nil {
+	if _, err := svc.PutGrant(ctx, rootActor, op.ID, c.ID, store.GrantOperator); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.PutGrant(ctx, viewer.ID, c.ID, store.GrantViewer); err != nil {
+	if _, err := svc.PutGrant(ctx, rootActor, viewer.ID, c.ID, store.GrantViewer); err != nil {
 		t.Fatal(err)
 	}
 	actor := func(u store.User) Actor { return Actor{UserID: u.ID, Email: u.Email, Role: u.Role} }
@@ -151,26 +151,26 @@ func TestGrants(t *testing.T) {
 	c := storeCluster(t, svc, "c1")
 	u := storeUser(t, st, "u@x", store.RoleUser)
 
-	if _, err := svc.PutGrant(ctx, u.ID, c.ID, "owner"); errs.KindOf(err) != errs.Invalid {
+	if _, err := svc.PutGrant(ctx, rootActor, u.ID, c.ID, "owner"); errs.KindOf(err) != errs.Invalid {
 		t.Fatalf("bad role: %v", err)
 	}
-	if _, err := svc.PutGrant(ctx, 999, c.ID, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
+	if _, err := svc.PutGrant(ctx, rootActor, 999, c.ID, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
 		t.Fatalf("missing user: %v", err)
 	}
-	if _, err := svc.PutGrant(ctx, u.ID, 999, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
+	if _, err := svc.PutGrant(ctx, rootActor, u.ID, 999, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
 		t.Fatalf("missing cluster: %v", err)
 	}
-	g, err := svc.PutGrant(ctx, u.ID, c.ID, store.GrantViewer)
+	g, err := svc.PutGrant(ctx, rootActor, u.ID, c.ID, store.GrantViewer)
 	if err != nil || g.Role != store.GrantViewer {
 		t.Fatalf("put: %+v, %v", g, err)
 	}
-	if g, err = svc.PutGrant(ctx, u.ID, c.ID, store.GrantOperator); err != nil || g.Role != store.GrantOperator {
+	if g, err = svc.PutGrant(ctx, rootActor, u.ID, c.ID, store.GrantOperator); err != nil || g.Role != store.GrantOperator {
 		t.Fatalf("change: %+v, %v", g, err)
 	}
-	if err := svc.DeleteGrant(ctx, u.ID, c.ID); err != nil {
+	if err := svc.DeleteGrant(ctx, rootActor, u.ID, c.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.DeleteGrant(ctx, u.ID, c.ID); errs.KindOf(err) != errs.NotFound {
+	if err := svc.DeleteGrant(ctx, rootActor, u.ID, c.ID); errs.KindOf(err) != errs.NotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 	if _, err := svc.Authorize(ctx, Actor{UserID: u.ID, Role: store.RoleUser}, c.ID, store.GrantViewer); errs.KindOf(err) != errs.NotFound {
@@ -186,8 +186,8 @@ func TestClustersListsOnlyVisible(t *testing.T) {
 	c2 := storeCluster(t, svc, "c2")
 	storeCluster(t, svc, "c3")
 	u := storeUser(t, st, "u@x", store.RoleUser)
-	svc.PutGrant(ctx, u.ID, c2.ID, store.GrantViewer)
-	svc.PutGrant(ctx, u.ID, c1.ID, store.GrantOperator)
+	svc.PutGrant(ctx, rootActor, u.ID, c2.ID, store.GrantViewer)
+	svc.PutGrant(ctx, rootActor, u.ID, c1.ID, store.GrantOperator)
 
 	got, err := svc.Clusters(ctx, Actor{UserID: u.ID, Role: store.RoleUser})
 	if err != nil {
@@ -238,10 +238,10 @@ func TestUserGrants(t *testing.T) {
 	c1, c2 := storeCluster(t, svc, "c1"), storeCluster(t, svc, "c2")
 	op := storeUser(t, st, "op@x", store.RoleUser)
 	none := storeUser(t, st, "none@x", store.RoleUser)
-	if _, err := svc.PutGrant(ctx, op.ID, c2.ID, GrantViewer); err != nil {
+	if _, err := svc.PutGrant(ctx, rootActor, op.ID, c2.ID, GrantViewer); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.PutGrant(ctx, op.ID, c1.ID, GrantOperator); err != nil {
+	if _, err := svc.PutGrant(ctx, rootActor, op.ID, c1.ID, GrantOperator); err != nil {
 		t.Fatal(err)
 	}
 	gs, err := svc.UserGrants(ctx, op.ID)

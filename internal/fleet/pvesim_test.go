@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -183,6 +186,37 @@ func TestRegisterNamesWhatIsWrong(t *testing.T) {
 	c := register(t, svc, spec)
 	if c.Endpoints[0].URL != closed || c.Endpoints[1].Node != "pve1" || len(c.Endpoints) != 4 {
 		t.Fatalf("endpoints %+v", c.Endpoints)
+	}
+}
+
+// TestRegisterQuotesNothingButPVE (issue 17 §2): registering an address where
+// something else answers — a page with a script and a link, in HTML, with an
+// escape sequence — fails with a message that names the address, the status
+// and what to check, and repeats nothing of that body.
+func TestRegisterQuotesNothingButPVE(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusBadGateway, http.StatusNotFound, http.StatusInternalServerError} {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(status)
+			fmt.Fprint(w, farSideBody+"\x1b]0;owned\x07")
+		}))
+		t.Cleanup(srv.Close)
+		fp := pve.Fingerprint(srv.Certificate().Raw)
+		svc, _ := newTestService(t)
+		_, err := svc.Register(context.Background(), ClusterSpec{Name: "not-pve", Endpoints: []string{srv.URL},
+			TokenID: "vmgate@pve!gw", TokenSecret: "0f3b2c4d-5e6f-4a7b-8c9d-000000000000", TLSFingerprint: fp})
+		e, ok := errs.As(err)
+		if !ok || !strings.Contains(e.Message, srv.URL) || !strings.Contains(e.Message, strconv.Itoa(status)) ||
+			!strings.Contains(e.Message, "check") {
+			t.Fatalf("%d: %v", status, err)
+		}
+		t.Logf("%d: %s", status, e.Message)
+		for _, bit := range append(farSideBits, "owned", "\x1b") {
+			if strings.Contains(e.Message, bit) {
+				t.Errorf("%d: message %q repeats the far side's body (%q)", status, e.Message, bit)
+			}
+		}
 	}
 }
 

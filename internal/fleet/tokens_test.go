@@ -21,7 +21,7 @@ func TestAuthorizeUnderTokenGrants(t *testing.T) {
 	admin := storeUser(t, st, "admin@x", store.RoleAdmin)
 	op := storeUser(t, st, "op@x", store.RoleUser)
 	for _, c := range []store.Cluster{c1, c2} {
-		if _, err := svc.PutGrant(ctx, op.ID, c.ID, store.GrantOperator); err != nil {
+		if _, err := svc.PutGrant(ctx, rootActor, op.ID, c.ID, store.GrantOperator); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,7 +71,7 @@ func TestAuthorizeUnderTokenGrants(t *testing.T) {
 	}
 
 	// The owner loses c2: the token with it, at the next call.
-	if err := svc.DeleteGrant(ctx, op.ID, c2.ID); err != nil {
+	if err := svc.DeleteGrant(ctx, rootActor, op.ID, c2.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.Authorize(ctx, opTok, c2.ID, store.GrantViewer); !errs.Is(err, errs.NotFound) {

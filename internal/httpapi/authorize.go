@@ -7,10 +7,11 @@ import (
 )
 
 // actor is the caller as internal/fleet sees it: an API token's grants go along
-// as the actor's Limit, which the fleet applies under the owner's at every check.
+// as the actor's Limit, which the fleet applies under the owner's at every check,
+// and its id, which no grant change accepts.
 func actor(r *http.Request) fleet.Actor {
 	p := principal(r)
-	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants}
+	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants, APITokenID: p.APITokenID}
 }
 
 // pathClusterID reads and validates {clusterId}.

@@ -158,7 +158,7 @@ func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	g, err := s.fleet.PutGrant(r.Context(), userID, clusterID, in.Role)
+	g, err := s.fleet.PutGrant(r.Context(), actor(r), userID, clusterID, in.Role)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (s *Server) deleteGrant(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	if err := s.fleet.DeleteGrant(r.Context(), userID, clusterID); err != nil {
+	if err := s.fleet.DeleteGrant(r.Context(), actor(r), userID, clusterID); err != nil {
 		return err
 	}
 	writeOK(w)

@@ -76,7 +76,7 @@ func newProxiedVMEnv(t *testing.T, speed float64, pveTimeout time.Duration, opts
 	e.addUser("root", accounts.RoleAdmin)
 	for _, u := range []struct{ name, role string }{{"op", fleet.GrantOperator}, {"view", fleet.GrantViewer}} {
 		e.addUser(u.name, accounts.RoleUser)
-		if _, err := e.fleet.PutGrant(ctx, e.users[u.name].ID, e.cid, u.role); err != nil {
+		if _, err := e.fleet.PutGrant(ctx, setupActor, e.users[u.name].ID, e.cid, u.role); err != nil {
 			t.Fatal(err)
 		}
 	}

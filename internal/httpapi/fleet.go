@@ -21,8 +21,8 @@ type Fleet interface {
 	Cluster(ctx context.Context, id int64) (fleet.Cluster, error)
 	List(ctx context.Context) ([]fleet.Cluster, error)
 
-	PutGrant(ctx context.Context, userID, clusterID int64, role string) (fleet.Grant, error)
-	DeleteGrant(ctx context.Context, userID, clusterID int64) error
+	PutGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64, role string) (fleet.Grant, error)
+	DeleteGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64) error
 
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
 	NodeList(ctx context.Context, clusterID int64) (fleet.NodeList, error)
@@ -30,8 +30,9 @@ type Fleet interface {
 	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
-// fleetRoutes are the cluster administration (DESIGN §3.4, admins only) and the
-// inventory reads (any authenticated user; each handler checks the grant).
+// fleetRoutes are the cluster administration (DESIGN §3.4, admins only; grants
+// from an admin's login session only, SECURITY.md 32) and the inventory reads
+// (any authenticated user; each handler checks the grant).
 func (s *Server) fleetRoutes() []route {
 	return []route{
 		{"GET", "/api/v1/clusters", admin, s.listClusters},
@@ -39,8 +40,8 @@ func (s *Server) fleetRoutes() []route {
 		{"GET", "/api/v1/clusters/{clusterId}", admin, s.getCluster},
 		{"PATCH", "/api/v1/clusters/{clusterId}", admin, s.patchCluster},
 		{"DELETE", "/api/v1/clusters/{clusterId}", admin, s.deleteCluster},
-		{"PUT", "/api/v1/clusters/{clusterId}/grants/{userId}", admin, s.putGrant},
-		{"DELETE", "/api/v1/clusters/{clusterId}/grants/{userId}", admin, s.deleteGrant},
+		{"PUT", "/api/v1/clusters/{clusterId}/grants/{userId}", adminSession, s.putGrant},
+		{"DELETE", "/api/v1/clusters/{clusterId}/grants/{userId}", adminSession, s.deleteGrant},
 
 		{"GET", "/api/v1/pve/clusters", authed, s.inventoryClusters},
 		{"GET", "/api/v1/pve/clusters/{clusterId}/nodes", authed, s.clusterNodes},

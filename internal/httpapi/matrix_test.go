@@ -32,6 +32,13 @@ import (
 
 const envPassword = "violet-Harbor-lantern-drift-42"
 
+// setupAdmin and setupActor are an admin's login session as the use cases see it:
+// who sets the tests' users and grants up, straight through the use cases.
+var (
+	setupAdmin = auth.Principal{Role: accounts.RoleAdmin, SessionID: "test-setup"}
+	setupActor = fleet.Actor{Role: accounts.RoleAdmin}
+)
+
 // testEnv is a vmgate HTTP stack with emulated clusters behind it.
 type testEnv struct {
 	t        testing.TB
@@ -174,7 +181,7 @@ func (e *testEnv) addUser(name, role string) accounts.User {
 	e.t.Helper()
 	ctx := context.Background()
 	email := name + "@example.org"
-	u, err := e.accounts.CreateUser(ctx, accounts.NewUser{Email: email, Nickname: name, Password: envPassword, Role: role})
+	u, err := e.accounts.CreateUser(ctx, setupAdmin, accounts.NewUser{Email: email, Nickname: name, Password: envPassword, Role: role})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -188,7 +195,7 @@ func (e *testEnv) addUser(name, role string) accounts.User {
 
 func (e *testEnv) grant(user, sim, role string) {
 	e.t.Helper()
-	if _, err := e.fleet.PutGrant(context.Background(), e.users[user].ID, e.sims[sim].id, role); err != nil {
+	if _, err := e.fleet.PutGrant(context.Background(), setupActor, e.users[user].ID, e.sims[sim].id, role); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -429,7 +429,7 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
 		return s.ops.OperationEvents(ctx, id, emit)
 	}
-	return eventStream(w, r, "operation", follow, func(v vmops.OperationView) ([]byte, error) {
+	return eventStream(w, r, s.streams, "operation", follow, func(v vmops.OperationView) ([]byte, error) {
 		return json.Marshal(toOperationJSON(v))
 	})
 }

@@ -22,10 +22,10 @@ func (s *Server) routes() []route {
 		{"DELETE", "/api/v1/user/tokens/{id}", session, s.deleteMyToken},
 
 		{"GET", "/api/v1/users", admin, s.listUsers},
-		{"POST", "/api/v1/users", admin, s.createUser},
+		{"POST", "/api/v1/users", adminSession, s.createUser},
 		{"GET", "/api/v1/users/{id}", admin, s.getUser},
-		{"PATCH", "/api/v1/users/{id}", admin, s.patchUser},
-		{"DELETE", "/api/v1/users/{id}", admin, s.deleteUser},
+		{"PATCH", "/api/v1/users/{id}", adminSession, s.patchUser},
+		{"DELETE", "/api/v1/users/{id}", adminSession, s.deleteUser},
 		{"GET", "/api/v1/users/{id}/sessions", adminSession, s.userSessions},
 		{"DELETE", "/api/v1/users/{id}/sessions/{sessionId}", adminSession, s.endUserSession},
 		{"GET", "/api/v1/users/{id}/tokens", adminSession, s.userTokens},

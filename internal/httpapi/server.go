@@ -24,6 +24,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/sse"
 )
 
 // Sessions is what the HTTP layer needs of internal/auth: tokens and sessions.
@@ -43,12 +44,13 @@ type Accounts interface {
 	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
 	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
 	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
+	RequireSession(ctx context.Context, p auth.Principal, attempt string) error
 
 	Users(ctx context.Context) ([]accounts.User, error)
 	User(ctx context.Context, id int64) (accounts.User, error)
-	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
-	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
-	DeleteUser(ctx context.Context, id int64) error
+	CreateUser(ctx context.Context, p auth.Principal, in accounts.NewUser) (accounts.User, error)
+	UpdateUser(ctx context.Context, p auth.Principal, id int64, ch accounts.UserChange) (accounts.User, error)
+	DeleteUser(ctx context.Context, p auth.Principal, id int64) error
 
 	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
 	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
@@ -59,7 +61,7 @@ type Accounts interface {
 	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
 	EndMySession(ctx context.Context, p auth.Principal, sid string) error
 	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
-	EndUserSession(ctx context.Context, userID int64, sid string) error
+	EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error
 }
 
 // AuditTrail is what the HTTP layer needs of the audit trail; *audit.Trail is one.
@@ -109,6 +111,10 @@ type Config struct {
 	// the context (internal/audit). A UI that has a Route method names its routes
 	// for the metrics and the log (the web UI does).
 	UI http.Handler
+	// Streams caps the event streams one user and one session hold open at once
+	// (SECURITY.md 34); give the web UI the same one. Nil: a limiter of its own
+	// with sse's default caps.
+	Streams *sse.Limiter
 	// RequestTimeout bounds every request as a whole, authentication and all
 	// [DefaultRequestTimeout]; long-polls get their wait on top, event streams
 	// none (see holdFor). Negative: no deadline.
@@ -132,6 +138,7 @@ type Server struct {
 	openapi  []byte
 	handler  http.Handler
 	ui       http.Handler
+	streams  *sse.Limiter
 
 	metricsPublic bool
 
@@ -147,6 +154,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
+		streams: cfg.Streams,
+	}
+	if s.streams == nil {
+		s.streams = sse.NewLimiter(sse.Limits{})
 	}
 	if s.requestTimeout == 0 {
 		s.requestTimeout = DefaultRequestTimeout
@@ -172,6 +183,10 @@ func New(cfg Config) (*Server, error) {
 		defer cancel()
 		return float64(s.sessions.ActiveSessions(ctx))
 	})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "vmgate_event_streams_open",
+		Help: "Event streams open now, the API's and the web UI's (when they share the limiter).",
+	}, func() float64 { return float64(s.streams.Open()) }))
 	if st, ok := cfg.Fleet.(upstreamStats); ok {
 		reg.MustRegister(pveCollector{stats: st.ClientStats})
 	}
@@ -225,8 +240,11 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		// The use cases refuse an API token what only a login session may do
+		// themselves (SECURITY.md 32); this is the second wall, and the one that
+		// keeps a token's attempt from reaching a handler at all.
 		if rt.access == session || rt.access == adminSession {
-			if err := auth.RequireLoginSession(*ri.principal); err != nil {
+			if err := s.accounts.RequireSession(r.Context(), *ri.principal, name); err != nil {
 				writeError(w, r, err)
 				return
 			}

@@ -89,7 +89,7 @@ func (s *Server) endUserSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.accounts.EndUserSession(r.Context(), id, sid); err != nil {
+	if err := s.accounts.EndUserSession(r.Context(), principal(r), id, sid); err != nil {
 		return err
 	}
 	writeOK(w)

@@ -133,21 +133,29 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	follow := func(ctx context.Context, emit func(vmops.TaskView) error) error {
 		return s.vms.Events(ctx, upid, hint, emit)
 	}
-	return eventStream(w, r, "task", follow, func(v vmops.TaskView) ([]byte, error) {
+	return eventStream(w, r, s.streams, "task", follow, func(v vmops.TaskView) ([]byte, error) {
 		return encode((*taskAnswer)(&v))
 	})
 }
 
 // eventStream answers with server-sent events: follow calls emit with the view now
 // and each time it changes, and each call sends one event named event with the
-// view as enc writes it. An error before the first event is answered as usual;
-// after it, the stream ends with "end" when the view is final, or with "shutdown"
-// and a retry hint when vmgate drains.
-func eventStream[V any](w http.ResponseWriter, r *http.Request, event string,
+// view as enc writes it. The stream takes one of the caller's slots in streams
+// first (429 too_many_streams when the user or the session holds its cap,
+// SECURITY.md 34) and gives it back when it ends. An error before the first event
+// is answered as usual; after it, the stream ends with "end" when the view is
+// final, or with "shutdown" and a retry hint when vmgate drains.
+func eventStream[V any](w http.ResponseWriter, r *http.Request, streams *sse.Limiter, event string,
 	follow func(ctx context.Context, emit func(V) error) error, enc func(V) ([]byte, error)) error {
+	p := principal(r)
+	release, err := streams.Acquire(p.UserID, p.AuditSession())
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := r.Context()
 	var stream *sse.Stream
-	err := follow(ctx, func(v V) error {
+	err = follow(ctx, func(v V) error {
 		b, err := enc(v)
 		if err != nil {
 			return err

@@ -51,8 +51,8 @@ func (e *vmEnv) newToken(user, as, body string) createdToken {
 
 // TestAPITokensOverHTTP (SECURITY.md 32): a token made from a login session acts
 // for its owner on the VM routes, attributed to the owner and the token in the
-// audit trail; it manages no tokens, passwords or sessions and is not refreshed
-// (403); its grants cap the owner's; revoking it, removing the owner's grant or
+// audit trail; it manages no tokens, passwords or sessions (403
+// session_required) and is not refreshed (the one 401); its grants cap the owner's; revoking it, removing the owner's grant or
 // disabling the owner takes effect on the next call; lists never show a secret.
 func TestAPITokensOverHTTP(t *testing.T) {
 	e := newVMEnv(t, 1000)
@@ -79,18 +79,19 @@ func TestAPITokensOverHTTP(t *testing.T) {
 		t.Fatalf("me through the viewer token: %s", me.env.Data)
 	}
 
-	// Nothing about credentials or sessions through a token.
+	// Nothing about credentials or sessions through a token (every such route:
+	// TestCredentialRoutesRefuseAPITokens); at refresh, the one 401.
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/api/v1/user/tokens", ""},
 		{"POST", "/api/v1/user/tokens", `{"name":"more"}`},
 		{"DELETE", "/api/v1/user/tokens/" + full.ID, ""},
 		{"POST", "/api/v1/user/password", `{"currentPassword":"` + envPassword + `","newPassword":"x"}`},
-		{"POST", "/api/v1/user/refresh", ""},
 		{"POST", "/api/v1/user/logout", ""},
 		{"GET", "/api/v1/user/sessions", ""},
 	} {
-		e.call("op-full", c.method, c.path, c.body).expect(t, 403, "forbidden")
+		e.call("op-full", c.method, c.path, c.body).expect(t, 403, "session_required")
 	}
+	e.call("op-full", "POST", "/api/v1/user/refresh", "").expect(t, 401, "unauthenticated")
 
 	// Lists: no secret, the last use and its address.
 	e.auth.WaitSeen()
@@ -113,11 +114,11 @@ func TestAPITokensOverHTTP(t *testing.T) {
 	e.call("op", "DELETE", "/api/v1/user/tokens/"+view.ID, "").expect(t, 404, "not_found")
 
 	// The owner loses the grant: 404 for the cluster at once; gets it back: 200.
-	if err := e.fleet.DeleteGrant(context.Background(), op.ID, e.cid); err != nil {
+	if err := e.fleet.DeleteGrant(context.Background(), setupActor, op.ID, e.cid); err != nil {
 		t.Fatal(err)
 	}
 	e.call("op-full", "GET", e.vmPath("pve1", 101), "").expect(t, 404, "not_found")
-	if _, err := e.fleet.PutGrant(context.Background(), op.ID, e.cid, fleet.GrantOperator); err != nil {
+	if _, err := e.fleet.PutGrant(context.Background(), setupActor, op.ID, e.cid, fleet.GrantOperator); err != nil {
 		t.Fatal(err)
 	}
 	e.call("op-full", "GET", e.vmPath("pve1", 101), "").expect(t, 200, "")
@@ -133,8 +134,8 @@ func TestAPITokensOverHTTP(t *testing.T) {
 }
 
 // TestAPITokenAdminScope (SECURITY.md 32): an admin's token without grants
-// administers; one with grants is no admin; neither reaches the admin's session
-// or token routes.
+// reads what an admin reads; one with grants is no admin; neither reaches the
+// routes that manage users, sessions or tokens.
 func TestAPITokenAdminScope(t *testing.T) {
 	e := newVMEnv(t, 1000)
 	e.newToken("root", "root-full", `{"name":"admin"}`)
@@ -144,8 +145,9 @@ func TestAPITokenAdminScope(t *testing.T) {
 	e.call("root-lim", "GET", e.vmPath("pve1", 100), "").expect(t, 200, "")
 	e.call("root-lim", "POST", e.vmPath("pve1", 100)+"/reboot?wait=0", "").expect(t, 403, "forbidden")
 	uid := itoa(e.users["op"].ID)
-	e.call("root-full", "GET", "/api/v1/users/"+uid+"/tokens", "").expect(t, 403, "forbidden")
-	e.call("root-full", "GET", "/api/v1/users/"+uid+"/sessions", "").expect(t, 403, "forbidden")
+	e.call("root-full", "GET", "/api/v1/users/"+uid+"/tokens", "").expect(t, 403, "session_required")
+	e.call("root-full", "GET", "/api/v1/users/"+uid+"/sessions", "").expect(t, 403, "session_required")
+	e.call("root-full", "PATCH", "/api/v1/users/"+uid, `{"disabled":true}`).expect(t, 403, "session_required")
 }
 
 // TestAPITokenNeverLogged (SECURITY.md 32): the request log of a token's uses —

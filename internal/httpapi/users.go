@@ -167,7 +167,7 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	u, err := s.accounts.CreateUser(r.Context(), accounts.NewUser{Email: in.Email, Nickname: in.Nickname, Password: in.Password, Role: in.Role})
+	u, err := s.accounts.CreateUser(r.Context(), principal(r), accounts.NewUser{Email: in.Email, Nickname: in.Nickname, Password: in.Password, Role: in.Role})
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (s *Server) patchUser(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	u, err := s.accounts.UpdateUser(r.Context(), id, accounts.UserChange{Nickname: in.Nickname, Role: in.Role,
+	u, err := s.accounts.UpdateUser(r.Context(), principal(r), id, accounts.UserChange{Nickname: in.Nickname, Role: in.Role,
 		Disabled: in.Disabled, Password: in.Password})
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func (s *Server) deleteUser(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.accounts.DeleteUser(r.Context(), id); err != nil {
+	if err := s.accounts.DeleteUser(r.Context(), principal(r), id); err != nil {
 		return err
 	}
 	writeOK(w)

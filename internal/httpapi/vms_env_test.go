@@ -75,7 +75,7 @@ func newVMEnvOf(t testing.TB, te *testEnv, opts pvesim.Options) *vmEnv {
 	for _, u := range []struct{ name, role string }{{"op", fleet.GrantOperator}, {"view", fleet.GrantViewer}, {"nobody", ""}} {
 		e.addUser(u.name, accounts.RoleUser)
 		if u.role != "" {
-			if _, err := e.fleet.PutGrant(ctx, e.users[u.name].ID, e.cid, u.role); err != nil {
+			if _, err := e.fleet.PutGrant(ctx, setupActor, e.users[u.name].ID, e.cid, u.role); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -958,7 +958,7 @@ func buildError(resp *http.Response, body []byte, cl *call, ep *endpoint) *Error
 		}
 		return e
 	}
-	e.Message = cleanText(strings.TrimRight(trimmed, "\n"))
+	e.Message, e.Plain = cleanText(strings.TrimRight(trimmed, "\n")), true
 	return e
 }
 

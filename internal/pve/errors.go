@@ -38,6 +38,10 @@ type Error struct {
 	Method     string            // the request's method
 	Path       string            // the request's path below /api2/json
 	Endpoint   string            // the endpoint URL that answered
+	// Plain says Message is a body that was not JSON — PVE's errors raised outside
+	// its handlers, or a page of whatever else answered (a proxy, another
+	// server) — rather than the "message" of PVE's JSON envelope.
+	Plain bool
 }
 
 // Error implements error.

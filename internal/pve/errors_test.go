@@ -239,6 +239,29 @@ func TestErrorTypesMessages(t *testing.T) {
 	}
 }
 
+// TestBuildErrorTellsPVEsMessageFromABody: the "message" of PVE's JSON envelope
+// is PVE's own words; a body that is not JSON is kept too, marked Plain, so that a
+// caller can decline to repeat whatever else answered (fleet's registration).
+func TestBuildErrorTellsPVEsMessageFromABody(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		body, message string
+		plain         bool
+	}{
+		{`{"data":null,"message":"VM 100 not running\n"}`, "VM 100 not running", false},
+		{`{"data":null}`, "", false},
+		{"no such uri\n", "no such uri", true},
+		{"<html><body>Bad Gateway</body></html>", "<html><body>Bad Gateway</body></html>", true},
+		{"", "", false},
+	} {
+		e := buildError(&http.Response{StatusCode: 502, Status: "502 Bad Gateway"}, []byte(c.body),
+			&call{method: "GET", path: pathVersion}, &endpoint{base: "https://h"})
+		if e.Message != c.message || e.Plain != c.plain {
+			t.Errorf("body %q: message %q plain %v, want %q %v", c.body, e.Message, e.Plain, c.message, c.plain)
+		}
+	}
+}
+
 func FuzzBuildError(f *testing.F) {
 	f.Add(500, "500 VM 100 not running", `{"data":null,"message":"VM 100 not running\n"}`)
 	f.Add(400, "400 Parameter verification failed.", `{"data":null,"errors":{"a":"b","c":1}}`)

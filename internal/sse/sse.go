@@ -4,7 +4,10 @@
 // deadline of its own (so a stream may outlive the server's WriteTimeout, a stuck
 // client still cannot hold a write forever), flushes at once, and writes a comment
 // every ping interval so that proxies keep a quiet stream open. It knows no task
-// and no session: what to send, and when to stop, is the caller's.
+// and no session: what to send, and when to stop, is the caller's. A Limiter
+// (limits.go), shared by the front ends, caps how many streams one user and one
+// session hold open at once (SECURITY.md 34), counting them by the ids it is
+// given.
 package sse
 
 import (

@@ -93,7 +93,7 @@ func (u *UI) usersPage(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (u *UI) createUser(w http.ResponseWriter, r *http.Request) error {
-	nu, err := u.accounts.CreateUser(r.Context(), accounts.NewUser{Email: strings.TrimSpace(r.PostFormValue("email")),
+	nu, err := u.accounts.CreateUser(r.Context(), principal(r), accounts.NewUser{Email: strings.TrimSpace(r.PostFormValue("email")),
 		Nickname: strings.TrimSpace(r.PostFormValue("nickname")), Password: r.PostFormValue("password"),
 		Role: r.PostFormValue("role")})
 	if err != nil {
@@ -158,7 +158,7 @@ func (u *UI) endUserSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	back := "/admin/users/" + itoa(id)
-	if err := u.accounts.EndUserSession(r.Context(), id, sid); err != nil {
+	if err := u.accounts.EndUserSession(r.Context(), principal(r), id, sid); err != nil {
 		return u.refused(w, r, back, err)
 	}
 	if sid == principal(r).SessionID {
@@ -205,7 +205,7 @@ func (u *UI) updateUser(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errs.R(errs.Invalid, "invalid_request", "the form asks for no known change")
 	}
-	if _, err := u.accounts.UpdateUser(r.Context(), id, ch); err != nil {
+	if _, err := u.accounts.UpdateUser(r.Context(), principal(r), id, ch); err != nil {
 		return u.refused(w, r, back, err)
 	}
 	return u.succeeded(w, r, back, said)
@@ -223,7 +223,7 @@ func (u *UI) deleteUser(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.accounts.DeleteUser(r.Context(), id); err != nil {
+	if err := u.accounts.DeleteUser(r.Context(), principal(r), id); err != nil {
 		return u.refused(w, r, "/admin/users/"+itoa(id), err)
 	}
 	return u.succeeded(w, r, "/admin/users", "User "+usr.Email+" deleted.")
@@ -451,9 +451,9 @@ func (u *UI) putGrant(w http.ResponseWriter, r *http.Request) error {
 	var err error
 	said := "Grant saved."
 	if role == "none" {
-		err, said = u.fleet.DeleteGrant(r.Context(), userID, clusterID), "Grant removed."
+		err, said = u.fleet.DeleteGrant(r.Context(), actor(r), userID, clusterID), "Grant removed."
 	} else {
-		_, err = u.fleet.PutGrant(r.Context(), userID, clusterID, role)
+		_, err = u.fleet.PutGrant(r.Context(), actor(r), userID, clusterID, role)
 	}
 	if err != nil {
 		return u.refused(w, r, "/admin/grants", err)

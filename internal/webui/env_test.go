@@ -25,8 +25,16 @@ import (
 	"github.com/vmgate/vmgate/internal/httpapi"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
+)
+
+// setupAdmin and setupActor are an admin's login session as the use cases see it:
+// who sets the tests' users and grants up, straight through the use cases.
+var (
+	setupAdmin = auth.Principal{Role: accounts.RoleAdmin, SessionID: "test-setup"}
+	setupActor = fleet.Actor{Role: accounts.RoleAdmin}
 )
 
 // The UI's tests run the whole stack as `vmgate server` composes it: the real use
@@ -80,6 +88,8 @@ type envOptions struct {
 	requestTimeout time.Duration // httpapi's (default its own)
 	pveTimeout     time.Duration // each PVE call's bound (default the PVE client's)
 	log            *slog.Logger  // httpapi's request log (default none)
+	manualClock    bool          // the emulator's time moves only when a test says (tasks stay running)
+	streams        *sse.Limiter  // the event stream caps the UI and the API share (default each its own)
 }
 
 type env struct {
@@ -145,7 +155,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if speed == 0 {
 		speed = 1000
 	}
-	e.sim = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev"})
+	e.sim = pvesim.DevCluster(pvesim.Options{Speed: speed, ClusterName: "dev", ManualClock: o.manualClock})
 	sctx, cancel := context.WithCancel(ctx)
 	ssrv, err := e.sim.Serve(sctx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
@@ -167,13 +177,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 		{viewerEmail, accounts.RoleUser, fleet.GrantViewer},
 		{nobodyEmail, accounts.RoleUser, ""},
 	} {
-		nu, err := e.acc.CreateUser(ctx, accounts.NewUser{Email: u.email, Password: password, Role: u.role})
+		nu, err := e.acc.CreateUser(ctx, setupAdmin, accounts.NewUser{Email: u.email, Password: password, Role: u.role})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.users[u.email] = nu
 		if u.grant != "" {
-			if _, err := e.fleet.PutGrant(ctx, nu.ID, e.cid, u.grant); err != nil {
+			if _, err := e.fleet.PutGrant(ctx, setupActor, nu.ID, e.cid, u.grant); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -181,12 +191,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
 		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second,
-		NoteCaller: httpapi.NoteCaller})
+		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api, err := httpapi.New(httpapi.Config{Sessions: e.auth, Accounts: e.acc, Audit: e.trail, Store: st,
-		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log})
+		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)
 	}

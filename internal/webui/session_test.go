@@ -295,7 +295,7 @@ func TestCookieSessionEndsLikeAnyOther(t *testing.T) {
 	b = e.browser()
 	b.login(viewerEmail)
 	yes := true
-	if _, err := e.acc.UpdateUser(ctx, e.users[viewerEmail].ID, accounts.UserChange{Disabled: &yes}); err != nil {
+	if _, err := e.acc.UpdateUser(ctx, setupAdmin, e.users[viewerEmail].ID, accounts.UserChange{Disabled: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	loggedOut(b, "user disabled")

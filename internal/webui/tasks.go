@@ -282,11 +282,19 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 // sessionStream is the event stream of a live page (a task's, an operation's) on
 // the UI's cookie session: follow calls emit with the view now and each time it
 // changes, and each call sends one event named event carrying show's answer as
-// JSON. The session is checked again at every event and ping, so a logout or
-// revocation ends the stream at once ("session"); it ends with "end" when the
+// JSON. It takes one of the caller's stream slots first (429 too_many_streams,
+// SECURITY.md 34: the limiter the API's streams count in too) and gives it back
+// when it ends. The session is checked again at every event and ping, so a logout
+// or revocation ends the stream at once ("session"); it ends with "end" when the
 // view is final, or with a retry hint when vmgate shuts down ("shutdown").
 func sessionStream[V any](u *UI, w http.ResponseWriter, r *http.Request, event string,
 	follow func(ctx context.Context, emit func(V) error) error, show func(ctx context.Context, v V) any) error {
+	p := principal(r)
+	release, err := u.streams.Acquire(p.UserID, p.AuditSession())
+	if err != nil {
+		return err
+	}
+	defer release()
 	raw := sessionToken(r)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -300,7 +308,7 @@ func sessionStream[V any](u *UI, w http.ResponseWriter, r *http.Request, event s
 		return true
 	}
 	var stream *sse.Stream
-	err := follow(ctx, func(v V) error {
+	err = follow(ctx, func(v V) error {
 		if !sessionOK() {
 			return errUnauthenticated
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -53,7 +54,7 @@ type Accounts interface {
 	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
 	EndMySession(ctx context.Context, p auth.Principal, sid string) error
 	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
-	EndUserSession(ctx context.Context, userID int64, sid string) error
+	EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error
 	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
 	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
 	DeleteMyToken(ctx context.Context, p auth.Principal, id string) error
@@ -62,9 +63,9 @@ type Accounts interface {
 
 	Users(ctx context.Context) ([]accounts.User, error)
 	User(ctx context.Context, id int64) (accounts.User, error)
-	CreateUser(ctx context.Context, in accounts.NewUser) (accounts.User, error)
-	UpdateUser(ctx context.Context, id int64, ch accounts.UserChange) (accounts.User, error)
-	DeleteUser(ctx context.Context, id int64) error
+	CreateUser(ctx context.Context, p auth.Principal, in accounts.NewUser) (accounts.User, error)
+	UpdateUser(ctx context.Context, p auth.Principal, id int64, ch accounts.UserChange) (accounts.User, error)
+	DeleteUser(ctx context.Context, p auth.Principal, id int64) error
 }
 
 // Fleet is what the UI needs of internal/fleet; *fleet.Service is one.
@@ -81,8 +82,8 @@ type Fleet interface {
 	Cluster(ctx context.Context, id int64) (fleet.Cluster, error)
 	List(ctx context.Context) ([]fleet.Cluster, error)
 
-	PutGrant(ctx context.Context, userID, clusterID int64, role string) (fleet.Grant, error)
-	DeleteGrant(ctx context.Context, userID, clusterID int64) error
+	PutGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64, role string) (fleet.Grant, error)
+	DeleteGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64) error
 	UserGrants(ctx context.Context, userID int64) ([]fleet.Grant, error)
 
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
@@ -142,8 +143,12 @@ type Config struct {
 	// NoteCaller, when set, names the authenticated caller of a request in its
 	// log line (httpapi.NoteCaller).
 	NoteCaller func(r *http.Request, userID int64, session string)
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Streams caps the live pages' event streams of one user and one session
+	// (SECURITY.md 34): the API's limiter, so that both count together. Nil: a
+	// limiter of the UI's own with sse's default caps.
+	Streams *sse.Limiter
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // UI is the web UI's handler. It is safe for concurrent use.
@@ -155,6 +160,7 @@ type UI struct {
 	ops      Operations
 	trail    AuditTrail
 	status   func(error) int
+	streams  *sse.Limiter
 	log      *slog.Logger
 	now      func() time.Time
 
@@ -182,7 +188,10 @@ func New(cfg Config) (*UI, error) {
 	}
 	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
-		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}}
+		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
+	if u.streams == nil {
+		u.streams = sse.NewLimiter(sse.Limits{})
+	}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
 	}
