@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
@@ -46,7 +46,7 @@ func (adminAuditVerifyCmd) Run(a *adminCmd) error {
 		if v.Rows > 0 {
 			first = fmt.Sprintf("%d to %d", v.FirstID, v.HeadID)
 		}
-		fmt.Printf("audit chain intact: %d rows (ids %s), checkpoint %d, head %d %s\n", v.Rows, first, v.CheckpointID,
+		show("audit chain intact: %d rows (ids %s), checkpoint %d, head %d %s", v.Rows, first, v.CheckpointID,
 			v.HeadID, v.HeadChain)
 		return nil
 	})
@@ -110,7 +110,7 @@ func (c *adminUserCreateCmd) Run(a *adminCmd) error {
 		}
 		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.create", Target: fmt.Sprintf("user:%d", u.ID),
 			Params: fmt.Sprintf(`{"role":%q,"via":"cli"}`, u.Role), Result: "ok"})
-		fmt.Printf("created user %d %s (%s)\n", u.ID, u.Email, u.Role)
+		show("created user %d %s (%s)", u.ID, u.Email, u.Role)
 		return nil
 	})
 }
@@ -123,12 +123,11 @@ func (adminUserListCmd) Run(a *adminCmd) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tEMAIL\tNICKNAME\tROLE\tDISABLED")
+		t := cli.TableOf{Header: []string{"ID", "EMAIL", "NICKNAME", "ROLE", "DISABLED"}}
 		for _, u := range users {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\n", u.ID, u.Email, u.Nickname, u.Role, u.Disabled)
+			t.Add(strconv.FormatInt(u.ID, 10), u.Email, u.Nickname, u.Role, strconv.FormatBool(u.Disabled))
 		}
-		return tw.Flush()
+		return t.Write(os.Stdout)
 	})
 }
 
@@ -154,7 +153,7 @@ func (c *adminUserDisableCmd) Run(a *adminCmd) error {
 		}
 		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.disable", Target: fmt.Sprintf("user:%d", u.ID),
 			Params: `{"via":"cli"}`, Result: "ok"})
-		fmt.Printf("disabled user %d %s; ended %d session(s)\n", u.ID, u.Email, len(ids))
+		show("disabled user %d %s; ended %d session(s)", u.ID, u.Email, len(ids))
 		return nil
 	})
 }
