@@ -39,7 +39,10 @@
 // many concurrent refreshes of one token one wins. Presenting an older generation
 // at Refresh revokes the session (RFC 9700 §4.14), except for the generation just
 // rotated, within ReuseGrace of the rotation: that is a double click or the
-// race's losers, and gets 401 alone.
+// race's losers, and gets 401 alone. The web UI's cookie holds only its session's
+// newest token, renewed through Refresh, so the UI asks CheckReuse about every
+// cookie Authenticate refused: the same rule revokes the session of a rotated
+// token shown again (a thief refreshed a stolen cookie's token at the API).
 //
 // Revocation is keyed on the session (sid) and its generation, never on token
 // text. Authenticate answers from an in-process cache of sessions (each entry with

@@ -121,7 +121,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Argon2:          auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
 		PerAddressRate:  rate.Inf,
 		PerAddressBurst: 1,
-		Audit:           e.trail.Append,
+		Audit:           e.trail.Record, // as the server wires it
 		Now:             now,
 	}
 	if o.auth != nil {
