@@ -80,6 +80,7 @@ type envOptions struct {
 	requestTimeout time.Duration // httpapi's (default its own)
 	pveTimeout     time.Duration // each PVE call's bound (default the PVE client's)
 	log            *slog.Logger  // httpapi's request log (default none)
+	trustedProxies []string      // httpapi's (default none)
 }
 
 type env struct {
@@ -186,12 +187,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	api, err := httpapi.New(httpapi.Config{Sessions: e.auth, Accounts: e.acc, Audit: e.trail, Store: st,
-		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log})
+		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log,
+		TrustedProxies: o.trustedProxies})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.tls {
-		e.srv = httptest.NewTLSServer(api)
+		// Through the server's own wrapper, which sets HSTS on every TLS answer.
+		e.srv = httptest.NewUnstartedServer(httpapi.NewHTTPServer("", api, nil).Handler)
+		e.srv.StartTLS()
 	} else {
 		e.srv = httptest.NewServer(api)
 	}
