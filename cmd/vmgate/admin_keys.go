@@ -68,7 +68,9 @@ type adminKeysRotateSealCmd struct {
 // Run rotates. Stop vmgate first, or follow docs/deploy.md's procedure for
 // replicas that keep serving.
 func (c *adminKeysRotateSealCmd) Run(a *adminCmd) error {
-	return a.withStore(func(ctx context.Context, st store.Store) error {
+	// The new key file opens the audit chain's key when a run before this one
+	// committed and was interrupted.
+	return a.withKeyedStore([]string{c.NewKeyFile}, func(ctx context.Context, st store.Store, _ *seal.Sealer) error {
 		var previous []string
 		if a.PreviousSecretKeyFile != "" {
 			previous = append(previous, a.PreviousSecretKeyFile)

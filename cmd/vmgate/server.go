@@ -145,21 +145,21 @@ type app struct {
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
-	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, PollInterval: c.FeedPoll, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	a := &app{store: st}
 	key, err := seal.LoadOrCreateKey(c.SecretKeyFile)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	sealer, err := newSealer(key, c.PreviousSecretKeyFile)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
+	// The store keys the audit chain with a key the key file seals (SECURITY.md 30).
+	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, PollInterval: c.FeedPoll, Logger: log,
+		Sealer: sealer})
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	a := &app{store: st}
 	// One audit trail for every use case; each record is attributed from the
 	// request facts the adapter put in its context (internal/audit).
 	a.trail = audit.New(st, audit.Options{Logger: log})

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 )
 
 // Open is OpenWith with the default Options.
@@ -38,6 +39,11 @@ type Options struct {
 	// Logger receives the change feed's events (listening, listener lost, feed
 	// unreadable); nil discards them.
 	Logger *slog.Logger
+	// Sealer is the key file's (internal/seal). With it the store keys the audit
+	// chain — at the first open, once, and from then on appends with the key it
+	// unseals (docs/decisions/0042); without it the store appends only to a chain
+	// that is not keyed yet. The server always gives it.
+	Sealer *seal.Sealer
 
 	// listenerQuiet is how long the PostgreSQL listener waits for a notification
 	// before it pings (listenerQuiet by default; tests shorten it).
@@ -109,6 +115,12 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open %s store: chain the audit records: %w", s.d.name, err)
 	}
+	if o.Sealer != nil {
+		if err := s.keyAuditChain(ctx, o.Sealer); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open %s store: key the audit chain: %w", s.d.name, err)
+		}
+	}
 	s.feed = newChangeFeed(s, o)
 	if s.pgConfig != nil {
 		if err := s.listenPostgres(ctx, o); err != nil {
@@ -178,6 +190,10 @@ type sqlStore struct {
 	channel string
 	// pgConfig is what the change feed's listener connects with (PostgreSQL only).
 	pgConfig *pgx.ConnConfig
+	// auditKey keys the audit chain from auditKeyedFrom on (keyAuditChain); nil
+	// when the store was opened without the key file (Options.Sealer).
+	auditKey       []byte
+	auditKeyedFrom int64
 }
 
 // Ping implements Store.

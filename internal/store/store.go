@@ -169,11 +169,12 @@ type SigningKey struct {
 const (
 	SealedSigningKey   = "signing_key"   // signing_keys.secret; Row and Name: the kid
 	SealedClusterToken = "cluster_token" // clusters.token_secret_sealed; Row: the cluster id, Name: the token id
+	SealedAuditKey     = "audit_key"     // audit_chain.key_sealed; Row "1", Name: keyed_from in decimal
 )
 
 // SealedSecret is one secret the store keeps sealed, as ResealSecrets hands it over.
 type SealedSecret struct {
-	Kind  string // SealedSigningKey or SealedClusterToken
+	Kind  string // SealedSigningKey, SealedClusterToken or SealedAuditKey
 	Row   string // which row holds it
 	Name  string // what the sealed value is bound to (its additional data)
 	Value []byte
@@ -296,7 +297,7 @@ type AuditRecord struct {
 	// folds repeated denials of one session in one minute (internal/audit).
 	Count int64
 	Prev  string // the chain value of the row before; set by AppendAudit
-	Chain string // this row's chain value (AuditChainValue); set by AppendAudit
+	Chain string // this row's chain value (AuditChainValueIn: keyed once the chain is); set by AppendAudit
 }
 
 // AuditFilter selects audit records for QueryAudit; zero fields do not filter.
@@ -318,7 +319,16 @@ type AuditChainState struct {
 	CheckpointID    int64 // 0: nothing pruned yet
 	CheckpointChain string
 	CheckpointAt    time.Time
+	// KeyedFrom is the first row chained with the audit key (AuditChainMAC); the
+	// rows before it are chained by AuditChainValue. 0: the chain is not keyed.
+	KeyedFrom int64
+	// KeySealed is the audit key, sealed with the key file under
+	// seal.AuditKeyAAD(KeyedFrom); nil while the chain is not keyed.
+	KeySealed []byte
 }
+
+// Keyed reports whether row id is chained with the audit key.
+func (c AuditChainState) Keyed(id int64) bool { return c.KeyedFrom > 0 && id >= c.KeyedFrom }
 
 // Idempotency record states.
 const (
@@ -446,9 +456,9 @@ type Store interface {
 	// superseded before cutoff (the newest key is never deleted), feeds
 	// ChangeSigningKey when it deleted any, and returns how many it deleted.
 	DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error)
-	// ResealSecrets hands every sealed secret — signing keys (raw ones too) and
-	// cluster token secrets — to fn in one transaction that holds the write locks of
-	// both tables, and stores what fn returns in place of each value (a signing key
+	// ResealSecrets hands every sealed secret — signing keys (raw ones too),
+	// cluster token secrets and the audit chain's key — to fn in one transaction
+	// that holds the write locks of their tables, and stores what fn returns in place of each value (a signing key
 	// becomes Sealed); nil leaves the value as it is. If fn fails, nothing is
 	// changed. It returns how many values were replaced. Replicas running it at once
 	// take turns, and each sees the values the one before committed.
