@@ -52,6 +52,9 @@ type Store interface {
 	UserAPITokens(ctx context.Context, userID int64) ([]store.APIToken, error)
 	DeleteAPIToken(ctx context.Context, userID int64, id string) error
 	TouchAPITokens(ctx context.Context, uses []store.APITokenUse) error
+
+	NoteLoginNetwork(ctx context.Context, account, network string, at time.Time) error
+	LoginNetworkSeen(ctx context.Context, account, network string) (time.Time, error)
 }
 
 // Reasons a session is revoked (store.Session.RevokedWhy).
@@ -253,7 +256,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 			slog.String("network", network))
 		return Token{}, store.User{}, s.refuse(ctx, wait, errThrottled(wait))
 	}
-	if wait, scope := s.throttle.wait(email, network, now); wait > 0 {
+	if wait, scope := s.throttle.wait(email, network, now); wait > 0 && (scope != scopeAccount || !s.knownNetwork(ctx, email, network, now, wait)) {
 		s.cfg.LoginOutcome(OutcomeLocked)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: delayed after wrong passwords", slog.String("address", addr),
 			slog.String("network", network), slog.String("scope", scope), slog.Duration("remaining", wait))
@@ -301,6 +304,12 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		return Token{}, store.User{}, errCredentials()
 	}
 	s.throttle.succeeded(email, network, now)
+	// Every replica, and this one after a restart, exempts the network from the
+	// account's ceiling (knownNetwork). A failed note costs the owner nothing here.
+	if err := s.st.NoteLoginNetwork(ctx, email, network, now); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "noting the login's network failed", slog.Int64("user", u.ID),
+			slog.String("network", network), slog.String("error", err.Error()))
+	}
 
 	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
 		RotatedAt: now, Address: addr, UserAgent: userAgent(ctx)}
@@ -317,6 +326,35 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
 		Address: addr, Target: "session:" + sess.ID, Result: "ok"})
 	return tok, u, nil
+}
+
+// knownNetwork reports whether account logged in successfully from network within
+// KnownNetworkMemory as the store remembers it (store.NoteLoginNetwork): on
+// another replica, or on this one before a restart, where this process's memory
+// does not know it. Such a network is exempt from the account's ceiling
+// (SECURITY.md 28), so a guesser with many networks cannot keep the owner out of
+// the networks they use, whichever replica answers. The answer is remembered — a
+// known network until its memory ends, an unknown one until the account's block
+// (block) does — so each of a guesser's networks costs one store read per block.
+// The read is the same for an account that exists and one that does not (accounts
+// are e-mails here), so it tells nothing either. A store that cannot answer
+// exempts nobody: the block is 15 minutes at most.
+func (s *Service) knownNetwork(ctx context.Context, account, network string, now time.Time, block time.Duration) bool {
+	if s.throttle.checkedUnknown(account, network, now) {
+		return false
+	}
+	at, err := s.st.LoginNetworkSeen(ctx, account, network)
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "reading a login network failed: the account's block holds",
+			slog.String("network", network), slog.String("error", err.Error()))
+		return false
+	}
+	if at.IsZero() || now.Sub(at) >= s.cfg.KnownNetworkMemory {
+		s.throttle.markUnknown(account, network, now, now.Add(block))
+		return false
+	}
+	s.throttle.noteKnown(account, network, now, at.Add(s.cfg.KnownNetworkMemory))
+	return true
 }
 
 // refuse answers a refused login with err after holding it for RefusalPause (at

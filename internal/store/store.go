@@ -365,6 +365,8 @@ const (
 	DefaultPruneSessions = 7 * 24 * time.Hour
 	DefaultPruneBatch    = 1000
 	DefaultPruneAudit    = 400 * 24 * time.Hour
+	// DefaultPruneLoginNetworks is auth's default KnownNetworkMemory.
+	DefaultPruneLoginNetworks = 30 * 24 * time.Hour
 )
 
 // PruneOptions says what Prune deletes. Zero or negative fields take their defaults.
@@ -378,6 +380,10 @@ type PruneOptions struct {
 	// AuditOlderThan: audit records older than this go, oldest first, leaving a
 	// checkpoint the rest verifies from (default DefaultPruneAudit, 400 days).
 	AuditOlderThan time.Duration
+	// LoginNetworksOlderThan: login networks (NoteLoginNetwork) not logged in from
+	// for longer than this go (default DefaultPruneLoginNetworks, 30 days: auth's
+	// KnownNetworkMemory, past which they exempt nobody).
+	LoginNetworksOlderThan time.Duration
 	// Batch is how many rows one DELETE removes at most (default DefaultPruneBatch).
 	// Each batch commits on its own, so a large backlog never holds the write lock
 	// (all of SQLite's) for long.
@@ -391,6 +397,7 @@ type PruneResult struct {
 	IdempotencyKeys int64
 	Audit           int64 // audit records past the retention
 	APITokens       int64 // expired more than SessionsEndedBefore ago
+	LoginNetworks   int64 // not logged in from for LoginNetworksOlderThan
 }
 
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
@@ -504,6 +511,14 @@ type Store interface {
 	AuditRange(ctx context.Context, after int64, limit int) ([]AuditRecord, error)
 	// AuditChain returns the chain's head and checkpoint.
 	AuditChain(ctx context.Context) (AuditChainState, error)
+
+	// NoteLoginNetwork records that account (an e-mail as auth normalises it)
+	// logged in successfully from network (a client network as auth names it) at
+	// at; a later time replaces an earlier one, never the reverse.
+	NoteLoginNetwork(ctx context.Context, account, network string, at time.Time) error
+	// LoginNetworkSeen returns when account last logged in from network, or the
+	// zero time when it never did (or Prune has forgotten it).
+	LoginNetworkSeen(ctx context.Context, account, network string) (time.Time, error)
 
 	// ClaimIdempotencyKey inserts r if no unexpired record for (UserID, Key) exists and
 	// returns (r, true). Otherwise it returns the existing record and false. Expired
