@@ -19,14 +19,19 @@ var wildcard = regexp.MustCompile(`\{([a-zA-Z]+)(?:\.\.\.)?\}`)
 
 // uiPath turns a route's pattern into a path of the test environment: the dev
 // cluster, its VM 100 on pve1, a task that does not exist, the user without
-// grants, and ids of nothing for the rest (an action refused before it acts is
-// what the loops look at; an action that would act must find nothing to act on).
-func (e *env) uiPath(t *testing.T, pattern string, asset string) string {
+// grants, and ids of nothing for the rest. nothing names a VM and a node that do
+// not exist, for an action that would act: it must find nothing to act on (an
+// action refused before it acts is what the loops look at).
+func (e *env) uiPath(t *testing.T, pattern string, asset string, nothing bool) string {
 	t.Helper()
+	node, vmid := "pve1", "100"
+	if nothing {
+		node, vmid = "pve9", "999999"
+	}
 	vals := map[string]string{
 		"clusterId": strconv.FormatInt(e.cid, 10),
-		"node":      "pve1",
-		"vmid":      "100",
+		"node":      node,
+		"vmid":      vmid,
 		"taskId":    "UPID:pve1:0000FFFF:0000FFFF:00000001:qmstart:100:vmgate@pve!gw:",
 		"id":        strconv.FormatInt(e.users[nobodyEmail].ID, 10),
 		"sid":       "no-such-session",
@@ -111,7 +116,7 @@ func TestSecurityHeadersOnEveryUIRoute(t *testing.T) {
 		}
 		scheme := map[bool]string{false: "http", true: "https"}[tls]
 		for _, rt := range routes {
-			path := e.uiPath(t, rt.pattern, asset)
+			path := e.uiPath(t, rt.pattern, asset, false)
 			key := scheme + " " + rt.method + " " + rt.pattern
 			// A stranger's page load, and a script's request (401 alone).
 			stranger := e.browser()
@@ -126,7 +131,11 @@ func TestSecurityHeadersOnEveryUIRoute(t *testing.T) {
 			if rt.pattern != "/logout" {
 				b := e.browser()
 				b.login(adminEmail)
-				p = b.do(b.request(rt.method, path, url.Values{"csrf": {b.csrf}}))
+				acted := path
+				if rt.method == http.MethodPost {
+					acted = e.uiPath(t, rt.pattern, asset, true)
+				}
+				p = b.do(b.request(rt.method, acted, url.Values{"csrf": {b.csrf}}))
 				checkUIHeaders(t, key+" as the admin ("+strconv.Itoa(p.status)+")", p.header, tls)
 			}
 			if rt.method == http.MethodPost {
@@ -213,7 +222,7 @@ func TestEveryUIPostNeedsCSRFAndOrigin(t *testing.T) {
 			continue
 		}
 		posts++
-		path := e.uiPath(t, rt.pattern, "")
+		path := e.uiPath(t, rt.pattern, "", false)
 		for _, c := range cases {
 			csrf := c.csrf()
 			form := url.Values{}
