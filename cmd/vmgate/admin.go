@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -34,11 +36,12 @@ type adminAuditCmd struct {
 
 type adminAuditVerifyCmd struct{}
 
-// Run verifies the chain and prints its head, which is worth keeping elsewhere:
-// comparing it later reveals a chain rewritten from some row on.
+// Run verifies the chain and prints whether it is keyed and its head, which is
+// worth keeping elsewhere: comparing it later reveals a chain rewritten from some
+// row on.
 func (adminAuditVerifyCmd) Run(a *adminCmd) error {
-	return a.withStore(func(ctx context.Context, st store.Store) error {
-		v, err := audit.Verify(ctx, st)
+	return a.withKeyedStore(nil, func(ctx context.Context, st store.Store, sl *seal.Sealer) error {
+		v, err := audit.Verify(ctx, st, sl)
 		if err != nil {
 			return err
 		}
@@ -46,8 +49,18 @@ func (adminAuditVerifyCmd) Run(a *adminCmd) error {
 		if v.Rows > 0 {
 			first = fmt.Sprintf("%d to %d", v.FirstID, v.HeadID)
 		}
-		fmt.Printf("audit chain intact: %d rows (ids %s), checkpoint %d, head %d %s\n", v.Rows, first, v.CheckpointID,
+		show("audit chain intact: %d rows (ids %s), checkpoint %d, head %d %s", v.Rows, first, v.CheckpointID,
 			v.HeadID, v.HeadChain)
+		switch {
+		case v.KeyedFrom == 0:
+			show("not keyed: a writer of the database alone could have rewritten it consistently; " +
+				"vmgate keys it the first time it opens the database with its key file")
+		case v.KeyedAt.IsZero():
+			show("keyed from row %d with the key file's audit key: rows before it verify by the unkeyed rule", v.KeyedFrom)
+		default:
+			show("keyed from row %d (since %s) with the key file's audit key: rows before it verify by the unkeyed rule",
+				v.KeyedFrom, v.KeyedAt.UTC().Format(time.RFC3339))
+		}
 		return nil
 	})
 }
@@ -60,19 +73,60 @@ type adminUserCmd struct {
 
 // withStore opens the database the server would use, runs fn and closes it.
 func (a *adminCmd) withStore(fn func(ctx context.Context, st store.Store) error) error {
+	return a.withKeyedStore(nil, func(ctx context.Context, st store.Store, _ *seal.Sealer) error { return fn(ctx, st) })
+}
+
+// withKeyedStore is withStore with the key file's Sealer, which the store needs to
+// append to the audit chain once it is keyed (SECURITY.md 30): it seals with
+// --secret-key-file and opens with it, --previous-secret-key-file and the files
+// in more that exist (a rotation's new key file). Without a key file (before the
+// server's first start created it) the Sealer is nil and the store appends only
+// to a chain that is not keyed yet.
+func (a *adminCmd) withKeyedStore(more []string, fn func(ctx context.Context, st store.Store, sl *seal.Sealer) error) error {
 	s := serverCmd{Database: a.Database, DataDir: a.DataDir, SecretKeyFile: a.SecretKeyFile}
 	if _, err := s.paths(); err != nil {
 		return err
 	}
 	a.SecretKeyFile = s.SecretKeyFile
+	sl, err := a.sealer(more)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := store.Open(ctx, s.Database)
+	st, err := store.OpenWith(ctx, s.Database, store.Options{Sealer: sl})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	return fn(ctx, st)
+	return fn(ctx, st, sl)
+}
+
+// sealer reads the key files withKeyedStore names; nil when --secret-key-file
+// does not exist.
+func (a *adminCmd) sealer(more []string) (*seal.Sealer, error) {
+	key, err := seal.ReadKey(a.SecretKeyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var others [][]byte
+	for _, f := range append([]string{a.PreviousSecretKeyFile}, more...) {
+		if f == "" {
+			continue
+		}
+		k, err := seal.ReadKey(f)
+		if errors.Is(err, fs.ErrNotExist) && f != a.PreviousSecretKeyFile {
+			continue // a rotation's new key file, not made yet
+		}
+		if err != nil {
+			return nil, err
+		}
+		others = append(others, k)
+	}
+	return seal.New(key, others...)
 }
 
 type adminUserCreateCmd struct {
@@ -110,7 +164,7 @@ func (c *adminUserCreateCmd) Run(a *adminCmd) error {
 		}
 		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.create", Target: fmt.Sprintf("user:%d", u.ID),
 			Params: fmt.Sprintf(`{"role":%q,"via":"cli"}`, u.Role), Result: "ok"})
-		fmt.Printf("created user %d %s (%s)\n", u.ID, u.Email, u.Role)
+		show("created user %d %s (%s)", u.ID, u.Email, u.Role)
 		return nil
 	})
 }
@@ -123,12 +177,11 @@ func (adminUserListCmd) Run(a *adminCmd) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tEMAIL\tNICKNAME\tROLE\tDISABLED")
+		t := cli.TableOf{Header: []string{"ID", "EMAIL", "NICKNAME", "ROLE", "DISABLED"}}
 		for _, u := range users {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\n", u.ID, u.Email, u.Nickname, u.Role, u.Disabled)
+			t.Add(strconv.FormatInt(u.ID, 10), u.Email, u.Nickname, u.Role, strconv.FormatBool(u.Disabled))
 		}
-		return tw.Flush()
+		return t.Write(os.Stdout)
 	})
 }
 
@@ -154,7 +207,7 @@ func (c *adminUserDisableCmd) Run(a *adminCmd) error {
 		}
 		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.disable", Target: fmt.Sprintf("user:%d", u.ID),
 			Params: `{"via":"cli"}`, Result: "ok"})
-		fmt.Printf("disabled user %d %s; ended %d session(s)\n", u.ID, u.Email, len(ids))
+		show("disabled user %d %s; ended %d session(s)", u.ID, u.Email, len(ids))
 		return nil
 	})
 }

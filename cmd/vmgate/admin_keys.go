@@ -51,9 +51,9 @@ func (adminKeysRotateSigningCmd) Run(a *adminCmd) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("new signing key %s signs from now on (running servers switch within seconds)\n", r.KID)
+		show("new signing key %s signs from now on (running servers switch within seconds)", r.KID)
 		if r.Previous != "" {
-			fmt.Printf("signing key %s still verifies for the longest token lifetime (--token-ttl, 1h by default) and %s more, then is retired\n",
+			show("signing key %s still verifies for the longest token lifetime (--token-ttl, 1h by default) and %s more, then is retired",
 				r.Previous, auth.KeyRetireGrace)
 		}
 		return nil
@@ -68,7 +68,9 @@ type adminKeysRotateSealCmd struct {
 // Run rotates. Stop vmgate first, or follow docs/deploy.md's procedure for
 // replicas that keep serving.
 func (c *adminKeysRotateSealCmd) Run(a *adminCmd) error {
-	return a.withStore(func(ctx context.Context, st store.Store) error {
+	// The new key file opens the audit chain's key when a run before this one
+	// committed and was interrupted.
+	return a.withKeyedStore([]string{c.NewKeyFile}, func(ctx context.Context, st store.Store, _ *seal.Sealer) error {
 		var previous []string
 		if a.PreviousSecretKeyFile != "" {
 			previous = append(previous, a.PreviousSecretKeyFile)
@@ -83,13 +85,13 @@ func (c *adminKeysRotateSealCmd) Run(a *adminCmd) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("sealed %d secret(s) again, under key %s (was %s)\n", res.Resealed, res.To, res.From)
+		show("sealed %d secret(s) again, under key %s (was %s)", res.Resealed, res.To, res.From)
 		if res.Installed {
-			fmt.Printf("%s holds the new key; the old one is kept in %s: keep it with the backups made before now, away from them\n",
+			show("%s holds the new key; the old one is kept in %s: keep it with the backups made before now, away from them",
 				a.SecretKeyFile, res.OldKeyFile)
 		} else {
 			abs, _ := filepath.Abs(c.NewKeyFile)
-			fmt.Printf("start vmgate with --secret-key-file %s\n", abs)
+			show("start vmgate with --secret-key-file %s", abs)
 		}
 		return nil
 	})

@@ -207,7 +207,7 @@ func (c *loginCmd) Run() error {
 	if err := cli.SaveLogin(s.Server, cli.Login{Email: c.Email, Token: t.Token, ExpiresAt: t.ExpiresAt, CAFile: s.CAFile()}); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "logged in to %s as %s\n", s.Server, c.Email)
+	say("logged in to %s as %s", s.Server, c.Email)
 	return nil
 }
 
@@ -222,7 +222,7 @@ func (c *loginCmd) saveToken(ctx context.Context, s *cli.Session) error {
 	if err := cli.SaveLogin(s.Server, cli.Login{Email: me.Email, Token: c.Token, CAFile: s.CAFile()}); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "%s: commands use this API token of %s from now on\n", s.Server, me.Email)
+	say("%s: commands use this API token of %s from now on", s.Server, me.Email)
 	return nil
 }
 
@@ -244,7 +244,7 @@ func (c *logoutCmd) Run() error {
 		if err := cli.ForgetLogin(s.Server); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "logged out of %s\n", s.Server)
+		say("logged out of %s", s.Server)
 		return nil
 	})
 }
@@ -320,10 +320,10 @@ func (c *getCmd) Run() error {
 		}
 		// The data goes to stdout as it is; what the envelope says about it, to stderr.
 		if resp.AsOf != nil {
-			fmt.Fprintf(os.Stderr, "as of %s\n", resp.AsOf.Local().Format("15:04:05.000"))
+			say("as of %s", resp.AsOf.Local().Format("15:04:05.000"))
 		}
 		if resp.NextCursor != "" {
-			fmt.Fprintf(os.Stderr, "more: add cursor=%s to the query for the next page\n", url.QueryEscape(resp.NextCursor))
+			say("more: add cursor=%s to the query for the next page", url.QueryEscape(resp.NextCursor))
 		}
 		return cli.WriteJSON(os.Stdout, v)
 	})
@@ -493,7 +493,7 @@ func (c *clusterRmCmd) Run() error {
 		if _, err := s.Do(ctx, http.MethodDelete, cli.AdminClustersPath+"/"+strconv.FormatInt(id, 10), nil, nil, nil); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "cluster %d removed\n", id)
+		say("cluster %d removed", id)
 		return nil
 	})
 }
@@ -616,7 +616,7 @@ func (c *userSetCmd) patch(disabled bool) error {
 		if disabled {
 			what = "disabled: their sessions and API tokens stopped"
 		}
-		fmt.Fprintf(os.Stderr, "user %d %s\n", id, what)
+		say("user %d %s", id, what)
 		return nil
 	})
 }
@@ -649,7 +649,7 @@ func (c *userPasswdCmd) Run() error {
 			map[string]any{"password": pw}, nil); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "password of user %d set; their sessions ended\n", id)
+		say("password of user %d set; their sessions ended", id)
 		return nil
 	})
 }
@@ -670,7 +670,7 @@ func (c *grantCmd) Run() error {
 		if _, err := s.Do(ctx, http.MethodPut, grantPath(cid, uid), nil, map[string]any{"role": c.Role}, nil); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "user %d is %s on cluster %d\n", uid, c.Role, cid)
+		say("user %d is %s on cluster %d", uid, c.Role, cid)
 		return nil
 	})
 }
@@ -690,7 +690,7 @@ func (c *revokeCmd) Run() error {
 		if _, err := s.Do(ctx, http.MethodDelete, grantPath(cid, uid), nil, nil, nil); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "user %d has no grant on cluster %d any more\n", uid, cid)
+		say("user %d has no grant on cluster %d any more", uid, cid)
 		return nil
 	})
 }
@@ -803,9 +803,9 @@ func (c *tokenCreateCmd) Run() error {
 		}
 		// The secret alone on stdout, for TOKEN=$(vmgate token create ci -o table);
 		// what it is, on stderr.
-		fmt.Println(tok.Token)
-		fmt.Fprintf(os.Stderr, "API token %s (%s) until %s, grants: %s\nthe secret above is shown this once: keep it in a secret store; send it as --token or $VMGATE_TOKEN\n",
-			tok.ID, tok.Name, cli.Stamp(tok.ExpiresAt), cli.GrantsText(tok.Grants))
+		show("%s", tok.Token)
+		say("API token %s (%s) until %s, grants: %s", tok.ID, tok.Name, cli.Stamp(tok.ExpiresAt), cli.GrantsText(tok.Grants))
+		say("the secret above is shown this once: keep it in a secret store; send it as --token or $VMGATE_TOKEN")
 		return nil
 	})
 }
@@ -854,7 +854,7 @@ func (c *tokenRmCmd) Run() error {
 		if _, err := s.Do(ctx, http.MethodDelete, path, nil, nil, nil); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "API token %s deleted: it stops working at once\n", c.ID)
+		say("API token %s deleted: it stops working at once", c.ID)
 		return nil
 	})
 }
@@ -951,7 +951,7 @@ func (c *taskLogCmd) Run() error {
 			return err
 		}
 		for _, l := range lines {
-			fmt.Println(l.T)
+			show("%s", l.T)
 		}
 		return nil
 	})
@@ -967,7 +967,7 @@ func watch(ctx context.Context, s *cli.Session, upid, interrupted string) error 
 	if err != nil {
 		return err
 	}
-	fmt.Println(cli.Summary(t))
+	show("%s", cli.Summary(t))
 	if t.Result == "failed" {
 		return &cli.ExitError{Code: cli.ExitFailed, Msg: "the task failed", Hint: "its log: vmgate task log " + upid}
 	}
@@ -1024,7 +1024,7 @@ func (c *vmListCmd) Run() error {
 			return err
 		}
 		if !it.AsOf.IsZero() && cli.IsTerminal(os.Stderr) {
-			fmt.Fprintf(os.Stderr, "%d VMs, as of %s\n", len(it.Raw), it.AsOf.Local().Format("15:04:05.000"))
+			say("%d VMs, as of %s", len(it.Raw), it.AsOf.Local().Format("15:04:05.000"))
 		}
 		return printItems(c.output, it, cli.VMsTable)
 	})
@@ -1108,11 +1108,11 @@ func power(c conn, v vmRef, op string, force bool, wait int, extra url.Values) e
 			return vmHint(err, v, op)
 		}
 		if running {
-			fmt.Printf("%s VM %d: still running in PVE (%s)\n", op, v.VMID, upid)
-			fmt.Fprintf(os.Stderr, "follow it: vmgate task watch %s\n", upid)
+			show("%s VM %d: still running in PVE (%s)", op, v.VMID, upid)
+			say("follow it: vmgate task watch %s", upid)
 			return nil
 		}
-		fmt.Printf("%s VM %d: done (%s)\n", op, v.VMID, upid)
+		show("%s VM %d: done (%s)", op, v.VMID, upid)
 		return nil
 	})
 }
@@ -1149,10 +1149,10 @@ func (c *vmMigrateCmd) Run() error {
 			return vmHint(err, c.vmRef, "migrate", c.Target)
 		}
 		if c.NoWatch {
-			fmt.Println(upid)
+			show("%s", upid)
 			return nil
 		}
-		fmt.Fprintf(os.Stderr, "migrating VM %d to %s: %s\n", c.VMID, c.Target, upid)
+		say("migrating VM %d to %s: %s", c.VMID, c.Target, upid)
 		return watch(ctx, s, upid, fmt.Sprintf("interrupted: the migration of VM %d goes on", c.VMID))
 	})
 }

@@ -5,7 +5,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 
@@ -36,7 +35,7 @@ func (c versionCmd) Run() error {
 	if c.JSON {
 		return json.NewEncoder(os.Stdout).Encode(b)
 	}
-	fmt.Println(b)
+	show("%v", b)
 	return nil
 }
 
@@ -72,30 +71,30 @@ func run(args []string) int {
 	var c commandLine
 	k, err := newParser(&c, os.Stdout, os.Stderr, os.Exit)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "vmgate:", err)
+		say("vmgate: %v", err)
 		return cli.ExitFailed
 	}
 	ctx, err := k.Parse(args)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "vmgate:", err)
+		say("vmgate: %v", err)
 		var pe *kong.ParseError
 		if errors.As(err, &pe) && pe.Context != nil && pe.Context.Selected() != nil {
-			fmt.Fprintf(os.Stderr, "see: vmgate %s --help\n", pe.Context.Selected().Path())
+			say("see: vmgate %s --help", pe.Context.Selected().Path())
 		} else {
-			fmt.Fprintln(os.Stderr, "see: vmgate --help")
+			say("see: vmgate --help")
 		}
 		return cli.ExitUsage
 	}
 	if err := ctx.Run(); err != nil {
 		var ee *cli.ExitError
 		if errors.As(err, &ee) {
-			fmt.Fprintln(os.Stderr, "vmgate: "+ee.Msg)
+			say("vmgate: %s", ee.Msg)
 			if ee.Hint != "" {
-				fmt.Fprintln(os.Stderr, ee.Hint)
+				say("%s", ee.Hint)
 			}
 			return ee.Code
 		}
-		fmt.Fprintln(os.Stderr, "vmgate:", err)
+		say("vmgate: %v", err)
 		return cli.ExitFailed
 	}
 	return cli.ExitOK

@@ -253,7 +253,12 @@ func startSim(t *testing.T, args ...string) simInfo {
 // client and the cluster's id.
 func startLab(t *testing.T, pw string, simArgs ...string) (dir string, srv *proc, c *cli.Client, clusterID int64) {
 	t.Helper()
-	info := startSim(t, simArgs...)
+	return startLabOn(t, pw, startSim(t, simArgs...))
+}
+
+// startLabOn is startLab on an emulated cluster that runs already (info).
+func startLabOn(t *testing.T, pw string, info simInfo) (dir string, srv *proc, c *cli.Client, clusterID int64) {
+	t.Helper()
 	dir = t.TempDir()
 	createAdmin(t, dir, "ops@example.com", pw)
 	srv = start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")

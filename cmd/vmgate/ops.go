@@ -132,7 +132,7 @@ func launch(ctx context.Context, s *cli.Session, o output, st opStart, path stri
 			return err
 		}
 		if targets && len(l.Plan.Targets) > 0 {
-			fmt.Println()
+			show("")
 			if err := cli.TargetsTable(l.Plan).Write(os.Stdout); err != nil {
 				return err
 			}
@@ -142,10 +142,10 @@ func launch(ctx context.Context, s *cli.Session, o output, st opStart, path stri
 		return nil
 	}
 	if st.NoWatch {
-		fmt.Println(l.OperationID)
+		show("%d", l.OperationID)
 		return nil
 	}
-	fmt.Fprintf(os.Stderr, "operation %d started; follow it with: vmgate op watch %d\n", l.OperationID, l.OperationID)
+	say("operation %d started; follow it with: vmgate op watch %d", l.OperationID, l.OperationID)
 	return watchOperation(ctx, s, o, l.OperationID, &l.Plan)
 }
 
@@ -180,7 +180,7 @@ func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, pla
 			return err
 		}
 	} else {
-		fmt.Println(cli.OperationSummary(op))
+		show("%s", cli.OperationSummary(op))
 	}
 	if op.Status != "done" {
 		return &cli.ExitError{Code: cli.ExitFailed, Msg: fmt.Sprintf("operation %d ended %s", id, op.Status),
@@ -230,7 +230,7 @@ func (c *opShowCmd) Run() error {
 			return err
 		}
 		return c.print(json.RawMessage(raw), func() (cli.TableOf, error) {
-			fmt.Fprintln(os.Stderr, cli.OperationSummary(op))
+			say("%s", cli.OperationSummary(op))
 			return cli.ItemsTable(op), nil
 		})
 	})
@@ -264,8 +264,8 @@ func (c *opCancelCmd) Run() error {
 		if c.Abort {
 			what = "nothing more starts; the running migrations are being stopped"
 		}
-		fmt.Printf("operation %d cancelled: %s (%d running)\n", op.ID, what, op.Counts.Running)
-		fmt.Fprintf(os.Stderr, "follow it to its end: vmgate op watch %d\n", op.ID)
+		show("operation %d cancelled: %s (%d running)", op.ID, what, op.Counts.Running)
+		say("follow it to its end: vmgate op watch %d", op.ID)
 		return nil
 	})
 }

@@ -94,13 +94,11 @@ func (c *pvesimCmd) runForBench(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pvesim: %w", err)
 	}
-	if _, err := fmt.Printf("%s\n", line); err != nil {
-		return fmt.Errorf("pvesim: %w", err)
-	}
+	show("%s", line)
 	for _, w := range srv.Warnings() {
-		fmt.Fprintf(os.Stderr, "pvesim: warning: %s\n", w)
+		say("pvesim: warning: %s", w)
 	}
-	fmt.Fprintf(os.Stderr, "pvesim: %d VMs on %d nodes at %s; interrupt to stop\n", max(c.VMs, devVMs), len(nodes), eps[0].URL)
+	say("pvesim: %d VMs on %d nodes at %s; interrupt to stop", max(c.VMs, devVMs), len(nodes), eps[0].URL)
 	<-ctx.Done()
 	return nil
 }

@@ -156,21 +156,21 @@ type app struct {
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
-	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, PollInterval: c.FeedPoll, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	a := &app{store: st}
 	key, err := seal.LoadOrCreateKey(c.SecretKeyFile)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	sealer, err := newSealer(key, c.PreviousSecretKeyFile)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
+	// The store keys the audit chain with a key the key file seals (SECURITY.md 30).
+	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, PollInterval: c.FeedPoll, Logger: log,
+		Sealer: sealer})
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	a := &app{store: st}
 	// One audit trail for every use case; each record is attributed from the
 	// request facts the adapter put in its context (internal/audit).
 	a.trail = audit.New(st, audit.Options{Logger: log})
@@ -313,7 +313,7 @@ func (c *serverCmd) Run() error {
 	}
 	base := scheme(cert) + "://" + ln.Addr().String()
 	// The first line on stdout says where vmgate listens; tests and scripts read it.
-	fmt.Printf("vmgate listening on %s\n", base)
+	show("vmgate listening on %s", base)
 	if c.Dev {
 		c.printDevHelp(base)
 	}
@@ -491,14 +491,14 @@ func (c *serverCmd) startDev(ctx, serveCtx context.Context, a *app, log *slog.Lo
 
 // printDevHelp tells a person how to start: the credentials and a first command.
 func (c *serverCmd) printDevHelp(base string) {
-	fmt.Printf("dev admin: %s\n", devAdmin)
+	show("dev admin: %s", devAdmin)
 	switch {
 	case c.devPasswordShown:
-		fmt.Printf("dev password: %s\n", c.devPassword)
+		show("dev password: %s", c.devPassword)
 	case c.devPassword != "":
-		fmt.Println("dev password: $VMGATE_DEV_PASSWORD")
+		show("dev password: $VMGATE_DEV_PASSWORD")
 	default:
-		fmt.Println("dev password: unchanged (kept data dir)")
+		show("dev password: unchanged (kept data dir)")
 	}
 	pw := "$VMGATE_DEV_PASSWORD"
 	if c.devPasswordShown {
@@ -506,14 +506,15 @@ func (c *serverCmd) printDevHelp(base string) {
 	}
 	switch {
 	case c.devPasswordShown:
-		fmt.Printf("web UI: %s/ (log in as %s, password %s)\n", base, devAdmin, c.devPassword)
+		show("web UI: %s/ (log in as %s, password %s)", base, devAdmin, c.devPassword)
 	case c.devPassword != "":
-		fmt.Printf("web UI: %s/ (log in as %s, password $VMGATE_DEV_PASSWORD)\n", base, devAdmin)
+		show("web UI: %s/ (log in as %s, password $VMGATE_DEV_PASSWORD)", base, devAdmin)
 	default:
-		fmt.Printf("web UI: %s/ (log in as %s)\n", base, devAdmin)
+		show("web UI: %s/ (log in as %s)", base, devAdmin)
 	}
-	fmt.Printf("try:\n  TOKEN=$(curl -s %s/api/v1/user/login -H 'Content-Type: application/json' -d \"{\\\"email\\\":\\\"%s\\\",\\\"password\\\":\\\"%s\\\"}\" | jq -r .data.token)\n", base, devAdmin, pw)
-	fmt.Printf("  curl -s -H \"Authorization: Bearer $TOKEN\" %s/api/v1/pve/clusters/1/vms | jq\n", base)
+	show("try:")
+	show("  TOKEN=$(curl -s %s/api/v1/user/login -H 'Content-Type: application/json' -d \"{\\\"email\\\":\\\"%s\\\",\\\"password\\\":\\\"%s\\\"}\" | jq -r .data.token)", base, devAdmin, pw)
+	show("  curl -s -H \"Authorization: Bearer $TOKEN\" %s/api/v1/pve/clusters/1/vms | jq", base)
 }
 
 // startCPUProfile profiles the process until the returned function is called.

@@ -25,10 +25,14 @@
 //
 // # The chain
 //
-// The store chains the records: each row carries a SHA-256 over its canonical form
-// and the row before's value (store.AuditChainValue), and Verify walks the chain
-// and names the first row that was changed, inserted or removed. Retention prunes
-// the oldest rows and leaves a checkpoint the rest verifies from.
+// The store chains the records: each row carries a value over its canonical form
+// and the row before's value, and Verify walks the chain and names the first row
+// that was changed, inserted or removed. From the row the chain was keyed from on
+// (a store's first open with the key file) the value is an HMAC under a key only
+// the key file opens (store.AuditChainMAC), before it a SHA-256
+// (store.AuditChainValue), so a writer of the database alone cannot rewrite the
+// chain consistently (docs/decisions/0042). Retention prunes the oldest rows and
+// leaves a checkpoint the rest verifies from.
 //
 // # Folded denials
 //

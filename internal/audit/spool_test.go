@@ -109,7 +109,7 @@ func TestSpoolKeepsRecordsWhileTheStoreIsFull(t *testing.T) {
 	if !recs[2].At.Equal(now.Add(time.Second)) {
 		t.Errorf("x.second was written with %v, want its own time %v", recs[2].At, now.Add(time.Second))
 	}
-	if v, err := Verify(ctx, st); err != nil || v.Rows != 5 {
+	if v, err := Verify(ctx, st, nil); err != nil || v.Rows != 5 {
 		t.Errorf("the chain after the spool: %+v %v", v, err)
 	}
 }

@@ -2,8 +2,12 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -20,6 +24,14 @@ type Verdict struct {
 	HeadID       int64  // the newest row, as the chain's head says
 	HeadChain    string // its chain value: record it elsewhere to detect a rewritten chain later
 	CheckpointID int64  // the last row retention pruned (0: none)
+	// KeyedFrom is the first row chained with the audit key, checked with the key
+	// file (0: the chain is not keyed, and a writer of the database alone could
+	// have rewritten it consistently). The rows before it verify by the unkeyed
+	// rule and are anchored by it.
+	KeyedFrom int64
+	// KeyedAt is when the chain was keyed: the time of the row that begins the
+	// keyed chain (store.ChainKeyedAction), zero when retention pruned it.
+	KeyedAt time.Time
 }
 
 // The kinds of break Verify names.
@@ -27,15 +39,22 @@ const (
 	Changed  = "changed"  // a row's contents (or its link) no longer match its chain value
 	Inserted = "inserted" // a row that was not appended through the chain
 	Removed  = "removed"  // rows that were appended are missing
+	// Rekeyed: the record of where the keyed chain begins, or the sealed key, was
+	// changed or removed in the database (to pass keyed rows off as unkeyed ones).
+	Rekeyed = "rekeyed"
 )
+
+// ErrKeyFileNeeded is Verify's error for a keyed chain when it was given no key
+// file: the keyed rows cannot be checked without it.
+var ErrKeyFileNeeded = errors.New("the audit chain is keyed: verifying it needs vmgate's key file (--secret-key-file)")
 
 // ChainBreak is the first place the chain does not hold.
 type ChainBreak struct {
-	Kind string // Changed, Inserted or Removed
+	Kind string // Changed, Inserted, Removed or Rekeyed
 	// ID is the row named: the changed or inserted row, or for Removed the first
 	// missing id (FromID to ToID are missing).
 	ID           int64
-	FromID, ToID int64 // Removed: the missing ids
+	FromID, ToID int64 // Removed: the missing ids; Rekeyed: FromID is where the chain says keying began
 	AfterID      int64 // the last row that verified (0: none, or the checkpoint's)
 }
 
@@ -49,6 +68,13 @@ func (b *ChainBreak) Error() string {
 		return fmt.Sprintf("audit chain broken: rows %d to %d were removed (after row %d)", b.FromID, b.ToID, b.AfterID)
 	case Inserted:
 		return fmt.Sprintf("audit chain broken: row %d was inserted (after row %d)", b.ID, b.AfterID)
+	case Rekeyed:
+		if b.ID == b.FromID {
+			return fmt.Sprintf("audit chain broken: the record of its keying (keyed from row %d) or its sealed key "+
+				"was changed in the database", b.FromID)
+		}
+		return fmt.Sprintf("audit chain broken: row %d began the keyed chain, and the chain's keying record says "+
+			"row %d: the keying record was changed in the database", b.ID, b.FromID)
 	}
 	return fmt.Sprintf("audit chain broken: row %d was changed (after row %d)", b.ID, b.AfterID)
 }
@@ -76,16 +102,30 @@ const verifyPage = 1000
 // After the last row, the head must be that row: a head further on means the
 // newest rows were removed.
 //
-// The chain is unkeyed (as the issue asks): someone who can write the database and
-// recompute SHA-256 can rewrite it from a row on. Record HeadChain elsewhere (the
-// server logs it every hour) and compare it later to detect that too.
-func Verify(ctx context.Context, r ChainReader) (Verdict, error) {
+// From the row the chain was keyed from (store.AuditChainState.KeyedFrom) on, a
+// row's value is an HMAC under the audit key, which only the key file keyFile
+// opens: without it no value can be computed for a changed row, so a writer of
+// the database alone cannot rewrite the chain consistently, neither the keyed rows
+// nor the unkeyed ones before them (the first keyed row's value covers the link to
+// the last unkeyed one). The sealed key is bound to where keying began, so moving
+// that record to pass keyed rows off as unkeyed makes the key not open: Rekeyed.
+// A keyed chain without keyFile is ErrKeyFileNeeded; a key sealed with another key
+// file is an error naming both. A chain that is not keyed (no vmgate with a key
+// file opened it yet) verifies by the unkeyed rule alone, and a row in it that
+// says it began a keyed chain is Rekeyed. Record HeadChain elsewhere (the server
+// logs it every hour) and compare it later: that also reveals a chain stripped of
+// its keying and rewritten whole.
+func Verify(ctx context.Context, r ChainReader, keyFile *seal.Sealer) (Verdict, error) {
 	c, err := r.AuditChain(ctx)
 	if err != nil {
 		return Verdict{}, err
 	}
-	v := Verdict{HeadID: c.HeadID, HeadChain: c.HeadChain, CheckpointID: c.CheckpointID}
-	w := walker{expect: c.CheckpointChain, lastID: c.CheckpointID}
+	v := Verdict{HeadID: c.HeadID, HeadChain: c.HeadChain, CheckpointID: c.CheckpointID, KeyedFrom: c.KeyedFrom}
+	key, err := auditKey(c, keyFile)
+	if err != nil {
+		return v, err
+	}
+	w := walker{expect: c.CheckpointChain, lastID: c.CheckpointID, chain: c, key: key}
 	var page []store.AuditRecord
 	after := c.CheckpointID
 	next := func() (store.AuditRecord, bool, error) {
@@ -133,6 +173,12 @@ func Verify(ctx context.Context, r ChainReader) (Verdict, error) {
 		if b := w.step(cur, peek); b != nil {
 			return v, b
 		}
+		if cur.Action == store.ChainKeyedAction {
+			if cur.ID != c.KeyedFrom {
+				return v, &ChainBreak{Kind: Rekeyed, ID: cur.ID, FromID: c.KeyedFrom, AfterID: w.beforeID}
+			}
+			v.KeyedAt = cur.At
+		}
 		if v.FirstID == 0 {
 			v.FirstID = cur.ID
 		}
@@ -150,6 +196,27 @@ func Verify(ctx context.Context, r ChainReader) (Verdict, error) {
 	return v, nil
 }
 
+// auditKey opens the chain's key with the key file: nil for a chain that is not
+// keyed.
+func auditKey(c store.AuditChainState, keyFile *seal.Sealer) ([]byte, error) {
+	if c.KeyedFrom == 0 {
+		return nil, nil
+	}
+	if keyFile == nil {
+		return nil, fmt.Errorf("%w (keyed from row %d)", ErrKeyFileNeeded, c.KeyedFrom)
+	}
+	id := seal.KeyIDOf(c.KeySealed)
+	if id != "" && !keyFile.Holds(id) {
+		return nil, fmt.Errorf("the audit chain's key was sealed with key file %s, and the one given is %s: "+
+			"give the key file vmgate runs with (--secret-key-file)", id, keyFile.CurrentID())
+	}
+	key, err := keyFile.Open(c.KeySealed, seal.AuditKeyAAD(strconv.FormatInt(c.KeyedFrom, 10)))
+	if err != nil {
+		return nil, &ChainBreak{Kind: Rekeyed, ID: c.KeyedFrom, FromID: c.KeyedFrom, AfterID: c.CheckpointID}
+	}
+	return key, nil
+}
+
 // walker is Verify's state: what the next row must link to.
 type walker struct {
 	expect   string // the chain value the next row's prev must be
@@ -157,10 +224,13 @@ type walker struct {
 	before   string // the expect before the last sound row
 	beforeID int64
 	seen     bool // a row was accepted
+
+	chain store.AuditChainState // which rows are keyed
+	key   []byte                // the audit key, when the chain is keyed
 }
 
 func (w *walker) step(a store.AuditRecord, next *store.AuditRecord) *ChainBreak {
-	self := store.AuditChainValue(a) == a.Chain
+	self := store.AuditChainValueIn(w.chain, w.key, a) == a.Chain
 	linked := a.Prev == w.expect
 	switch {
 	case linked && self:

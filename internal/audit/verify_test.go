@@ -47,7 +47,7 @@ func exec(t *testing.T, db *sql.DB, q string, args ...any) {
 func TestVerifyIntact(t *testing.T) {
 	t.Parallel()
 	st, _ := chainEnv(t, 10)
-	v, err := Verify(context.Background(), st)
+	v, err := Verify(context.Background(), st, nil)
 	if err != nil || v.Rows != 10 || v.FirstID != 1 || v.HeadID != 10 || v.HeadChain == "" || v.CheckpointID != 0 {
 		t.Fatalf("verify: %+v %v", v, err)
 	}
@@ -57,7 +57,7 @@ func TestVerifyIntact(t *testing.T) {
 	if _, err := st.AppendAudit(context.Background(), store.AuditRecord{Action: "x.after"}); err != nil {
 		t.Fatal(err)
 	}
-	v, err = Verify(context.Background(), st)
+	v, err = Verify(context.Background(), st, nil)
 	if err != nil || v.Rows != 1 || v.CheckpointID != 10 || v.HeadID != 11 {
 		t.Fatalf("verify after pruning: %+v %v", v, err)
 	}
@@ -132,7 +132,7 @@ func TestVerifyNamesTheFirstBrokenRow(t *testing.T) {
 			t.Parallel()
 			st, db := chainEnv(t, 10)
 			c.tamper(t, st, db)
-			_, err := Verify(context.Background(), st)
+			_, err := Verify(context.Background(), st, nil)
 			var b *ChainBreak
 			if !errors.As(err, &b) {
 				t.Fatalf("verify: %v, want a break", err)
@@ -164,7 +164,7 @@ func TestVerifyWhileAppending(t *testing.T) {
 	t.Parallel()
 	st, _ := chainEnv(t, 3)
 	grow := &growing{Store: st}
-	v, err := Verify(context.Background(), grow)
+	v, err := Verify(context.Background(), grow, nil)
 	if err != nil || v.HeadID != 3 || v.Rows != 3 {
 		t.Fatalf("verify: %+v %v", v, err)
 	}

@@ -2,9 +2,11 @@ package auth
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -85,6 +87,7 @@ func BenchmarkLoginFailure(b *testing.B) {
 	e := newEnv(b, func(c *Config) {
 		c.Argon2 = DefaultParams()
 		c.FailuresBeforeBackoff = 1 << 30
+		c.AccountFailureLimit = 1 << 30
 	})
 	e.createUser("alice@example.com", alicePassword, store.RoleUser)
 	for _, email := range []string{"alice@example.com", "nobody@example.com"} {
@@ -97,6 +100,64 @@ func BenchmarkLoginFailure(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLoginTimingMedians (SECURITY.md 14) reports what the item compares: the
+// median of 100 failed logins for a known e-mail (a wrong password) and of 100 for
+// an unknown one (the dummy hash), with the production argon2 parameters, and
+// their ratio (unknown / known). The samples alternate, and which kind goes first
+// alternates too, so that a shared machine's drift falls on both alike. It asserts
+// nothing about speed — a busy machine would make any bound flap — and fails only
+// if a login is not refused for its credentials (a throttled one would measure the
+// throttle); TestLoginUnknownEmailHashesLikeWrongPassword proves the property by
+// counting. Run it with:
+//
+//	go test -run '^$' -bench LoginTimingMedians -benchtime 1x ./internal/auth/
+func BenchmarkLoginTimingMedians(b *testing.B) {
+	const samples = 100
+	e := newEnv(b, func(c *Config) {
+		c.Argon2 = DefaultParams()
+		c.FailuresBeforeBackoff = 1 << 30
+		c.AccountFailureLimit = 1 << 30
+	})
+	e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	ctx := context.Background()
+	var known, unknown []time.Duration
+	fail := func(email string) time.Duration {
+		start := time.Now()
+		_, _, err := e.s.Login(ctx, email, "wrong password here", "192.0.2.1")
+		took := time.Since(start)
+		if !errs.Is(err, errs.Unauthenticated) {
+			b.Fatalf("login as %s: %v, want refused credentials", email, err)
+		}
+		return took
+	}
+	for b.Loop() {
+		for i := range samples {
+			if i%2 == 0 {
+				known = append(known, fail("alice@example.com"))
+				unknown = append(unknown, fail("nobody@example.com"))
+			} else {
+				unknown = append(unknown, fail("nobody@example.com"))
+				known = append(known, fail("alice@example.com"))
+			}
+		}
+	}
+	mk, mu := median(known), median(unknown)
+	b.ReportMetric(float64(mk)/float64(time.Millisecond), "wrong-password-median-ms")
+	b.ReportMetric(float64(mu)/float64(time.Millisecond), "unknown-email-median-ms")
+	b.ReportMetric(float64(mu)/float64(mk), "ratio")
+	b.ReportMetric(float64(len(known)), "samples-each")
+}
+
+// median is the middle of ds (the mean of the two middle ones for an even count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // BenchmarkHashPassword is one argon2id hash with the production parameters: the

@@ -83,8 +83,10 @@ type Config struct {
 	FailureMemory         time.Duration
 	// AccountFailureLimit wrong passwords for one account per AccountFailureWindow,
 	// from all networks together, block the account for AccountBlock on every
-	// network it has not logged in from within KnownNetworkMemory. Defaults 100, 1 h,
-	// 15 min (and at most 15 min) and 30 days.
+	// network it has not logged in from within KnownNetworkMemory (as the store
+	// remembers: store.NoteLoginNetwork, so every replica agrees and a restart
+	// forgets nothing; the store prunes them after store.DefaultPruneLoginNetworks,
+	// the same 30 days). Defaults 100, 1 h, 15 min (and at most 15 min) and 30 days.
 	AccountFailureLimit  int
 	AccountFailureWindow time.Duration
 	AccountBlock         time.Duration

@@ -39,7 +39,10 @@
 // many concurrent refreshes of one token one wins. Presenting an older generation
 // at Refresh revokes the session (RFC 9700 §4.14), except for the generation just
 // rotated, within ReuseGrace of the rotation: that is a double click or the
-// race's losers, and gets 401 alone.
+// race's losers, and gets 401 alone. The web UI's cookie holds only its session's
+// newest token, renewed through Refresh, so the UI asks CheckReuse about every
+// cookie Authenticate refused: the same rule revokes the session of a rotated
+// token shown again (a thief refreshed a stolen cookie's token at the API).
 //
 // Revocation is keyed on the session (sid) and its generation, never on token
 // text. Authenticate answers from an in-process cache of sessions (each entry with
@@ -71,8 +74,10 @@
 // network) after 5 consecutive wrong passwords from it, 1 s doubling to 15 min,
 // that leaves every other network alone; and a ceiling over all networks, 100
 // failures an hour, which blocks the account for 15 min (never longer) on the
-// networks it has not logged in from successfully in the last 30 days. Accounts
-// are counted by e-mail whether they exist or not, so delays tell nothing either.
+// networks it has not logged in from successfully in the last 30 days — as the
+// store remembers them, so that every replica, restarted or not, exempts the
+// owner's networks (docs/decisions/0043). Accounts are counted by e-mail whether
+// they exist or not, so delays tell nothing either.
 // A delayed login is answered 429 with RetryAfter without being verified, the
 // right password too, so that the delay is no oracle. At most MaxConcurrentHashes hashes run at once (by
 // default one core less than GOMAXPROCS, so authenticated requests keep a core

@@ -45,11 +45,41 @@ type fakeStore struct {
 
 	// tokens are the API tokens by id (fakestore_apitokens_test.go).
 	tokens map[string]store.APIToken
+
+	// networks are the login networks, by account and network; networkReads
+	// counts LoginNetworkSeen.
+	networks     map[[2]string]time.Time
+	networkReads atomic.Int64
+}
+
+// NoteLoginNetwork implements store.Store's: the latest time wins.
+func (f *fakeStore) NoteLoginNetwork(ctx context.Context, account, network string, at time.Time) error {
+	if f.down.Load() {
+		return errs.R(errs.Unavailable, errs.ReasonStoreUnavailable, "the store did not answer")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := [2]string{account, network}
+	if at.After(f.networks[k]) {
+		f.networks[k] = at
+	}
+	return nil
+}
+
+// LoginNetworkSeen implements store.Store's.
+func (f *fakeStore) LoginNetworkSeen(ctx context.Context, account, network string) (time.Time, error) {
+	f.networkReads.Add(1)
+	if f.down.Load() {
+		return time.Time{}, errs.R(errs.Unavailable, errs.ReasonStoreUnavailable, "the store did not answer")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.networks[[2]string{account, network}], nil
 }
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{users: map[int64]store.User{}, sessions: map[string]store.Session{}, subs: map[int]func(store.Change){},
-		tokens: map[string]store.APIToken{}}
+		tokens: map[string]store.APIToken{}, networks: map[[2]string]time.Time{}}
 }
 
 // Subscribe implements store.Store's: every subscriber hears every change, right

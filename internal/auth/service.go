@@ -52,6 +52,9 @@ type Store interface {
 	UserAPITokens(ctx context.Context, userID int64) ([]store.APIToken, error)
 	DeleteAPIToken(ctx context.Context, userID int64, id string) error
 	TouchAPITokens(ctx context.Context, uses []store.APITokenUse) error
+
+	NoteLoginNetwork(ctx context.Context, account, network string, at time.Time) error
+	LoginNetworkSeen(ctx context.Context, account, network string) (time.Time, error)
 }
 
 // Reasons a session is revoked (store.Session.RevokedWhy).
@@ -256,7 +259,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 			slog.String("network", network))
 		return Token{}, store.User{}, s.refuse(ctx, wait, errThrottled(wait))
 	}
-	if wait, scope := s.throttle.wait(email, network, now); wait > 0 {
+	if wait, scope := s.throttle.wait(email, network, now); wait > 0 && (scope != scopeAccount || !s.knownNetwork(ctx, email, network, now, wait)) {
 		s.cfg.LoginOutcome(OutcomeLocked)
 		s.log.LogAttrs(ctx, slog.LevelDebug, "login refused: delayed after wrong passwords", slog.String("address", addr),
 			slog.String("network", network), slog.String("scope", scope), slog.Duration("remaining", wait))
@@ -305,6 +308,12 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		return Token{}, store.User{}, errCredentials()
 	}
 	s.throttle.succeeded(email, network, now)
+	// Every replica, and this one after a restart, exempts the network from the
+	// account's ceiling (knownNetwork). A failed note costs the owner nothing here.
+	if err := s.st.NoteLoginNetwork(ctx, email, network, now); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "noting the login's network failed", slog.Int64("user", u.ID),
+			slog.String("network", network), slog.String("error", err.Error()))
+	}
 
 	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
 		RotatedAt: now, Address: addr, UserAgent: userAgent(ctx)}
@@ -322,6 +331,35 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
 		Address: addr, Target: "session:" + sess.ID, Result: "ok"})
 	return tok, u, nil
+}
+
+// knownNetwork reports whether account logged in successfully from network within
+// KnownNetworkMemory as the store remembers it (store.NoteLoginNetwork): on
+// another replica, or on this one before a restart, where this process's memory
+// does not know it. Such a network is exempt from the account's ceiling
+// (SECURITY.md 28), so a guesser with many networks cannot keep the owner out of
+// the networks they use, whichever replica answers. The answer is remembered — a
+// known network until its memory ends, an unknown one until the account's block
+// (block) does — so each of a guesser's networks costs one store read per block.
+// The read is the same for an account that exists and one that does not (accounts
+// are e-mails here), so it tells nothing either. A store that cannot answer
+// exempts nobody: the block is 15 minutes at most.
+func (s *Service) knownNetwork(ctx context.Context, account, network string, now time.Time, block time.Duration) bool {
+	if s.throttle.checkedUnknown(account, network, now) {
+		return false
+	}
+	at, err := s.st.LoginNetworkSeen(ctx, account, network)
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "reading a login network failed: the account's block holds",
+			slog.String("network", network), slog.String("error", err.Error()))
+		return false
+	}
+	if at.IsZero() || now.Sub(at) >= s.cfg.KnownNetworkMemory {
+		s.throttle.markUnknown(account, network, now, now.Add(block))
+		return false
+	}
+	s.throttle.noteKnown(account, network, now, at.Add(s.cfg.KnownNetworkMemory))
+	return true
 }
 
 // refuse answers a refused login with err after holding it for RefusalPause (at
@@ -560,7 +598,8 @@ func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) 
 		return Token{}, errToken(errors.New("session of another user"))
 	}
 	if !won {
-		return Token{}, s.refreshLost(ctx, v, sess, addr, now)
+		_, err := s.rotatedToken(ctx, v, sess, addr, now, "refresh")
+		return Token{}, err
 	}
 	u, err := s.st.UserByID(ctx, sess.UserID)
 	if err != nil && !errs.Is(err, errs.NotFound) {
@@ -583,32 +622,78 @@ func (s *Service) Refresh(ctx context.Context, raw, addr string) (Token, error) 
 	return tok, nil
 }
 
-// refreshLost decides about a token whose generation is not the session's.
-func (s *Service) refreshLost(ctx context.Context, v verified, sess store.Session, addr string, now time.Time) error {
+// rotatedToken decides about a token whose generation is not its session's,
+// presented at Refresh or in a browser's cookie (CheckReuse) — one rule for both
+// (RFC 9700 §4.14): the generation just rotated, within ReuseGrace of the
+// rotation, is forgiven (a double click, a race's losers, a request in flight
+// when the cookie was renewed); any other older generation of a live session
+// means two parties hold the session, so it is revoked and the reuse audited
+// (auth.token_reuse, with where the token was presented: via). It returns the
+// error Refresh answers with, and whether the session was revoked.
+func (s *Service) rotatedToken(ctx context.Context, v verified, sess store.Session, addr string, now time.Time,
+	via string) (revoked bool, err error) {
 	switch {
 	case !sess.Active(now):
 		s.cache.revoke(sess.ID)
-		return errToken(errors.New("session revoked or ended"))
+		return false, errToken(errors.New("session revoked or ended"))
 	case sess.Generation == v.gen+1 && now.Sub(sess.RotatedAt) < s.cfg.ReuseGrace:
-		s.log.LogAttrs(ctx, slog.LevelInfo, "refresh of a just-rotated token forgiven", slog.String("session", sess.ID),
-			slog.String("address", addr))
-		return errToken(errors.New("token just rotated"))
+		s.log.LogAttrs(ctx, slog.LevelInfo, "a just-rotated token forgiven", slog.String("session", sess.ID),
+			slog.String("address", addr), slog.String("via", via))
+		return false, errToken(errors.New("token just rotated"))
 	case sess.Generation > v.gen:
 		if err := s.st.RevokeSession(ctx, sess.ID, now, WhyReuse); err != nil {
-			return fmt.Errorf("revoke reused session: %w", err)
+			return false, fmt.Errorf("revoke reused session: %w", err)
 		}
 		s.cache.revoke(sess.ID)
 		s.log.LogAttrs(ctx, slog.LevelWarn, "rotated token reused: session revoked", slog.Int64("user", sess.UserID),
 			slog.String("session", sess.ID), slog.String("address", addr), slog.Int64("gen", v.gen),
-			slog.Int64("current", sess.Generation))
+			slog.Int64("current", sess.Generation), slog.String("via", via))
 		s.audit(ctx, store.AuditRecord{Action: "auth.token_reuse", UserID: sess.UserID, SessionID: sess.ID,
 			Address: addr, Target: "session:" + sess.ID, Result: "revoked",
 			Reason: "a rotated token was presented again: the session is taken as stolen",
-			Params: jsonParams(map[string]any{"gen": v.gen, "current": sess.Generation})})
-		return errToken(errors.New("rotated token reused"))
+			Params: jsonParams(map[string]any{"gen": v.gen, "current": sess.Generation, "via": via})})
+		return true, errToken(errors.New("rotated token reused"))
 	default: // a generation ahead of the store: not one we issued
-		return errToken(errors.New("generation ahead of session"))
+		return false, errToken(errors.New("generation ahead of session"))
 	}
+}
+
+// CheckReuse applies Refresh's reuse detection to a session token that
+// Authenticate refused, for a client that holds only its session's newest token
+// and renews it through Refresh: the web UI's cookie. Such a client presents an
+// older generation only when someone else rotated the token — a thief who
+// refreshed a stolen cookie at /user/refresh — so the UI asks here, and the
+// session is revoked and the reuse audited exactly as at Refresh (rotatedToken,
+// via "ui"), the generation just rotated within ReuseGrace excepted. A token that
+// is not a session token of ours, of an ended session, or of the session's
+// newest generation (refused for another reason) changes nothing. It reports
+// whether the session was revoked; an error is the store's.
+//
+// The API does not call it on its routes: an API client may have a request in
+// flight with the old token while it refreshes, and a late answer is no theft.
+func (s *Service) CheckReuse(ctx context.Context, raw, addr string) (bool, error) {
+	if IsAPIToken(raw) {
+		return false, nil
+	}
+	v, err := s.verifyLearning(ctx, raw)
+	if err != nil {
+		return false, nil // not a token of ours, or expired: nothing to tell
+	}
+	sess, err := s.st.SessionByID(ctx, v.sid)
+	if errs.Is(err, errs.NotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("check token reuse: %w", err)
+	}
+	if sess.UserID != v.userID || sess.Generation <= v.gen {
+		return false, nil
+	}
+	revoked, err := s.rotatedToken(ctx, v, sess, addr, s.cfg.Now(), "ui")
+	if errs.KindOf(err) == errs.Unauthenticated {
+		err = nil
+	}
+	return revoked, err
 }
 
 // Logout ends p's session: from now on every token of it fails, on this replica at

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +76,90 @@ func TestReplayOfRotatedTokenRevokesSession(t *testing.T) {
 	if len(recs) != 1 || recs[0].SessionID != t0.SessionID || recs[0].UserID != 1 ||
 		recs[0].Address != "198.51.100.7" || recs[0].Result != "revoked" {
 		t.Fatalf("audit records %+v", recs)
+	}
+}
+
+// SECURITY.md 7, the web UI's path: CheckReuse is Refresh's rule for a token
+// Authenticate refused (the UI asks it about every refused cookie). A rotated
+// token past the grace revokes the session and is audited as at Refresh (with
+// via "ui"); the generation just rotated within the grace, the newest
+// generation, an ended session, an API token and anything that is not a token
+// of ours change nothing.
+func TestCheckReuseIsRefreshsRule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name        string
+		present     func(e *env) Token // the token shown (Raw), after whatever happened to its session
+		wantRevoked bool
+	}{
+		{"rotated, past the grace", func(e *env) Token {
+			t0 := e.login("alice@example.com", alicePassword)
+			e.refresh(t0.Raw)
+			e.clock.Advance(3 * time.Second)
+			return t0
+		}, true},
+		{"rotated twice, within a second", func(e *env) Token {
+			t0 := e.login("alice@example.com", alicePassword)
+			t1, _ := e.refresh(t0.Raw)
+			e.refresh(t1.Raw)
+			return t0
+		}, true},
+		{"just rotated, within the grace", func(e *env) Token {
+			t0 := e.login("alice@example.com", alicePassword)
+			e.refresh(t0.Raw)
+			e.clock.Advance(time.Second)
+			return t0
+		}, false},
+		{"the newest, of a session logged out", func(e *env) Token {
+			t0 := e.login("alice@example.com", alicePassword)
+			e.s.Logout(ctx, e.authOK(t0.Raw))
+			return t0
+		}, false},
+		{"rotated, of a session logged out", func(e *env) Token {
+			t0 := e.login("alice@example.com", alicePassword)
+			t1, _ := e.refresh(t0.Raw)
+			e.s.Logout(ctx, e.authOK(t1.Raw))
+			e.clock.Advance(3 * time.Second)
+			return t0
+		}, false},
+		{"expired", func(e *env) Token {
+			t0 := e.login("alice@example.com", alicePassword)
+			e.refresh(t0.Raw)
+			e.clock.Advance(2 * time.Hour)
+			return t0
+		}, false},
+		{"an API token", func(e *env) Token {
+			return Token{Raw: e.createToken(1, NewAPIToken{Name: "ci"}).Secret}
+		}, false},
+		{"not a token", func(e *env) Token { return Token{Raw: "eyJhbGciOiJIUzI1NiJ9.e30.x"} }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			e.createUser("alice@example.com", alicePassword, "user")
+			tok := c.present(e)
+			revoked, err := e.s.CheckReuse(ctx, tok.Raw, "198.51.100.7")
+			if err != nil || revoked != c.wantRevoked {
+				t.Fatalf("CheckReuse = %v, %v; want %v", revoked, err, c.wantRevoked)
+			}
+			recs := e.audit.actions("auth.token_reuse")
+			if !c.wantRevoked {
+				if len(recs) != 0 {
+					t.Fatalf("audited %+v", recs)
+				}
+				return
+			}
+			if len(recs) != 1 || recs[0].Address != "198.51.100.7" || recs[0].Result != "revoked" ||
+				!strings.Contains(recs[0].Params, `"via":"ui"`) {
+				t.Fatalf("audit records %+v", recs)
+			}
+			if sess := e.st.session(tok.SessionID); sess.RevokedWhy != WhyReuse {
+				t.Fatalf("session %+v not revoked for reuse", sess)
+			}
+			e.authFails(tok.Raw)
+		})
 	}
 }
 

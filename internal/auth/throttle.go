@@ -202,7 +202,9 @@ const (
 //     15 min). That ceiling holds a guesser with many networks to accountLimit
 //     guesses an hour; the networks the account logged in from successfully within
 //     knownFor are exempt from it, so even that guesser cannot keep the owner out of
-//     the networks they use.
+//     the networks they use. known holds this process's; the store holds every
+//     replica's, asked when a blocked login comes from a network not known here
+//     (Service.knownNetwork), its no remembered in unknown until the block ends.
 //
 // A login refused by a delay is not verified: its password is never looked at, so
 // the delay is no oracle, and the right password gets 429 like any other. Accounts
@@ -223,6 +225,9 @@ type loginThrottle struct {
 	pairs    map[pairKey]*pairFailures
 	accounts map[string]*accountFailures
 	known    map[pairKey]time.Time // until when a network counts as the account's own
+	// unknown are networks the store said an account never logged in from
+	// (Service.knownNetwork), until the account's block that asked ends.
+	unknown map[pairKey]time.Time
 }
 
 // pairKey is an account (normalised e-mail) and a client network.
@@ -248,7 +253,7 @@ func newLoginThrottle(c Config) *loginThrottle {
 		memory: c.FailureMemory, accountLimit: float64(c.AccountFailureLimit), accountWindow: c.AccountFailureWindow,
 		accountBlock: c.AccountBlock, knownFor: c.KnownNetworkMemory, maxKeys: c.MaxTracked,
 		pairs: make(map[pairKey]*pairFailures), accounts: make(map[string]*accountFailures),
-		known: make(map[pairKey]time.Time)}
+		known: make(map[pairKey]time.Time), unknown: make(map[pairKey]time.Time)}
 }
 
 // wait returns how long a login for account from network must wait, and whether
@@ -339,10 +344,47 @@ func (t *loginThrottle) succeeded(account, network string, now time.Time) {
 	defer t.mu.Unlock()
 	k := pairKey{account, network}
 	delete(t.pairs, k)
+	delete(t.unknown, k)
 	if _, ok := t.known[k]; !ok && len(t.known) >= t.maxKeys {
 		shrink(t.known, t.maxKeys, func(until time.Time) bool { return !now.Before(until) })
 	}
 	t.known[k] = now.Add(t.knownFor)
+}
+
+// noteKnown remembers network as the account's own until until (the store said
+// the account logged in from it).
+func (t *loginThrottle) noteKnown(account, network string, now, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := pairKey{account, network}
+	delete(t.unknown, k)
+	if _, ok := t.known[k]; !ok && len(t.known) >= t.maxKeys {
+		shrink(t.known, t.maxKeys, func(u time.Time) bool { return !now.Before(u) })
+	}
+	if until.After(t.known[k]) {
+		t.known[k] = until
+	}
+}
+
+// checkedUnknown reports whether the store said, during the account's block in
+// force, that the account never logged in from network.
+func (t *loginThrottle) checkedUnknown(account, network string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	until, ok := t.unknown[pairKey{account, network}]
+	return ok && now.Before(until)
+}
+
+// markUnknown remembers the store's no for network until until (the block's end).
+// The table is bounded like the others; a full one drops what has run out first.
+func (t *loginThrottle) markUnknown(account, network string, now, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := pairKey{account, network}
+	if _, ok := t.unknown[k]; !ok && len(t.unknown) >= t.maxKeys {
+		shrink(t.unknown, t.maxKeys, func(u time.Time) bool { return !now.Before(u) })
+	}
+	t.unknown[k] = until
 }
 
 // reset forgets every failure of account, on every network (a new password makes
@@ -385,11 +427,16 @@ func (t *loginThrottle) sweep(now time.Time) {
 			delete(t.known, k)
 		}
 	}
+	for k, until := range t.unknown {
+		if !now.Before(until) {
+			delete(t.unknown, k)
+		}
+	}
 }
 
 // sizes returns the number of entries of each table, for tests.
-func (t *loginThrottle) sizes() (pairs, accounts, known int) {
+func (t *loginThrottle) sizes() (pairs, accounts, known, unknown int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.pairs), len(t.accounts), len(t.known)
+	return len(t.pairs), len(t.accounts), len(t.known), len(t.unknown)
 }

@@ -203,6 +203,77 @@ func TestLoginAccountCeiling(t *testing.T) {
 	wantCredentialsError(t, guess(227))
 }
 
+// SECURITY.md 28: the networks an account logged in from are its own on every
+// replica and after a restart — the store remembers them (NoteLoginNetwork) — for
+// KnownNetworkMemory (30 days): a guesser who drives the account past its ceiling
+// through one replica cannot keep the owner out, on that replica, of a network the
+// owner logged in from through another, or before the replica restarted. A
+// network not the owner's stays blocked and costs one store read per block. A
+// store that cannot answer exempts nobody.
+func TestKnownNetworksAreSharedAndSurviveRestarts(t *testing.T) {
+	t.Parallel()
+	st, clock := newFakeStore(), newTestClock()
+	replica := func() *env {
+		return newEnvOn(t, st, clock, func(c *Config) { c.AccountFailureLimit = 5 })
+	}
+	a, b := replica(), replica()
+	a.createUser("admin@example.com", alicePassword, store.RoleAdmin)
+	for _, own := range []string{"192.0.2.10", "2001:db8:0:1::10"} {
+		if err := a.loginFrom("admin@example.com", alicePassword, own); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guesses := 0
+	block := func(e *env) { // five wrong guesses from five networks: the account's ceiling
+		t.Helper()
+		for range 5 {
+			guesses++
+			wantCredentialsError(t, e.loginFrom("admin@example.com", "a wrong guess!!", fmt.Sprintf("198.51.100.%d", guesses)))
+		}
+		wantKind(t, e.loginFrom("admin@example.com", alicePassword, "203.0.113.9"), errs.RateLimited)
+	}
+
+	block(b)
+	for _, own := range []string{"192.0.2.10", "2001:db8:0:1:ffff::1"} { // the address, and another of the /64
+		if err := b.loginFrom("admin@example.com", alicePassword, own); err != nil {
+			t.Fatalf("on the other replica, from %s where the owner logged in through the first: %v", own, err)
+		}
+	}
+	reads := st.networkReads.Load()
+	for range 3 {
+		wantKind(t, b.loginFrom("admin@example.com", alicePassword, "203.0.113.9"), errs.RateLimited)
+	}
+	if n := st.networkReads.Load() - reads; n != 0 {
+		t.Fatalf("a blocked network read the store %d more times during one block", n)
+	}
+
+	c := replica() // a restart: nothing in memory
+	block(c)
+	if err := c.loginFrom("admin@example.com", alicePassword, "192.0.2.10"); err != nil {
+		t.Fatalf("after a restart, from the owner's network: %v", err)
+	}
+
+	clock.Advance(29 * 24 * time.Hour) // the last logins from both networks were 29 days ago
+	d := replica()
+	block(d)
+	if err := d.loginFrom("admin@example.com", alicePassword, "2001:db8:0:1::99"); err != nil {
+		t.Fatalf("29 days after the owner's login from there: %v", err)
+	}
+	clock.Advance(2 * 24 * time.Hour)
+	e := replica()
+	block(e)
+	wantKind(t, e.loginFrom("admin@example.com", alicePassword, "192.0.2.10"), errs.RateLimited) // its last login: 31 days ago
+	if err := e.loginFrom("admin@example.com", alicePassword, "2001:db8:0:1::99"); err != nil {
+		t.Fatalf("2 days after the owner's login from there: %v", err)
+	}
+
+	f := replica()
+	block(f)
+	st.down.Store(true)
+	wantKind(t, f.loginFrom("admin@example.com", alicePassword, "2001:db8:0:1::99"), errs.RateLimited)
+	st.down.Store(false)
+}
+
 // A quiet (account, network) forgets its failures after FailureMemory.
 func TestLoginBackoffForgets(t *testing.T) {
 	t.Parallel()
@@ -291,8 +362,14 @@ func TestLoginThrottleTablesBounded(t *testing.T) {
 	}
 	for i := range 500 {
 		e.loginFrom(fmt.Sprintf("u%d@example.com", i), "a wrong guess!!", fmt.Sprintf("2001:db8:%x::1", i))
-		if pairs, accounts, known := e.s.throttle.sizes(); pairs > max || accounts > max || known > max {
+		if pairs, accounts, known, _ := e.s.throttle.sizes(); pairs > max || accounts > max || known > max {
 			t.Fatalf("after %d failures: %d pairs, %d accounts, %d known networks; at most %d each", i+1, pairs, accounts, known, max)
+		}
+	}
+	for i := range 500 { // the blocked admin from many networks: each asks the store once, remembered, bounded
+		wantKind(t, e.loginFrom("admin@example.com", alicePassword, fmt.Sprintf("2001:db8:f:%x::1", i)), errs.RateLimited)
+		if _, _, _, unknown := e.s.throttle.sizes(); unknown > max {
+			t.Fatalf("after %d blocked logins: %d networks known not to be the account's", i+1, unknown)
 		}
 	}
 	wantKind(t, e.loginFrom("admin@example.com", alicePassword, "203.0.113.1"), errs.RateLimited)
@@ -302,13 +379,13 @@ func TestLoginThrottleTablesBounded(t *testing.T) {
 	for i := range 500 { // logins that succeed fill the known table, bounded too
 		e.s.throttle.succeeded(fmt.Sprintf("u%d@example.com", i), "203.0.113.7", e.clock.Now())
 	}
-	if _, _, known := e.s.throttle.sizes(); known > max {
+	if _, _, known, _ := e.s.throttle.sizes(); known > max {
 		t.Fatalf("%d known networks", known)
 	}
 	e.clock.Advance(31 * 24 * time.Hour)
 	e.s.throttle.sweep(e.clock.Now())
-	if pairs, accounts, known := e.s.throttle.sizes(); pairs+accounts+known != 0 {
-		t.Fatalf("after a quiet month: %d pairs, %d accounts, %d known", pairs, accounts, known)
+	if pairs, accounts, known, unknown := e.s.throttle.sizes(); pairs+accounts+known+unknown != 0 {
+		t.Fatalf("after a quiet month: %d pairs, %d accounts, %d known, %d unknown", pairs, accounts, known, unknown)
 	}
 }
 

@@ -308,7 +308,7 @@ func (v *OperationView) Show(o Operation) {
 		switch it.State {
 		case "ok", "failed", "skipped":
 			if !v.seen[it.VMID] {
-				fmt.Fprintln(v.out, endLine(it))
+				writeLine(v.out, endLine(it))
 			}
 			v.seen[it.VMID] = true
 		case "running":
@@ -316,13 +316,13 @@ func (v *OperationView) Show(o Operation) {
 				continue
 			}
 			if prev != "running" {
-				fmt.Fprintf(v.out, "started  %s\n", itemLine(it))
+				writeLine(v.out, "started  "+itemLine(it))
 			}
 			if it.Progress != nil && it.Action == "migrate" {
 				step := int(it.Progress.Percent / 10)
 				if last, ok := v.step[it.VMID]; (!ok || step != last) && it.Progress.Percent > 0 {
 					v.step[it.VMID] = step
-					fmt.Fprintf(v.out, "         %s: %s\n", itemLine(it), progressText(it.Progress))
+					writeLine(v.out, fmt.Sprintf("         %s: %s", itemLine(it), progressText(it.Progress)))
 				}
 			}
 		}
@@ -338,7 +338,7 @@ func (v *OperationView) Show(o Operation) {
 		lines = append(lines, fmt.Sprintf("%s: %d ok, %d running, %d waiting, %d failed, %d skipped of %d", o.Status, c.OK,
 			c.Running, c.Pending, c.Failed, c.Skipped, c.Total))
 		for _, l := range lines {
-			fmt.Fprintln(v.out, l)
+			writeLine(v.out, l)
 		}
 		v.drawn = len(lines)
 	}
@@ -349,7 +349,7 @@ func (v *OperationView) Notice(msg string) {
 	if v.terminal {
 		v.clear()
 	}
-	fmt.Fprintln(v.out, msg)
+	writeLine(v.out, msg)
 }
 
 // Finish leaves the last drawing as it is.

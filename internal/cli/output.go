@@ -62,20 +62,17 @@ func (t *TableOf) Add(cells ...string) { t.Rows = append(t.Rows, cells) }
 
 // Write prints the table with columns aligned by two spaces; an empty cell prints
 // as "-" so that columns stay countable for awk (the tables keep spaces out of
-// their cells, but for the free text of a last column). An empty table prints
-// its header and nothing else.
+// their cells, but for the free text of a last column). Every cell is escaped
+// (Escape): a tab or line break in a name stays in its cell as \t or \n, and no
+// control character from PVE or a user reaches the terminal. An empty table
+// prints its header and nothing else.
 func (t TableOf) Write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(t.Header, "\t"))
 	for _, r := range t.Rows {
 		cells := make([]string, len(r))
 		for i, c := range r {
-			c = strings.Map(func(r rune) rune {
-				if r == '\t' || r == '\n' || r == '\r' {
-					return ' '
-				}
-				return r
-			}, c)
+			c = Escape(c)
 			if c == "" {
 				c = "-"
 			}

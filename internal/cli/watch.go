@@ -252,8 +252,8 @@ func (v *progressView) show(t Task) {
 				progressbar.OptionClearOnFinish(),
 			)
 		}
-		v.bar.Describe(fmt.Sprintf("VM %d → %s [%s] %s/s", t.VMID, t.Target, t.Progress.Phase,
-			HumanBytes(t.Progress.BytesPerSecond)))
+		v.bar.Describe(Escape(fmt.Sprintf("VM %d → %s [%s] %s/s", t.VMID, t.Target, t.Progress.Phase,
+			HumanBytes(t.Progress.BytesPerSecond))))
 		v.bar.Set(int(t.Progress.Percent * 10))
 		return
 	}
@@ -261,14 +261,14 @@ func (v *progressView) show(t Task) {
 		step := int(t.Progress.Percent / 10)
 		if step != v.lastStep {
 			v.lastStep = step
-			fmt.Fprintf(v.out, "VM %d → %s: %3.0f%% %s, %s of %s at %s/s\n", t.VMID, t.Target, t.Progress.Percent,
+			writeLine(v.out, fmt.Sprintf("VM %d → %s: %3.0f%% %s, %s of %s at %s/s", t.VMID, t.Target, t.Progress.Percent,
 				t.Progress.Phase, HumanBytes(t.Progress.TransferredBytes), HumanBytes(t.Progress.TotalBytes),
-				HumanBytes(t.Progress.BytesPerSecond))
+				HumanBytes(t.Progress.BytesPerSecond)))
 		}
 		return
 	}
 	if line := t.Status + " " + t.Result; line != v.lastLine {
-		fmt.Fprintf(v.out, "%s %s: %s\n", t.Type, describeVM(t), line)
+		writeLine(v.out, fmt.Sprintf("%s %s: %s", t.Type, describeVM(t), line))
 		v.lastLine = line
 	}
 }
@@ -278,7 +278,14 @@ func (v *progressView) notice(msg string) {
 	if v.bar != nil {
 		v.bar.Clear()
 	}
-	fmt.Fprintln(v.out, msg)
+	writeLine(v.out, msg)
+}
+
+// writeLine writes s escaped (Escape) and a line end: the views write to the
+// terminal itself, their own redrawing sequences included, so each value they
+// show is escaped on its way.
+func writeLine(w io.Writer, s string) {
+	io.WriteString(w, Escape(s)+"\n")
 }
 
 func (v *progressView) finish() {

@@ -157,7 +157,7 @@ func TestSecurityRecordsCarryEveryField(t *testing.T) {
 			}
 		}
 	}
-	if _, err := audit.Verify(t.Context(), e.store); err != nil {
+	if _, err := audit.Verify(t.Context(), e.store, nil); err != nil {
 		t.Errorf("the chain after the events: %v", err)
 	}
 }

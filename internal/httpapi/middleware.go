@@ -152,8 +152,11 @@ func (s *Server) outer(next http.Handler) http.Handler {
 		ri, rec := &st.info, &st.rec
 		h := w.Header()
 		h["X-Request-Id"] = []string{id}
-		if s.ui == nil || IsAPIPath(r.URL.Path) {
-			setAPIHeaders(h) // the web UI sets its own
+		if s.ui == nil || IsAPIPath(r.URL.Path) || addrErr != nil {
+			// The web UI sets its own on what it answers; what this layer answers
+			// for a UI path itself (a forwarded address it cannot read) gets the
+			// API's, which are as strict (SECURITY.md 31: every answer).
+			setAPIHeaders(h)
 		}
 		// Answers carry tokens and inventory; no cache may keep any of them, and
 		// every 401 then looks the same wherever it comes from.

@@ -14,8 +14,8 @@
 //
 // # The key file
 //
-// RotateSeal re-encrypts every sealed secret — the signing keys and the clusters'
-// PVE token secrets — under a new key, in one transaction, and then puts the new
+// RotateSeal re-encrypts every sealed secret — the signing keys, the clusters'
+// PVE token secrets and the audit chain's key — under a new key, in one transaction, and then puts the new
 // key file in the old one's place, keeping the old key beside it (backups made
 // before the rotation need it). Each step can be interrupted and the command run
 // again with the same arguments:
@@ -251,6 +251,8 @@ func additionalData(sec store.SealedSecret) ([]byte, error) {
 		return seal.SigningKeyAAD(sec.Name), nil
 	case store.SealedClusterToken:
 		return seal.TokenSecretAAD(sec.Name), nil
+	case store.SealedAuditKey:
+		return seal.AuditKeyAAD(sec.Name), nil
 	}
 	return nil, fmt.Errorf("a sealed secret of unknown kind %q", sec.Kind)
 }

@@ -18,7 +18,8 @@ import (
 )
 
 // install is a vmgate installation on disk: a SQLite database and a key file,
-// with signing keys (through auth) and two clusters' sealed token secrets.
+// with signing keys (through auth), two clusters' sealed token secrets and the
+// audit chain's key.
 type install struct {
 	t       *testing.T
 	dir     string
@@ -35,14 +36,16 @@ func newInstall(t *testing.T) *install {
 	t.Helper()
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "vmgate.db"))
+	in := &install{t: t, dir: dir, keyFile: filepath.Join(dir, "vmgate.key"), secrets: map[int64]string{}}
+	sl := in.sealer(in.keyFile)
+	// Opened with the key file, as the server opens it: the audit chain is keyed,
+	// and its key is one of the sealed values a rotation moves.
+	st, err := store.OpenWith(ctx, "sqlite://"+filepath.Join(dir, "vmgate.db"), store.Options{Sealer: sl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	in := &install{t: t, dir: dir, st: st, keyFile: filepath.Join(dir, "vmgate.key"), trail: audit.New(st, audit.Options{}),
-		secrets: map[int64]string{}}
-	sl := in.sealer(in.keyFile)
+	in.st, in.trail = st, audit.New(st, audit.Options{})
 	a := in.auth(sl)
 	if _, err := a.CreateUser(ctx, "alice@example.com", "", "correct horse battery", store.RoleAdmin); err != nil {
 		t.Fatal(err)
@@ -135,6 +138,9 @@ func (in *install) works(path string) {
 	if _, err := in.auth(sl).Authenticate(context.Background(), in.token); err != nil {
 		in.t.Fatalf("the token from before the rotation: %v", err)
 	}
+	if v, err := audit.Verify(context.Background(), in.st, sl); err != nil || v.KeyedFrom == 0 {
+		in.t.Fatalf("the audit chain with %s: %+v %v", path, v, err)
+	}
 }
 
 func (in *install) audited(action string) []audit.Entry {
@@ -217,7 +223,7 @@ func TestRotateSeal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.From != oldID || res.To == oldID || res.Resealed != 3 || !res.Installed {
+	if res.From != oldID || res.To == oldID || res.Resealed != 4 || !res.Installed {
 		t.Fatalf("result %+v", res)
 	}
 	if _, err := os.Stat(newFile); !os.IsNotExist(err) {
@@ -240,7 +246,7 @@ func TestRotateSeal(t *testing.T) {
 
 	// Once more, to another key: a second rotation is like the first.
 	res2, err := RotateSeal(context.Background(), in.rotation(filepath.Join(in.dir, "third.key")))
-	if err != nil || res2.From != res.To || res2.Resealed != 3 {
+	if err != nil || res2.From != res.To || res2.Resealed != 4 {
 		t.Fatalf("second rotation: %+v %v", res2, err)
 	}
 	in.works(in.keyFile)
@@ -317,7 +323,7 @@ func TestRotateSealWithoutInstall(t *testing.T) {
 	r := in.rotation(newFile)
 	r.Install = false
 	res, err := RotateSeal(context.Background(), r)
-	if err != nil || res.Installed || res.Resealed != 3 {
+	if err != nil || res.Installed || res.Resealed != 4 {
 		t.Fatalf("%+v %v", res, err)
 	}
 	in.works(newFile)

@@ -1,9 +1,11 @@
 // Package seal keeps vmgate's secrets at rest: the key file (one AES-256 key,
 // created 0600 on first start) and the Sealer that encrypts with it (AES-256-GCM).
 // Everything vmgate must be able to read back but must not store in clear goes
-// through it — the PVE clusters' token secrets (internal/fleet) and the JWT signing
-// keys (internal/auth) — so that a copy of the database without the key file is
-// worth no cluster and no login (SECURITY.md 23, 25).
+// through it — the PVE clusters' token secrets (internal/fleet), the JWT signing
+// keys (internal/auth) and the audit chain's key (internal/store) — so that a copy
+// of the database without the key file is worth no cluster and no login, and a
+// writer of the database alone cannot rewrite the audit trail (SECURITY.md 23, 25,
+// 30).
 //
 // # Format
 //
@@ -134,6 +136,17 @@ func KeyIDOf(v []byte) string {
 	return formatID(binary.BigEndian.Uint32(v[1:headerV2]))
 }
 
+// Holds reports whether the Sealer has the key whose id is id (KeyIDOf): a value
+// sealed with it that does not open was changed, not sealed elsewhere.
+func (s *Sealer) Holds(id string) bool {
+	for _, k := range s.keys {
+		if formatID(k.id) == id {
+			return true
+		}
+	}
+	return false
+}
+
 // SealedWithCurrent reports whether v is in the current format and sealed with
 // the current key: a rotation leaves such values alone.
 func (s *Sealer) SealedWithCurrent(v []byte) bool {
@@ -207,4 +220,11 @@ func TokenSecretAAD(tokenID string) []byte {
 // SigningKeyAAD binds a JWT signing key to its kid.
 func SigningKeyAAD(kid string) []byte {
 	return append([]byte("vmgate/jwt-signing-key/v1\x00"), kid...)
+}
+
+// AuditKeyAAD binds the audit chain's key to the first row it chains (keyedFrom,
+// in decimal): moving that row in the database, so that rows after it would be
+// taken for unkeyed ones, makes the key not open (internal/store, SECURITY.md 30).
+func AuditKeyAAD(keyedFrom string) []byte {
+	return append([]byte("vmgate/audit-chain-key/v1\x00"), keyedFrom...)
 }

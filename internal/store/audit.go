@@ -2,13 +2,19 @@ package store
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 )
 
 const auditColumns = `id, at, user_id, user_email, session_id, action, cluster_id, node, vmid, target,
@@ -26,6 +32,14 @@ func scanAudit(sc scanner) (AuditRecord, error) {
 // first field hashed, so a later form can never be mistaken for this one.
 const AuditChainVersion = "vmgate-audit-1"
 
+// AuditChainKeyedVersion names the form AuditChainMAC authenticates: the same
+// fields, under another first field, so that no keyed value can pass for an
+// unkeyed one or the reverse.
+const AuditChainKeyedVersion = "vmgate-audit-2"
+
+// AuditKeySize is the length of the audit chain's key.
+const AuditKeySize = 32
+
 // AuditChainValue is the chain value of a: the lower-case hex SHA-256 of its
 // canonical form, which is the concatenation of these fields, each as a netstring
 // (its length in bytes in decimal ASCII, ':', the bytes, ','), in this order:
@@ -42,6 +56,33 @@ const AuditChainVersion = "vmgate-audit-1"
 // docs/decisions/0016 describes the form for a verifier written elsewhere.
 func AuditChainValue(a AuditRecord) string {
 	h := sha256.New()
+	writeCanonical(h, AuditChainVersion, a)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// AuditChainMAC is the chain value of a row of a keyed chain (from
+// AuditChainState.KeyedFrom on): the lower-case hex HMAC-SHA256 under key of the
+// canonical form AuditChainValue hashes, with AuditChainKeyedVersion as its first
+// field. Without the key, which only the key file opens, no value can be computed
+// for a changed row, so a writer of the database alone cannot rewrite the chain
+// consistently from any row on (SECURITY.md 30; docs/decisions/0042).
+func AuditChainMAC(key []byte, a AuditRecord) string {
+	h := hmac.New(sha256.New, key)
+	writeCanonical(h, AuditChainKeyedVersion, a)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// AuditChainValueIn is the chain value row a has in a chain in state c: keyed
+// with key from c.KeyedFrom on, AuditChainValue before.
+func AuditChainValueIn(c AuditChainState, key []byte, a AuditRecord) string {
+	if c.Keyed(a.ID) {
+		return AuditChainMAC(key, a)
+	}
+	return AuditChainValue(a)
+}
+
+// writeCanonical writes a's canonical form, under version, to h.
+func writeCanonical(h hash.Hash, version string, a AuditRecord) {
 	var buf []byte
 	put := func(s string) {
 		buf = strconv.AppendInt(buf[:0], int64(len(s)), 10)
@@ -51,19 +92,20 @@ func AuditChainValue(a AuditRecord) string {
 		h.Write(buf)
 	}
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
-	for _, f := range []string{AuditChainVersion, a.Prev, i(a.ID), a.At.UTC().Format(time.RFC3339Nano), i(a.UserID),
+	for _, f := range []string{version, a.Prev, i(a.ID), a.At.UTC().Format(time.RFC3339Nano), i(a.UserID),
 		a.UserEmail, a.SessionID, a.Address, a.RequestID, a.Action, a.Target, i(a.ClusterID), a.Node, i(a.VMID),
 		a.Params, a.Result, a.Reason, a.UPID, i(a.Count)} {
 		put(f)
 	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // AppendAudit implements Store: in one transaction it locks the chain's head
 // (audit_chain's row: FOR UPDATE on PostgreSQL, the write transaction on SQLite),
-// gives the record the next id and its chain value, inserts it and moves the head.
+// gives the record the next id and its chain value (the HMAC under the audit key
+// once the chain is keyed: AuditChainValueIn), inserts it and moves the head.
 // Appends from every replica are so serialized into one chain. A zero At is now, a
-// Count below 1 is 1; ID, Prev and Chain are the store's.
+// Count below 1 is 1; ID, Prev and Chain are the store's. A store opened without
+// the key file cannot append to a keyed chain (Unavailable).
 func (s *sqlStore) AppendAudit(ctx context.Context, a AuditRecord) (AuditRecord, error) {
 	a.At = s.stamp(a.At)
 	if a.Count < 1 {
@@ -81,16 +123,11 @@ func (s *sqlStore) AppendAudit(ctx context.Context, a AuditRecord) (AuditRecord,
 			return err
 		}
 		a.ID, a.Prev = max(head.HeadID, newest)+1, head.HeadChain
-		a.Chain = AuditChainValue(a)
-		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO audit (`+auditColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
-			a.ID, s.t(a.At), a.UserID, a.UserEmail, a.SessionID, a.Action, a.ClusterID, a.Node, a.VMID, a.Target,
-			a.Params, a.Result, a.UPID, a.Address, a.RequestID, a.Reason, a.Count, a.Prev, a.Chain); err != nil {
+		if err := s.chainKeyFor(head); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE audit_chain SET head_id = $1, head_chain = $2 WHERE id = 1`, a.ID, a.Chain)
-		return err
+		a.Chain = AuditChainValueIn(head, s.auditKey, a)
+		return s.insertAudit(ctx, tx, a)
 	})
 	if err != nil {
 		return AuditRecord{}, s.fail(err, "append audit record", "append audit record")
@@ -98,24 +135,122 @@ func (s *sqlStore) AppendAudit(ctx context.Context, a AuditRecord) (AuditRecord,
 	return a, nil
 }
 
+// insertAudit inserts the chained row a and moves the head to it; the caller
+// holds the chain's lock (tx).
+func (s *sqlStore) insertAudit(ctx context.Context, tx *sql.Tx, a AuditRecord) error {
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO audit (`+auditColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+		a.ID, s.t(a.At), a.UserID, a.UserEmail, a.SessionID, a.Action, a.ClusterID, a.Node, a.VMID, a.Target,
+		a.Params, a.Result, a.UPID, a.Address, a.RequestID, a.Reason, a.Count, a.Prev, a.Chain); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE audit_chain SET head_id = $1, head_chain = $2 WHERE id = 1`, a.ID, a.Chain)
+	return err
+}
+
+// errAuditKeyMissing refuses an append to a keyed chain by a store opened
+// without the key file: its row would break the chain.
+var errAuditKeyMissing = errs.R(errs.Unavailable, errs.ReasonStoreUnavailable,
+	"the audit chain is keyed and this process was started without vmgate's key file (--secret-key-file)")
+
+// chainKeyFor checks that this store can append to the chain in state c: it holds
+// the audit key when the chain is keyed, and the chain is keyed from the row it
+// was keyed from when this store opened it. A keying record moved since (the
+// database edited under a running vmgate) is refused rather than followed.
+func (s *sqlStore) chainKeyFor(c AuditChainState) error {
+	switch {
+	case c.KeyedFrom == 0 && s.auditKeyedFrom == 0:
+		return nil
+	case c.KeyedFrom > 0 && s.auditKey == nil:
+		return errAuditKeyMissing
+	case c.KeyedFrom == 0:
+		return fmt.Errorf("the audit chain's keying record (keyed from row %d) was removed from the database "+
+			"since this vmgate opened it: run vmgate admin audit verify", s.auditKeyedFrom)
+	case c.KeyedFrom != s.auditKeyedFrom && s.auditKeyedFrom != 0:
+		return fmt.Errorf("the audit chain's keying record changed in the database since this vmgate opened it "+
+			"(keyed from row %d, now %d): run vmgate admin audit verify", s.auditKeyedFrom, c.KeyedFrom)
+	}
+	return nil
+}
+
+// ChainKeyedAction is the action of the row that begins a keyed chain: the first
+// row chained with the audit key, written when a store first opens the chain with
+// the key file. Its time is when the keying happened.
+const ChainKeyedAction = "audit.chain_keyed"
+
+// keyAuditChain gives this store the audit chain's key (Options.Sealer): at the
+// first open with a key file it draws a random key, seals it bound to the next
+// row's id (keyed_from) and appends the row that begins the keyed chain, all in
+// one transaction under the chain's lock, so replicas opening together key the
+// chain once; later opens unseal the key. A key that does not open with this key
+// file (another key file, or the keying record edited) stops the open: appending
+// would break the chain.
+func (s *sqlStore) keyAuditChain(ctx context.Context, sl *seal.Sealer) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		c, err := s.lockAuditChain(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if c.KeyedFrom > 0 {
+			key, err := sl.Open(c.KeySealed, seal.AuditKeyAAD(strconv.FormatInt(c.KeyedFrom, 10)))
+			if err != nil {
+				return fmt.Errorf("open the audit chain's key (keyed from row %d): %w", c.KeyedFrom, err)
+			}
+			s.auditKey, s.auditKeyedFrom = key, c.KeyedFrom
+			return nil
+		}
+		var newest int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM audit`).Scan(&newest); err != nil {
+			return err
+		}
+		key := make([]byte, AuditKeySize)
+		if _, err := rand.Read(key); err != nil {
+			return fmt.Errorf("draw the audit chain's key: %w", err)
+		}
+		c.KeyedFrom = max(c.HeadID, newest) + 1
+		sealed, err := sl.Seal(key, seal.AuditKeyAAD(strconv.FormatInt(c.KeyedFrom, 10)))
+		if err != nil {
+			return fmt.Errorf("seal the audit chain's key: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE audit_chain SET keyed_from = $1, key_sealed = $2 WHERE id = 1`,
+			c.KeyedFrom, sealed); err != nil {
+			return err
+		}
+		a := AuditRecord{ID: c.KeyedFrom, At: s.stamp(time.Time{}), Action: ChainKeyedAction, Target: "audit_chain", Result: "ok",
+			Reason: "the audit chain is keyed from this row on; the rows before it verify by the unkeyed rule",
+			Params: fmt.Sprintf(`{"keyedFrom":%d,"sealKey":%q}`, c.KeyedFrom, sl.CurrentID()), Count: 1, Prev: c.HeadChain}
+		a.Chain = AuditChainMAC(key, a)
+		if err := s.insertAudit(ctx, tx, a); err != nil {
+			return err
+		}
+		s.auditKey, s.auditKeyedFrom = key, c.KeyedFrom
+		return nil
+	})
+}
+
 // lockAuditChain reads audit_chain's row, locking it until tx ends.
 func (s *sqlStore) lockAuditChain(ctx context.Context, tx *sql.Tx) (AuditChainState, error) {
-	var c AuditChainState
-	err := tx.QueryRowContext(ctx, `
-		SELECT head_id, head_chain, checkpoint_id, checkpoint_chain, checkpoint_at FROM audit_chain WHERE id = 1`+s.d.forUpdate).
-		Scan(&c.HeadID, &c.HeadChain, &c.CheckpointID, &c.CheckpointChain, timeCol{&c.CheckpointAt})
+	c, err := scanAuditChain(tx.QueryRowContext(ctx, auditChainQuery+s.d.forUpdate))
 	if err != nil {
 		return c, fmt.Errorf("lock the audit chain: %w", err)
 	}
 	return c, nil
 }
 
+const auditChainQuery = `SELECT head_id, head_chain, checkpoint_id, checkpoint_chain, checkpoint_at, keyed_from, key_sealed
+	FROM audit_chain WHERE id = 1`
+
+func scanAuditChain(sc scanner) (AuditChainState, error) {
+	var c AuditChainState
+	err := sc.Scan(&c.HeadID, &c.HeadChain, &c.CheckpointID, &c.CheckpointChain, timeCol{&c.CheckpointAt}, &c.KeyedFrom,
+		&c.KeySealed)
+	return c, err
+}
+
 // AuditChain implements Store.
 func (s *sqlStore) AuditChain(ctx context.Context) (AuditChainState, error) {
-	var c AuditChainState
-	err := s.rdb.QueryRowContext(ctx, `
-		SELECT head_id, head_chain, checkpoint_id, checkpoint_chain, checkpoint_at FROM audit_chain WHERE id = 1`).
-		Scan(&c.HeadID, &c.HeadChain, &c.CheckpointID, &c.CheckpointChain, timeCol{&c.CheckpointAt})
+	c, err := scanAuditChain(s.rdb.QueryRowContext(ctx, auditChainQuery))
 	if err != nil {
 		return c, fmt.Errorf("read the audit chain: %w", err)
 	}

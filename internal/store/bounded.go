@@ -394,3 +394,13 @@ func (b *bounded) DeleteAPIToken(ctx context.Context, userID int64, id string) e
 func (b *bounded) TouchAPITokens(ctx context.Context, uses []APITokenUse) error {
 	return call0(b, ctx, func(ctx context.Context) error { return b.s.TouchAPITokens(ctx, uses) })
 }
+
+// NoteLoginNetwork implements Store.
+func (b *bounded) NoteLoginNetwork(ctx context.Context, account, network string, at time.Time) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.NoteLoginNetwork(ctx, account, network, at) })
+}
+
+// LoginNetworkSeen implements Store.
+func (b *bounded) LoginNetworkSeen(ctx context.Context, account, network string) (time.Time, error) {
+	return call(b, ctx, func(ctx context.Context) (time.Time, error) { return b.s.LoginNetworkSeen(ctx, account, network) })
+}

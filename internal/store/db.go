@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/seal"
 )
 
 // Open is OpenWith with the default Options.
@@ -45,6 +46,11 @@ type Options struct {
 	// which is what vmgate's server uses. It keeps a database from filling a disk
 	// it shares, and lets tests fill one without filling a disk.
 	SQLiteMaxPages int64
+	// Sealer is the key file's (internal/seal). With it the store keys the audit
+	// chain — at the first open, once, and from then on appends with the key it
+	// unseals (docs/decisions/0042); without it the store appends only to a chain
+	// that is not keyed yet. The server always gives it.
+	Sealer *seal.Sealer
 
 	// listenerQuiet is how long the PostgreSQL listener waits for a notification
 	// before it pings (listenerQuiet by default; tests shorten it).
@@ -115,6 +121,12 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 	if err := s.adoptAuditChain(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open %s store: chain the audit records: %w", s.d.name, err)
+	}
+	if o.Sealer != nil {
+		if err := s.keyAuditChain(ctx, o.Sealer); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open %s store: key the audit chain: %w", s.d.name, err)
+		}
 	}
 	s.feed = newChangeFeed(s, o)
 	if s.pgConfig != nil {
@@ -195,6 +207,10 @@ type sqlStore struct {
 	place string
 	// probeOwner names this store in the write probe's rows (host and pid).
 	probeOwner string
+	// auditKey keys the audit chain from auditKeyedFrom on (keyAuditChain); nil
+	// when the store was opened without the key file (Options.Sealer).
+	auditKey       []byte
+	auditKeyedFrom int64
 }
 
 // Ping implements Store.

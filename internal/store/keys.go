@@ -107,6 +107,10 @@ func (s *sqlStore) ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]b
 				return nil, err
 			}
 		}
+		chain, err := s.lockAuditChain(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
 		keys, err := queryAll(ctx, tx, "read signing keys", scanSigningKey, signingKeysQuery)
 		if err != nil {
 			return nil, err
@@ -154,6 +158,19 @@ func (s *sqlStore) ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]b
 			}
 			replaced++
 			fed = append(fed, clusterChanged(id))
+		}
+		if chain.KeySealed != nil {
+			v, err := fn(SealedSecret{Kind: SealedAuditKey, Row: "1", Name: strconv.FormatInt(chain.KeyedFrom, 10),
+				Value: chain.KeySealed})
+			if err != nil {
+				return nil, fmt.Errorf("the audit chain's key: %w", err)
+			}
+			if v != nil {
+				if _, err := tx.ExecContext(ctx, `UPDATE audit_chain SET key_sealed = $1 WHERE id = 1`, v); err != nil {
+					return nil, err
+				}
+				replaced++
+			}
 		}
 		return s.appendChanges(ctx, tx, time.Time{}, fed...)
 	})

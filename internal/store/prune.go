@@ -26,6 +26,9 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 	if p.AuditOlderThan <= 0 {
 		p.AuditOlderThan = DefaultPruneAudit
 	}
+	if p.LoginNetworksOlderThan <= 0 {
+		p.LoginNetworksOlderThan = DefaultPruneLoginNetworks
+	}
 	var (
 		res PruneResult
 		err error
@@ -66,6 +69,10 @@ func (s *sqlStore) Prune(ctx context.Context, now time.Time, p PruneOptions) (Pr
 		return res, err
 	}
 	res.APITokens, err = s.pruneAPITokens(ctx, now.Add(-p.SessionsEndedBefore), p.Batch)
+	if err != nil {
+		return res, err
+	}
+	res.LoginNetworks, err = s.pruneLoginNetworks(ctx, now.Add(-p.LoginNetworksOlderThan), p.Batch)
 	return res, err
 }
 

@@ -175,11 +175,12 @@ type SigningKey struct {
 const (
 	SealedSigningKey   = "signing_key"   // signing_keys.secret; Row and Name: the kid
 	SealedClusterToken = "cluster_token" // clusters.token_secret_sealed; Row: the cluster id, Name: the token id
+	SealedAuditKey     = "audit_key"     // audit_chain.key_sealed; Row "1", Name: keyed_from in decimal
 )
 
 // SealedSecret is one secret the store keeps sealed, as ResealSecrets hands it over.
 type SealedSecret struct {
-	Kind  string // SealedSigningKey or SealedClusterToken
+	Kind  string // SealedSigningKey, SealedClusterToken or SealedAuditKey
 	Row   string // which row holds it
 	Name  string // what the sealed value is bound to (its additional data)
 	Value []byte
@@ -302,7 +303,7 @@ type AuditRecord struct {
 	// folds repeated denials of one session in one minute (internal/audit).
 	Count int64
 	Prev  string // the chain value of the row before; set by AppendAudit
-	Chain string // this row's chain value (AuditChainValue); set by AppendAudit
+	Chain string // this row's chain value (AuditChainValueIn: keyed once the chain is); set by AppendAudit
 }
 
 // AuditFilter selects audit records for QueryAudit; zero fields do not filter.
@@ -324,7 +325,16 @@ type AuditChainState struct {
 	CheckpointID    int64 // 0: nothing pruned yet
 	CheckpointChain string
 	CheckpointAt    time.Time
+	// KeyedFrom is the first row chained with the audit key (AuditChainMAC); the
+	// rows before it are chained by AuditChainValue. 0: the chain is not keyed.
+	KeyedFrom int64
+	// KeySealed is the audit key, sealed with the key file under
+	// seal.AuditKeyAAD(KeyedFrom); nil while the chain is not keyed.
+	KeySealed []byte
 }
+
+// Keyed reports whether row id is chained with the audit key.
+func (c AuditChainState) Keyed(id int64) bool { return c.KeyedFrom > 0 && id >= c.KeyedFrom }
 
 // Idempotency record states.
 const (
@@ -361,6 +371,8 @@ const (
 	DefaultPruneSessions = 7 * 24 * time.Hour
 	DefaultPruneBatch    = 1000
 	DefaultPruneAudit    = 400 * 24 * time.Hour
+	// DefaultPruneLoginNetworks is auth's default KnownNetworkMemory.
+	DefaultPruneLoginNetworks = 30 * 24 * time.Hour
 )
 
 // PruneOptions says what Prune deletes. Zero or negative fields take their defaults.
@@ -374,6 +386,10 @@ type PruneOptions struct {
 	// AuditOlderThan: audit records older than this go, oldest first, leaving a
 	// checkpoint the rest verifies from (default DefaultPruneAudit, 400 days).
 	AuditOlderThan time.Duration
+	// LoginNetworksOlderThan: login networks (NoteLoginNetwork) not logged in from
+	// for longer than this go (default DefaultPruneLoginNetworks, 30 days: auth's
+	// KnownNetworkMemory, past which they exempt nobody).
+	LoginNetworksOlderThan time.Duration
 	// Batch is how many rows one DELETE removes at most (default DefaultPruneBatch).
 	// Each batch commits on its own, so a large backlog never holds the write lock
 	// (all of SQLite's) for long.
@@ -387,6 +403,7 @@ type PruneResult struct {
 	IdempotencyKeys int64
 	Audit           int64 // audit records past the retention
 	APITokens       int64 // expired more than SessionsEndedBefore ago
+	LoginNetworks   int64 // not logged in from for LoginNetworksOlderThan
 }
 
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
@@ -457,9 +474,9 @@ type Store interface {
 	// superseded before cutoff (the newest key is never deleted), feeds
 	// ChangeSigningKey when it deleted any, and returns how many it deleted.
 	DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error)
-	// ResealSecrets hands every sealed secret — signing keys (raw ones too) and
-	// cluster token secrets — to fn in one transaction that holds the write locks of
-	// both tables, and stores what fn returns in place of each value (a signing key
+	// ResealSecrets hands every sealed secret — signing keys (raw ones too),
+	// cluster token secrets and the audit chain's key — to fn in one transaction
+	// that holds the write locks of their tables, and stores what fn returns in place of each value (a signing key
 	// becomes Sealed); nil leaves the value as it is. If fn fails, nothing is
 	// changed. It returns how many values were replaced. Replicas running it at once
 	// take turns, and each sees the values the one before committed.
@@ -505,6 +522,14 @@ type Store interface {
 	AuditRange(ctx context.Context, after int64, limit int) ([]AuditRecord, error)
 	// AuditChain returns the chain's head and checkpoint.
 	AuditChain(ctx context.Context) (AuditChainState, error)
+
+	// NoteLoginNetwork records that account (an e-mail as auth normalises it)
+	// logged in successfully from network (a client network as auth names it) at
+	// at; a later time replaces an earlier one, never the reverse.
+	NoteLoginNetwork(ctx context.Context, account, network string, at time.Time) error
+	// LoginNetworkSeen returns when account last logged in from network, or the
+	// zero time when it never did (or Prune has forgotten it).
+	LoginNetworkSeen(ctx context.Context, account, network string) (time.Time, error)
 
 	// ClaimIdempotencyKey inserts r if no unexpired record for (UserID, Key) exists and
 	// returns (r, true). Otherwise it returns the existing record and false. Expired

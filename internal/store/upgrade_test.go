@@ -14,7 +14,8 @@ import (
 // session feed entries become session changes, in order, a key in progress gets
 // a lease of IdempotencyLease from its creation, so it can be taken over, a
 // task row was last updated when it was created, and a raw signing key is kept as
-// it was, marked not sealed (auth seals it at its first start).
+// it was, marked not sealed (auth seals it at its first start), and the audit
+// rows are chained, then keyed at the first start with a key file.
 // raw is dsn as driver takes it.
 func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	ctx := t.Context()
@@ -83,8 +84,21 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 	if _, err := s.AppendAudit(ctx, store.AuditRecord{Action: "x.after"}); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := audit.Verify(ctx, s); err != nil || v.Rows != 3 || v.HeadID != 3 {
+	if v, err := audit.Verify(ctx, s, nil); err != nil || v.Rows != 3 || v.HeadID != 3 {
 		t.Fatalf("audit chain after the upgrade: %+v %v", v, err)
+	}
+	// The first start with the key file keys it (0065) after the rows before,
+	// which still verify by the unkeyed rule.
+	sl := testSealer(t, 5)
+	keyed, err := openKeyed(t, dsn, sl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keyed.AppendAudit(ctx, store.AuditRecord{Action: "x.keyed"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := audit.Verify(ctx, keyed, sl); err != nil || v.Rows != 5 || v.KeyedFrom != 4 {
+		t.Fatalf("audit chain keyed after the upgrade: %+v %v", v, err)
 	}
 	// New changes follow the old ones.
 	if err := s.DeleteUser(ctx, u.ID); err != nil {

@@ -90,6 +90,7 @@ type envOptions struct {
 	log            *slog.Logger  // httpapi's request log (default none)
 	manualClock    bool          // the emulator's time moves only when a test says (tasks stay running)
 	streams        *sse.Limiter  // the event stream caps the UI and the API share (default each its own)
+	trustedProxies []string      // httpapi's (default none)
 }
 
 type env struct {
@@ -131,7 +132,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Argon2:          auth.Params{Memory: 8, Time: 1, Threads: 1, KeyLen: 32, SaltLen: 16},
 		PerAddressRate:  rate.Inf,
 		PerAddressBurst: 1,
-		Audit:           e.trail.Append,
+		Audit:           e.trail.Record, // as the server wires it
 		Now:             now,
 	}
 	if o.auth != nil {
@@ -196,12 +197,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	api, err := httpapi.New(httpapi.Config{Sessions: e.auth, Accounts: e.acc, Audit: e.trail, Store: st,
-		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log, Streams: o.streams})
+		Fleet: e.fleet, VMs: e.vms, UI: e.ui, Now: now, RequestTimeout: o.requestTimeout, Logger: o.log, Streams: o.streams,
+		TrustedProxies: o.trustedProxies})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.tls {
-		e.srv = httptest.NewTLSServer(api)
+		// Through the server's own wrapper, which sets HSTS on every TLS answer.
+		e.srv = httptest.NewUnstartedServer(httpapi.NewHTTPServer("", api, nil).Handler)
+		e.srv.StartTLS()
 	} else {
 		e.srv = httptest.NewServer(api)
 	}

@@ -21,9 +21,13 @@ type loginView struct {
 func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) error {
 	next := safeNext(r.URL.Query().Get("next"))
 	if raw := sessionToken(r); raw != "" {
-		if _, err := u.sessions.Authenticate(r.Context(), raw); err == nil {
+		_, err := u.sessions.Authenticate(r.Context(), raw)
+		if err == nil {
 			redirect(w, r, next)
 			return nil
+		}
+		if errs.KindOf(err) == errs.Unauthenticated {
+			u.rotatedCookie(w, r, raw)
 		}
 	}
 	u.renderLogin(w, r, http.StatusOK, loginView{Next: next})
@@ -40,7 +44,7 @@ func (u *UI) renderLogin(w http.ResponseWriter, r *http.Request, status int, lv 
 func (u *UI) login(w http.ResponseWriter, r *http.Request) error {
 	lv := loginView{Email: strings.TrimSpace(r.PostFormValue("email")), Next: safeNext(r.PostFormValue("next"))}
 	secret := ""
-	if c, err := r.Cookie(loginCookie); err == nil {
+	if c, err := readCookie(r, loginCookie); err == nil {
 		secret = c.Value
 	}
 	if secret == "" || !csrfOK(r, u.loginCSRF(secret)) {

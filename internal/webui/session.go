@@ -17,28 +17,38 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// The cookies the UI sets. Over TLS the session cookie takes the __Host- prefix, so
-// that the browser accepts it only Secure, host-only and for Path=/ (a sibling
-// subdomain cannot plant one).
+// The cookies the UI sets. Over TLS each takes the __Host- prefix (cookieName), so
+// that the browser accepts it only Secure, host-only and for Path=/: a sibling
+// subdomain or a plain-HTTP page cannot plant or overwrite one — not the
+// session, nor the log-in form's CSRF secret (login CSRF), nor a notice.
 const (
-	sessionCookie    = "vmgate_session"
-	sessionCookieTLS = "__Host-vmgate_session"
-	loginCookie      = "vmgate_login"  // the log-in form's CSRF secret, before there is a session
-	noticeCookie     = "vmgate_notice" // the outcome of the last action, shown once on the next page
+	sessionCookie = "vmgate_session"
+	loginCookie   = "vmgate_login"  // the log-in form's CSRF secret, before there is a session
+	noticeCookie  = "vmgate_notice" // the outcome of the last action, shown once on the next page
+
+	hostPrefix       = "__Host-"
+	sessionCookieTLS = hostPrefix + sessionCookie
 )
 
-func sessionCookieName(r *http.Request) string {
+// cookieName is the name of the UI's cookie base for the request r: with the
+// __Host- prefix over TLS.
+func cookieName(r *http.Request, base string) string {
 	if r.TLS != nil {
-		return sessionCookieTLS
+		return hostPrefix + base
 	}
-	return sessionCookie
+	return base
 }
 
-// cookie is a UI cookie: HttpOnly, SameSite=Strict, Path=/, Secure whenever the
-// connection is TLS (SECURITY.md 33). maxAge 0 makes a browser-session cookie, a
-// negative one deletes it.
-func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: maxAge, HttpOnly: true,
+// readCookie is the request's cookie base, under the name cookieName gives it.
+func readCookie(r *http.Request, base string) (*http.Cookie, error) {
+	return r.Cookie(cookieName(r, base))
+}
+
+// cookie is the UI's cookie base: HttpOnly, SameSite=Strict, Path=/, no Domain,
+// Secure and __Host- whenever the connection is TLS (SECURITY.md 33). maxAge 0
+// makes a browser-session cookie, a negative one deletes it.
+func cookie(r *http.Request, base, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: cookieName(r, base), Value: value, Path: "/", MaxAge: maxAge, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
 }
 
@@ -46,19 +56,19 @@ func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
 // browser session: the token inside expires on its own, and the server renews it
 // while the person uses the UI.
 func setSession(w http.ResponseWriter, r *http.Request, tok auth.Token) {
-	http.SetCookie(w, cookie(r, sessionCookieName(r), tok.Raw, 0))
+	http.SetCookie(w, cookie(r, sessionCookie, tok.Raw, 0))
 }
 
 // clearSession deletes the session cookie (at logout).
 func clearSession(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, cookie(r, sessionCookieName(r), "", -1))
+	http.SetCookie(w, cookie(r, sessionCookie, "", -1))
 }
 
 // sessionToken is the token the request's cookie holds ("" when none). An API
 // token is none: the UI sets a login's token only, and an API token never stands
 // for a browser session (SECURITY.md 32).
 func sessionToken(r *http.Request) string {
-	c, err := r.Cookie(sessionCookieName(r))
+	c, err := readCookie(r, sessionCookie)
 	if err != nil || len(c.Value) > auth.MaxTokenBytes || auth.IsAPIToken(c.Value) {
 		return ""
 	}
@@ -80,7 +90,8 @@ var errUnauthenticated = errs.R(errs.Unauthenticated, "unauthenticated", "please
 // authenticate finds the caller from the session cookie and renews the token when
 // less than half of its life is left. The cookie of a failed request is left as it
 // is: it may be a straggler whose tab has the renewed cookie already, and deleting
-// "the" cookie would delete that one.
+// "the" cookie would delete that one. A cookie whose token someone else rotated
+// revokes the session (rotatedCookie).
 func (u *UI) authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, error) {
 	raw := sessionToken(r)
 	if raw == "" {
@@ -92,6 +103,7 @@ func (u *UI) authenticate(w http.ResponseWriter, r *http.Request) (auth.Principa
 		// renewed one.
 		tok, ok := u.renewed(raw)
 		if !ok {
+			u.rotatedCookie(w, r, raw)
 			return auth.Principal{}, errUnauthenticated
 		}
 		if p, err = u.sessions.Authenticate(r.Context(), tok.Raw); err == nil {
@@ -112,6 +124,25 @@ func (u *UI) authenticate(w http.ResponseWriter, r *http.Request) (auth.Principa
 		}
 	}
 	return p, nil
+}
+
+// rotatedCookie handles a cookie whose token Authenticate refused and no renewal of this
+// process replaced. The browser holds only its session's newest token and renews
+// it itself (renew), so an older generation in the cookie means that someone else
+// rotated it — a thief who refreshed a stolen cookie's token at /user/refresh —
+// and the session is revoked and the reuse audited by auth's one rule
+// (auth.Service.CheckReuse, as at /user/refresh; SECURITY.md 7). The cookie of a
+// revoked session opens nothing any more, so it is deleted; any other refusal
+// leaves it alone (see authenticate).
+func (u *UI) rotatedCookie(w http.ResponseWriter, r *http.Request, raw string) {
+	revoked, err := u.sessions.CheckReuse(r.Context(), raw, audit.FactsFrom(r.Context()).Address)
+	if err != nil {
+		u.log.WarnContext(r.Context(), "checking a refused cookie for reuse failed", "error", err.Error(),
+			"request_id", audit.FactsFrom(r.Context()).RequestID)
+	}
+	if revoked {
+		clearSession(w, r)
+	}
 }
 
 // navigation reports whether r is a page load or a form submission, the requests
@@ -216,7 +247,7 @@ func csrfOK(r *http.Request, want string) bool {
 // loginSecret returns the login cookie's value, setting a fresh one when there is
 // none (it lives an hour: a form left open longer is refused once and shown again).
 func loginSecret(w http.ResponseWriter, r *http.Request) string {
-	if c, err := r.Cookie(loginCookie); err == nil && len(c.Value) == 43 {
+	if c, err := readCookie(r, loginCookie); err == nil && len(c.Value) == 43 {
 		return c.Value
 	}
 	var b [32]byte
@@ -298,7 +329,7 @@ func (u *UI) setNotice(w http.ResponseWriter, r *http.Request, n notice) {
 // takeNotice reads and clears the notice cookie; a cookie that fails its signature
 // is dropped unread.
 func (u *UI) takeNotice(w http.ResponseWriter, r *http.Request) *notice {
-	c, err := r.Cookie(noticeCookie)
+	c, err := readCookie(r, noticeCookie)
 	if err != nil {
 		return nil
 	}

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,40 +11,70 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 )
 
-// TestSessionCookieAttributes (SECURITY.md 33): the session cookie is HttpOnly,
-// SameSite=Strict, Path=/, Secure and __Host- over TLS, and never readable by a
-// script or sent with another site's requests.
+// TestSessionCookieAttributes (SECURITY.md 33): every cookie the UI sets — the
+// log-in form's CSRF secret, the session, a notice — is HttpOnly,
+// SameSite=Strict, Path=/ without Domain, and over TLS Secure with the __Host-
+// prefix (so no sibling subdomain or plain-HTTP page can plant one); the session
+// token is in no page. A cookie planted under the plain name is not read over
+// TLS.
 func TestSessionCookieAttributes(t *testing.T) {
 	t.Parallel()
 	for _, tls := range []bool{false, true} {
 		e := newEnv(t, envOptions{tls: tls})
 		b := e.browser()
-		b.get("/login")
-		p := b.post("/login", url.Values{"email": {adminEmail}, "password": {password}}).expect(t, http.StatusSeeOther)
-		var c *http.Cookie
-		for _, sc := range (&http.Response{Header: p.header}).Cookies() {
-			if strings.HasSuffix(sc.Name, "vmgate_session") {
-				c = sc
+		set := map[string]*http.Cookie{} // by base name, as set
+		note := func(p page) {
+			for _, c := range (&http.Response{Header: p.header}).Cookies() {
+				set[strings.TrimPrefix(c.Name, hostPrefix)] = c
+				if c.Value != "" && c.MaxAge >= 0 {
+					set[strings.TrimPrefix(c.Name, hostPrefix)+" (set)"] = c
+				}
 			}
 		}
-		if c == nil {
-			t.Fatalf("tls=%v: no session cookie: %v", tls, p.header["Set-Cookie"])
+		note(b.get("/login"))
+		p := b.post("/login", url.Values{"email": {adminEmail}, "password": {password}}).expect(t, http.StatusSeeOther)
+		note(p)
+		b.get("/account")
+		note(b.post("/account/password", url.Values{"current": {"x"}, "new": {"a"}, "repeat": {"b"}}).expect(t, http.StatusSeeOther))
+		note(b.get("/account").expect(t, http.StatusOK)) // shows the notice and deletes it
+		for _, base := range []string{loginCookie, sessionCookie, noticeCookie} {
+			c := set[base+" (set)"]
+			if c == nil {
+				t.Fatalf("tls=%v: %s was never set: %v", tls, base, set)
+			}
+			wantName := base
+			if tls {
+				wantName = hostPrefix + base
+			}
+			if c.Name != wantName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" ||
+				c.Secure != tls || c.Domain != "" {
+				t.Errorf("tls=%v: cookie %+v", tls, c)
+			}
+			if d := set[base]; d.Name != wantName || d.Path != "/" || d.Secure != tls {
+				t.Errorf("tls=%v: %s deleted as %+v", tls, base, d)
+			}
 		}
-		wantName := sessionCookie
-		if tls {
-			wantName = sessionCookieTLS
-		}
-		if c.Name != wantName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" ||
-			c.Secure != tls || c.Domain != "" || c.MaxAge != 0 {
-			t.Errorf("tls=%v: cookie %+v", tls, c)
+		if c := set[sessionCookie+" (set)"]; c.MaxAge != 0 {
+			t.Errorf("tls=%v: the session cookie outlives the browser session: %+v", tls, c)
 		}
 		// The token is in no page.
 		home := b.get("/").expect(t, http.StatusOK)
-		if strings.Contains(home.body, c.Value) {
+		if strings.Contains(home.body, b.sessionCookie()) {
 			t.Errorf("tls=%v: the session token is in the page", tls)
+		}
+		if tls {
+			// A session cookie under the plain name (planted by a page of a
+			// sibling host, or over plain HTTP) is not the session over TLS.
+			plain := e.browser()
+			u, _ := url.Parse(e.srv.URL)
+			plain.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: b.sessionCookie(), Path: "/"}})
+			if p := plain.get("/"); p.status != http.StatusSeeOther {
+				t.Errorf("a plain-named session cookie over TLS: %d", p.status)
+			}
 		}
 	}
 }
@@ -313,8 +344,8 @@ func TestCookieSessionEndsLikeAnyOther(t *testing.T) {
 
 // TestSessionRenewal: once less than half of the token's life is left, a page load
 // renews the cookie (a new generation); requests still carrying the old token just
-// after get the new one instead of ending the session; long after, the old token
-// is dead and the new one works.
+// after get the new one instead of ending the session (long after, the old token
+// ends it: TestRotatedCookieRevokesTheSession).
 func TestSessionRenewal(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Now()}
@@ -340,15 +371,114 @@ func TestSessionRenewal(t *testing.T) {
 	if old.sessionCookie() != second {
 		t.Fatal("the straggler did not get the renewed token")
 	}
-	// Long after, the old token opens nothing, and the session lives on.
-	clk.Add(time.Minute)
-	old.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: first, Path: "/"}})
-	old.get("/").expect(t, http.StatusSeeOther)
-	b.get("/").expect(t, http.StatusOK)
 	// An expired token is not renewed: log in again.
 	clk.Add(11 * time.Minute)
 	if p := b.get("/"); p.status != http.StatusSeeOther {
 		t.Fatalf("expired token: %d", p.status)
+	}
+}
+
+// TestRotatedCookieRevokesTheSession (SECURITY.md 7, the UI's path): a thief
+// rotates a stolen cookie's token at /user/refresh; when the owner's browser
+// presents the old token to the UI, the session is revoked — the thief's new
+// token dies too — and auth.token_reuse is audited, exactly as a replay at
+// /user/refresh. A token the UI's own renewal replaced is the same once the
+// renewal is past: the browser holds the new one, so whoever shows the old one
+// is another party. Within auth's grace (a request in flight when the token was
+// rotated) the old cookie is refused alone.
+func TestRotatedCookieRevokesTheSession(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Now()}
+	e := newEnv(t, envOptions{clock: clk, auth: func(c *auth.Config) { c.TokenTTL = 10 * time.Minute }})
+	ctx := context.Background()
+	u, _ := url.Parse(e.srv.URL)
+	// refreshAtAPI is what the thief does with a stolen token: POST /user/refresh.
+	refreshAtAPI := func(raw string) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/user/refresh", nil)
+		req.Header.Set("Authorization", "Bearer "+raw)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				Token string `json:"token"`
+			} `json:"data"`
+		}
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil || body.Data.Token == "" {
+			t.Fatalf("refresh at the API: %d", resp.StatusCode)
+		}
+		return body.Data.Token
+	}
+	reuses := func() []audit.Entry {
+		t.Helper()
+		es, err := e.trail.Query(ctx, audit.Filter{Action: "auth.token_reuse"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
+	dead := func(what, raw string) {
+		t.Helper()
+		if _, err := e.auth.Authenticate(ctx, raw); err == nil {
+			t.Errorf("%s: the token still authenticates", what)
+		}
+	}
+
+	// Within the grace: the old cookie is refused, the session lives on.
+	b := e.browser()
+	b.login(opEmail)
+	stolen := b.sessionCookie()
+	thief := refreshAtAPI(stolen)
+	b.get("/").expect(t, http.StatusSeeOther)
+	if _, err := e.auth.Authenticate(ctx, thief); err != nil || len(reuses()) != 0 {
+		t.Fatalf("within the grace: the session ended (%v) or a reuse was audited (%d)", err, len(reuses()))
+	}
+
+	// Past the grace: the session ends, on every token, and the reuse is audited
+	// with the owner's session, the address and where it was seen.
+	clk.Add(3 * time.Second)
+	p := b.get("/vms")
+	if p.status != http.StatusSeeOther || !strings.HasPrefix(p.location(), "/login") || b.sessionCookie() != "" {
+		t.Fatalf("the old cookie after the grace: %d %q, cookie %q", p.status, p.location(), b.sessionCookie())
+	}
+	dead("the thief's token", thief)
+	dead("the stolen token", stolen)
+	rs := reuses()
+	if len(rs) != 1 || rs[0].SessionID == "" || rs[0].UserID != e.users[opEmail].ID || rs[0].Result != "revoked" ||
+		rs[0].Address != "127.0.0.1" || rs[0].RequestID == "" || !strings.Contains(rs[0].Params, `"via":"ui"`) {
+		t.Fatalf("reuse records %+v", rs)
+	}
+
+	// The log-in page, which anyone may open, applies the rule too.
+	b = e.browser()
+	b.login(opEmail)
+	stolen = b.sessionCookie()
+	thief = refreshAtAPI(stolen)
+	clk.Add(3 * time.Second)
+	b.get("/login").expect(t, http.StatusOK)
+	dead("the thief's token, after the log-in page", thief)
+
+	// The UI's own renewal: a straggler within renewalKept gets the new token;
+	// the old token shown long after is another party's, and ends the session.
+	b = e.browser()
+	b.login(opEmail)
+	first := b.sessionCookie()
+	clk.Add(6 * time.Minute)
+	b.get("/").expect(t, http.StatusOK)
+	second := b.sessionCookie()
+	if second == first {
+		t.Fatal("not renewed past half the token's life")
+	}
+	clk.Add(time.Minute)
+	old := e.browser()
+	old.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: first, Path: "/"}})
+	old.get("/").expect(t, http.StatusSeeOther)
+	dead("the renewed token, after the old one came back", second)
+	if len(reuses()) != 3 {
+		t.Fatalf("%d reuse records, want 3", len(reuses()))
 	}
 }
 

@@ -9,8 +9,10 @@
 // internal/pve (internal/httpapi/layers_test.go).
 //
 // A person logs in with a form; the session is an ordinary vmgate session whose
-// token lives in an HttpOnly, SameSite=Strict cookie (Secure over TLS), never in
-// the page, a URL or script-readable storage. The API under /api/v1 never reads
+// token lives in an HttpOnly, SameSite=Strict cookie (Secure and __Host- over TLS,
+// like every cookie the UI sets), never in the page, a URL or script-readable
+// storage. A cookie whose token someone else rotated ends the session, as a
+// replay at /user/refresh does (auth.Service.CheckReuse). The API under /api/v1 never reads
 // that cookie. Every state-changing request needs the session's CSRF token (a
 // synchronizer token: an HMAC of the session id, so every replica checks it without
 // storing it) and an Origin of this very site. Every answer carries a
@@ -43,6 +45,9 @@ type Sessions interface {
 	Authenticate(ctx context.Context, raw string) (auth.Principal, error)
 	Refresh(ctx context.Context, raw, addr string) (auth.Token, error)
 	Logout(ctx context.Context, p auth.Principal) error
+	// CheckReuse revokes the session of a rotated token presented again, as
+	// Refresh does; the UI asks it about every cookie Authenticate refused.
+	CheckReuse(ctx context.Context, raw, addr string) (bool, error)
 }
 
 // Accounts is what the UI needs of internal/accounts; *accounts.Service is one.

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RevokeUserSessions", testRevokeUserSessions},
 		{"SessionActivity", testSessionActivity},
 		{"APITokens", testAPITokens},
+		{"LoginNetworks", testLoginNetworks},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
