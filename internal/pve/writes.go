@@ -172,8 +172,9 @@ func putSeconds(f url.Values, name string, v *int) error {
 	return nil
 }
 
-// lookupWindow is how far before the write the task list is searched after an
-// ambiguous write: room for clock skew between vmgate and the node.
+// lookupWindow is how far before the write, in PVE's time, the task list is
+// searched after an ambiguous write: room for the offset's error and for a
+// cluster's nodes disagreeing a little.
 const lookupWindow = 10 * time.Second
 
 // startTask POSTs a VM action and returns the UPID PVE answers with, after
@@ -181,7 +182,7 @@ const lookupWindow = 10 * time.Second
 func (c *Client) startTask(ctx context.Context, node string, vmid int, action string, form url.Values, types []string) (UPID, error) {
 	p, err := vmPath(node, vmid, action)
 	if err != nil {
-		return UPID{}, fmt.Errorf("pve: %w", err)
+		return UPID{}, &NotSentError{Err: fmt.Errorf("pve: %w", err)}
 	}
 	started := c.now()
 	var text flexString
@@ -237,7 +238,8 @@ func contains(list []string, s string) bool {
 }
 
 // findTask looks for the task an ambiguous write may have started: the node's
-// task list (active and archived) filtered by VM, our token and start time.
+// task list (active and archived) filtered by VM, our token and start time
+// (in PVE's time: ClockOffset).
 // Exactly one unknown match is returned as the write's UPID. The lookup gets
 // its own deadline, even when the write's context has ended: knowing whether
 // a task started matters most then.
@@ -245,7 +247,7 @@ func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node s
 	aerr := &AmbiguousError{Method: http.MethodPost, Path: p.escaped, Endpoint: amb.ep.base, Node: node, VMID: vmid, Err: amb.cause}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.timeout, 15*time.Second))
 	defer cancel()
-	since := started.Add(-lookupWindow)
+	since := c.PVETime(started).Add(-lookupWindow)
 	list, err := c.NodeTasks(lctx, node, TaskListOptions{
 		Source: "all", VMID: vmid, UserFilter: tokenUser(c.tokenID), Since: since, Limit: 100,
 	})
