@@ -79,14 +79,16 @@
 // Writes (POST, DELETE) are never repeated: they fail over only when the
 // request certainly was not sent (the connection or handshake failed); a
 // write that never left at all is a *NotSentError (NotSent says so, and
-// says it of a 595 too: the node never got it). If it
-// may have been sent — the connection broke or the deadline passed after the
-// request went out, or the proxy answered 596/597 — the outcome is ambiguous:
-// the client reads the node's task list (source=all, the vmid, the token's
-// user, since shortly before the call in PVE's time), and if exactly one task of the
-// expected type that this client was not already handed matches, returns
-// its UPID; otherwise an *AmbiguousError (with any candidates). The lookup
-// gets its own deadline even when the caller's context has ended.
+// says it of a 595 too: the node never got it). If it may have been sent —
+// the connection broke or the deadline passed after the request went out, or
+// the proxy answered 596/597 — the outcome is ambiguous: the client reads the
+// node's task list (source=all, the vmid, the token's user, since shortly
+// before the call in PVE's time) and returns an *AmbiguousError listing the
+// tasks of the expected types that this client was not handed as an answer.
+// It never picks one, even when one is left: another request for the same VM,
+// on this replica or another, may have started it and not yet heard back;
+// only the caller, which knows its requests, can match them (internal/vmops).
+// The lookup gets its own deadline even when the caller's context has ended.
 //
 // Each endpoint has a circuit breaker (Config.BreakerThreshold consecutive
 // failures open it for Config.BreakerCooldown, then one probe is let through).

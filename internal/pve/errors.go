@@ -127,10 +127,11 @@ func (e *NodeOfflineError) Error() string {
 func (e *NodeOfflineError) Unwrap() []error { return []error{ErrNodeOffline, e.Err} }
 
 // AmbiguousError says a write may or may not have reached PVE (the
-// connection broke or the deadline passed after the request was sent), and the
-// task it would have started could not be identified in the node's task list.
-// The write was not repeated. Candidates lists tasks that might be it when
-// there was more than one.
+// connection broke or the deadline passed after the request was sent). The
+// write was not repeated. Candidates lists the tasks of the node's task list
+// that might be it (its VM, type and token, started since shortly before the
+// write); which one is — if any — only the caller can tell, since another
+// request of its own may have started one of them.
 type AmbiguousError struct {
 	Method, Path, Endpoint string
 	Node                   string
@@ -147,6 +148,8 @@ func (e *AmbiguousError) Error() string {
 	switch {
 	case e.LookupErr != nil:
 		fmt.Fprintf(&b, "; task list unreadable: %v", e.LookupErr)
+	case len(e.Candidates) == 1:
+		fmt.Fprintf(&b, "; 1 candidate task (%s)", e.Candidates[0])
 	case len(e.Candidates) > 1:
 		fmt.Fprintf(&b, "; %d candidate tasks", len(e.Candidates))
 	default:

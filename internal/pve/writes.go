@@ -189,7 +189,7 @@ func (c *Client) startTask(ctx context.Context, node string, vmid int, action st
 	res, err := c.do(ctx, call{method: http.MethodPost, path: p, form: form, limit: limitDefault, out: &text})
 	var amb *ambiguity
 	if errors.As(err, &amb) {
-		return c.findTask(ctx, amb, p, node, vmid, types, started)
+		return UPID{}, c.findTask(ctx, amb, p, node, vmid, types, started)
 	}
 	if err != nil {
 		return UPID{}, err
@@ -237,13 +237,17 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// findTask looks for the task an ambiguous write may have started: the node's
-// task list (active and archived) filtered by VM, our token and start time
-// (in PVE's time: ClockOffset).
-// Exactly one unknown match is returned as the write's UPID. The lookup gets
-// its own deadline, even when the write's context has ended: knowing whether
-// a task started matters most then.
-func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node string, vmid int, types []string, started time.Time) (UPID, error) {
+// findTask lists the tasks an ambiguous write may have started: the node's
+// task list (active and archived) filtered by VM, our token, the write's task
+// types and start time (in PVE's time), less the tasks this client was handed
+// as the answer to a write. It never decides which of them is the write's,
+// not even when there is one: another request for the same VM — on this
+// replica or another, its answer not yet arrived — may have started it, and
+// only the caller, who knows every request it made, can tell (vmops matches
+// its task rows with the list). So the answer is always an *AmbiguousError,
+// with the candidates. The lookup gets its own deadline, even when the write's
+// context has ended: knowing whether a task started matters most then.
+func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node string, vmid int, types []string, started time.Time) error {
 	aerr := &AmbiguousError{Method: http.MethodPost, Path: p.escaped, Endpoint: amb.ep.base, Node: node, VMID: vmid, Err: amb.cause}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.timeout, 15*time.Second))
 	defer cancel()
@@ -254,7 +258,7 @@ func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node s
 	if err != nil {
 		aerr.LookupErr = err
 		c.log.Warn("pve: write outcome unknown and task list unreadable", "path", p.escaped, "err", err)
-		return UPID{}, aerr
+		return aerr
 	}
 	for _, t := range list {
 		u := t.UPID
@@ -264,12 +268,6 @@ func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node s
 		}
 		aerr.Candidates = append(aerr.Candidates, u)
 	}
-	if len(aerr.Candidates) == 1 {
-		u := aerr.Candidates[0]
-		c.recent.add(u)
-		c.log.Warn("pve: write outcome was unknown; found its task", "path", p.escaped, "upid", u.String(), "cause", amb.cause)
-		return u, nil
-	}
 	c.log.Warn("pve: write outcome unknown", "path", p.escaped, "candidates", len(aerr.Candidates), "cause", amb.cause)
-	return UPID{}, aerr
+	return aerr
 }

@@ -38,6 +38,10 @@ type Options struct {
 	// Logger receives the change feed's events (listening, listener lost, feed
 	// unreadable); nil discards them.
 	Logger *slog.Logger
+	// Now is the clock of the times the store sets itself (a task's CreatedAt
+	// and UpdatedAt, ...) [time.Now]; tests that run vmgate on a clock of
+	// their own give it here too.
+	Now func() time.Time
 
 	// listenerQuiet is how long the PostgreSQL listener waits for a notification
 	// before it pings (listenerQuiet by default; tests shorten it).
@@ -53,6 +57,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.listenerQuiet <= 0 {
 		o.listenerQuiet = listenerQuiet

@@ -399,15 +399,8 @@ func (s *sqlStore) StartOperationItem(ctx context.Context, id int64, owner strin
 		}
 		now := s.nowMS()
 		var err error
-		created, err = scanTask(tx.QueryRowContext(ctx, `
-			INSERT INTO tasks (upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
-				exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at,
-				outcome_unknown_at, idem_key)
-			VALUES (NULL, $1, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', $10, NULL, NULL, $10, NULL, $11)
-			RETURNING `+taskColumns,
-			t.ClusterID, t.UserID, t.UserEmail, t.Op, t.Node, t.VMID, t.Target, t.Params, t.Status, s.t(now), t.IdemKey))
-		if err != nil {
-			return fmt.Errorf("create task: %w", err)
+		if created, err = s.insertItemTask(ctx, tx, t, now); err != nil {
+			return err
 		}
 		res, err := tx.ExecContext(ctx, `
 			UPDATE operation_items SET state = 'running', task_id = $3, started_at = $4
@@ -426,6 +419,22 @@ func (s *sqlStore) StartOperationItem(ctx context.Context, id int64, owner strin
 	})
 	if err != nil {
 		return Task{}, s.fail(err, "start operation item", "a task with this UPID already exists")
+	}
+	return created, nil
+}
+
+// insertItemTask inserts the pending task row of an operation's item.
+func (s *sqlStore) insertItemTask(ctx context.Context, tx *sql.Tx, t Task, now time.Time) (Task, error) {
+	created, err := scanTask(tx.QueryRowContext(ctx, `
+		INSERT INTO tasks (upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
+			exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at,
+			outcome_unknown_at, idem_key, pve_created_at)
+		VALUES (NULL, $1, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', $10, NULL, NULL, $10, NULL, $11, $12)
+		RETURNING `+taskColumns,
+		t.ClusterID, t.UserID, t.UserEmail, t.Op, t.Node, t.VMID, t.Target, t.Params, t.Status, s.t(now), t.IdemKey,
+		s.t(t.PVECreatedAt)))
+	if err != nil {
+		return Task{}, fmt.Errorf("create task: %w", err)
 	}
 	return created, nil
 }

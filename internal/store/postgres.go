@@ -126,5 +126,5 @@ func openPostgres(dsn string, o Options) (*sqlStore, error) {
 	db.SetMaxIdleConns(poolMaxIdle)
 	db.SetConnMaxLifetime(poolMaxLifetime)
 	db.SetConnMaxIdleTime(poolMaxIdleTime)
-	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout, pgConfig: cfg}, nil
+	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: o.Now, timeout: o.Timeout, pgConfig: cfg}, nil
 }

@@ -96,7 +96,7 @@ func openSQLite(dsn string, o Options) (*sqlStore, error) {
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout}, nil
+		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: o.Now, timeout: o.Timeout}, nil
 	}
 	if err := createPrivate(path); err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func openSQLite(dsn string, o Options) (*sqlStore, error) {
 	readers := max(4, runtime.GOMAXPROCS(0))
 	rdb.SetMaxOpenConns(readers)
 	rdb.SetMaxIdleConns(readers)
-	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: time.Now, timeout: o.Timeout}, nil
+	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: o.Now, timeout: o.Timeout}, nil
 }
 
 // createPrivate creates the database file with mode 0600 if it does not exist yet;

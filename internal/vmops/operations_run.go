@@ -354,10 +354,12 @@ func (o *OperationService) runItem(ctx context.Context, op store.Operation, it s
 }
 
 // followItem follows a started item's task row to its end: the UPID once it is
-// recorded (by the call, or by the reconciliation that looks for it in PVE's
-// task list), then the task itself, an HA stand-in to the HA stack's real task.
+// recorded (by the call, or by the search that looks for it in PVE's task list),
+// then the task itself, an HA stand-in to the HA stack's real task. A row left
+// pending by a process that died is searched for at once.
 func (o *OperationService) followItem(ctx context.Context, op store.Operation, it store.OperationItem) itemResult {
 	var t *tracker
+	first := true
 	for {
 		if t == nil {
 			row, err := o.st.TaskByID(ctx, it.TaskID)
@@ -369,11 +371,18 @@ func (o *OperationService) followItem(ctx context.Context, op store.Operation, i
 					msg = "PVE has no task for it: the call did not reach PVE"
 				}
 				return itemResult{index: it.Index, state: ItemFailed, err: msg}
+			case row.UPID == "":
+				if first {
+					// Its writer is gone (this driver took the operation over) or
+					// its outcome is unknown: look for it now, not at the next sweep.
+					o.svc.startSearch(o.svc.holderGone(ctx, row))
+				}
 			default:
 				if u, ok := taskUPID(row); ok {
 					t = o.svc.track(u, row.ClusterID, &row)
 				}
 			}
+			first = false
 		}
 		if t != nil {
 			v, err := o.svc.current(ctx, t)
