@@ -144,3 +144,54 @@ func testTaskClaimRace(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testOperationItemRetry: an item whose task row was proven never to have
+// started a task is started again once, with a new row, by its owner only.
+func testOperationItemRetry(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	op, err := s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve1", UserID: 3,
+		MaxParallel: 1, Owner: "a", LeaseExpiresAt: at(time.Hour), Items: []store.OperationItem{
+			{VMID: 100, Node: "pve1", Target: "pve2", Action: "migrate"}}})
+	ok(t, err, "create")
+	first, err := s.StartOperationItem(ctx, op.ID, "a", 0, store.Task{ClusterID: 7, Op: "migrate", Node: "pve1", VMID: 100})
+	ok(t, err, "start")
+	next := store.Task{ClusterID: 7, Op: "migrate", Node: "pve1", VMID: 100, PVECreatedAt: at(time.Minute)}
+
+	_, err = s.RetryOperationItem(ctx, op.ID, "a", 0, first.ID, next)
+	wantKind(t, err, errs.Conflict, "a retry of a pending row")
+	first.Status, first.LostReason = store.TaskLost, store.LostAmbiguous
+	_, err = s.UpdateTask(ctx, first)
+	ok(t, err, "lose it, unproven")
+	_, err = s.RetryOperationItem(ctx, op.ID, "a", 0, first.ID, next)
+	wantKind(t, err, errs.Conflict, "a retry of a row that may have started a task")
+
+	_, err = s.StartOperationItem(ctx, op.ID, "a", 0, store.Task{ClusterID: 7, Op: "migrate", VMID: 100})
+	wantKind(t, err, errs.Conflict, "starting a running item")
+
+	op2, err := s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve1", UserID: 3,
+		MaxParallel: 1, Owner: "a", LeaseExpiresAt: at(time.Hour), Items: []store.OperationItem{
+			{VMID: 101, Node: "pve1", Target: "pve2", Action: "migrate"}}})
+	ok(t, err, "create another")
+	lost, err := s.StartOperationItem(ctx, op2.ID, "a", 0, store.Task{ClusterID: 7, Op: "migrate", Node: "pve1", VMID: 101})
+	ok(t, err, "start it")
+	lost.Status, lost.LostReason = store.TaskLost, store.LostNotSent
+	_, err = s.UpdateTask(ctx, lost)
+	ok(t, err, "lose it, never sent")
+	_, err = s.RetryOperationItem(ctx, op2.ID, "b", 0, lost.ID, next)
+	wantKind(t, err, errs.Conflict, "a retry by another owner")
+	retry, err := s.RetryOperationItem(ctx, op2.ID, "a", 0, lost.ID, next)
+	ok(t, err, "retry")
+	if retry.ID <= lost.ID || retry.Status != store.TaskPending || !retry.PVECreatedAt.Equal(at(time.Minute)) {
+		t.Fatalf("the retry's row: %+v", retry)
+	}
+	got, err := s.OperationByID(ctx, op2.ID)
+	ok(t, err, "read")
+	if it := got.Items[0]; it.TaskID != retry.ID || it.Retries != 1 || it.State != store.ItemRunning {
+		t.Fatalf("the retried item: %+v", it)
+	}
+	retry.Status, retry.LostReason = store.TaskLost, store.LostNotSent
+	_, err = s.UpdateTask(ctx, retry)
+	ok(t, err, "lose the retry too")
+	_, err = s.RetryOperationItem(ctx, op2.ID, "a", 0, retry.ID, next)
+	wantKind(t, err, errs.Conflict, "a second retry")
+}

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneRace", testPruneRace},
 		{"Operations", testOperations},
 		{"OperationItemRace", testOperationItemRace},
+		{"OperationItemRetry", testOperationItemRetry},
 		{"OperationByIdempotencyKey", testOperationByIdempotencyKey},
 	}
 	for _, tc := range tests {
