@@ -18,11 +18,18 @@ type readyCheck struct {
 	name   string // what the answer calls it ("dependency")
 	reason string // the reason when its check fails without saying why
 	check  func(ctx context.Context) error
+	// gate: its error's message is the whole answer (a condition of this
+	// replica, not a dependency that is down).
+	gate bool
 }
 
 // readyChecks lists what /readyz checks, in order; per-cluster checks belong here.
 func (s *Server) readyChecks() []readyCheck {
-	return []readyCheck{{name: "store", reason: errs.ReasonStoreUnavailable, check: s.store.Ping}}
+	checks := []readyCheck{{name: "store", reason: errs.ReasonStoreUnavailable, check: s.store.Ping}}
+	for _, g := range s.gates {
+		checks = append(checks, readyCheck{name: g.Name, reason: "not_ready", check: g.Check, gate: true})
+	}
+	return checks
 }
 
 // clusterHealth is what /readyz asks the fleet (*fleet.Service has it): the
@@ -61,6 +68,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 			Message: c.name + " is not available", Details: map[string]any{"dependency": c.name}}
 		if e, ok := errs.As(err); ok && e.Kind == errs.Unavailable {
 			down.Reason, down.Message, down.RetryAfter = e.ReasonOrDefault(), c.name+" is not available: "+e.Message, e.RetryAfter
+			if c.gate {
+				down.Message = e.Message
+			}
 		}
 		return down
 	}

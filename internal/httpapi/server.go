@@ -67,6 +67,14 @@ type AuditTrail interface {
 	Query(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
 }
 
+// ReadyGate is a condition of this replica /readyz checks: Name is the
+// dependency its 503 names; Check's error, an *errs.Error of kind Unavailable,
+// gives the reason and the message.
+type ReadyGate struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
 // Pinger is a dependency /readyz checks.
 type Pinger interface {
 	Ping(ctx context.Context) error
@@ -80,6 +88,9 @@ type Config struct {
 	Audit AuditTrail
 	// Store is checked by /readyz; every store.Store is one.
 	Store Pinger
+	// Gates are what else /readyz checks, after the store (the replica's clock:
+	// internal/dbclock).
+	Gates []ReadyGate
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
 	Fleet Fleet
 	VMs   VMs
@@ -116,6 +127,7 @@ type Server struct {
 	accounts Accounts
 	trail    AuditTrail
 	store    Pinger
+	gates    []ReadyGate
 	fleet    Fleet
 	vms      VMs
 	ops      Operations
@@ -139,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 	}
 	if s.requestTimeout == 0 {

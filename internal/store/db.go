@@ -195,6 +195,20 @@ func (s *sqlStore) Ping(ctx context.Context) error {
 	return nil
 }
 
+// ClockOffset implements Store.
+func (s *sqlStore) ClockOffset(ctx context.Context) (time.Duration, error) {
+	if s.pgConfig == nil {
+		return 0, nil // SQLite: this process's own clock
+	}
+	var db time.Time
+	sent := time.Now()
+	if err := s.rdb.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+		return 0, fmt.Errorf("read the %s clock: %w", s.d.name, err)
+	}
+	recv := time.Now()
+	return db.Sub(sent.Add(recv.Sub(sent) / 2)), nil
+}
+
 // Close implements Store. It stops the change feed first.
 func (s *sqlStore) Close() error {
 	s.feed.close()

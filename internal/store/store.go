@@ -432,6 +432,13 @@ type PruneResult struct {
 type Store interface {
 	// Ping checks that the database answers (used by /readyz).
 	Ping(ctx context.Context) error
+	// ClockOffset measures how far the database's clock is ahead of this
+	// process's (time.Now; negative when behind): PostgreSQL's clock_timestamp()
+	// against the middle of the query's round trip, so within half of it. The
+	// database is the one clock every replica shares; a replica far off it
+	// issues tokens the others refuse. SQLite has no clock of its own — its
+	// file is read by this process on this host — so the offset is 0.
+	ClockOffset(ctx context.Context) (time.Duration, error)
 	// Close releases the database.
 	Close() error
 

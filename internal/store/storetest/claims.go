@@ -195,3 +195,13 @@ func testOperationItemRetry(t *testing.T, s store.Store) {
 	_, err = s.RetryOperationItem(ctx, op2.ID, "a", 0, retry.ID, next)
 	wantKind(t, err, errs.Conflict, "a second retry")
 }
+
+// testClockOffset: the database's clock is this host's here (the tests run the
+// database locally): PostgreSQL's within a second, SQLite's exactly.
+func testClockOffset(t *testing.T, s store.Store) {
+	off, err := s.ClockOffset(t.Context())
+	ok(t, err, "clock offset")
+	if off < -time.Second || off > time.Second {
+		t.Fatalf("offset %v to a database on this host", off)
+	}
+}

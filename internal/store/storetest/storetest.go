@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"TaskOutcome", testTaskOutcome},
 		{"TaskClaims", testTaskClaims},
 		{"TaskClaimRace", testTaskClaimRace},
+		{"ClockOffset", testClockOffset},
 		{"Audit", testAudit},
 		{"AuditChain", testAuditChain},
 		{"AuditChainRace", testAuditChainRace},
