@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -226,8 +227,10 @@ func (s *Service) resolveWith(ctx context.Context, api pveAPI, r store.Task) (se
 	var tasks []pve.UPID
 	for _, e := range list {
 		u := e.UPID
-		if u.IsZero() || u.User != token || u.ID != itoa(r.VMID) || u.Node != r.Node {
-			continue
+		if u.IsZero() || u.User != token || u.ID != itoa(r.VMID) || !slices.ContainsFunc(claimants, func(c *claimant) bool {
+			return c.admits(u)
+		}) {
+			continue // no row here may own it
 		}
 		if _, held := holders[u.String()]; held {
 			continue
