@@ -3,6 +3,7 @@ package pve
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,30 +30,36 @@ const offsetRefresh = time.Minute
 
 // clockOffset is the client's estimate of PVE's clock minus its own.
 type clockOffset struct {
-	mu       sync.Mutex
-	lastDate string // the Date value last used: it changes once a second
-	lo, hi   time.Duration
-	since    time.Time // when the interval began (our clock)
-	known    bool
+	last atomic.Pointer[string] // the Date value last used: it changes once a second
+
+	mu     sync.Mutex
+	lo, hi time.Duration
+	since  time.Time // when the interval began (our clock)
+	known  bool
 }
 
 // observe takes one answer's Date header, sent and received on the client's
-// clock. Answers carrying the Date already used are skipped without parsing:
-// at thousands of answers a second that keeps the cost at one string compare.
+// clock. Answers carrying the Date already used are skipped without a lock or
+// a parse: at thousands of answers a second that keeps the cost at one atomic
+// load and a string compare.
 func (o *clockOffset) observe(date string, sent, recv time.Time) {
 	if date == "" || recv.Before(sent) {
 		return
 	}
+	if last := o.last.Load(); last != nil && *last == date {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if date == o.lastDate {
+	if last := o.last.Load(); last != nil && *last == date {
 		return
 	}
 	d, err := http.ParseTime(date)
 	if err != nil {
 		return // not PVE's format: says nothing
 	}
-	o.lastDate = date
+	seen := date // a copy of its own: taking date's address would move every call's to the heap
+	o.last.Store(&seen)
 	lo, hi := d.Sub(recv), d.Add(time.Second).Sub(sent)
 	if !o.known || recv.Sub(o.since) > offsetRefresh || lo >= o.hi || hi <= o.lo {
 		o.lo, o.hi, o.since, o.known = lo, hi, recv, true

@@ -111,3 +111,18 @@ func TestWriteToNoEndpointIsNotSent(t *testing.T) {
 		t.Errorf("a read is marked not sent: %v", err)
 	}
 }
+
+// BenchmarkClockOffsetObserve is the cost the offset adds to every answer, from
+// many callers at once: almost every answer carries the Date seen before.
+func BenchmarkClockOffsetObserve(b *testing.B) {
+	var o clockOffset
+	t0 := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	date := t0.Format(http.TimeFormat)
+	o.observe(date, t0, t0.Add(time.Millisecond))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o.observe(date, t0, t0.Add(time.Millisecond))
+		}
+	})
+}
