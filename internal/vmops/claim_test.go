@@ -350,7 +350,7 @@ func (w *claimWorld) pendingRows() []int64 {
 // no two Idempotency-Keys answer with the same task, and that no request whose
 // task exists had its key released or its row given up as proven never started
 // (which would let an operation make it again). The seed is logged;
-// VMGATE_CLAIM_SEED replays a run.
+// VMGATE_CLAIM_SEED=seed replays its runs, a failing one with its trace.
 func TestClaimProperty(t *testing.T) {
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
@@ -370,7 +370,7 @@ func TestClaimProperty(t *testing.T) {
 		w := env.world(runSeed)
 		w.play()
 		if err := w.check(); err != nil {
-			t.Fatalf("run %d (seed %d, offset %v): %v\n%s", run, runSeed, w.pve.offset, err, joinLines(w.trace))
+			t.Fatalf("run %d of VMGATE_CLAIM_SEED=%d (PVE %v off): %v\n%s", run, seed, w.pve.offset, err, joinLines(w.trace))
 		}
 		for _, r := range w.reqs {
 			row, _ := w.st.TaskByID(context.Background(), r.rowID)
