@@ -28,6 +28,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/connlimit"
+	"github.com/vmgate/vmgate/internal/dbclock"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
@@ -151,6 +152,7 @@ type app struct {
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	ops      *vmops.OperationService
+	clock    *dbclock.Monitor
 	handler  *httpapi.Server
 	registry *prometheus.Registry // the metrics /metrics serves
 }
@@ -232,9 +234,17 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
+	// The replica's clock against the database's (internal/dbclock): measured
+	// here once before anything is served, then every minute by Run.
+	a.clock = dbclock.New(dbclock.Config{Measure: st.ClockOffset, Logger: log})
+	if err := a.clock.Check(ctx); err != nil {
+		log.Warn(err.Error())
+	}
 	a.registry = prometheus.NewRegistry()
+	a.registry.MustRegister(a.clock)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
+		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
@@ -329,7 +339,7 @@ func (c *serverCmd) Run() error {
 	}
 	// The trail's Run writes the denials it folds; at the end it writes every
 	// count still open, before the store closes.
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, prune, a.trail.Run} {
+	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, prune, a.trail.Run, a.clock.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -20,6 +20,9 @@ type readyCheck struct {
 	reason string // the reason when its check fails without saying why
 	down   string // what the answer says first when it fails: "store is not available"
 	check  func(ctx context.Context) error
+	// gate: its error's message is the whole answer (a condition of this
+	// replica, not a dependency that is down).
+	gate bool
 }
 
 // readyChecks lists what /readyz checks, in order; per-cluster checks belong here.
@@ -30,6 +33,9 @@ func (s *Server) readyChecks() []readyCheck {
 	if s.writes != nil {
 		checks = append(checks, readyCheck{name: "store", reason: errs.ReasonStoreUnwritable, down: "store does not take writes",
 			check: s.writes.check})
+	}
+	for _, g := range s.gates {
+		checks = append(checks, readyCheck{name: g.Name, reason: "not_ready", check: g.Check, gate: true})
 	}
 	return checks
 }
@@ -115,6 +121,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 			Message: c.down, Details: map[string]any{"dependency": c.name}}
 		if e, ok := errs.As(err); ok && e.Kind == errs.Unavailable {
 			down.Reason, down.Message, down.RetryAfter = e.ReasonOrDefault(), c.down+": "+e.Message, e.RetryAfter
+			if c.gate {
+				down.Message = e.Message
+			}
 		}
 		return down
 	}

@@ -1,10 +1,15 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/dbclock"
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
@@ -60,5 +65,48 @@ func TestReadyzNamesAClusterThatIsDown(t *testing.T) {
 	if d.Status != "degraded" || len(d.Unavailable) != 1 || d.Unavailable[0].ClusterID != down.id ||
 		d.Unavailable[0].Reason != "cluster_unavailable" {
 		t.Fatalf("/readyz with cluster %d down and %d up: %s", down.id, up.id, w.Body)
+	}
+}
+
+// TestReadyzFailsOnClockSkew: with the replica's clock more than 30 s off the
+// database's (internal/dbclock, offsets injected), /readyz answers 503
+// clock_skew naming the clock and saying what to do; within 30 s it is ready.
+func TestReadyzFailsOnClockSkew(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		offset time.Duration // the database's clock less the replica's
+		ready  bool
+	}{
+		{-60 * time.Second, false}, {-10 * time.Second, true}, {10 * time.Second, true}, {60 * time.Second, false},
+	} {
+		t.Run(tt.offset.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newTestEnv(t)
+			clock := dbclock.New(dbclock.Config{Measure: func(context.Context) (time.Duration, error) { return tt.offset, nil }})
+			if err := clock.Check(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			cfg := e.apiConfig()
+			cfg.Gates = []ReadyGate{{Name: "clock", Check: clock.Ready}}
+			api, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := httptest.NewRecorder()
+			apitest.Wrap(t, api).ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+			var body struct {
+				Reason     string `json:"reason"`
+				Message    string `json:"message"`
+				Dependency string `json:"dependency"`
+			}
+			json.Unmarshal(w.Body.Bytes(), &body)
+			switch {
+			case tt.ready && w.Code != 200:
+				t.Fatalf("/readyz %v off: %d %s, want 200", tt.offset, w.Code, w.Body)
+			case !tt.ready && (w.Code != 503 || body.Reason != dbclock.ReasonClockSkew || body.Dependency != "clock" ||
+				!strings.Contains(body.Message, "NTP") || w.Header().Get("Retry-After") == ""):
+				t.Fatalf("/readyz %v off: %d %s, want 503 clock_skew naming the clock", tt.offset, w.Code, w.Body)
+			}
+		})
 	}
 }

@@ -69,6 +69,14 @@ type AuditTrail interface {
 	Query(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
 }
 
+// ReadyGate is a condition of this replica /readyz checks: Name is the
+// dependency its 503 names; Check's error, an *errs.Error of kind Unavailable,
+// gives the reason and the message.
+type ReadyGate struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
 // Pinger is a dependency /readyz checks.
 type Pinger interface {
 	Ping(ctx context.Context) error
@@ -87,6 +95,9 @@ type Config struct {
 	// checks in between answer with the last write's result
 	// [DefaultReadyWriteProbe]. Negative: /readyz never writes.
 	ReadyWriteProbe time.Duration
+	// Gates are what else /readyz checks, after the store (the replica's clock:
+	// internal/dbclock).
+	Gates []ReadyGate
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
 	Fleet Fleet
 	VMs   VMs
@@ -128,6 +139,7 @@ type Server struct {
 	trail    AuditTrail
 	store    Pinger
 	writes   *writeProbe // nil: /readyz does not write
+	gates    []ReadyGate
 	fleet    Fleet
 	vms      VMs
 	ops      Operations
@@ -152,7 +164,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 		streams: cfg.Streams,
 	}

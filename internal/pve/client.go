@@ -54,8 +54,8 @@ type Config struct {
 	// for BreakerCooldown [30s].
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
-	// Now is the clock of the circuit breakers and of the ambiguous-write
-	// lookup [time.Now].
+	// Now is the clock of the circuit breakers, of the ambiguous-write lookup
+	// and the one ClockOffset measures PVE's against [time.Now].
 	Now func() time.Time
 	// Sleep waits between read rounds and between WaitTask polls; it returns
 	// early with ctx's error [a timer].
@@ -128,6 +128,7 @@ type Client struct {
 	tr        roundTripper
 	preferred atomic.Int32
 	recent    recentUPIDs
+	offset    clockOffset // PVE's clock minus ours (clock.go)
 
 	stats struct {
 		requests, newConns, serverCloses, failovers, retries, tlsFailures atomic.Int64
@@ -430,7 +431,7 @@ func (c *Client) do(ctx context.Context, cl call) (result, error) {
 				return result{}, &ambiguity{ep: ep, cause: err}
 			case outCtxDone:
 				ep.br.release()
-				return result{}, c.ctxError(ctx, &cl, err)
+				return result{}, notSent(&cl, c.ctxError(ctx, &cl, err))
 			case outFailover:
 				var te *TLSError
 				if errors.As(err, &te) {
@@ -449,10 +450,20 @@ func (c *Client) do(ctx context.Context, cl call) (result, error) {
 			break // every circuit is open: fail fast
 		}
 	}
+	// A write is tried on another endpoint only when it was not sent (outFailover),
+	// so a write that gets here never left.
 	if ctx.Err() != nil {
-		return result{}, c.ctxError(ctx, &cl, last)
+		return result{}, notSent(&cl, c.ctxError(ctx, &cl, last))
 	}
-	return result{}, &UnavailableError{Method: cl.method, Path: cl.path.escaped, Attempts: attempts}
+	return result{}, notSent(&cl, &UnavailableError{Method: cl.method, Path: cl.path.escaped, Attempts: attempts})
+}
+
+// notSent marks the error of a write that certainly never left (NotSent).
+func notSent(cl *call, err error) error {
+	if !cl.write() {
+		return err
+	}
+	return &NotSentError{Err: err}
 }
 
 // ctxError turns the end of ctx into ErrTimeout (deadline) or the cancellation.
@@ -550,11 +561,15 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, cl *call, othersLeft
 	// The transport itself, not an http.Client: PVE never redirects (following
 	// one could carry the token elsewhere; RoundTrip follows none), and the
 	// client's per-request copy of the headers and its error wrapping buy nothing.
+	sentAt := c.now()
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
 		return c.classifyTransportError(ctx, actx, ep, cl, sent != nil && sent.Load(), err)
 	}
 	defer resp.Body.Close()
+	if d := resp.Header["Date"]; len(d) == 1 {
+		c.offset.observe(d[0], sentAt, c.now())
+	}
 	if !cl.write() && actx.Err() != nil {
 		// The transport hands over an answer that raced the request's end
 		// (net/http prefers it). A server may have answered only because the

@@ -77,20 +77,33 @@
 // jittered exponential backoff between rounds (Config.Backoff, Config.Sleep),
 // and give up on a silent endpoint after AttemptTimeout when another is left.
 // Writes (POST, DELETE) are never repeated: they fail over only when the
-// request certainly was not sent (the connection or handshake failed). If it
-// may have been sent — the connection broke or the deadline passed after the
-// request went out, or the proxy answered 596/597 — the outcome is ambiguous:
-// the client reads the node's task list (source=all, the vmid, the token's
-// user, since shortly before the call), and if exactly one task of the
-// expected type that this client was not already handed matches, returns
-// its UPID; otherwise an *AmbiguousError (with any candidates). The lookup
-// gets its own deadline even when the caller's context has ended.
+// request certainly was not sent (the connection or handshake failed); a
+// write that never left at all is a *NotSentError (NotSent says so, and
+// says it of a 595 too: the node never got it). If it may have been sent —
+// the connection broke or the deadline passed after the request went out, or
+// the proxy answered 596/597 — the outcome is ambiguous: the client reads the
+// node's task list (source=all, the vmid, the token's user, since shortly
+// before the call in PVE's time) and returns an *AmbiguousError listing the
+// tasks of the expected types that this client was not handed as an answer.
+// It never picks one, even when one is left: another request for the same VM,
+// on this replica or another, may have started it and not yet heard back;
+// only the caller, which knows its requests, can match them (internal/vmops).
+// The lookup gets its own deadline even when the caller's context has ended.
 //
 // Each endpoint has a circuit breaker (Config.BreakerThreshold consecutive
 // failures open it for Config.BreakerCooldown, then one probe is let through).
 // When every circuit is open the call fails at once with ErrUnavailable.
 // Config.Now, Config.Sleep and Config.Backoff make all of it testable without
 // waiting.
+//
+// # Clocks
+//
+// PVE's times (a UPID's start, a task list's, the task list's since filter)
+// are on the cluster's clock, which may be minutes off vmgate's. The client
+// measures the offset on the Date header of every answer it reads (clock.go:
+// the interval each answer allows, narrowed while answers agree, restarted
+// when a clock steps): ClockOffset and PVETime. Nothing compares PVE's times
+// with the local clock directly.
 //
 // # Errors
 //

@@ -131,10 +131,11 @@ func (e *NodeOfflineError) Error() string {
 func (e *NodeOfflineError) Unwrap() []error { return []error{ErrNodeOffline, e.Err} }
 
 // AmbiguousError says a write may or may not have reached PVE (the
-// connection broke or the deadline passed after the request was sent), and the
-// task it would have started could not be identified in the node's task list.
-// The write was not repeated. Candidates lists tasks that might be it when
-// there was more than one.
+// connection broke or the deadline passed after the request was sent). The
+// write was not repeated. Candidates lists the tasks of the node's task list
+// that might be it (its VM, type and token, started since shortly before the
+// write); which one is — if any — only the caller can tell, since another
+// request of its own may have started one of them.
 type AmbiguousError struct {
 	Method, Path, Endpoint string
 	Node                   string
@@ -151,6 +152,8 @@ func (e *AmbiguousError) Error() string {
 	switch {
 	case e.LookupErr != nil:
 		fmt.Fprintf(&b, "; task list unreadable: %v", e.LookupErr)
+	case len(e.Candidates) == 1:
+		fmt.Fprintf(&b, "; 1 candidate task (%s)", e.Candidates[0])
 	case len(e.Candidates) > 1:
 		fmt.Fprintf(&b, "; %d candidate tasks", len(e.Candidates))
 	default:
@@ -161,6 +164,40 @@ func (e *AmbiguousError) Error() string {
 
 // Unwrap returns the cause (a timeout wraps ErrTimeout).
 func (e *AmbiguousError) Unwrap() error { return e.Err }
+
+// NotSentError says a write certainly did not reach PVE: it was refused before
+// it left (a bad argument), no endpoint could be connected to (or its
+// certificate was refused, or its circuit was open), or the caller's deadline
+// passed before the request was written. Nothing can have started; the write
+// may be made again. It wraps the reason (ErrUnavailable, ErrTimeout, ...).
+type NotSentError struct {
+	Err error
+}
+
+// Error implements error.
+func (e *NotSentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the reason.
+func (e *NotSentError) Unwrap() error { return e.Err }
+
+// NotSent reports whether err, returned by a write, proves that PVE never got
+// the request, so that no task can have started: a *NotSentError, an
+// ErrInvalidArgument (refused before anything was sent), or PVE's proxy
+// answering 595 (the node the request was for could not be reached; it was
+// not delivered). An *AmbiguousError is never proof, nor is any answer of
+// PVE's own (an error answer means PVE refused it: see IsRefused).
+func NotSent(err error) bool {
+	var amb *AmbiguousError
+	if err == nil || errors.As(err, &amb) {
+		return false
+	}
+	var ns *NotSentError
+	if errors.As(err, &ns) || errors.Is(err, ErrInvalidArgument) {
+		return true
+	}
+	var noe *NodeOfflineError
+	return errors.As(err, &noe) && noe.Err.StatusCode == 595
+}
 
 // UnavailableError lists why each endpoint failed. It wraps ErrUnavailable and
 // every attempt's error (so errors.As finds a *TLSError among them).

@@ -39,22 +39,25 @@ func proxied(t *testing.T, env *simEnv) (*pve.Client, *faultproxy.Proxy) {
 
 const startRoute = "/nodes/{node}/qemu/{vmid}/status/start"
 
-// A POST that PVE received but whose answer was lost: the client finds the
-// task in the node's task list and returns its UPID; PVE saw one POST.
-func TestFaultResetAfterPOSTFindsTheTask(t *testing.T) {
+// A POST that PVE received but whose answer was lost: the client lists the
+// task of the node's task list as the one candidate (which request it belongs
+// to is the caller's to decide); PVE saw one POST.
+func TestFaultResetAfterPOSTListsTheTask(t *testing.T) {
 	t.Parallel()
 	env := startSim(t, pvesim.Options{})
 	c, p := proxied(t, env)
 	p.ResetAfterForwarding(1)
-	u, err := c.StartVM(context.Background(), "pve1", 101, pve.StartOptions{})
-	if err != nil {
-		t.Fatalf("StartVM through a reset after forwarding: %v", err)
+	_, err := c.StartVM(context.Background(), "pve1", 101, pve.StartOptions{})
+	var amb *pve.AmbiguousError
+	if !errors.As(err, &amb) || len(amb.Candidates) != 1 {
+		t.Fatalf("StartVM through a reset after forwarding: %v, want one candidate", err)
 	}
 	if got := env.cluster.Requests("POST", startRoute); got != 1 {
 		t.Errorf("PVE received %d POSTs, want 1", got)
 	}
+	u := amb.Candidates[0]
 	if ts, ok := env.cluster.Task(u.String()); !ok || ts.Type != "qmstart" {
-		t.Errorf("the UPID found, %s, is not the start task", u)
+		t.Errorf("the candidate, %s, is not the start task", u)
 	}
 	if s := p.Stats(); s.Resets != 1 {
 		t.Errorf("proxy stats %+v", s)

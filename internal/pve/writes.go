@@ -172,8 +172,9 @@ func putSeconds(f url.Values, name string, v *int) error {
 	return nil
 }
 
-// lookupWindow is how far before the write the task list is searched after an
-// ambiguous write: room for clock skew between vmgate and the node.
+// lookupWindow is how far before the write, in PVE's time, the task list is
+// searched after an ambiguous write: room for the offset's error and for a
+// cluster's nodes disagreeing a little.
 const lookupWindow = 10 * time.Second
 
 // startTask POSTs a VM action and returns the UPID PVE answers with, after
@@ -181,14 +182,14 @@ const lookupWindow = 10 * time.Second
 func (c *Client) startTask(ctx context.Context, node string, vmid int, action string, form url.Values, types []string) (UPID, error) {
 	p, err := vmPath(node, vmid, action)
 	if err != nil {
-		return UPID{}, fmt.Errorf("pve: %w", err)
+		return UPID{}, &NotSentError{Err: fmt.Errorf("pve: %w", err)}
 	}
 	started := c.now()
 	var text flexString
 	res, err := c.do(ctx, call{method: http.MethodPost, path: p, form: form, limit: limitDefault, out: &text})
 	var amb *ambiguity
 	if errors.As(err, &amb) {
-		return c.findTask(ctx, amb, p, node, vmid, types, started)
+		return UPID{}, c.findTask(ctx, amb, p, node, vmid, types, started)
 	}
 	if err != nil {
 		return UPID{}, err
@@ -236,23 +237,28 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// findTask looks for the task an ambiguous write may have started: the node's
-// task list (active and archived) filtered by VM, our token and start time.
-// Exactly one unknown match is returned as the write's UPID. The lookup gets
-// its own deadline, even when the write's context has ended: knowing whether
-// a task started matters most then.
-func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node string, vmid int, types []string, started time.Time) (UPID, error) {
+// findTask lists the tasks an ambiguous write may have started: the node's
+// task list (active and archived) filtered by VM, our token, the write's task
+// types and start time (in PVE's time), less the tasks this client was handed
+// as the answer to a write. It never decides which of them is the write's,
+// not even when there is one: another request for the same VM — on this
+// replica or another, its answer not yet arrived — may have started it, and
+// only the caller, who knows every request it made, can tell (vmops matches
+// its task rows with the list). So the answer is always an *AmbiguousError,
+// with the candidates. The lookup gets its own deadline, even when the write's
+// context has ended: knowing whether a task started matters most then.
+func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node string, vmid int, types []string, started time.Time) error {
 	aerr := &AmbiguousError{Method: http.MethodPost, Path: p.escaped, Endpoint: amb.ep.base, Node: node, VMID: vmid, Err: amb.cause}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.timeout, 15*time.Second))
 	defer cancel()
-	since := started.Add(-lookupWindow)
+	since := c.PVETime(started).Add(-lookupWindow)
 	list, err := c.NodeTasks(lctx, node, TaskListOptions{
 		Source: "all", VMID: vmid, UserFilter: tokenUser(c.tokenID), Since: since, Limit: 100,
 	})
 	if err != nil {
 		aerr.LookupErr = err
 		c.log.Warn("pve: write outcome unknown and task list unreadable", "path", p.escaped, "err", err)
-		return UPID{}, aerr
+		return aerr
 	}
 	for _, t := range list {
 		u := t.UPID
@@ -262,12 +268,6 @@ func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node s
 		}
 		aerr.Candidates = append(aerr.Candidates, u)
 	}
-	if len(aerr.Candidates) == 1 {
-		u := aerr.Candidates[0]
-		c.recent.add(u)
-		c.log.Warn("pve: write outcome was unknown; found its task", "path", p.escaped, "upid", u.String(), "cause", amb.cause)
-		return u, nil
-	}
 	c.log.Warn("pve: write outcome unknown", "path", p.escaped, "candidates", len(aerr.Candidates), "cause", amb.cause)
-	return UPID{}, aerr
+	return aerr
 }

@@ -167,7 +167,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 			}
 		}
 	}
-	writeResponse(w, r, resp)
+	writeResponse(w, r, resp, c.httpDate())
 }
 
 func (c *Cluster) pipeline(r *http.Request, method string, m []string, relURI string, rt *route, uri map[string]string, local string) response {
@@ -410,7 +410,7 @@ func hangUp(w http.ResponseWriter) {
 // phrase, which net/http cannot write, so they are written raw on the
 // hijacked connection, which is then closed — pveproxy closes after every
 // error too.
-func writeResponse(w http.ResponseWriter, r *http.Request, resp response) {
+func writeResponse(w http.ResponseWriter, r *http.Request, resp response, date string) {
 	var body []byte
 	contentType := ""
 	download := resp.file != nil
@@ -434,7 +434,6 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp response) {
 		zw.Close()
 		body = buf.Bytes()
 	}
-	date := time.Now().UTC().Format(http.TimeFormat)
 	if resp.status == http.StatusOK {
 		h := w.Header()
 		h["Cache-Control"] = []string{"max-age=0"}

@@ -266,6 +266,21 @@ func (b *bounded) UserGrants(ctx context.Context, userID int64) ([]Grant, error)
 	return call(b, ctx, func(ctx context.Context) ([]Grant, error) { return b.s.UserGrants(ctx, userID) })
 }
 
+// ClockOffset implements Store.
+func (b *bounded) ClockOffset(ctx context.Context) (time.Duration, error) {
+	return call(b, ctx, b.s.ClockOffset)
+}
+
+// ClaimTaskUPID implements Store.
+func (b *bounded) ClaimTaskUPID(ctx context.Context, id int64, c TaskClaim) (Task, Task, error) {
+	return call2(b, ctx, func(ctx context.Context) (Task, Task, error) { return b.s.ClaimTaskUPID(ctx, id, c) })
+}
+
+// TasksOfVM implements Store.
+func (b *bounded) TasksOfVM(ctx context.Context, clusterID, vmid int64, since time.Time) ([]Task, error) {
+	return call(b, ctx, func(ctx context.Context) ([]Task, error) { return b.s.TasksOfVM(ctx, clusterID, vmid, since) })
+}
+
 // CreateTask implements Store.
 func (b *bounded) CreateTask(ctx context.Context, t Task) (Task, error) {
 	return call(b, ctx, func(ctx context.Context) (Task, error) { return b.s.CreateTask(ctx, t) })

@@ -62,6 +62,11 @@ func (b *bounded) UpdateOperationItems(ctx context.Context, id int64, owner stri
 	return call0(b, ctx, func(ctx context.Context) error { return b.s.UpdateOperationItems(ctx, id, owner, changes) })
 }
 
+// RetryOperationItem implements Store.
+func (b *bounded) RetryOperationItem(ctx context.Context, id int64, owner string, index int, lost int64, t Task) (Task, error) {
+	return call(b, ctx, func(ctx context.Context) (Task, error) { return b.s.RetryOperationItem(ctx, id, owner, index, lost, t) })
+}
+
 // StartOperationItem implements Store.
 func (b *bounded) StartOperationItem(ctx context.Context, id int64, owner string, index int, t Task) (Task, error) {
 	return call(b, ctx, func(ctx context.Context) (Task, error) { return b.s.StartOperationItem(ctx, id, owner, index, t) })

@@ -51,6 +51,10 @@ type Options struct {
 	// unseals (docs/decisions/0042); without it the store appends only to a chain
 	// that is not keyed yet. The server always gives it.
 	Sealer *seal.Sealer
+	// Now is the clock of the times the store sets itself (a task's CreatedAt
+	// and UpdatedAt, ...) [time.Now]; tests that run vmgate on a clock of
+	// their own give it here too.
+	Now func() time.Time
 
 	// listenerQuiet is how long the PostgreSQL listener waits for a notification
 	// before it pings (listenerQuiet by default; tests shorten it).
@@ -66,6 +70,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.listenerQuiet <= 0 {
 		o.listenerQuiet = listenerQuiet
@@ -219,6 +226,20 @@ func (s *sqlStore) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping %s store: %w", s.d.name, err)
 	}
 	return nil
+}
+
+// ClockOffset implements Store.
+func (s *sqlStore) ClockOffset(ctx context.Context) (time.Duration, error) {
+	if s.pgConfig == nil {
+		return 0, nil // SQLite: this process's own clock
+	}
+	var db time.Time
+	sent := time.Now()
+	if err := s.rdb.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+		return 0, fmt.Errorf("read the %s clock: %w", s.d.name, err)
+	}
+	recv := time.Now()
+	return db.Sub(sent.Add(recv.Sub(sent) / 2)), nil
 }
 
 // Close implements Store. It stops the change feed first.

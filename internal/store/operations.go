@@ -90,6 +90,8 @@ type OperationItem struct {
 	Error     string // why it failed or was skipped
 	StartedAt time.Time
 	EndedAt   time.Time
+	// Retries is how often the item was started again (RetryOperationItem): 0 or 1.
+	Retries int
 
 	// Read from the item's task row (when TaskID is set), never written here.
 	UPID       string
@@ -130,7 +132,7 @@ func scanOperation(sc scanner) (Operation, error) {
 
 // The items' columns, joined with their task rows.
 const itemColumns = `i.operation_id, i.idx, i.vmid, i.name, i.node, i.target, i.action, i.online, i.ha, i.mem_bytes,
-	i.state, i.task_id, i.error, i.started_at, i.ended_at, t.upid, t.follow_upid, t.progress, t.status`
+	i.state, i.task_id, i.error, i.started_at, i.ended_at, i.retries, t.upid, t.follow_upid, t.progress, t.status`
 
 func scanItem(sc scanner) (int64, OperationItem, error) {
 	var (
@@ -139,7 +141,7 @@ func scanItem(sc scanner) (int64, OperationItem, error) {
 		taskID sql.NullInt64
 	)
 	err := sc.Scan(&opID, &it.Index, &it.VMID, &it.Name, &it.Node, &it.Target, &it.Action, &it.Online, &it.HA,
-		&it.MemBytes, &it.State, &taskID, &it.Error, timeCol{&it.StartedAt}, timeCol{&it.EndedAt},
+		&it.MemBytes, &it.State, &taskID, &it.Error, timeCol{&it.StartedAt}, timeCol{&it.EndedAt}, &it.Retries,
 		textCol{&it.UPID}, textCol{&it.FollowUPID}, textCol{&it.Progress}, textCol{&it.TaskStatus})
 	it.TaskID = taskID.Int64
 	return opID, it, err
@@ -425,15 +427,8 @@ func (s *sqlStore) StartOperationItem(ctx context.Context, id int64, owner strin
 		}
 		now := s.nowMS()
 		var err error
-		created, err = scanTask(tx.QueryRowContext(ctx, `
-			INSERT INTO tasks (upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
-				exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at,
-				outcome_unknown_at, idem_key)
-			VALUES (NULL, $1, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', $10, NULL, NULL, $10, NULL, $11)
-			RETURNING `+taskColumns,
-			t.ClusterID, t.UserID, t.UserEmail, t.Op, t.Node, t.VMID, t.Target, t.Params, t.Status, s.t(now), t.IdemKey))
-		if err != nil {
-			return fmt.Errorf("create task: %w", err)
+		if created, err = s.insertItemTask(ctx, tx, t, now); err != nil {
+			return err
 		}
 		res, err := tx.ExecContext(ctx, `
 			UPDATE operation_items SET state = 'running', task_id = $3, started_at = $4
@@ -452,6 +447,69 @@ func (s *sqlStore) StartOperationItem(ctx context.Context, id int64, owner strin
 	})
 	if err != nil {
 		return Task{}, s.fail(err, "start operation item", "a task with this UPID already exists")
+	}
+	return created, nil
+}
+
+// insertItemTask inserts the pending task row of an operation's item.
+func (s *sqlStore) insertItemTask(ctx context.Context, tx *sql.Tx, t Task, now time.Time) (Task, error) {
+	created, err := scanTask(tx.QueryRowContext(ctx, `
+		INSERT INTO tasks (upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
+			exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at,
+			outcome_unknown_at, idem_key, pve_created_at)
+		VALUES (NULL, $1, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', $10, NULL, NULL, $10, NULL, $11, $12)
+		RETURNING `+taskColumns,
+		t.ClusterID, t.UserID, t.UserEmail, t.Op, t.Node, t.VMID, t.Target, t.Params, t.Status, s.t(now), t.IdemKey,
+		s.t(t.PVECreatedAt)))
+	if err != nil {
+		return Task{}, fmt.Errorf("create task: %w", err)
+	}
+	return created, nil
+}
+
+// RetryOperationItem implements Store: in one transaction the lost row is
+// checked, the new task row inserted and the item pointed at it.
+func (s *sqlStore) RetryOperationItem(ctx context.Context, id int64, owner string, index int, lost int64, t Task) (Task, error) {
+	if t.Status == "" {
+		t.Status = TaskPending
+	}
+	var created Task
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.ownOperation(ctx, tx, id, owner); err != nil {
+			return err
+		}
+		var (
+			status, reason string
+			upid           sql.NullString
+		)
+		err := tx.QueryRowContext(ctx, `SELECT status, upid, lost_reason FROM tasks WHERE id = $1`, lost).Scan(&status, &upid, &reason)
+		if err != nil {
+			return s.failRow(err, "read task", taskMissing(lost))
+		}
+		if status != TaskLost || upid.Valid || (reason != LostNotSent && reason != LostNoTask) {
+			return errs.E(errs.Conflict, "task %d is not proven never to have started (%s, %q)", lost, status, reason)
+		}
+		now := s.nowMS()
+		if created, err = s.insertItemTask(ctx, tx, t, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `
+			UPDATE operation_items SET task_id = $4, retries = retries + 1
+			WHERE operation_id = $1 AND idx = $2 AND state = 'running' AND task_id = $3 AND retries = 0`,
+			id, index, lost, created.ID)
+		if err != nil {
+			return fmt.Errorf("retry operation item: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("retry operation item: %w", err)
+		} else if n != 1 {
+			return errs.E(errs.Conflict, "item %d of operation %d is not running task %d, or was retried already", index, id, lost)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE operations SET updated_at = $2 WHERE id = $1`, id, s.t(now))
+		return err
+	})
+	if err != nil {
+		return Task{}, s.fail(err, "retry operation item", "a task with this UPID already exists")
 	}
 	return created, nil
 }
@@ -565,6 +623,12 @@ type OperationStore interface {
 	// it and true. Of concurrent callers exactly one wins; the others get the
 	// current record and false. NotFound when it does not exist.
 	TakeOverOperation(ctx context.Context, id int64, owner string, now, until time.Time) (Operation, bool, error)
+	// RetryOperationItem starts running item index again, once, after its task row
+	// lost was proven never to have started a task (lost with LostNotSent or
+	// LostNoTask): in one transaction it inserts t as the item's new task row and
+	// points the item at it. Conflict when the item is not running that row, was
+	// retried before, or the row is not so proven — whoever tries.
+	RetryOperationItem(ctx context.Context, id int64, owner string, index int, lost int64, t Task) (Task, error)
 	// RenewOperationLease extends owner's lease to until (never shortening it).
 	RenewOperationLease(ctx context.Context, id int64, owner string, until time.Time) error
 	// SetOperationStatus moves an unfinished operation to status at at: running

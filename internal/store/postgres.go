@@ -144,5 +144,5 @@ func openPostgres(dsn string, o Options) (*sqlStore, error) {
 	db.SetConnMaxLifetime(poolMaxLifetime)
 	db.SetConnMaxIdleTime(poolMaxIdleTime)
 	place := fmt.Sprintf("the PostgreSQL server at %s (database %s)", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
-	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout, pgConfig: cfg, place: place}, nil
+	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: o.Now, timeout: o.Timeout, pgConfig: cfg, place: place}, nil
 }

@@ -118,7 +118,7 @@ func openSQLite(dsn string, o Options) (*sqlStore, error) {
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: time.Now, timeout: o.Timeout, place: "in memory"}, nil
+		return &sqlStore{d: sqliteDialect, rdb: db, wdb: db, now: o.Now, timeout: o.Timeout, place: "in memory"}, nil
 	}
 	if err := createPrivate(path); err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func openSQLite(dsn string, o Options) (*sqlStore, error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		place = abs
 	}
-	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: time.Now, timeout: o.Timeout, place: place}, nil
+	return &sqlStore{d: sqliteDialect, rdb: rdb, wdb: wdb, now: o.Now, timeout: o.Timeout, place: place}, nil
 }
 
 // createPrivate creates the database file with mode 0600 if it does not exist yet;

@@ -260,6 +260,51 @@ type Task struct {
 	// IdemKey is the Idempotency-Key of the request that wrote the row (its user is
 	// UserID), "" when none; set at creation only.
 	IdemKey string
+	// PVECreatedAt is CreatedAt on the cluster's clock, as the writer knew PVE's
+	// offset to its own: where the search for the row's task begins (PVE's task
+	// start times are PVE's). Zero for rows from before it was kept (CreatedAt
+	// stands in). Set at creation only.
+	PVECreatedAt time.Time
+	// UPIDSource says how the row got its UPID: UPIDAnswered or UPIDFound; ""
+	// for rows from before, taken as answered. Set by ClaimTaskUPID only.
+	UPIDSource string
+	// LostReason says why a lost row is lost (LostRefused, ...); "" otherwise.
+	LostReason string
+	// MaybeUPID is, for a row lost with LostAmbiguous, the task that may have
+	// been its own but went to another request.
+	MaybeUPID string
+}
+
+// How a task row got its UPID (Task.UPIDSource).
+const (
+	// UPIDAnswered: PVE answered the row's POST with it. Proof.
+	UPIDAnswered = "answer"
+	// UPIDFound: a search of the node's task list matched it to the row. An
+	// inference: a row that PVE answered with the same UPID takes it over.
+	UPIDFound = "search"
+)
+
+// Why a lost row is lost (Task.LostReason). Only LostNotSent and LostNoTask prove
+// that the request started no task and may be made again.
+const (
+	// LostRefused: PVE answered the POST with an error; no task started.
+	LostRefused = "refused"
+	// LostNotSent: the POST never reached PVE (internal/pve's NotSent).
+	LostNotSent = "not_sent"
+	// LostNoTask: PVE's task list, read after the search window, has no task that
+	// can be the request's.
+	LostNoTask = "no_task"
+	// LostAmbiguous: vmgate cannot tell: a task that may have been the request's
+	// went to another request (MaybeUPID). Nothing may be repeated for it.
+	LostAmbiguous = "ambiguous"
+)
+
+// TaskClaim is a UPID for a task row (ClaimTaskUPID).
+type TaskClaim struct {
+	UPID      string
+	Node      string    // the UPID's node
+	StartedAt time.Time // the UPID's start time
+	Source    string    // UPIDAnswered or UPIDFound
 }
 
 // Finished reports whether the task has reached a final state that never changes.
@@ -415,6 +460,13 @@ type Store interface {
 	// the database does not hold yet, and deletes the rows before it. It fails
 	// as a write would: store_full, store_read_only, store_unavailable.
 	ProbeWrite(ctx context.Context) error
+	// ClockOffset measures how far the database's clock is ahead of this
+	// process's (time.Now; negative when behind): PostgreSQL's clock_timestamp()
+	// against the middle of the query's round trip, so within half of it. The
+	// database is the one clock every replica shares; a replica far off it
+	// issues tokens the others refuse. SQLite has no clock of its own — its
+	// file is read by this process on this host — so the offset is 0.
+	ClockOffset(ctx context.Context) (time.Duration, error)
 	// Close releases the database.
 	Close() error
 
@@ -497,10 +549,25 @@ type Store interface {
 	UserGrants(ctx context.Context, userID int64) ([]Grant, error) // by cluster ID
 
 	CreateTask(ctx context.Context, t Task) (Task, error) // sets ID and CreatedAt
-	// UpdateTask writes every mutable field of t (UPID, Node, Status, ExitStatus, Error,
-	// Progress, FollowUPID, StartedAt, EndedAt). A finished task is never changed again:
-	// updating one returns Conflict.
+	// UpdateTask writes every mutable field of t (Node, Status, ExitStatus, Error,
+	// Progress, FollowUPID, StartedAt, EndedAt, OutcomeUnknownAt, LostReason,
+	// MaybeUPID) of a row whose UPID is still t.UPID ("" = none: UpdateTask never
+	// sets or changes a UPID; ClaimTaskUPID does). A finished task is never changed
+	// again, and a row whose UPID is not t.UPID is not changed: both return Conflict.
 	UpdateTask(ctx context.Context, t Task) (Task, error)
+	// ClaimTaskUPID gives row id its UPID and makes it running. A UPID found by
+	// a search (UPIDFound) is taken only by a pending row without one, and never
+	// from another row: Conflict when the row has settled or the UPID is another
+	// row's. PVE's answer (UPIDAnswered) is proof: it is taken even from a row
+	// that a search gave it to, which goes back to pending without a UPID (its
+	// search resumes) and is returned as displaced (ID 0 when none); it reopens
+	// the row itself if it had been given up. Conflict when another row holds the
+	// UPID as PVE's answer, which PVE never gives twice.
+	ClaimTaskUPID(ctx context.Context, id int64, c TaskClaim) (claimed, displaced Task, err error)
+	// TasksOfVM returns the rows of VM vmid of cluster clusterID that a search for
+	// a task started since since may have to weigh: those created since then and
+	// every pending one, oldest first.
+	TasksOfVM(ctx context.Context, clusterID, vmid int64, since time.Time) ([]Task, error)
 	TaskByID(ctx context.Context, id int64) (Task, error)
 	TaskByUPID(ctx context.Context, upid string) (Task, error)
 	// TaskByIdempotencyKey returns the newest task row written by userID's request

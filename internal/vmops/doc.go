@@ -23,6 +23,10 @@
 // ReasonOutcomeUnknown naming its task row, which is searched for in the node's
 // task list at once and every SearchEvery (outcome.go); a read PVE cannot serve
 // answers the last view, marked Stale; Drain ends every wait for a shutdown.
+// Which task of PVE's list is which request's is decided here, for every row of
+// the VM at once and in PVE's time, never by the PVE client (claim.go, issue 17);
+// a lost row says why it is lost, and an operation makes an item's request again,
+// once, only when that proves it started nothing (operations_run.go).
 //
 // The package knows no HTTP: errors are *errs.Error values whose kind and reason the
 // HTTP layer maps to a status.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +38,10 @@ type env struct {
 type envOpts struct {
 	speed  float64 // emulated seconds per real second (default 1000)
 	manual bool    // the emulator's clock moves only with Advance
-	cfg    func(*Config)
+	// pveStart is the emulator's time at its start (default: the real time):
+	// a PVE whose clock is that far off vmgate's.
+	pveStart time.Time
+	cfg      func(*Config)
 	// proxy puts a fault proxy between the client and pve1, the client's only
 	// endpoint, and gives the client pveTimeout (default 10 s) as its deadline.
 	proxy      bool
@@ -95,7 +99,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.speed == 0 {
 		o.speed = 1000
 	}
-	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual, Start: o.pveStart})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
@@ -254,6 +258,10 @@ func wrapAPI(connect func(context.Context, int64) (pveAPI, error), wrap func(pve
 // loseAnswer, lets the write through but answers as if the connection broke
 // before PVE's answer arrived (a crash between the call and the UPID's record
 // looks the same to the store).
+//
+// A lost answer's first look at the task list fails too (the network that
+// lost the answer is still down), so the request answers outcome_unknown and
+// the task is left to the search that follows.
 type hookAPI struct {
 	pveAPI
 	beforeWrite func()
@@ -261,6 +269,7 @@ type hookAPI struct {
 	// dropWrite answers as if the connection broke, without the write reaching
 	// PVE (which may still get it later: the test sends it itself).
 	dropWrite bool
+	blind     atomic.Bool // the next task list read fails
 }
 
 func (h *hookAPI) write(call func() (pve.UPID, error)) (pve.UPID, error) {
@@ -272,9 +281,17 @@ func (h *hookAPI) write(call func() (pve.UPID, error)) (pve.UPID, error) {
 	}
 	u, err := call()
 	if err == nil && h.loseAnswer {
+		h.blind.Store(true)
 		return pve.UPID{}, &pve.AmbiguousError{Method: "POST", Err: errors.New("connection reset")}
 	}
 	return u, err
+}
+
+func (h *hookAPI) NodeTasks(ctx context.Context, node string, o pve.TaskListOptions) ([]pve.TaskListEntry, error) {
+	if h.blind.CompareAndSwap(true, false) {
+		return nil, errors.New("connection reset")
+	}
+	return h.pveAPI.NodeTasks(ctx, node, o)
 }
 
 func (h *hookAPI) StartVM(ctx context.Context, node string, vmid int, o pve.StartOptions) (pve.UPID, error) {

@@ -356,10 +356,15 @@ func (s *Service) settleKeyOf(ctx context.Context, row store.Task) {
 
 func (s *Service) settleWith(ctx context.Context, h *heldKey, row store.Task) (*Answer, bool) {
 	switch {
+	case row.Status == store.TaskLost && row.UPID == "" && row.LostReason == store.LostAmbiguous:
+		// It may have started a task: the key keeps an answer that says so, and a
+		// retry replays it rather than acting again.
+		a := s.answers(KeyOutcome{Op: row.Op, Err: undecided(row)})
+		return s.finishHeld(ctx, h, a, slog.Int64("task", row.ID), slog.String("maybe", row.MaybeUPID))
 	case row.Status == store.TaskLost && row.UPID == "":
 		return nil, s.releaseHeld(ctx, h)
 	case row.UPID == "":
-		s.startSearch(row)
+		s.startSearch(s.holderGone(ctx, row))
 		return nil, false
 	}
 	a := s.answers(s.keyOutcome(ctx, row))
@@ -424,4 +429,24 @@ func (s *Service) keyOutcome(ctx context.Context, row store.Task) KeyOutcome {
 		}
 	}
 	return out
+}
+
+// holderGone marks a pending row whose writer is known to be gone (the lease of
+// its Idempotency-Key or its operation ran out) as of unknown outcome, unless this
+// process is making its call: its POST is not under way any more, and a search
+// need not wait WriteBound for it (claim.go).
+func (s *Service) holderGone(ctx context.Context, row store.Task) store.Task {
+	s.mu.Lock()
+	mine := s.starting[row.ID]
+	s.mu.Unlock()
+	if mine || row.UPID != "" || row.Status != store.TaskPending || !row.OutcomeUnknownAt.IsZero() {
+		return row
+	}
+	row.OutcomeUnknownAt = s.now()
+	updated, err := s.store.UpdateTask(ctx, row)
+	if err != nil {
+		s.log.Warn("marking a dead holder's task row failed", slog.Int64("task", row.ID), slog.String("error", err.Error()))
+		return row
+	}
+	return updated
 }

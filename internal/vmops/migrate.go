@@ -232,7 +232,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 	}
 	opts := pve.MigrateOptions{Target: req.Target, Online: running && online, WithLocalDisks: req.WithLocalDisks,
 		TargetStorage: req.TargetStorage, BWLimit: req.BWLimit}
-	upid, row, err := s.startTask(ctx, a, vm, OpMigrate, req.Target, params, func(ctx context.Context) (pve.UPID, error) {
+	upid, row, err := s.startTask(ctx, api, a, vm, OpMigrate, req.Target, params, func(ctx context.Context) (pve.UPID, error) {
 		return api.MigrateVM(ctx, vm.Node, int(vm.VMID), opts)
 	})
 	if err != nil {

@@ -399,7 +399,10 @@ type itemBinding struct {
 	opID  int64
 	owner string
 	index int
-	row   *store.Task // the row once written
+	// retryOf is, for a retry, the item's lost task row the new one replaces
+	// (RetryOperationItem); 0 for the first start.
+	retryOf int64
+	row     *store.Task // the row once written
 }
 
 type itemKey struct{}
@@ -419,7 +422,13 @@ func (s *Service) createTaskRow(ctx context.Context, t store.Task) (store.Task, 
 	}
 	params["operationId"] = b.opID
 	t.Params = jsonText(params)
-	row, err := s.store.StartOperationItem(ctx, b.opID, b.owner, b.index, t)
+	var row store.Task
+	var err error
+	if b.retryOf != 0 {
+		row, err = s.store.RetryOperationItem(ctx, b.opID, b.owner, b.index, b.retryOf, t)
+	} else {
+		row, err = s.store.StartOperationItem(ctx, b.opID, b.owner, b.index, t)
+	}
 	if err != nil {
 		return store.Task{}, err
 	}

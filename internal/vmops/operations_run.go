@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
@@ -166,7 +167,7 @@ func (o *OperationService) drive(held store.Operation, d *driver) {
 		case ItemRunning:
 			// Started by this or an earlier driver: follow its task row, never
 			// start it again.
-			launch(func(ctx context.Context) itemResult { return o.followItem(ctx, op, it) })
+			launch(func(ctx context.Context) itemResult { return o.followItem(ctx, op, it, params) })
 		case ItemPending:
 			pending = append(pending, it.Index)
 		}
@@ -324,16 +325,7 @@ func (o *OperationService) heartbeat(ctx context.Context, id int64, until time.T
 // StartOperationItem (createTaskRow) before PVE is called.
 func (o *OperationService) runItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
 	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index}
-	ictx := context.WithValue(ctx, itemKey{}, b)
-	a := Actor{UserID: op.UserID, Email: op.UserEmail}
-	ref := VMRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
-	var err error
-	if it.Action == OpMigrate {
-		online := it.Online
-		_, err = o.svc.Migrate(ictx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
-	} else {
-		_, err = o.svc.power(ictx, a, ref, it.Action, nil, 0)
-	}
+	err := o.startItem(ctx, op, it, p, b)
 	if b.row == nil {
 		if err == nil {
 			err = errors.New("it was not started")
@@ -343,37 +335,121 @@ func (o *OperationService) runItem(ctx context.Context, op store.Operation, it s
 		// means another driver has it; then this one stops anyway.
 		return itemResult{index: it.Index, from: ItemPending, state: ItemFailed, err: errMessage(err).Error()}
 	}
-	if err != nil {
-		if row, rerr := o.st.TaskByID(context.WithoutCancel(ctx), b.row.ID); rerr == nil && row.Status == store.TaskLost {
-			return itemResult{index: it.Index, state: ItemFailed, err: errMessage(err).Error()}
-		}
-		// The outcome is unknown: the row is searched for in PVE's task list.
-	}
 	it.TaskID = b.row.ID
-	return o.followItem(ctx, op, it)
+	return o.afterStart(ctx, op, it, p, err)
+}
+
+// startItem runs the item's use case once, its task row bound to the item by b.
+func (o *OperationService) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *itemBinding) error {
+	ictx := context.WithValue(ctx, itemKey{}, b)
+	a := Actor{UserID: op.UserID, Email: op.UserEmail}
+	ref := VMRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
+	if it.Action == OpMigrate {
+		online := it.Online
+		_, err := o.svc.Migrate(ictx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
+		return err
+	}
+	_, err := o.svc.power(ictx, a, ref, it.Action, nil, 0)
+	return err
+}
+
+// afterStart follows an item whose task row was written: when the call failed
+// and the row is lost it ends here (or is retried), otherwise its task is
+// followed (an unknown outcome's row is searched for meanwhile).
+func (o *OperationService) afterStart(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, err error) itemResult {
+	if err != nil {
+		if row, rerr := o.st.TaskByID(context.WithoutCancel(ctx), it.TaskID); rerr == nil && row.Status == store.TaskLost {
+			if retryable(row) && it.Retries == 0 {
+				return o.retryItem(ctx, op, it, p, row)
+			}
+			return itemResult{index: it.Index, state: ItemFailed, err: retried(it, errMessage(err).Error())}
+		}
+	}
+	return o.followItem(ctx, op, it, p)
+}
+
+// retried says why an item failed, and that it was made twice when it was.
+func retried(it store.OperationItem, msg string) string {
+	if it.Retries > 0 {
+		return "retried once: " + msg
+	}
+	return msg
+}
+
+// retryable reports whether a lost row proves that its request started no task:
+// its POST never reached PVE, or PVE's task list, read after the search window,
+// has none that can be it. Only then may an operation make the request again.
+func retryable(row store.Task) bool {
+	return row.Status == store.TaskLost && row.UPID == "" &&
+		(row.LostReason == store.LostNotSent || row.LostReason == store.LostNoTask)
+}
+
+// retryItem makes an item's request again, once, after its first task row was
+// proven never to have started a task (retryable): a new request through the
+// same use case and checks, its task row written by RetryOperationItem in place
+// of the lost one; audited as operation.retry. It keeps the item's parallel
+// slot, as the first attempt did.
+func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, lost store.Task) itemResult {
+	o.log.Info("an item's request provably started nothing; making it again", slog.Int64("operation", op.ID),
+		slog.Int("item", it.Index), slog.Int64("lost", lost.ID), slog.String("reason", lost.LostReason))
+	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index, retryOf: lost.ID}
+	err := o.startItem(ctx, op, it, p, b)
+	rec := store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail, Action: "operation.retry",
+		ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
+		Params: jsonText(map[string]any{"operationId": op.ID, "action": it.Action, "lostTaskRef": lost.ID,
+			"lostReason": lost.LostReason}), Result: audit.Result(err)}
+	if b.row != nil {
+		rec.Params = jsonText(map[string]any{"operationId": op.ID, "action": it.Action, "lostTaskRef": lost.ID,
+			"lostReason": lost.LostReason, "taskRef": b.row.ID})
+	}
+	o.svc.trail.Append(ctx, rec)
+	if b.row == nil {
+		if err == nil {
+			err = errors.New("it was not started again")
+		}
+		// Refused before a new row (the VM's state now, the store): the item's
+		// first request started nothing, and neither did this one.
+		it.Retries++
+		return itemResult{index: it.Index, state: ItemFailed, err: retried(it, errMessage(err).Error())}
+	}
+	it.TaskID, it.Retries = b.row.ID, it.Retries+1
+	return o.afterStart(ctx, op, it, p, err)
 }
 
 // followItem follows a started item's task row to its end: the UPID once it is
-// recorded (by the call, or by the reconciliation that looks for it in PVE's
-// task list), then the task itself, an HA stand-in to the HA stack's real task.
-func (o *OperationService) followItem(ctx context.Context, op store.Operation, it store.OperationItem) itemResult {
+// recorded (by the call, or by the search that looks for it in PVE's task list),
+// then the task itself, an HA stand-in to the HA stack's real task. A row left
+// pending by a process that died is searched for at once; a row lost without a
+// task that provably never started one is retried once (retryItem).
+func (o *OperationService) followItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
 	var t *tracker
+	first := true
 	for {
 		if t == nil {
 			row, err := o.st.TaskByID(ctx, it.TaskID)
 			switch {
 			case err != nil:
 			case row.Finished() && row.UPID == "":
+				if retryable(row) && it.Retries == 0 {
+					return o.retryItem(ctx, op, it, p, row)
+				}
 				msg := row.Error
 				if msg == "" {
 					msg = "PVE has no task for it: the call did not reach PVE"
 				}
-				return itemResult{index: it.Index, state: ItemFailed, err: msg}
+				return itemResult{index: it.Index, state: ItemFailed, err: retried(it, msg)}
+			case row.UPID == "":
+				if first {
+					// Its writer is gone (this driver took the operation over) or
+					// its outcome is unknown: look for it now, not at the next sweep.
+					o.svc.startSearch(o.svc.holderGone(ctx, row))
+				}
 			default:
 				if u, ok := taskUPID(row); ok {
 					t = o.svc.track(u, row.ClusterID, &row)
 				}
 			}
+			first = false
 		}
 		if t != nil {
 			v, err := o.svc.current(ctx, t)

@@ -156,7 +156,7 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 		v := s.clusterVersion(ctx, api, vm.ClusterID)
 		overrule = !v.Known() || v.StopOverrulesShutdown()
 	}
-	upid, row, err := s.startTask(ctx, a, vm, op, "", params, func(ctx context.Context) (pve.UPID, error) {
+	upid, row, err := s.startTask(ctx, api, a, vm, op, "", params, func(ctx context.Context) (pve.UPID, error) {
 		switch op {
 		case OpStart:
 			return api.StartVM(ctx, vm.Node, int(vm.VMID), pve.StartOptions{Timeout: timeout})
@@ -200,13 +200,18 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 
 // startTask writes the task row, calls PVE, and records the UPID. The row is
 // written first so that a crash between the call and the record leaves a row Run
-// can reconcile from PVE's task list.
-func (s *Service) startTask(ctx context.Context, a Actor, vm VMRef, op, target string, params map[string]any,
+// can reconcile from PVE's task list; it notes when it was written on PVE's clock,
+// where the search for its task begins.
+func (s *Service) startTask(ctx context.Context, api pveAPI, a Actor, vm VMRef, op, target string, params map[string]any,
 	call func(context.Context) (pve.UPID, error)) (pve.UPID, store.Task, error) {
+	pveNow, known := api.PVENow()
+	if !known {
+		pveNow = time.Time{} // the search falls back on the row's creation (claim.go)
+	}
 	// As an operation's item when ctx carries one (operations.go), else a row of its own.
 	row, err := s.createTaskRow(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
 		Op: op, Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
-		IdemKey: idempotencyKeyOf(ctx)})
+		IdemKey: idempotencyKeyOf(ctx), PVECreatedAt: pveNow})
 	if err != nil {
 		return pve.UPID{}, store.Task{}, fmt.Errorf("record the %s task: %w", op, err)
 	}
@@ -225,31 +230,110 @@ func (s *Service) startTask(ctx context.Context, a Actor, vm VMRef, op, target s
 	if callErr != nil {
 		var amb *pve.AmbiguousError
 		if errors.As(callErr, &amb) {
-			// PVE may have started it: the row stays pending, marked, and is
-			// searched for at once and then every SearchEvery (outcome.go).
-			row.OutcomeUnknownAt = s.now()
-			if updated, err := s.store.UpdateTask(wctx, row); err == nil {
-				row = updated
-			} else {
-				s.log.Warn("task update failed", "task", row.ID, "error", err.Error())
-			}
-			s.startSearch(row)
-			return pve.UPID{}, row, outcomeUnknown(op, row, callErr)
+			return s.unknownOutcome(wctx, api, op, row, callErr)
 		}
 		row.Status, row.Error, row.EndedAt = store.TaskLost, truncateText(callErr.Error(), 500), s.now()
+		row.LostReason = store.LostRefused
+		if pve.NotSent(callErr) {
+			row.LostReason = store.LostNotSent
+		}
 		if _, err := s.store.UpdateTask(wctx, row); err != nil {
 			s.log.Warn("task update failed", "task", row.ID, "error", err.Error())
 		}
 		return pve.UPID{}, row, callErr
 	}
-	row.UPID, row.Node, row.Status, row.StartedAt = upid.String(), upid.Node, store.TaskRunning, upid.StartTime
-	updated, err := s.store.UpdateTask(wctx, row)
+	// PVE's answer is proof: it takes the UPID even from a row a search of the
+	// task list matched it to (that row searches again).
+	claim := store.TaskClaim{UPID: upid.String(), Node: upid.Node, StartedAt: upid.StartTime, Source: store.UPIDAnswered}
+	updated, displaced, err := s.store.ClaimTaskUPID(wctx, row.ID, claim)
 	if err != nil {
 		// The task runs in PVE; failing the request would invite a second one.
-		s.log.Error("recording the UPID failed", "task", row.ID, "upid", row.UPID, "error", err.Error())
+		// The answer is recorded once the store takes it (recordLater).
+		s.log.Error("recording the UPID failed", "task", row.ID, "upid", upid.String(), "error", err.Error())
+		row.UPID, row.Node, row.Status, row.StartedAt = upid.String(), upid.Node, store.TaskRunning, upid.StartTime
+		row.UPIDSource = store.UPIDAnswered
+		s.recordLater(row, upid, claim)
 		return upid, row, nil
 	}
+	s.answered(wctx, upid, updated, displaced)
 	return upid, updated, nil
+}
+
+// answered follows up on PVE's answer recorded for row: a row a search had given
+// the UPID to is searched for again (audited task.reassigned), and the task is
+// tracked under its row.
+func (s *Service) answered(ctx context.Context, upid pve.UPID, row, displaced store.Task) *tracker {
+	if displaced.ID != 0 {
+		s.log.Warn("PVE answered a request with a task a search had matched to another request; that one is searched for again",
+			"task", row.ID, "upid", upid.String(), "displaced", displaced.ID)
+		s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: displaced.UserID, UserEmail: displaced.UserEmail,
+			Action: "task.reassigned", ClusterID: displaced.ClusterID, Node: displaced.Node, VMID: displaced.VMID,
+			Target: displaced.Target, Params: jsonText(map[string]any{"taskRef": displaced.ID, "to": row.ID}),
+			Result: "searching", UPID: upid.String()})
+		s.startSearch(displaced)
+	}
+	return s.retrack(upid, row)
+}
+
+// recordLater records PVE's answer for row once the store takes it again, every
+// second meanwhile. Until then the row counts as a write under way in this
+// process (inFlight): no search of this process matches its task to another row,
+// nor looks for it.
+func (s *Service) recordLater(row store.Task, upid pve.UPID, claim store.TaskClaim) {
+	s.mu.Lock()
+	if s.bgCtx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.recording[row.ID] = true
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.recording, row.ID)
+			s.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-s.bgCtx.Done():
+				return
+			case <-s.after(time.Second):
+			}
+			updated, displaced, err := s.store.ClaimTaskUPID(s.bgCtx, row.ID, claim)
+			switch {
+			case err == nil:
+				s.log.Info("recorded the UPID the store could not take before", "task", row.ID, "upid", claim.UPID)
+				s.startFollower(s.answered(s.bgCtx, upid, updated, displaced))
+				return
+			case errs.KindOf(err) == errs.Conflict:
+				s.log.Error("recording the UPID failed for good", "task", row.ID, "upid", claim.UPID, "error", err.Error())
+				return
+			}
+		}
+	}()
+}
+
+// unknownOutcome handles a write whose answer was lost after it left: the row is
+// marked and matched with the node's task list at once (claim.go) — the task, when
+// the match gives it, is the request's answer; otherwise the request is
+// outcome_unknown and the row is searched for every SearchEvery (outcome.go).
+func (s *Service) unknownOutcome(ctx context.Context, api pveAPI, op string, row store.Task, cause error) (pve.UPID, store.Task, error) {
+	row.OutcomeUnknownAt = s.now()
+	if updated, err := s.store.UpdateTask(ctx, row); err == nil {
+		row = updated
+	} else {
+		s.log.Warn("task update failed", "task", row.ID, "error", err.Error())
+	}
+	res, settled := s.resolveWith(ctx, api, row)
+	if res == searchFound || res == searchDone && settled.UPID != "" {
+		if u, err := pve.ParseUPID(settled.UPID); err == nil {
+			return u, settled, nil
+		}
+	}
+	s.startSearch(row)
+	return pve.UPID{}, row, outcomeUnknown(op, row, cause)
 }
 
 func truncateText(s string, n int) string {

@@ -23,8 +23,9 @@ var opTypes = map[string][]string{
 	OpResume:    {"qmresume"},
 }
 
-// pendingSlack is how much earlier than its row a task may have started (PVE's
-// clock and vmgate's differ a little).
+// pendingSlack is how much earlier than its row, both on PVE's clock, a task may
+// seem to have started: the measured offset's error and a cluster's nodes
+// disagreeing a little (claim.go).
 const pendingSlack = 5 * time.Second
 
 // Run reconciles the tasks left unfinished (by a crash, a kill -9 or a restart)
@@ -71,7 +72,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		}
 		if r.UPID == "" {
 			s.mu.Lock()
-			mine := s.starting[r.ID]
+			mine := s.starting[r.ID] || s.recording[r.ID]
 			s.mu.Unlock()
 			if !mine {
 				s.startSearch(r) // outcome.go

@@ -103,7 +103,8 @@ func TestReconcileLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := e.newService(func(c *Config) { c.LostGrace = 20 * time.Millisecond })
+	// The row's writer is gone at once (WriteBound): it was never under way here.
+	s2 := e.newService(func(c *Config) { c.LostGrace, c.WriteBound = 20*time.Millisecond, time.Millisecond })
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s2.Run(runCtx)

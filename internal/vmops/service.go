@@ -60,6 +60,11 @@ type Config struct {
 	// SearchEvery is how often it looks meanwhile, the first time at once
 	// [DefaultSearchEvery]: a task PVE has shows up in vmgate within it.
 	SearchEvery time.Duration
+	// WriteBound is how long a task row without a UPID may be another process's
+	// write still under way before a search takes it for one whose process died
+	// [writeBound: a minute, more than a PVE call and the record of its answer
+	// take]. Meanwhile the rows of the same VM wait for it (claim.go).
+	WriteBound time.Duration
 	// StaleAfter is how long a task query waits for PVE when it holds a view it
 	// may answer with, marked stale, instead [fleet.StaleAfter].
 	StaleAfter time.Duration
@@ -133,6 +138,10 @@ type pveAPI interface {
 	ClusterTasks(ctx context.Context) ([]pve.TaskListEntry, error)
 	Version(ctx context.Context) (pve.Version, error)
 	TokenID() string
+	// ClockOffset and PVENow say how far PVE's clock is from the client's: PVE's
+	// task times are compared in PVE's time (claim.go).
+	ClockOffset() (time.Duration, bool)
+	PVENow() (time.Time, bool)
 }
 
 // ErrMaybeStarted is wrapped (as the cause) by errors of operations whose write to
@@ -155,6 +164,7 @@ type Service struct {
 	maxFol  int
 
 	searchEvery time.Duration
+	writeBound  time.Duration
 	staleAfter  time.Duration
 	owner       string
 	keyLease    time.Duration
@@ -174,6 +184,7 @@ type Service struct {
 	tracked   map[string]*tracker // running or recently read tasks, by UPID
 	migrating map[vmKey]bool      // migrations between their pre-check and PVE's answer
 	starting  map[int64]bool      // task rows whose PVE call is under way in this process
+	recording map[int64]bool      // task rows whose answer waits for the store (recordLater)
 	following map[string]bool     // UPIDs with a background follower
 	searching map[int64]bool      // task rows whose task this process looks for (outcome.go)
 	held      map[keyID]*heldKey  // Idempotency-Keys this process holds (idempotency.go)
@@ -220,9 +231,9 @@ func New(cfg Config) *Service {
 	s := &Service{
 		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, trail: cfg.Audit,
 		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
-		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{},
+		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{}, recording: map[int64]bool{},
 		following: map[string]bool{}, searching: map[int64]bool{}, held: map[keyID]*heldKey{}, versions: map[int64]knownVersion{},
-		searchEvery: cfg.SearchEvery, staleAfter: cfg.StaleAfter, owner: cfg.Owner, keyLease: cfg.KeyLease,
+		searchEvery: cfg.SearchEvery, writeBound: cfg.WriteBound, staleAfter: cfg.StaleAfter, owner: cfg.Owner, keyLease: cfg.KeyLease,
 		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
 	}
 	clients := cfg.Clients
@@ -256,6 +267,9 @@ func New(cfg Config) *Service {
 	}
 	if s.searchEvery <= 0 {
 		s.searchEvery = DefaultSearchEvery
+	}
+	if s.writeBound <= 0 {
+		s.writeBound = writeBound
 	}
 	if s.staleAfter <= 0 {
 		s.staleAfter = fleet.StaleAfter

@@ -189,6 +189,7 @@ type tracker struct {
 	upid      pve.UPID
 	clusterID int64
 	key       string // in Service.tracked and Service.reads
+	rowID     int64  // the row it was made for (0: none); immutable
 
 	// Fields below are written only inside a read (one at a time).
 	row       *store.Task // nil for tasks vmgate did not start
@@ -274,7 +275,7 @@ func (s *Service) track(upid pve.UPID, clusterID int64, row *store.Task) *tracke
 	t := &tracker{upid: upid, clusterID: clusterID, key: key, usedAt: s.now()}
 	if row != nil {
 		r := *row
-		t.row = &r
+		t.row, t.rowID = &r, r.ID
 		hint := memoryHintOf(r.Params)
 		t.own.parser.memoryHint, t.followLog.parser.memoryHint = hint, hint
 		if r.UPID != "" {
@@ -343,6 +344,16 @@ func (s *Service) trackerOf(upid string) *tracker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tracked[trackerKey(upid, 0, true)]
+}
+
+// retrack is track for a task whose row is row: a tracker made for another row
+// of the same UPID (a search's match that PVE's answer took back) is dropped
+// first, so that the task's end is written to the row that owns it.
+func (s *Service) retrack(u pve.UPID, row store.Task) *tracker {
+	if t := s.trackerOf(u.String()); t != nil && t.rowID != row.ID {
+		s.untrack(t)
+	}
+	return s.track(u, row.ClusterID, &row)
 }
 
 // untrack forgets a tracker (a task PVE does not know).
@@ -597,6 +608,16 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) bool {
 		row.Status, row.ExitStatus, row.Error, row.EndedAt = store.TaskStopped, v.ExitStatus, v.Error, v.EndTime
 	}
 	updated, err := s.store.UpdateTask(ctx, row)
+	if err != nil && errs.KindOf(err) == errs.Conflict && row.UPIDSource == store.UPIDAnswered {
+		// PVE's answer could not be recorded when it came (the store failed):
+		// record it now, then the rest.
+		if cur, rerr := s.store.TaskByID(ctx, row.ID); rerr == nil && cur.UPID == "" && !cur.Finished() {
+			if _, _, cerr := s.store.ClaimTaskUPID(ctx, row.ID, store.TaskClaim{UPID: row.UPID, Node: row.Node,
+				StartedAt: row.StartedAt, Source: store.UPIDAnswered}); cerr == nil {
+				updated, err = s.store.UpdateTask(ctx, row)
+			}
+		}
+	}
 	if err != nil {
 		if errs.KindOf(err) == errs.Conflict {
 			return true

@@ -98,9 +98,11 @@ func testOperations(t *testing.T, s store.Store) {
 	_, err = s.StartOperationItem(ctx, op.ID, "b", 0, store.Task{ClusterID: 7, Op: "migrate", VMID: 100})
 	wantKind(t, err, errs.Conflict, "starting an item twice")
 	const upid = "UPID:pve1:0000A1B2:0001C3D4:6650A0B0:qmigrate:100:vmgate@pve!t:"
-	task.UPID, task.Status, task.Progress = upid, store.TaskRunning, `{"percent":5}`
-	_, err = s.UpdateTask(ctx, task)
+	task, _, err = s.ClaimTaskUPID(ctx, task.ID, store.TaskClaim{UPID: upid, Node: "pve1", Source: store.UPIDAnswered})
 	ok(t, err, "record the UPID")
+	task.Progress = `{"percent":5}`
+	_, err = s.UpdateTask(ctx, task)
+	ok(t, err, "progress")
 	got, err = s.OperationByID(ctx, op.ID)
 	ok(t, err, "read")
 	it := got.Items[0]

@@ -47,6 +47,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"TaskLifecycle", testTaskLifecycle},
 		{"ListTasks", testListTasks},
 		{"TaskOutcome", testTaskOutcome},
+		{"TaskClaims", testTaskClaims},
+		{"TaskClaimRace", testTaskClaimRace},
+		{"ClockOffset", testClockOffset},
 		{"Audit", testAudit},
 		{"AuditChain", testAuditChain},
 		{"AuditChainRace", testAuditChainRace},
@@ -62,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PruneRace", testPruneRace},
 		{"Operations", testOperations},
 		{"OperationItemRace", testOperationItemRace},
+		{"OperationItemRetry", testOperationItemRetry},
 		{"OperationByIdempotencyKey", testOperationByIdempotencyKey},
 		{"OperationHolds", testOperationHolds},
 		{"OperationHoldRace", testOperationHoldRace},
@@ -929,9 +933,15 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	ok(t, err, "second pending task")
 
 	const upid = "UPID:pve1:0000A1B2:0001C3D4:6650A0B0:qmigrate:100:vmgate@pve!t:"
-	task.UPID, task.Status, task.StartedAt = upid, store.TaskRunning, at(0)
-	running, err := s.UpdateTask(ctx, task)
+	withUPID := task
+	withUPID.UPID = upid
+	_, err = s.UpdateTask(ctx, withUPID)
+	wantKind(t, err, errs.Conflict, "UpdateTask setting a UPID")
+	running, displaced, err := s.ClaimTaskUPID(ctx, task.ID, store.TaskClaim{UPID: upid, Node: "pve1", StartedAt: at(0),
+		Source: store.UPIDAnswered})
 	ok(t, err, "record UPID")
+	same(t, displaced.ID, int64(0), "displaced by a first claim")
+	task.UPID, task.Status, task.StartedAt, task.UPIDSource = upid, store.TaskRunning, at(0), store.UPIDAnswered
 	task.UpdatedAt = stamped(t, running, task)
 	same(t, running, task, "running task")
 	got, err := s.TaskByUPID(ctx, upid)
@@ -940,15 +950,15 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	_, err = s.TaskByUPID(ctx, "UPID:nope")
 	wantKind(t, err, errs.NotFound, "missing UPID")
 
-	other.UPID = upid
-	_, err = s.UpdateTask(ctx, other)
-	wantKind(t, err, errs.Conflict, "a second task with the same UPID")
+	_, _, err = s.ClaimTaskUPID(ctx, other.ID, store.TaskClaim{UPID: upid, Node: "pve1", Source: store.UPIDFound})
+	wantKind(t, err, errs.Conflict, "a search claiming another task's UPID")
+	_, _, err = s.ClaimTaskUPID(ctx, other.ID, store.TaskClaim{UPID: upid, Node: "pve1", Source: store.UPIDAnswered})
+	wantKind(t, err, errs.Conflict, "a second answer with the same UPID")
 	_, err = s.CreateTask(ctx, store.Task{UPID: upid, ClusterID: 7, Op: "start", VMID: 100, Status: store.TaskRunning})
 	wantKind(t, err, errs.Conflict, "creating a task with a taken UPID")
 
 	unfinished, err := s.UnfinishedTasks(ctx)
 	ok(t, err, "unfinished")
-	other.UPID = ""
 	same(t, unfinished, []store.Task{task, other}, "unfinished tasks, oldest first")
 
 	task.Progress = `{"percent":40}`
@@ -971,9 +981,10 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	ok(t, err, "reread")
 	same(t, got, stopped, "stopped task after a refused update")
 
-	other.Status, other.Error = store.TaskLost, "POST failed"
-	_, err = s.UpdateTask(ctx, other)
+	other.Status, other.Error, other.LostReason = store.TaskLost, "POST failed", store.LostRefused
+	lost, err := s.UpdateTask(ctx, other)
 	ok(t, err, "lose the other")
+	same(t, lost.LostReason, store.LostRefused, "LostReason")
 	other.Error = "changed"
 	_, err = s.UpdateTask(ctx, other)
 	wantKind(t, err, errs.Conflict, "changing a lost task")
