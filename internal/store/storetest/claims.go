@@ -168,11 +168,13 @@ func testOperationItemRetry(t *testing.T, s store.Store) {
 	_, err = s.StartOperationItem(ctx, op.ID, "a", 0, store.Task{ClusterID: 7, Op: "migrate", VMID: 100})
 	wantKind(t, err, errs.Conflict, "starting a running item")
 
-	op2, err := s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve1", UserID: 3,
+	// Another node: the first operation holds pve1 (and its VMs) until it ends.
+	op2, err := s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve2", UserID: 3,
 		MaxParallel: 1, Owner: "a", LeaseExpiresAt: at(time.Hour), Items: []store.OperationItem{
-			{VMID: 101, Node: "pve1", Target: "pve2", Action: "migrate"}}})
+			{VMID: 101, Node: "pve2", Target: "pve3", Action: "migrate"}}})
 	ok(t, err, "create another")
-	lost, err := s.StartOperationItem(ctx, op2.ID, "a", 0, store.Task{ClusterID: 7, Op: "migrate", Node: "pve1", VMID: 101})
+	next = store.Task{ClusterID: 7, Op: "migrate", Node: "pve2", VMID: 101, PVECreatedAt: at(time.Minute)}
+	lost, err := s.StartOperationItem(ctx, op2.ID, "a", 0, store.Task{ClusterID: 7, Op: "migrate", Node: "pve2", VMID: 101})
 	ok(t, err, "start it")
 	lost.Status, lost.LostReason = store.TaskLost, store.LostNotSent
 	_, err = s.UpdateTask(ctx, lost)
