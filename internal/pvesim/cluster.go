@@ -400,7 +400,7 @@ func (c *Cluster) AddNode(spec NodeSpec) error {
 		}
 	}
 	c.initPackages(n, !spec.NoUpdates)
-	n.maint.lrm = lrmStatus{mode: lrmActive, state: lrmWaiting}
+	n.maint.lrm = lrmStatus{mode: lrmActive}
 	c.nodes[n.name] = n
 	c.nodeNames = append(c.nodeNames, n.name)
 	sort.Strings(c.nodeNames)

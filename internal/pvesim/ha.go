@@ -55,16 +55,10 @@ const haFenceDelay = 60 * time.Second
 
 // lrmStatus is a node's HA agent; guarded by Cluster.mu.
 type lrmStatus struct {
-	mode string
-	// state is the agent's lock state; it holds the agent lock while it
-	// has active services.
-	state string
+	mode string // active, maintenance, restart or shutdown
 	// manual is a manual maintenance request (ha-manager crm-command
 	// node-maintenance enable), which outlives reboots until disabled.
 	manual bool
-	// stamp is the last status the agent wrote; it stops while the node
-	// is away, which is how PVE tells a dead agent.
-	stamp time.Time
 }
 
 // haManager is the CRM's own state; guarded by Cluster.mu.
@@ -626,19 +620,14 @@ func (c *Cluster) lrmStop(n *node, g *guest, at time.Time) {
 	c.ctShutdownWorker(t, n, g.vmid, to, false, at)
 }
 
-// lrmDown and lrmUp follow the node's power: a booted agent is active
-// again (or in maintenance if that was asked for by hand); c.mu held.
-func (c *Cluster) lrmDown(n *node, at time.Time) {
-	n.maint.lrm.stamp = at
-	n.maint.lrm.state = lrmWaiting
-}
-
+// lrmUp is the HA agent starting with its node: active again (or in
+// maintenance if that was asked for by hand); c.mu must be held. Its status
+// timestamp is lrmStamp's: it stops while the node is away.
 func (c *Cluster) lrmUp(n *node, at time.Time) {
 	n.maint.lrm.mode = lrmActive
 	if n.maint.lrm.manual {
 		n.maint.lrm.mode = lrmMaintenance
 	}
-	n.maint.lrm.stamp = at
 	c.crmSoon(at)
 }
 

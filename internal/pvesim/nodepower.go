@@ -52,7 +52,6 @@ type nodeMaintenance struct {
 	packages     []aptPackage  // installed, in versions' order
 	pending      []aptPackage  // the pending updates apt/update lists
 	lrm          lrmStatus     // the HA agent (pve-ha-lrm)
-	downSince    time.Time     // when the node powered off
 	stopping     *nodeShutdown // the shutdown under way
 }
 
@@ -344,8 +343,6 @@ func (c *Cluster) powerOffNode(n *node, at time.Time) {
 		n.power = powerDown
 		n.maint.command = ""
 		n.maint.stopping = nil
-		n.maint.downSince = at
-		c.lrmDown(n, at)
 		c.reachabilityChanged(n, at)
 		go c.syncEndpoint(n.name)
 		if reboot {
