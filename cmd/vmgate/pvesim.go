@@ -24,6 +24,8 @@ type pvesimCmd struct {
 	VMs       int           `name:"vms" default:"6" env:"PVESIM_VMS" help:"VMs in the cluster: the dev cluster's six (100-105) and, beyond them, generated ones from VMID 1000 spread over the nodes (for benchmarks: --vms 10000)."`
 	Stats     string        `env:"PVESIM_STATS" placeholder:"ADDR" help:"Also serve, in plain HTTP on this address (loopback), the emulator's request counters per route as JSON; the first line then has a \"stats\" URL. For benchmarks."`
 	Version   string        `name:"pve-version" default:"9.1" env:"PVESIM_PVE_VERSION" help:"The PVE release to answer as: 8.0, 8.3, 8.4 or 9.1 (docs/pve-versions.md lists what differs)."`
+	Ceph      bool          `env:"PVESIM_CEPH" help:"Run Ceph on every node: /cluster/ceph/status and /cluster/ceph/flags answer, and a node away degrades the health."`
+	HAPolicy  string        `name:"ha-shutdown-policy" default:"conditional" env:"PVESIM_HA_SHUTDOWN_POLICY" enum:"conditional,freeze,failover,migrate" help:"What the HA stack does with a node's HA guests when the node reboots or shuts down (datacenter.cfg's shutdown_policy)."`
 }
 
 // devVMs is how many VMs pvesim.DevCluster has.
@@ -44,6 +46,9 @@ func (c *pvesimCmd) Run() error {
 			Plain:     c.Plain,
 			AuthDelay: c.AuthDelay,
 			Version:   c.Version,
+			Ceph:      c.Ceph,
+
+			HAShutdownPolicy: c.HAPolicy,
 		}, os.Stdout, os.Stderr)
 	}
 	return c.runForBench(ctx)
@@ -52,7 +57,8 @@ func (c *pvesimCmd) Run() error {
 // runForBench is RunDev with the benchmark's extras: more VMs and the counters.
 // It lives here rather than in pvesim because only the benchmark wants it.
 func (c *pvesimCmd) runForBench(ctx context.Context) error {
-	sim := pvesim.DevCluster(pvesim.Options{Speed: c.Speed, AuthDelay: c.AuthDelay, Location: time.Local, Version: c.Version})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: c.Speed, AuthDelay: c.AuthDelay, Location: time.Local, Version: c.Version,
+		Ceph: c.Ceph, HAShutdownPolicy: c.HAPolicy})
 	nodes := sim.Nodes()
 	for i := 0; i < c.VMs-devVMs; i++ {
 		vmid := 1000 + i

@@ -26,6 +26,10 @@ const (
 	DefaultHADelay = 3 * time.Second
 	// DefaultMaxTasksPerNode bounds the finished tasks a node remembers.
 	DefaultMaxTasksPerNode = 50000
+	// DefaultBootTime is how long a rebooting node is away: from the moment
+	// it powers off until pveproxy answers again (firmware, kernel, the
+	// cluster file system and the API daemons).
+	DefaultBootTime = 2 * time.Minute
 )
 
 // Emulated durations of the steps guests and QEMU take.
@@ -74,6 +78,18 @@ type Options struct {
 	// VersionInfo and docs/pve-versions.md). New panics on an unknown
 	// release; CheckVersion validates one first.
 	Version string
+	// Ceph makes the cluster hyper-converged: every node runs two OSDs,
+	// the first three nodes a monitor each, and /cluster/ceph/status and
+	// /cluster/ceph/flags answer. Without it those paths fail as on a
+	// cluster without Ceph ("binary not installed").
+	Ceph bool
+	// BootTime is how long a rebooting node stays away (DefaultBootTime).
+	BootTime time.Duration
+	// HAShutdownPolicy is datacenter.cfg's ha shutdown_policy, what the HA
+	// stack does with a node's HA guests when the node shuts down or
+	// reboots: HAPolicyConditional (the default), HAPolicyFreeze,
+	// HAPolicyFailover or HAPolicyMigrate. New panics on any other value.
+	HAShutdownPolicy string
 }
 
 // NodeSpec describes a node.
@@ -86,6 +102,10 @@ type NodeSpec struct {
 	Storages []string
 	// Offline starts the node offline.
 	Offline bool
+	// NoUpdates starts the node with no pending package updates (by
+	// default each node has the release's pending list, a newer kernel
+	// among them).
+	NoUpdates bool
 }
 
 // Disk is a VM disk.
@@ -128,6 +148,12 @@ type VMSpec struct {
 	LocalResources []string
 	// Pool is the resource pool the VM is a member of.
 	Pool string
+	// OnBoot is the config's onboot: the node's boot starts the VM.
+	OnBoot bool
+	// Startup is the config's startup property string,
+	// "[order=]N[,up=N][,down=N]": the boot's start order and delay and
+	// the node shutdown's stop timeout.
+	Startup string
 }
 
 // TokenOptions limit an API token.
@@ -168,6 +194,11 @@ type Cluster struct {
 	failNext  map[string][]string
 	servers   map[*Server]bool
 	devToken  string
+	syncMu    sync.Mutex // serializes syncEndpoint
+
+	ha      haManager  // the CRM's view: rules, pending rounds
+	ceph    *cephState // nil without Options.Ceph
+	journal journal    // what happened, for benchmarks and tests
 
 	latency atomic.Int64
 
@@ -183,37 +214,50 @@ type node struct {
 	mem      int64
 	disk     int64
 	storages map[string]bool // nil: all
-	online   bool
-	ip       string
-	boot     time.Time
-	nextPID  int64
-	cert     *nodeCert
-	vms      map[int]*vm
-	cts      map[int]*ct
-	active   []*task // running tasks in start order
-	archive  []*task // finished tasks in the order they ended
+	// online is whether the node answers: powered up (or shutting down)
+	// and not cut off by SetNodeOnline.
+	online      bool
+	partitioned bool       // SetNodeOnline(false)
+	power       powerState // up, shutting down, down
+	ip          string
+	boot        time.Time
+	maint       nodeMaintenance // reboots, boot faults, packages, the HA agent
+	nextPID     int64
+	cert        *nodeCert
+	vms         map[int]*vm
+	cts         map[int]*ct
+	active      []*task // running tasks in start order
+	archive     []*task // finished tasks in the order they ended
 }
 
 // guest is what a VM and a container share: identity, placement, size,
 // power and HA state. All fields are guarded by Cluster.mu.
 type guest struct {
-	vmid      int
-	node      string
-	name      string
-	running   bool
-	cpus      int
-	mem       int64
-	disks     []Disk
-	ha        bool
-	haState   string
-	haGen     int // invalidates stale HA follow-ups
-	tags      string
-	lock      string
-	template  bool
-	pool      string // the resource pool, if any
-	startedAt time.Time
-	pid       int64
-	powerOff  *event // a shutdown the guest is carrying out
+	vmid     int
+	node     string
+	name     string
+	running  bool
+	cpus     int
+	mem      int64
+	disks    []Disk
+	ha       bool
+	haState  string
+	haGen    int // invalidates stale HA follow-ups
+	tags     string
+	lock     string
+	template bool
+	pool     string // the resource pool, if any
+	onboot   bool
+	startup  startupOrder
+	// haReq is the HA resource's requested state (resources.cfg state:
+	// started or stopped); haMaintNode is the node a service left for a
+	// node in maintenance and returns to (the CRM's maintenance_node).
+	haReq       string
+	haMaintNode string
+	haPending   *haCommand // a migrate or relocate the CRM has yet to act on
+	startedAt   time.Time
+	pid         int64
+	powerOff    *event // a shutdown the guest is carrying out
 	// onPowerOff runs when the guest has powered off.
 	onPowerOff []func(at time.Time)
 }
@@ -257,6 +301,16 @@ func New(opts Options) *Cluster {
 	if opts.ClusterName == "" {
 		opts.ClusterName = "pvesim"
 	}
+	if opts.BootTime <= 0 {
+		opts.BootTime = DefaultBootTime
+	}
+	switch opts.HAShutdownPolicy {
+	case "":
+		opts.HAShutdownPolicy = HAPolicyConditional
+	case HAPolicyConditional, HAPolicyFreeze, HAPolicyFailover, HAPolicyMigrate:
+	default:
+		panic(fmt.Sprintf("pvesim: unknown HA shutdown policy %q", opts.HAShutdownPolicy))
+	}
 	loc := opts.Location
 	if loc == nil {
 		loc = time.UTC
@@ -269,7 +323,7 @@ func New(opts Options) *Cluster {
 	if _, err := rand.Read(key); err != nil {
 		panic(err)
 	}
-	return &Cluster{
+	c := &Cluster{
 		opts:      opts,
 		rel:       rel,
 		clock:     newClock(opts.ManualClock, opts.Speed, opts.Start, opts.Now),
@@ -288,6 +342,11 @@ func New(opts Options) *Cluster {
 		counters:  map[string]int{},
 		drops:     map[string]int{},
 	}
+	if opts.Ceph {
+		c.ceph = newCephState()
+		c.ceph.quorumAt = c.clock.Now().Add(-72 * time.Hour)
+	}
+	return c
 }
 
 // AddNode adds a node. Node i (1-based, in the order added) gets the address
@@ -320,18 +379,19 @@ func (c *Cluster) AddNode(spec NodeSpec) error {
 	}
 	now := c.clock.Now()
 	n := &node{
-		name:    spec.Name,
-		id:      id,
-		cpus:    spec.CPUs,
-		mem:     spec.MemBytes,
-		disk:    spec.DiskBytes,
-		online:  !spec.Offline,
-		ip:      defaultNodeIP(id),
-		boot:    now.Add(-time.Duration(3+id) * 24 * time.Hour),
-		nextPID: 200000 + int64(id)*7919,
-		cert:    cert,
-		vms:     map[int]*vm{},
-		cts:     map[int]*ct{},
+		name:        spec.Name,
+		id:          id,
+		cpus:        spec.CPUs,
+		mem:         spec.MemBytes,
+		disk:        spec.DiskBytes,
+		online:      !spec.Offline,
+		partitioned: spec.Offline,
+		ip:          defaultNodeIP(id),
+		boot:        now.Add(-time.Duration(3+id) * 24 * time.Hour),
+		nextPID:     200000 + int64(id)*7919,
+		cert:        cert,
+		vms:         map[int]*vm{},
+		cts:         map[int]*ct{},
 	}
 	if spec.Storages != nil {
 		n.storages = map[string]bool{}
@@ -339,6 +399,8 @@ func (c *Cluster) AddNode(spec NodeSpec) error {
 			n.storages[s] = true
 		}
 	}
+	c.initPackages(n, !spec.NoUpdates)
+	n.maint.lrm = lrmStatus{mode: lrmActive}
 	c.nodes[n.name] = n
 	c.nodeNames = append(c.nodeNames, n.name)
 	sort.Strings(c.nodeNames)
@@ -360,6 +422,10 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 	}
 	if spec.Name == "" {
 		spec.Name = "VM" + strconv.Itoa(spec.VMID)
+	}
+	startup, err := parseStartup(spec.Startup)
+	if err != nil {
+		return fmt.Errorf("add VM %d: %w", spec.VMID, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -384,6 +450,8 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 			lock:     spec.Lock,
 			template: spec.Template,
 			pool:     spec.Pool,
+			onboot:   spec.OnBoot,
+			startup:  startup,
 		},
 		freeze:         spec.Freeze,
 		ignoreACPI:     spec.IgnoreACPI,
@@ -403,10 +471,7 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 		v.pid = c.nextPID(n)
 	}
 	if v.ha {
-		v.haState = "stopped"
-		if v.running {
-			v.haState = "started"
-		}
+		c.initHA(&v.guest)
 	}
 	c.vms[v.vmid] = v
 	n.vms[v.vmid] = v
@@ -492,9 +557,11 @@ func (c *Cluster) SetSpeed(speed float64) { c.clock.SetSpeed(speed) }
 // SetLatency adds a real-time delay to every request before it is handled.
 func (c *Cluster) SetLatency(d time.Duration) { c.latency.Store(int64(d)) }
 
-// SetNodeOnline takes a node off the network or brings it back. An offline
-// node's own endpoint refuses connections; requests for it through another
-// node's endpoint get "595 No route to host"; migrations to it fail.
+// SetNodeOnline takes a node off the network or brings it back (a network
+// partition: its guests and tasks go on). An offline node's own endpoint
+// refuses connections; requests for it through another node's endpoint get
+// "595 No route to host"; migrations to it fail. A node powered down (see
+// POST /nodes/{node}/status) stays down whatever this says.
 func (c *Cluster) SetNodeOnline(name string, online bool) error {
 	c.mu.Lock()
 	n, ok := c.nodes[name]
@@ -502,16 +569,58 @@ func (c *Cluster) SetNodeOnline(name string, online bool) error {
 		c.mu.Unlock()
 		return fmt.Errorf("set node %s online: no such node", name)
 	}
+	n.partitioned = !online
+	c.reachabilityChanged(n, c.clock.Now())
+	c.mu.Unlock()
+	c.syncEndpoint(name)
+	return nil
+}
+
+// reachabilityChanged recomputes whether a node answers after its power or
+// its network changed, and tells what depends on it (the HA manager, the
+// journal); the endpoint follows with syncEndpoint. c.mu must be held.
+func (c *Cluster) reachabilityChanged(n *node, at time.Time) {
+	online := !n.partitioned && n.power != powerDown
+	if online == n.online {
+		return
+	}
+	wasQuorate := c.quorate()
 	n.online = online
+	if online {
+		c.note(at, JournalNodeUp, n.name, 0, "")
+	} else {
+		n.maint.offlineSince = at
+		c.note(at, JournalNodeDown, n.name, 0, "")
+	}
+	c.noteDown(at)
+	if q := c.quorate(); q != wasQuorate {
+		kind := JournalQuorumLost
+		if q {
+			kind = JournalQuorumRegained
+		}
+		c.note(at, kind, "", 0, "")
+	}
+	c.cephNodeChanged(n, at)
+	c.crmSoon(at)
+}
+
+// syncEndpoint makes every server's endpoint of a node listen or not, as
+// the node is online or not now. Calls are serialized and each reads the
+// state anew, so the last one wins whatever order they run in; events
+// (which hold c.mu) run it in a goroutine.
+func (c *Cluster) syncEndpoint(name string) {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	c.mu.RLock()
+	online := c.nodes[name].online
 	servers := make([]*Server, 0, len(c.servers))
 	for s := range c.servers {
 		servers = append(servers, s)
 	}
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	for _, s := range servers {
 		s.nodeOnline(name, online)
 	}
-	return nil
 }
 
 // FailNextTasks makes the next n tasks of a type ("qmstart", "qmigrate",

@@ -34,8 +34,11 @@ func readReference(t *testing.T, name string) map[string]json.RawMessage {
 // TestEmbeddedSchemaIsTheReference: the embedded 9.1 schema holds PVE's
 // schema as the project keeps it (shared/reference/pve-api-schema-9.1.json),
 // method for method, plus status/suspend and status/resume extracted from the
-// same pve-docs commit, plus the container methods the emulator serves, each
-// as shared/reference/pve-api-schema-9.x-more.json has it (the same commit).
+// same pve-docs commit, plus the container, node power, package and HA
+// methods the emulator serves, each as
+// shared/reference/pve-api-schema-9.x-more.json has it (the same commit),
+// plus the Ceph methods, which neither reference file holds (extracted from
+// the same commit; schema/README.md).
 func TestEmbeddedSchemaIsTheReference(t *testing.T) {
 	t.Parallel()
 	ref := readReference(t, "pve-api-schema-9.1.json")
@@ -57,7 +60,10 @@ func TestEmbeddedSchemaIsTheReference(t *testing.T) {
 		if _, ok := ref[path]; ok || path == "_source" || strings.HasSuffix(path, "/qemu/{vmid}/status/suspend") || strings.HasSuffix(path, "/qemu/{vmid}/status/resume") {
 			continue
 		}
-		if !strings.HasPrefix(path, "/nodes/{node}/lxc") {
+		if strings.HasPrefix(path, "/cluster/ceph/") {
+			continue // in neither reference file
+		}
+		if _, ok := more[path]; !ok {
 			t.Errorf("%s is not in the reference", path)
 			continue
 		}
@@ -76,7 +82,7 @@ func TestEmbeddedSchemaIsTheReference(t *testing.T) {
 		}
 	}
 	if lxc == 0 {
-		t.Error("no container methods embedded")
+		t.Error("no methods of pve-api-schema-9.x-more.json embedded")
 	}
 }
 
@@ -147,8 +153,8 @@ func TestRoutesConformToSchema(t *testing.T) {
 }
 
 // TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5) and will call
-// for containers (issue 18): each method must be served and each parameter
-// acted on.
+// for containers (issue 18) and node maintenance (issue 20): each method
+// must be served and each parameter acted on.
 func TestVMGateNeeds(t *testing.T) {
 	t.Parallel()
 	needs := map[string][]string{
@@ -183,6 +189,25 @@ func TestVMGateNeeds(t *testing.T) {
 		"POST /nodes/{node}/lxc/{vmid}/status/reboot":   {"node", "vmid", "timeout"},
 		"GET /nodes/{node}/lxc/{vmid}/migrate":          {"node", "vmid"},
 		"POST /nodes/{node}/lxc/{vmid}/migrate":         {"node", "vmid", "target", "restart", "timeout", "target-storage", "bwlimit"},
+		// Node maintenance, as issue 20 will call it.
+		"GET /nodes/{node}/status":                  {"node"},
+		"POST /nodes/{node}/status":                 {"node", "command"},
+		"GET /nodes/{node}/apt/update":              {"node"},
+		"POST /nodes/{node}/apt/update":             {"node", "quiet"},
+		"GET /nodes/{node}/apt/versions":            {"node"},
+		"GET /cluster/ha/status/current":            nil,
+		"GET /cluster/ha/status/manager_status":     nil,
+		"GET /cluster/ha/resources":                 {"type"},
+		"GET /cluster/ha/resources/{sid}":           {"sid"},
+		"POST /cluster/ha/resources/{sid}/migrate":  {"sid", "node"},
+		"POST /cluster/ha/resources/{sid}/relocate": {"sid", "node"},
+		"GET /cluster/ha/rules":                     {"type", "resource"},
+		"GET /cluster/ha/rules/{rule}":              {"rule"},
+		"GET /cluster/ceph/status":                  nil,
+		"GET /cluster/ceph/flags":                   nil,
+		"PUT /cluster/ceph/flags":                   {"noout"},
+		"GET /cluster/ceph/flags/{flag}":            {"flag"},
+		"PUT /cluster/ceph/flags/{flag}":            {"flag", "value"},
 	}
 	routes := map[string]Route{}
 	for _, r := range Routes() {
@@ -267,10 +292,12 @@ func TestWalkEveryRoute(t *testing.T) {
 			if strings.Contains(rt.path, "/lxc/") {
 				vmid = "200"
 			}
-			path := strings.NewReplacer("{node}", "pve1", "{vmid}", vmid, "{upid}", url.PathEscape(upid)).Replace(rt.path)
+			path := strings.NewReplacer("{node}", "pve1", "{vmid}", vmid, "{upid}", url.PathEscape(upid),
+				"{sid}", "vm:100", "{rule}", "rule1", "{flag}", "noout").Replace(rt.path)
 			form := url.Values{}
 			for name, p := range rt.schema.Parameters.Properties {
-				if name == "node" || name == "vmid" || name == "upid" {
+				if name == "node" && strings.Contains(rt.path, "{node}") || name == "vmid" || name == "upid" ||
+					name == "sid" || name == "rule" || name == "flag" {
 					continue
 				}
 				if name == "download" {
@@ -279,7 +306,7 @@ func TestWalkEveryRoute(t *testing.T) {
 				form.Set(name, sampleValue(name, p))
 			}
 			c := call{method: rt.method, path: path, noAuth: true, headers: root}
-			if rt.method == "POST" {
+			if rt.method == "POST" || rt.method == "PUT" {
 				c.form = form
 			} else {
 				c.query = form

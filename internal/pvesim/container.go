@@ -40,6 +40,10 @@ type CTSpec struct {
 	Template       bool
 	Unprivileged   bool
 	Pool           string // the resource pool the container is a member of
+	// OnBoot and Startup are the config's onboot and startup, as for
+	// VMs (VMSpec).
+	OnBoot  bool
+	Startup string
 }
 
 // ct is a container.
@@ -81,6 +85,10 @@ func (c *Cluster) AddCT(spec CTSpec) error {
 		spec.RootFS = Disk{Volid: fmt.Sprintf("local-lvm:vm-%d-disk-0", spec.VMID), Size: defaultCTRootFS, Local: true}
 	}
 	spec.RootFS.Name, spec.RootFS.Path = "rootfs", "/"
+	startup, err := parseStartup(spec.Startup)
+	if err != nil {
+		return fmt.Errorf("add CT %d: %w", spec.VMID, err)
+	}
 	disks := []Disk{spec.RootFS}
 	for i, mp := range spec.MountPoints {
 		if mp.Name == "" {
@@ -119,6 +127,8 @@ func (c *Cluster) AddCT(spec CTSpec) error {
 			lock:     spec.Lock,
 			template: spec.Template,
 			pool:     spec.Pool,
+			onboot:   spec.OnBoot,
+			startup:  startup,
 		},
 		cores:          spec.Cores,
 		swap:           spec.SwapBytes,
@@ -130,10 +140,7 @@ func (c *Cluster) AddCT(spec CTSpec) error {
 		k.pid = c.nextPID(n)
 	}
 	if k.ha {
-		k.haState = "stopped"
-		if k.running {
-			k.haState = "started"
-		}
+		c.initHA(&k.guest)
 	}
 	c.cts[k.vmid] = k
 	n.cts[k.vmid] = k
@@ -367,6 +374,12 @@ func (k *ct) config() map[string]any {
 	}
 	if k.unprivileged {
 		conf["unprivileged"] = 1
+	}
+	if k.onboot {
+		conf["onboot"] = 1
+	}
+	if s := k.startup.String(); s != "" {
+		conf["startup"] = s
 	}
 	return conf
 }

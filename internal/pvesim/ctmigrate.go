@@ -512,6 +512,7 @@ func (m *ctMigration) moveConfig(at time.Time) {
 			k.disks[i].Volid = mapped
 		}
 	}
+	c.guestMoved(&k.guest, m.src, at)
 	m.phase = 3
 	for _, volid := range m.volumes {
 		if sid, volname, _ := strings.Cut(volid, ":"); sid != "local" {

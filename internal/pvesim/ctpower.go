@@ -80,6 +80,7 @@ func (c *Cluster) ctStart(t *task, k *ct, n *node, at time.Time, done func(at ti
 	c.after(t, at, startDuration, func(at time.Time) {
 		if !k.running {
 			k.running, k.startedAt, k.pid = true, at, c.nextPID(n)
+			c.guestStarted(&k.guest, at)
 		}
 		if k.ha {
 			k.haState = "started"
@@ -292,6 +293,7 @@ func (c *Cluster) ctPowerOff(k *ct, at time.Time) {
 		return
 	}
 	k.running, k.pid = false, 0
+	c.guestStopped(&k.guest, at)
 	waiters := k.onPowerOff
 	k.onPowerOff = nil
 	for _, fn := range waiters {
@@ -340,7 +342,7 @@ func hCTReboot(r *request) response {
 // ctHAStart is the HA manager starting a container (ha-manager set ct:VMID
 // --state started): the LRM runs vm_start as root@pam.
 func (c *Cluster) ctHAStart(k *ct, at time.Time) {
-	k.haState = "started"
+	k.haState, k.haReq = "started", "started"
 	c.haAgent(&k.guest, at, func(n *node, at time.Time) {
 		if k.running {
 			return
@@ -354,6 +356,7 @@ func (c *Cluster) ctHAStart(k *ct, at time.Time) {
 // the container down with the timeout (PVECT::shutdown, without forceStop),
 // or with 0 stops it.
 func (c *Cluster) ctHAStop(k *ct, at time.Time, timeout int64) {
+	k.haReq = "stopped"
 	if !k.running {
 		k.haState = "stopped"
 		return

@@ -18,7 +18,9 @@ const DevTokenID = "vmgate@pve!gw"
 // (pve3, stopped), containers 200 (pve1, running, rootfs on shared storage),
 // 201 (pve2, stopped), 202 (pve3, running, rootfs on local-lvm, which a
 // migration copies) and 203 (pve1, running, HA-managed), plus the token
-// DevTokenID with a random UUID secret (see DevToken).
+// DevTokenID with a random UUID secret (see DevToken). The guests that run
+// have onboot set (200 starts first, then 100, after which startall waits
+// 5 s), so a node's reboot brings them back as PVE would.
 func DevCluster(opts Options) *Cluster {
 	c := New(opts)
 	for _, name := range []string{"pve1", "pve2", "pve3"} {
@@ -28,12 +30,14 @@ func DevCluster(opts Options) *Cluster {
 		return []Disk{{Name: "scsi0", Volid: fmt.Sprintf("ceph:vm-%d-disk-0", vmid), Size: size}}
 	}
 	for _, v := range []VMSpec{
-		{VMID: 100, Node: "pve1", Name: "web1", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(100, 32<<30), Tags: "web;prod"},
+		{VMID: 100, Node: "pve1", Name: "web1", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(100, 32<<30), Tags: "web;prod",
+			OnBoot: true, Startup: "order=2,up=5"},
 		{VMID: 101, Node: "pve1", Name: "db-staging", CPUs: 4, MemBytes: 8 << 30, Disks: shared(101, 64<<30)},
 		{VMID: 102, Node: "pve2", Name: "build1", Running: true, CPUs: 4, MemBytes: 2 << 30,
-			Disks: []Disk{{Name: "scsi0", Volid: "local-lvm:vm-102-disk-0", Size: 8 << 30, Local: true}}},
+			Disks: []Disk{{Name: "scsi0", Volid: "local-lvm:vm-102-disk-0", Size: 8 << 30, Local: true}}, OnBoot: true},
 		{VMID: 103, Node: "pve2", Name: "ha-app", Running: true, CPUs: 2, MemBytes: 2 << 30, Disks: shared(103, 16<<30), HA: true},
-		{VMID: 104, Node: "pve3", Name: "legacy-win", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(104, 64<<30), IgnoreACPI: true},
+		{VMID: 104, Node: "pve3", Name: "legacy-win", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(104, 64<<30), IgnoreACPI: true,
+			OnBoot: true},
 		{VMID: 105, Node: "pve3", Name: "archive", CPUs: 1, MemBytes: 1 << 30, Disks: shared(105, 8<<30)},
 	} {
 		must(c.AddVM(v))
@@ -43,11 +47,11 @@ func DevCluster(opts Options) *Cluster {
 	}
 	for _, ct := range []CTSpec{
 		{VMID: 200, Node: "pve1", Hostname: "proxy", Running: true, Cores: 2, MemBytes: 1 << 30, SwapBytes: 512 << 20,
-			RootFS: rootfs(200, 8<<30), Tags: "web;prod", Unprivileged: true},
+			RootFS: rootfs(200, 8<<30), Tags: "web;prod", Unprivileged: true, OnBoot: true, Startup: "order=1"},
 		{VMID: 201, Node: "pve2", Hostname: "dns-staging", Cores: 1, MemBytes: 512 << 20, SwapBytes: 512 << 20,
 			RootFS: rootfs(201, 4<<30), Unprivileged: true},
 		{VMID: 202, Node: "pve3", Hostname: "cache", Running: true, Cores: 2, MemBytes: 2 << 30, SwapBytes: 512 << 20,
-			RootFS: Disk{Volid: "local-lvm:vm-202-disk-0", Size: 8 << 30, Local: true}, Unprivileged: true},
+			RootFS: Disk{Volid: "local-lvm:vm-202-disk-0", Size: 8 << 30, Local: true}, Unprivileged: true, OnBoot: true},
 		{VMID: 203, Node: "pve1", Hostname: "ha-ct", Running: true, Cores: 1, MemBytes: 1 << 30, SwapBytes: 512 << 20,
 			RootFS: rootfs(203, 8<<30), HA: true, Unprivileged: true},
 	} {
@@ -92,6 +96,10 @@ type DevOptions struct {
 	Plain     bool          // HTTP instead of HTTPS
 	AuthDelay time.Duration // delay of 401 answers (PVE: 3 s)
 	Version   string        // the PVE release to answer as (Options.Version)
+	Ceph      bool          // a hyper-converged cluster (Options.Ceph)
+	// HAShutdownPolicy is the HA stack's shutdown_policy
+	// (Options.HAShutdownPolicy).
+	HAShutdownPolicy string
 }
 
 // DevAnnouncement is the first line RunDev prints: where the cluster is and
@@ -108,7 +116,11 @@ func RunDev(ctx context.Context, opts DevOptions, stdout, stderr io.Writer) erro
 	if err := CheckVersion(opts.Version); err != nil {
 		return fmt.Errorf("pvesim: %w", err)
 	}
-	c := DevCluster(Options{Speed: opts.Speed, AuthDelay: opts.AuthDelay, Location: time.Local, Version: opts.Version})
+	if err := CheckHAShutdownPolicy(opts.HAShutdownPolicy); err != nil {
+		return fmt.Errorf("pvesim: %w", err)
+	}
+	c := DevCluster(Options{Speed: opts.Speed, AuthDelay: opts.AuthDelay, Location: time.Local, Version: opts.Version,
+		Ceph: opts.Ceph, HAShutdownPolicy: opts.HAShutdownPolicy})
 	srv, err := c.Serve(ctx, ServeOptions{TLS: !opts.Plain, Listen: opts.Listen})
 	if err != nil {
 		return fmt.Errorf("pvesim: %w", err)
@@ -133,8 +145,14 @@ func RunDev(ctx context.Context, opts DevOptions, stdout, stderr io.Writer) erro
 		speed = 1
 	}
 	v := c.Version()
-	fmt.Fprintf(stderr, "pvesim: PVE %s (pve-manager %s, qemu-server %s, pve-container %s); time runs at %gx; VMs 100-105, containers 200-203; interrupt to stop\n",
-		v.Release, v.Version, v.QemuServer, v.Container, speed)
+	ceph := "no Ceph"
+	if opts.Ceph {
+		ceph = "Ceph on every node"
+	}
+	fmt.Fprintf(stderr, "pvesim: PVE %s (pve-manager %s, qemu-server %s, pve-container %s); time runs at %gx; VMs 100-105, containers 200-203; %s; interrupt to stop\n",
+		v.Release, v.Version, v.QemuServer, v.Container, speed, ceph)
+	fmt.Fprintf(stderr, "pvesim: test-only controls below %s (e.g. POST %s/_pvesim/nodes/pve1/apt/install), authenticated with the token\n",
+		ControlPrefix, eps[0].URL)
 	<-ctx.Done()
 	return nil
 }

@@ -1,6 +1,8 @@
 // Package pvesim emulates a Proxmox VE cluster's HTTP API closely enough that
 // a PVE client cannot tell it from the real thing for everything vmgate uses:
-// QEMU VMs and LXC containers, their power, migration and tasks.
+// QEMU VMs and LXC containers, their power, migration and tasks, and what a
+// rolling node maintenance needs: a node's reboot and boot, its packages,
+// the HA stack and Ceph.
 // Tests, benchmarks, `vmgate server --dev` and `vmgate pvesim` run against it.
 // Its specification is shared/reference/pve-api.md (§0–§5, §8) and PVE's own
 // sources; parameters are validated from PVE's own schema of the emulated
@@ -42,6 +44,59 @@
 // is "proxied" inside the emulator; for an offline node it gets "595 No route
 // to host", and the offline node's own endpoint refuses connections.
 //
+// # Node maintenance
+//
+// POST /nodes/{node}/status reboots or shuts a node down as pve-manager,
+// systemd and pve-ha-manager do (nodepower.go): the API answers null, two
+// seconds later a "stopall" task by root@pam shuts down the guests that
+// are not HA-managed in reverse startup order (each within its startup
+// down timeout or 180 s, forced off after it, max_workers at a time), then
+// the HA agent deals with the HA guests by Options.HAShutdownPolicy
+// (conditional, freeze, failover, migrate, as LRM.pm's shutdown_request),
+// and the node powers off: its endpoint stops answering, the others answer
+// 595 for it, /cluster/status and quorum follow, whatever still ran on it
+// dies (tasks end "unexpected status"). A reboot brings it back after
+// Options.BootTime (2 min) with its uptime restarted, the newest installed
+// kernel running, left-over backup locks removed, a "startall" task
+// starting the onboot guests in startup order (with their up delays, after
+// quorum) and the HA agent resuming frozen services. GET /nodes/{node}/status
+// has PVE's fields (uptime, kversion, current-kernel and boot-info from 8.1,
+// memory.available from 9.0, cpuinfo, loadavg, rootfs, swap, pveversion).
+//
+// Packages (apt.go): each node runs its release's kernel and has pending
+// updates with a newer one; GET/POST /nodes/{node}/apt/update and GET
+// /nodes/{node}/apt/versions answer as APT.pm does. Installing the updates is
+// not PVE's API (a hook does it over ssh): InstallUpdates and the control
+// below leave the new kernel installed but not running until a reboot.
+//
+// The HA stack (ha.go): /cluster/ha/status/current, manager_status,
+// resources, resources/{sid}/migrate and relocate, and on PVE 9 the
+// node-affinity rules (AddHARule). A CRM round follows every change that
+// matters to it, HADelay later; the LRM acts HADelay after that. Modelled:
+// freeze and unfreeze, node maintenance (the migrate policy, or
+// SetHAMaintenance for the CLI's node-maintenance) with services moved away
+// and back to their maintenance node, fencing of services on a node away for
+// 60 s and their recovery once it is powered off, failback to the
+// highest-priority node of a rule, and the error state (SetHAError).
+//
+// Ceph (ceph.go, Options.Ceph, `vmgate pvesim --ceph`): GET
+// /cluster/ceph/status with `ceph status` and `health detail` in PVE's
+// shape, derived from the nodes (OSDs and monitors down with their node,
+// degraded placement groups, OSDs out after ten minutes without noout,
+// recovery after the return); GET/PUT /cluster/ceph/flags and
+// /cluster/ceph/flags/{flag}. Without Ceph they die "binary not installed:
+// /usr/bin/ceph-mon" as on a node without it.
+//
+// Test-only controls live below ControlPrefix (/_pvesim/), which no PVE path
+// uses, and authenticate like the API (Sys.Modify): installing a node's
+// updates (what a maintenance hook does over ssh; `vmgate server --dev`'s
+// example hook can call it with curl), a boot that hangs until cleared,
+// powering a shut-down node on, HA node maintenance, an HA resource in
+// error, and the journal and peaks. The journal (Journal, Peaks) records
+// nodes going and coming, quorum, guests starting, stopping and moving, HA
+// states and Ceph flags, with the highest number of migrations at once,
+// nodes down at once and each node's memory, for benchmarks.
+//
 // Requests go through PVE's pipeline in PVE's order: unknown HTTP method →
 // missing format (501) → authentication (401, empty body, reason in the status
 // line, AuthDelay) → unexpected body / format (501) → route (501 "Method '...'
@@ -63,13 +118,14 @@
 // SetLatency fault are real time.
 //
 // Faults for tests: SetNodeOnline, SetLatency, FailNextTasks, SetSpeed,
+// SetBootFailure, PowerOnNode, SetHAMaintenance, SetHAError, InstallUpdates,
 // DropNextResponses (the POST acts, the answer is lost), Requests (counts per
 // method and route pattern, to prove a POST was not repeated), SetPaused and
 // SetQMPStatus (a VM paused or in prelaunch without a task, as a backup or
 // `qm suspend` leave it), SetLock (VMs and containers), and
 // CTSpec.IgnoreShutdown (a container whose init ignores lxc-stop's request).
-// Inspection: VM, CT, Task, TasksFor, WaitTask, Server.Connections
-// (connections accepted). Routes lists every method served and the
+// Inspection: VM, CT, Node, Task, TasksFor, WaitTask, Journal, Peaks,
+// CephFlags, CephHealth, Server.Connections (connections accepted). Routes lists every method served and the
 // parameters acted on, for conformance tests.
 //
 // # Choices where PVE leaves room
@@ -119,10 +175,12 @@
 //     "no formatter". The GUI and static files: 501 "no such uri". Plain HTTP
 //     on the TLS port (PVE redirects) is not offered: Serve is either HTTPS or
 //     plain. vmgate speaks json over HTTPS only.
-//   - Methods outside the embedded schema (pve-api-schema-9.1.json and the
-//     container methods of pve-api-schema-9.x-more.json) answer 501 "Method
-//     ... not implemented", as PVE does for unknown ones, although PVE would
-//     serve them. The schema subset is what vmgate calls or will call.
+//   - Methods outside the embedded schema (pve-api-schema-9.1.json, the
+//     container, node status, apt and HA methods of
+//     pve-api-schema-9.x-more.json and the Ceph status and flags methods)
+//     answer 501 "Method ... not implemented", as PVE does for unknown ones,
+//     although PVE would serve them. The schema subset is what vmgate calls
+//     or will call.
 //   - Authentication: tickets are signed with an HMAC-SHA256 key per cluster
 //     instead of the cluster's RSA key (same ticket and CSRF token formats,
 //     2 h lifetime, 5 min clock skew); no key rotation, no two-factor
@@ -143,10 +201,29 @@
 //   - Certificates are self-signed per node, not issued by the cluster CA
 //     (pve-root-ca.pem); clients that pin fingerprints, as vmgate does, see no
 //     difference.
-//   - A node going offline is a network partition seen from the others: its
-//     tasks keep running inside the emulator, its VMs show status "unknown" in
-//     /cluster/resources, and nothing fences it or recovers its HA VMs.
+//   - SetNodeOnline(false) is a network partition seen from the others: its
+//     tasks keep running inside the emulator, its VMs show status "unknown"
+//     in /cluster/resources, and its HA services are fenced after 60 s but
+//     not recovered (PVE's watchdog would reset the node; the emulator keeps
+//     its guests running and the services in "fence" until it returns).
 //     Quorum is a majority of online nodes (no corosync, no QDevice).
+//   - Node power: the node shuts down at once after stopall and the HA
+//     agent (no vzdump -stop, no other services' stop times, no kexec);
+//     the boot is one fixed BootTime (firmware, kernel and services in one);
+//     the HA agent runs all its stop and migration jobs at once (PVE: 4 at a
+//     time); wake-on-LAN is PowerOnNode, not the API's wakeonlan; the
+//     datacenter.cfg max_workers and startall-onboot-delay are not read.
+//   - Packages: one pending list per release (a kernel, pve-firmware,
+//     tzdata); apt-get update changes nothing in it, notify sends nothing,
+//     and its sources are on made-up mirrors; dist-upgrade (the control) is
+//     instantaneous and installs everything. Version numbers other than the
+//     release's own packages are plausible, not historical.
+//   - Ceph: health is derived (OSD_DOWN, OSD_HOST_DOWN, MON_DOWN,
+//     PG_DEGRADED, OSDMAP_FLAGS), the figures are synthetic, there are no
+//     pools, MDS, mgr modules, slow ops or scrubs, and no guest I/O stalls.
+//     The monitor quorum is the first three nodes; without it the status
+//     dies "got timeout". The status' permission (Sys.Audit or
+//     Datastore.Audit) is not checked.
 //   - Containers: suspend and resume (vzsuspend/vzresume, lxc-checkpoint;
 //     PVE marks them experimental) answer 501 "not implemented", like every
 //     method outside the embedded schema; so do console, snapshots, clone,
@@ -188,11 +265,18 @@
 //     (PVE also shows pvesm export/import and dd output). A migration whose
 //     target goes offline fails with the lines of a failed QEMU migration;
 //     force (root) only affects local devices.
-//   - HA: requests are honoured directly (started, stopped, request_stop,
-//     migrate; a container migrates by shutdown, offline migration and a
-//     start on the target, as PVECT does); no CRM/LRM state machine, groups, affinity rules (so
-//     dependent-ha-resources is always empty and no node is blocked), retries,
-//     relocation, maintenance mode, or action on offline nodes.
+//   - HA: a VM's or container's own start, stop and migrate with HA are
+//     honoured directly by the agent (a container migrates by shutdown,
+//     offline migration and a start on the target, as PVECT does); the CRM
+//     (ha.go) handles node maintenance, freeze, fence and recovery,
+//     migrate/relocate commands and node-affinity failback. Not modelled: HA
+//     groups (PVE 8), resource-affinity rules (so dependent-ha-resources and
+//     blocking resources are always empty), the request_start and
+//     request_start_balance states, start retries and relocation on failure
+//     (max_restart, max_relocate), the "fencing" entry and arm/disarm of
+//     pve-ha-manager 5.2, static or dynamic CRS scheduling (the basic
+//     scheduler: the node with the fewest services), and the disabled and
+//     ignored requested states.
 //   - status/current leaves out proxmox-support, blockstat, ballooninfo and
 //     the spice/agent/clipboard flags; /version has no console.
 //   - /cluster/tasks lists, per node, the running tasks and the latest

@@ -1,6 +1,8 @@
 package pvesim
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -60,3 +62,9 @@ func roundPowerOf2(v int64) int64 {
 
 // logTime is the "%F %H:%M:%S" prefix of migration log lines.
 func logTime(t time.Time) string { return t.Format("2006-01-02 15:04:05") }
+
+// sha1Hex is the hex SHA-1 PVE's config parsers report as a digest.
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}

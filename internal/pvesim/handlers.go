@@ -420,10 +420,7 @@ func hClusterResources(r *request) response {
 			two := 2
 			e.CgroupMode, e.HostArch = &two, "x86_64"
 			if haConfigured {
-				e.HAState = "online"
-				if !n.online {
-					e.HAState = "unknown"
-				}
+				e.HAState = c.haNodeState(n) // the CRM's node status
 			}
 			res = append(res, e)
 		}

@@ -173,7 +173,8 @@ func hMigrate(r *request) response {
 	return success(t.upid)
 }
 
-// haMigrate is the HA agent migrating the VM (root@pam, online if running).
+// haMigrate is the HA agent migrating the VM (PVEVM::migrate: root@pam,
+// online if it runs, with force and with-local-disks).
 func (c *Cluster) haMigrate(v *vm, target string, at time.Time) {
 	v.haState = "migrate"
 	c.haAgent(&v.guest, at, func(n *node, at time.Time) {
@@ -183,7 +184,7 @@ func (c *Cluster) haMigrate(v *vm, target string, at time.Time) {
 		}
 		t := c.haTask(n, "qmigrate", strconv.Itoa(v.vmid), at)
 		t.onEnd = append(t.onEnd, func(time.Time) { c.settleHA(&v.guest) })
-		m := &migration{c: c, t: t, vmid: v.vmid, src: n.name, dst: target, online: v.running}
+		m := &migration{c: c, t: t, vmid: v.vmid, src: n.name, dst: target, online: v.running, force: true, withLocalDisks: true}
 		m.run(at)
 	})
 }
@@ -587,5 +588,6 @@ func (m *migration) complete(at time.Time) {
 		v.pid = c.nextPID(dst)
 	}
 	m.logf(at, "migration finished successfully (duration %s)", m.duration(at))
+	c.guestMoved(&v.guest, src.name, at)
 	c.finish(m.t, at, "")
 }

@@ -129,6 +129,10 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 		hangUp(w)
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, ControlPrefix) {
+		c.serveControl(w, r)
+		return
+	}
 
 	method := r.Method
 	path := r.URL.Path // net/http has URI-unescaped it, as pveproxy does

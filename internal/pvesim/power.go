@@ -96,6 +96,7 @@ func (c *Cluster) startWorker(t *task, n *node, vmid int, skiplock bool, at time
 			if v.ha {
 				v.haState = "started"
 			}
+			c.guestStarted(&v.guest, at)
 			c.finish(t, at, "")
 		})
 	}, nil)
@@ -293,6 +294,7 @@ func (c *Cluster) powerOff(v *vm, at time.Time) {
 		return
 	}
 	v.running, v.qmp, v.pid = false, "", 0
+	c.guestStopped(&v.guest, at)
 	waiters := v.onPowerOff
 	v.onPowerOff = nil
 	for _, fn := range waiters {
@@ -415,7 +417,7 @@ func (c *Cluster) haAgent(g *guest, at time.Time, fn func(n *node, at time.Time)
 }
 
 func (c *Cluster) haStart(v *vm, at time.Time) {
-	v.haState = "started"
+	v.haState, v.haReq = "started", "started"
 	c.haAgent(&v.guest, at, func(n *node, at time.Time) {
 		if v.running {
 			return
@@ -428,6 +430,7 @@ func (c *Cluster) haStart(v *vm, at time.Time) {
 // haStop asks the HA agent to stop the VM: with a timeout it shuts the
 // guest down and then forces it off (qmshutdown), without one it stops it.
 func (c *Cluster) haStop(v *vm, at time.Time, timeout *int64) {
+	v.haReq = "stopped"
 	if !v.running {
 		v.haState = "stopped"
 		return

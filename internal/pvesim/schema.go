@@ -364,6 +364,9 @@ var (
 	taskStateRE = regexp.MustCompile(`(?i)^(ok|error|warning|unknown)$`)
 	privNameRE  = regexp.MustCompile(`^[A-Z][A-Za-z]*\.[A-Za-z.]+$`)
 	configIDRE  = regexp.MustCompile(`(?i)^[a-z][a-z0-9_-]+$`)
+	// haResourceOrVMIDRE is m/^([a-z]+:\S+|\d+)$/ (Perl's $ also before a
+	// final newline, which a parameter does not carry here).
+	haResourceOrVMIDRE = regexp.MustCompile(`^([a-z]+:\S+|\d+)$`)
 )
 
 func checkNamedFormat(name, s string) string {
@@ -402,6 +405,10 @@ func checkNamedFormat(name, s string) string {
 	case "pve-priv":
 		if !privNameRE.MatchString(s) {
 			return fmt.Sprintf("invalid privilege '%s'\n", s)
+		}
+	case "pve-ha-resource-or-vm-id": // PVE::HA::Tools::pve_verify_ha_resource_or_vm_id
+		if !haResourceOrVMIDRE.MatchString(s) {
+			return "value does not look like a valid ha resource id\n"
 		}
 	case "pve-configid": // PVE::JSONSchema::pve_verify_configid
 		if !configIDRE.MatchString(s) {

@@ -50,6 +50,10 @@ func (c *Cluster) newTask(n *node, typ, id, user string, at time.Time) *task {
 	t.upid = encodeUPID(upidInfo{node: n.name, pid: t.pid, pstart: t.pstart, starttime: at.Unix(), typ: typ, id: id, user: user})
 	c.tasks[t.upid] = t
 	n.active = append(n.active, t)
+	if isMigration(typ) {
+		c.journal.migrations++
+		c.journal.peakMigrations = max(c.journal.peakMigrations, c.journal.migrations)
+	}
 	return t
 }
 
@@ -118,6 +122,23 @@ func (c *Cluster) finish(t *task, at time.Time, err string) {
 		t.log("TASK ERROR: " + err)
 		t.exit = err
 	}
+	c.end(t, at)
+}
+
+// endAbruptly is a worker dying with its node (a power-off): its log stops
+// without a TASK line, so PVE reads its status as "unexpected status";
+// c.mu must be held.
+func (c *Cluster) endAbruptly(t *task, at time.Time) {
+	if !t.running {
+		return
+	}
+	t.exit = "unexpected status"
+	c.end(t, at)
+}
+
+// end is what every ending of a task shares: its steps and locks go, it
+// moves to its node's index, and whoever waits for it is told.
+func (c *Cluster) end(t *task, at time.Time) {
 	t.running = false
 	t.end = at
 	for _, e := range t.timers {
@@ -145,6 +166,9 @@ func (c *Cluster) finish(t *task, at time.Time, err string) {
 			delete(c.tasks, old.upid)
 		}
 		n.archive = append([]*task(nil), n.archive[over:]...)
+	}
+	if isMigration(t.typ) {
+		c.journal.migrations--
 	}
 	close(t.done)
 	for _, fn := range t.onEnd {

@@ -85,6 +85,18 @@ type release struct {
 	// pve-cluster ≥ 8.0.6: migration ssh commands pin the node's host key
 	// (UserKnownHostsFile=/etc/pve/nodes/NODE/ssh_known_hosts).
 	sshPinnedHostKey bool
+	// pve-manager ≥ 8.1.0: the node status has current-kernel and
+	// boot-info (20ad4e0e, 81fd95cf).
+	nodeKernelInfo bool
+	// pve-manager ≥ 9.0.x: the node status' memory has "available"
+	// (8fd3420b, 2025-08-04).
+	memAvailable bool
+	// pve-ha-manager ≥ 5.0.0: HA rules (node and resource affinity) replace
+	// groups; migrate and relocate answer the motion info instead of null.
+	haRuleAPI bool
+	// The release's Debian suite and kernels: what apt/versions lists and
+	// what a node runs and is offered.
+	apt aptRelease
 }
 
 // releases are the emulated PVE releases, oldest first.
@@ -93,18 +105,31 @@ var releases = []*release{
 		info: VersionInfo{Release: "8.0", Version: "8.0.3", RepoID: "bbf3993334bfa916", QemuServer: "8.0.6",
 			HTTPServer: "5.0.3", HAManager: "4.0.2", Container: "5.0.3", Storage: "8.0.1", PVECluster: "8.0.1", Schema: "c8eee6f"},
 		completingJobIDTypo: true, haGroupField: true,
+		apt: aptRelease{suite: "bookworm", kernelPrefix: "pve-kernel-", kernelSeries: "6.2", kernelMeta: "8.0.2",
+			running: kernelInfo{"6.2.16-3-pve", "#1 SMP PREEMPT_DYNAMIC PVE 6.2.16-3 (2023-06-17T05:58Z)"},
+			update:  kernelInfo{"6.2.16-4-pve", "#1 SMP PREEMPT_DYNAMIC PVE 6.2.16-4 (2023-07-07T04:22Z)"},
+			helper:  "8.0.2", qemu: "8.0.2-3", firmware: "3.7-1", lxc: "5.0.2-4"},
 	},
 	{
 		info: VersionInfo{Release: "8.3", Version: "8.3.0", RepoID: "c1689ccb1065a83b", QemuServer: "8.3.0",
 			HTTPServer: "5.1.2", HAManager: "4.0.6", Container: "5.2.2", Storage: "8.2.9", PVECluster: "8.0.10", Schema: "cc9dad4"},
 		activeMirror: true, prelaunchIsPaused: true, haGroupField: true, ddProgress: true, sshPinnedHostKey: true,
+		nodeKernelInfo: true,
+		apt: aptRelease{suite: "bookworm", kernelPrefix: "proxmox-kernel-", kernelSeries: "6.8", kernelMeta: "6.8.12-4",
+			running: kernelInfo{"6.8.12-4-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.8.12-4 (2024-11-06T15:04Z)"},
+			update:  kernelInfo{"6.8.12-5-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.8.12-5 (2024-12-03T10:26Z)"},
+			helper:  "8.1.0", qemu: "9.0.2-4", firmware: "3.14-1", lxc: "6.0.0-1"},
 	},
 	{
 		info: VersionInfo{Release: "8.4", Version: "8.4.0", RepoID: "ec58e45e1bcdf2ac", QemuServer: "8.3.12",
 			HTTPServer: "5.2.2", HAManager: "4.0.7", Container: "5.2.6", Storage: "8.3.6", PVECluster: "8.1.0", Schema: "46601a3"},
 		errorBodies: true, precheckNodesWhenRunning: true, mappedResourceInfo: true, migrationSummary: true,
 		activeMirror: true, prelaunchIsPaused: true, resumeTemplateCheck: true, haGroupField: true,
-		ddProgress: true, sshPinnedHostKey: true,
+		ddProgress: true, sshPinnedHostKey: true, nodeKernelInfo: true,
+		apt: aptRelease{suite: "bookworm", kernelPrefix: "proxmox-kernel-", kernelSeries: "6.8", kernelMeta: "6.8.12-9",
+			running: kernelInfo{"6.8.12-9-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.8.12-9 (2025-03-16T19:18Z)"},
+			update:  kernelInfo{"6.8.12-10-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.8.12-10 (2025-04-18T07:39Z)"},
+			helper:  "8.1.1", qemu: "9.2.0-5", firmware: "3.15-3", lxc: "6.0.0-1"},
 	},
 	{
 		info: VersionInfo{Release: "9.1", Version: "9.1.5", RepoID: "80cf92a64bef6889", QemuServer: "9.1.4",
@@ -112,6 +137,11 @@ var releases = []*release{
 		errorBodies: true, unifiedAuthFailure: true, precheckNodesWhenRunning: true, mappedResourceInfo: true,
 		migrationSummary: true, conntrack: true, haRules: true, blockdevMirror: true, activeMirror: true, prelaunchIsPaused: true,
 		resumeTemplateCheck: true, hostMemStats: true, ctPressureStats: true, ddProgress: true, sshPinnedHostKey: true,
+		nodeKernelInfo: true, memAvailable: true, haRuleAPI: true,
+		apt: aptRelease{suite: "trixie", kernelPrefix: "proxmox-kernel-", kernelSeries: "6.17", kernelMeta: "6.17.2-1",
+			running: kernelInfo{"6.17.2-1-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.17.2-1 (2025-10-21T11:55Z)"},
+			update:  kernelInfo{"6.17.4-2-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.17.4-2 (2026-01-14T09:12Z)"},
+			helper:  "9.0.4", qemu: "10.1.2-4", firmware: "3.17-2", lxc: "6.0.5-3"},
 	},
 }
 
