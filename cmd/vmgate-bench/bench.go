@@ -105,7 +105,7 @@ func measurementNames() []string {
 	return names
 }
 
-// goalList is every goal of issue 8, in the order of the report.
+// goalList is every goal of issue 8 (docs/history.md), in the order of the report.
 func goalList(c config) []*goal {
 	g := []*goal{
 		{id: "status.throughput", measurement: "status", what: fmt.Sprintf("proxied VM status read, %d clients", c.clients), want: "≥ 0.90 × bare proxy"},

@@ -1,4 +1,4 @@
-// Command vmgate-bench measures vmgate's hot path against the goals of issue 8 and
+// Command vmgate-bench measures vmgate's hot path against the goals of issue 8 (docs/history.md) and
 // says, goal by goal, whether they are met. Anyone can run it:
 //
 //	go run ./cmd/vmgate-bench                 # every measurement, 3 rounds of 2 s

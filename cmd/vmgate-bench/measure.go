@@ -379,7 +379,7 @@ func (b *bench) measureConns(ctx context.Context) error {
 }
 
 // listColdGap is how long a cluster's VM list is left alone before a cold read: a
-// snapshot may be served while younger than 2 s (issue 8, item 3).
+// snapshot may be served while younger than 2 s (issue 8 (docs/history.md), item 3).
 const listColdGap = 2500 * time.Millisecond
 
 // measureList: the VM list of the large cluster from a cold cache and from a fresh

@@ -16,7 +16,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for the replica measurement's schema
 )
 
-// replicaChanges are the changes of issue 8 whose propagation the replica
+// replicaChanges are the changes of issue 8 (docs/history.md) whose propagation the replica
 // measurement times, one kind per trial in turn.
 var replicaChanges = []string{"logout", "refresh reuse", "user disabled", "user deleted", "password changed",
 	"grant removed", "cluster updated", "cluster deleted"}
@@ -196,7 +196,7 @@ func randomBytes(n int) []byte {
 }
 
 // measureReplica: two vmgate processes on one PostgreSQL (a fresh schema, dropped
-// at the end). Each trial makes one of issue 8's changes on A — logout, refresh
+// at the end). Each trial makes one of the changes of issue 8 (docs/history.md) on A — logout, refresh
 // reuse, user disabled, user deleted, password changed, grant removed, cluster
 // updated, cluster deleted, in turn — after B showed the state before it, and polls
 // B every millisecond until it shows the change; the delay counts from A's answer.

@@ -77,7 +77,7 @@ func (a *adminCmd) withStore(fn func(ctx context.Context, st store.Store) error)
 }
 
 // withKeyedStore is withStore with the key file's Sealer, which the store needs to
-// append to the audit chain once it is keyed (SECURITY.md 30): it seals with
+// append to the audit chain once it is keyed (docs/security.md item 30): it seals with
 // --secret-key-file and opens with it, --previous-secret-key-file and the files
 // in more that exist (a rotation's new key file). Without a key file (before the
 // server's first start created it) the Sealer is nil and the store appends only

@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/servertls"
 )
 
-// transport decides how the server speaks (SECURITY.md 27). With --tls-cert and
+// transport decides how the server speaks (docs/security.md item 27). With --tls-cert and
 // --tls-key it loads the pair and keeps it fresh — on SIGHUP and when the files
 // change — until ctx ends. Without them it returns nil: plain HTTP, which outside
 // dev mode is refused on an address that is not loopback unless --plain-http says

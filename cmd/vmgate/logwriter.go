@@ -20,7 +20,7 @@ const (
 // logWriter buffers the server's log lines and writes them out at most every
 // logFlushEvery (sooner once logBufferLimit bytes wait), instead of one write
 // system call per line: with one line per request that was a third of a cheap
-// request's system calls (issue 8). slog hands each record over in one Write, so
+// request's system calls (issue 8 (docs/history.md)). slog hands each record over in one Write, so
 // lines are never torn. The output is written outside the lock, from a buffer
 // swapped out whole, so a request logging its line never waits for the disk
 // unless logBufferMax bytes are already waiting. Close writes what is left; a

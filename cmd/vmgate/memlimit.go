@@ -20,7 +20,7 @@ import (
 // where its work needs it, by default. Without one the runtime paces collections on
 // the live heap alone and hands freed pages back lazily, so a server reading at a
 // few MiB of live heap sat at 60–110 MiB resident after bursts of requests and
-// logins (issue 8 asks ≤ 64 MiB at 1 000 reads/s). The limit is
+// logins (issue 8 (docs/history.md) asks ≤ 64 MiB at 1 000 reads/s). The limit is
 //
 //	max(memoryFloor, 2 × live heap) + hashing reserve
 //

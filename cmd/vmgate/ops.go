@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/cli"
 )
 
-// Operations on many VMs (issue 13): `vmgate node evacuate`, `vmgate bulk`,
+// Operations on many VMs (issue 13 (docs/history.md)): `vmgate node evacuate`, `vmgate bulk`,
 // `vmgate op list|show|watch|cancel`, and `vmgate vm suspend|resume`. Starting
 // one prints its plan (stdout), then one progress line per running item
 // (stderr) and the summary (stdout); Ctrl-C stops watching, never the operation.

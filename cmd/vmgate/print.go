@@ -9,7 +9,7 @@ import (
 )
 
 // show prints a line on standard output and say one on standard error, for a
-// person. The line is escaped whole (cli.Escape, SECURITY.md 35): a VM name, a
+// person. The line is escaped whole (cli.Escape, docs/security.md item 35): a VM name, a
 // task log line or a message from the server shows its control characters as
 // \x1b and the like and cannot act on the terminal, and a line break in it
 // cannot make it look like two lines. Every line the commands print goes through

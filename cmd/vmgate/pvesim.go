@@ -14,7 +14,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pvesim"
 )
 
-// pvesimCmd serves the emulated dev cluster of DESIGN.md §7. Its variables are
+// pvesimCmd serves the emulated dev cluster of docs/design.md §7. Its variables are
 // PVESIM_* so they cannot clash with the server's VMGATE_*.
 type pvesimCmd struct {
 	Listen    string        `default:"127.0.0.1:8006" env:"PVESIM_LISTEN" help:"Address of the first node (pve1); the others listen on 127.0.0.12, 127.0.0.13 with the same port. Port 0 picks a free one."`

@@ -63,7 +63,7 @@ type serverCmd struct {
 	RequestTimeout  time.Duration `default:"30s" env:"VMGATE_REQUEST_TIMEOUT" help:"Longest time one request may take as a whole; long-polls get their wait on top, event streams are bounded by their own limits."`
 	ShutdownTimeout time.Duration `default:"25s" env:"VMGATE_SHUTDOWN_TIMEOUT" help:"On SIGTERM, how long requests still running (writes to PVE) may take to finish; long-polls and event streams end at once."`
 
-	// What one client may hold (SECURITY.md 34, docs/decisions/0039).
+	// What one client may hold (docs/security.md item 34, docs/decisions/0039).
 	MaxConnections          int           `default:"4096" env:"VMGATE_MAX_CONNECTIONS" help:"Client connections open at once; past it the one idle the longest is closed, or with none idle the new one is refused. 0: no cap."`
 	MaxConnectionsPerClient int           `default:"256" env:"VMGATE_MAX_CONNECTIONS_PER_CLIENT" help:"Connections open at once from one client network (--client-ipv4-prefix, --client-ipv6-prefix; --trusted-proxies are held by --max-connections only), reclaimed or refused likewise. 0: no cap."`
 	IdleTimeout             time.Duration `default:"120s" env:"VMGATE_IDLE_TIMEOUT" help:"How long a keep-alive connection may wait for its next request before it is closed."`
@@ -166,7 +166,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	if err != nil {
 		return nil, err
 	}
-	// The store keys the audit chain with a key the key file seals (SECURITY.md 30).
+	// The store keys the audit chain with a key the key file seals (docs/security.md item 30).
 	st, err := store.OpenWith(ctx, c.Database, store.Options{Timeout: c.StoreTimeout, PollInterval: c.FeedPoll, Logger: log,
 		Sealer: sealer})
 	if err != nil {
@@ -383,7 +383,7 @@ func (c *serverCmd) Run() error {
 }
 
 // limitConnections holds the listener's connections within --max-connections
-// and --max-connections-per-client (SECURITY.md 34). A client network is the one
+// and --max-connections-per-client (docs/security.md item 34). A client network is the one
 // of the login throttling; the trusted proxies carry many clients on one
 // address, so only the total holds them.
 func (c *serverCmd) limitConnections(ln net.Listener, log *slog.Logger) (*connlimit.Listener, error) {

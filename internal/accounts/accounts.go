@@ -6,12 +6,12 @@
 // login session manages credentials — users, API tokens, passwords, sessions — so
 // that a leaked API token, even an admin's, cannot create an admin, set a
 // password, mint tokens or end sessions (RequireSession, 403 session_required,
-// SECURITY.md 32, docs/decisions/0038): every use case that does takes the caller
+// docs/security.md item 32, docs/decisions/0038): every use case that does takes the caller
 // and checks it itself, whatever the front end checked before; a user sees and
-// ends their own sessions, an admin anyone's (SECURITY.md 29); the last
+// ends their own sessions, an admin anyone's (docs/security.md item 29); the last
 // enabled admin can be neither disabled, demoted nor deleted (409 last_admin), so
 // that somebody can still manage vmgate; disabling, a role change, a password reset
-// and deletion end the user's sessions at once (SECURITY.md 11); every change is
+// and deletion end the user's sessions at once (docs/security.md item 11); every change is
 // audited, attributed through internal/audit to whoever asked.
 //
 // Credentials and sessions themselves — password hashing and policy, login
@@ -210,7 +210,7 @@ func (s *Service) RequireAdmin(ctx context.Context, p auth.Principal, attempt st
 // RequireSession lets a login session through and refuses an API token (403
 // session_required), auditing the refusal as access.denied with attempt as its
 // target: a token trying to manage credentials is worth a record, it may be a
-// leaked one (SECURITY.md 32).
+// leaked one (docs/security.md item 32).
 func (s *Service) RequireSession(ctx context.Context, p auth.Principal, attempt string) error {
 	err := auth.RequireLoginSession(p)
 	if err == nil {
@@ -348,7 +348,7 @@ func (s *Service) UpdateUser(ctx context.Context, p auth.Principal, id int64, ch
 		return User{}, err
 	}
 	// A disabled user, a changed role and a reset password all end the user's
-	// sessions at once (SECURITY.md 11).
+	// sessions at once (docs/security.md item 11).
 	if (u.Disabled && !wasDisabled) || ch.Password != nil || ch.Role != nil {
 		if err := s.auth.RevokeUser(ctx, id, auth.WhyAdmin); err != nil {
 			return User{}, err

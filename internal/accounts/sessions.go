@@ -8,7 +8,7 @@ import (
 )
 
 // Session is one live session of a user, as the user or an admin sees it
-// (SECURITY.md 29).
+// (docs/security.md item 29).
 type Session struct {
 	ID         string
 	CreatedAt  time.Time
@@ -29,7 +29,7 @@ func sessionViews(list []auth.SessionInfo, current string) []Session {
 
 // MySessions returns the caller's live sessions, the newest login first; the one
 // their token belongs to is Current. Like every session route, only a login
-// session may (403 for an API token: SECURITY.md 32).
+// session may (403 for an API token: docs/security.md item 32).
 func (s *Service) MySessions(ctx context.Context, p auth.Principal) ([]Session, error) {
 	if err := s.RequireSession(ctx, p, "session.list"); err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ func tokenViews(list []auth.APITokenInfo, now time.Time) []Token {
 	return out
 }
 
-// CreateMyToken makes an API token for the caller (SECURITY.md 32). Only a login
+// CreateMyToken makes an API token for the caller (docs/security.md item 32). Only a login
 // session may (403 for a token). Grants may not exceed the caller's own today: a
 // cluster the caller holds no grant on, or operator where the caller is a viewer,
 // is 403 (an admin may name any cluster). The secret is in the answer only.

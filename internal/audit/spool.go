@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// The spool (issue 17, docs/decisions/0036): a record the store cannot take
+// The spool (issue 17 (docs/history.md), docs/decisions/0036): a record the store cannot take
 // now — its disk is full, it is read-only, it does not answer: an error of kind
 // Unavailable — is kept in memory, in order, and written when the store takes
 // writes again (Run tries every FlushEvery; Flush tries at once). While records

@@ -22,7 +22,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// API tokens (SECURITY.md 32; docs/decisions on API tokens) are the credential of
+// API tokens (docs/security.md item 32; docs/decisions on API tokens) are the credential of
 // scripts: long-lived, revocable, never more than their owner's grants.
 //
 // The secret is APITokenPrefix, 32 random bytes in base62 (43 characters) and a
@@ -195,7 +195,7 @@ func errLoginSession() *errs.Error {
 // RequireLoginSession refuses (403 session_required) a caller that authenticated
 // with an API token: users, grants, tokens, password changes and sessions are
 // managed only from a login session, so a leaked token cannot make itself
-// permanent, take over an account or lock its owner out (SECURITY.md 32,
+// permanent, take over an account or lock its owner out (docs/security.md item 32,
 // docs/decisions/0038).
 func RequireLoginSession(p Principal) error {
 	if p.APITokenID != "" {

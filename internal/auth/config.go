@@ -17,7 +17,7 @@ import (
 // Config{Sealer: s} is a production configuration.
 type Config struct {
 	// Sealer seals the signing keys at rest (required): with the key file, the same
-	// that seals the clusters' secrets (internal/seal, SECURITY.md 25).
+	// that seals the clusters' secrets (internal/seal, docs/security.md item 25).
 	Sealer *seal.Sealer
 
 	Issuer   string // JWT iss; default "vmgate"
@@ -120,7 +120,7 @@ type Config struct {
 }
 
 // MaxAccountBlock is the longest an account is ever blocked on the networks it has
-// not logged in from (SECURITY.md 28): whoever guesses from many networks can make
+// not logged in from (docs/security.md item 28): whoever guesses from many networks can make
 // the owner wait, never keep them out.
 const MaxAccountBlock = 15 * time.Minute
 

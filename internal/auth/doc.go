@@ -1,7 +1,7 @@
 // Package auth is vmgate's accounts, sessions and tokens: argon2id passwords,
 // HS256 access tokens, session rotation with reuse detection, and login throttling.
 // It knows no HTTP: internal/httpapi calls it and maps its *errs.Error kinds to
-// statuses. The rules of SECURITY.md's Tokens, Sessions and Login sections that are
+// statuses. The rules of docs/security.md's Tokens, Sessions and Login sections that are
 // not about HTTP live here, each with a test that names its item.
 //
 // # Tokens
@@ -21,7 +21,7 @@
 // # Signing keys
 //
 // Signing keys are 32 random bytes kept in the store, so replicas share them,
-// sealed with the key file (Config.Sealer, internal/seal; SECURITY.md 25): a copy of
+// sealed with the key file (Config.Sealer, internal/seal; docs/security.md item 25): a copy of
 // the database without the key file signs nothing. Keys an older vmgate stored raw
 // are sealed in place at the first start, once, in one locked transaction. The
 // newest key signs; `vmgate admin keys rotate-signing` (internal/keys) adds one,
@@ -68,7 +68,7 @@
 // against a dummy hash made at New with the same parameters, so it costs what a
 // known one does, and unknown e-mails, wrong passwords and disabled users all get
 // the same 401 "invalid credentials". Before any hash, a login must pass the
-// throttling (SECURITY.md 15, 28), which counts client networks — the address for
+// throttling (docs/security.md items 15, 28), which counts client networks — the address for
 // IPv4, the /64 for IPv6 (IPv4Prefix, IPv6Prefix) — so that one customer's subnet
 // is one client: a token bucket per network; a delay for the pair (account,
 // network) after 5 consecutive wrong passwords from it, 1 s doubling to 15 min,

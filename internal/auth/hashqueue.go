@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// hashQueue bounds concurrent argon2 computations (SECURITY.md 16): each one holds
+// hashQueue bounds concurrent argon2 computations (docs/security.md item 16): each one holds
 // Argon2.Memory of RAM and a core, so an unbounded login flood would starve every
 // other request and could exhaust memory. A login that finds every slot taken waits
 // its turn in a FIFO queue instead of being turned away at once; the queue is

@@ -51,7 +51,7 @@ func (r *keyring) retired(now time.Time) bool {
 }
 
 // NewSigningKey makes a signing key: a fresh kid and 32 random bytes, sealed with sl
-// (SECURITY.md 25) and stamped now. internal/keys uses it for a rotation.
+// (docs/security.md item 25) and stamped now. internal/keys uses it for a rotation.
 func NewSigningKey(sl *seal.Sealer, now time.Time) (store.SigningKey, error) {
 	secret := make([]byte, keyBytes)
 	_, _ = rand.Read(secret) // never fails (crypto/rand, Go 1.24+)

@@ -24,7 +24,7 @@ type Params struct {
 }
 
 // DefaultParams returns OWASP's argon2id recommendation (19 MiB, 2 passes, 1 lane),
-// a 32-byte key and a 16-byte salt (DESIGN §3.1, SECURITY.md 12).
+// a 32-byte key and a 16-byte salt (docs/design.md §3.1, docs/security.md item 12).
 func DefaultParams() Params {
 	return Params{Memory: 19 * 1024, Time: 2, Threads: 1, KeyLen: 32, SaltLen: 16}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// Password length limits (SECURITY.md 13, NIST SP 800-63B §3.1.1.2). The minimum
+// Password length limits (docs/security.md item 13, NIST SP 800-63B §3.1.1.2). The minimum
 // counts characters (runes) so that non-Latin passwords are not penalised; the
 // maximum counts bytes because that is what the hash has to read.
 const (

@@ -18,7 +18,7 @@ const reclaimAbove = 4 << 10
 // garbage collector paces itself on the heap the hash made live: without a
 // collection the dead buffers stay resident until the heap has grown to about
 // twice that, and a process that serves reads at a few MiB of live heap would sit
-// at 60 MiB and more after a handful of logins (issue 8: RSS ≤ 64 MiB). One
+// at 60 MiB and more after a handful of logins (issue 8 (docs/history.md): RSS ≤ 64 MiB). One
 // collection, and the freed pages handed back, when the last hash ends — at most
 // once a second, the last of a burst always (a reclaim asked for too soon runs
 // when the second is up) — keep the resident size near what the reads need.

@@ -198,7 +198,7 @@ func randomID(n int) string {
 }
 
 // The errors a client sees. One message for every login failure and one for every
-// token failure (SECURITY.md 1, 14); the cause goes to the log only.
+// token failure (docs/security.md items 1, 14); the cause goes to the log only.
 func errCredentials() *errs.Error {
 	return errs.R(errs.Unauthenticated, "unauthenticated", "invalid credentials")
 }
@@ -337,7 +337,7 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 // KnownNetworkMemory as the store remembers it (store.NoteLoginNetwork): on
 // another replica, or on this one before a restart, where this process's memory
 // does not know it. Such a network is exempt from the account's ceiling
-// (SECURITY.md 28), so a guesser with many networks cannot keep the owner out of
+// (docs/security.md item 28), so a guesser with many networks cannot keep the owner out of
 // the networks they use, whichever replica answers. The answer is remembered — a
 // known network until its memory ends, an unknown one until the account's block
 // (block) does — so each of a guesser's networks costs one store read per block.

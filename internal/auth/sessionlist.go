@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// SessionInfo is one live session as its owner or an admin sees it (SECURITY.md
+// SessionInfo is one live session as its owner or an admin sees it (docs/security.md
 // 29): when it began and was last used, and from where. LastSeenAt is as fresh as
 // Config.SeenInterval (a minute) allows.
 type SessionInfo struct {

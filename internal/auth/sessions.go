@@ -42,7 +42,7 @@ func (e sessionEntry) accepts(now time.Time, userID, gen int64) bool {
 }
 
 // sessionCache maps session IDs to entries so that checking a token costs no store
-// round trip in the steady state (DESIGN §3.1).
+// round trip in the steady state (docs/design.md §3.1).
 //
 // Every change made through the cache moves epoch forward. A load from the store
 // notes the epoch before it reads and fills the cache only if the epoch has not

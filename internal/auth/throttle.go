@@ -28,7 +28,7 @@ func shrink[K comparable, V any](m map[K]V, max int, prefer ...func(V) bool) {
 }
 
 // addressLimiter is a token bucket of login attempts per client network
-// (SECURITY.md 15, 28). The table is bounded: a full bucket is the same as no entry, so
+// (docs/security.md items 15, 28). The table is bounded: a full bucket is the same as no entry, so
 // those go first; when every entry is in use arbitrary ones go (an attacker who can
 // fill the table from that many addresses is past what a per-address limit holds).
 type addressLimiter struct {
@@ -46,7 +46,7 @@ func newAddressLimiter(limit rate.Limit, burst, max int) *addressLimiter {
 
 // allow takes one attempt from the network's bucket, or says how long until one is
 // there. giveBack returns the attempt to the bucket: a login that failed on
-// vmgate's store, not on what the client sent, does not count (issue 17).
+// vmgate's store, not on what the client sent, does not count (issue 17 (docs/history.md)).
 func (a *addressLimiter) allow(network string, now time.Time) (ok bool, wait time.Duration, giveBack func(at time.Time)) {
 	if a.limit == rate.Inf {
 		return true, 0, func(time.Time) {}
@@ -190,7 +190,7 @@ const (
 )
 
 // loginThrottle slows down password guessing without handing anyone a way to lock
-// an account's owner out (SECURITY.md 15, 28; OWASP's guidance on account lockout
+// an account's owner out (docs/security.md items 15, 28; OWASP's guidance on account lockout
 // and device-bound throttling):
 //
 //   - Wrong passwords for an account from one client network delay further logins

@@ -48,7 +48,7 @@ func (p Principal) IsAdmin() bool {
 
 const (
 	tokenType = "at+jwt" // RFC 9068; checked by us, the library does not
-	// MaxTokenBytes is the largest token Authenticate parses (SECURITY.md 4). Ours are
+	// MaxTokenBytes is the largest token Authenticate parses (docs/security.md item 4). Ours are
 	// about 400 bytes; anything near the limit is an attack on the parser.
 	MaxTokenBytes = 4 << 10
 	keyBytes      = 32 // HS256 wants a key as long as its hash
@@ -117,7 +117,7 @@ func (s *Service) issue(userID int64, sid string, gen int64, sessionEnd, now tim
 	return Token{Raw: raw, ExpiresAt: exp, SessionID: sid, Generation: gen}, nil
 }
 
-// verify checks everything a token says by itself (SECURITY.md 1-4): size, shape,
+// verify checks everything a token says by itself (docs/security.md item 1-4): size, shape,
 // strict base64, the one algorithm, typ, a known kid and no other header, the
 // signature, iss, aud, exp, nbf and iat, and our own claims. It never fetches
 // anything: there is no header it would follow.

@@ -14,13 +14,13 @@ const maxVerifiedTokens = 10_000
 // exact text, so that the next request with the same token skips the base64,
 // the JSON and the HMAC (most of what Authenticate cost). It is safe because
 // the key is the whole token: a token that differs in any byte — a tampered
-// claim, a signature re-encoded to the same bytes (SECURITY.md 1) — misses and
+// claim, a signature re-encoded to the same bytes (docs/security.md item 1) — misses and
 // is verified in full; and what a hit returns is only what the token says. What
 // can change about a token that verified is checked again on every hit: its exp
 // against the clock, and its kid against the keyring (a key retired or gone
 // fails the hit and the token is verified, and refused, in full). Revocation is
 // not the token's business: the session check after it answers from the session
-// cache, which the change feed keeps true (SECURITY.md 5). Only tokens that
+// cache, which the change feed keeps true (docs/security.md item 5). Only tokens that
 // verified are kept, so a flood of forged ones cannot fill it.
 type tokenCache struct {
 	mu sync.RWMutex

@@ -257,7 +257,7 @@ type Progress struct {
 	Phase            string  `json:"phase"`
 }
 
-// Task is a task as vmgate reports it (DESIGN §3.3).
+// Task is a task as vmgate reports it (docs/design.md §3.3).
 type Task struct {
 	TaskID string `json:"taskId"`
 	// TaskRef is vmgate's own reference to the task (its task row): a task

@@ -12,7 +12,7 @@ import (
 // window, ESC [ 2 J clears the screen, OSC 8 makes a link that reads as one thing
 // and goes elsewhere, and the Unicode direction overrides reorder what is read.
 // So the CLI never writes a control character it did not make itself
-// (SECURITY.md 35): Escape is the one rule; TableOf.Write and the progress views
+// (docs/security.md item 35): Escape is the one rule; TableOf.Write and the progress views
 // apply it to every value, and the commands print every other line through it
 // (cmd/vmgate: say and show). JSON (-o json) is written as the API gave it: the encoder
 // escapes control characters itself, and the values stay exact for programs.

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Operations on many VMs (issue 13): evacuating a node, bulk power actions, and
+// Operations on many VMs (issue 13 (docs/history.md)): evacuating a node, bulk power actions, and
 // following them.
 
 // OperationsPath lists the operations.

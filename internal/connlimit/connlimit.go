@@ -1,6 +1,6 @@
 // Package connlimit caps the connections a vmgate process holds open: in total,
 // and per client network, so that one client cannot take every file descriptor
-// (SECURITY.md 34; one client held 3 000 idle keep-alive connections and 3 000
+// (docs/security.md item 34; one client held 3 000 idle keep-alive connections and 3 000
 // slow ones, 21 → 6 021 descriptors).
 //
 // A Listener wraps the server's listener and learns each connection's state from
@@ -29,7 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Default caps (SECURITY.md 34). A browser holds 6 connections to a site over
+// Default caps (docs/security.md item 34). A browser holds 6 connections to a site over
 // HTTP/1.1 and one over HTTP/2, the CLI one or two; 256 leaves room for dozens of
 // people behind one NAT address. 4 096 stays far below a service's descriptor
 // limit (systemd's hard limit is 524 288, which Go raises the soft one to) with

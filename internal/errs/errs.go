@@ -3,7 +3,7 @@
 // Kind into a status code, through one table in internal/httpapi.
 //
 // A Kind says what class of failure it is; a Reason is the stable snake_case word a
-// client can branch on (DESIGN.md §3); Message is what a person can act on. Err keeps
+// client can branch on (docs/design.md §3); Message is what a person can act on. Err keeps
 // the cause for the server log and is never shown to clients.
 package errs
 
@@ -16,7 +16,7 @@ import (
 // Kind classifies an error. The HTTP layer maps each Kind to one status code.
 type Kind int
 
-// The kinds, one per row of DESIGN.md §3's table.
+// The kinds, one per row of docs/design.md §3's table.
 const (
 	Internal         Kind = iota // a bug; details only in the server log
 	Invalid                      // malformed input: 400
@@ -64,12 +64,12 @@ const (
 
 	// ReasonSessionRequired (kind Forbidden): the caller authenticated with an API
 	// token, and the action manages credentials — users, grants, API tokens,
-	// passwords, sessions — which only a login session may (SECURITY.md 32): a
+	// passwords, sessions — which only a login session may (docs/security.md item 32): a
 	// leaked token must not be able to make itself permanent or lock its owner out.
 	ReasonSessionRequired = "session_required"
 
 	// ReasonTooManyStreams (kind RateLimited): the caller holds as many event
-	// streams as one user or one session may (SECURITY.md 34); one ends first.
+	// streams as one user or one session may (docs/security.md item 34); one ends first.
 	ReasonTooManyStreams = "too_many_streams"
 )
 

@@ -10,10 +10,10 @@ type Actor struct {
 	// Limit, when not nil, is an API token's grants (cluster id → role): the
 	// caller acts only on these clusters, each with the weaker of the token's
 	// role and the owner's current one (an admin owner's is operator on every
-	// existing cluster). nil: the owner's grants, unlimited. SECURITY.md 32.
+	// existing cluster). nil: the owner's grants, unlimited. docs/security.md item 32.
 	Limit map[int64]string
 	// APITokenID is the API token the caller authenticated with; empty for a
-	// login session. A token never changes grants, whoever owns it (SECURITY.md
+	// login session. A token never changes grants, whoever owns it (docs/security.md
 	// 32): they are credentials, and a leaked token must not widen itself.
 	APITokenID string
 }

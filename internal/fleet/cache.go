@@ -15,7 +15,7 @@ import (
 )
 
 // The fleet answers every read of clusters and grants from memory: a request that
-// is authorized and sent to PVE costs no store round trip (issue 8). What makes the
+// is authorized and sent to PVE costs no store round trip (issue 8 (docs/history.md)). What makes the
 // memory trustworthy is the store's change feed (store.Subscribe): every write of a
 // cluster, a grant or a user, on this replica or any other, drops what it changed
 // here — synchronously on this replica, within milliseconds through NOTIFY on the

@@ -124,7 +124,7 @@ func userTarget(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
 
 // requireAdminSession is the check of every grant change: only an admin (403
 // forbidden) from a login session (403 session_required: an API token, even an
-// admin's, changes no grant; SECURITY.md 32, docs/decisions/0038). A refusal is
+// admin's, changes no grant; docs/security.md item 32, docs/decisions/0038). A refusal is
 // audited as access.denied with attempt as its target.
 func (s *Service) requireAdminSession(ctx context.Context, a Actor, clusterID int64, attempt string) error {
 	var err error

@@ -293,7 +293,7 @@ func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmi
 	return NotOnNode(vmid, node, res, cause)
 }
 
-// NotOnNode is the one 404 for a VM that is not on node (DESIGN §3.2): it names the
+// NotOnNode is the one 404 for a VM that is not on node (docs/design.md §3.2): it names the
 // node the VM is on when resources (a /cluster/resources?type=vm answer; may be nil)
 // show it elsewhere, also as a "node" field. internal/vmops uses it too.
 func NotOnNode(vmid int64, node string, resources []pve.Resource, cause error) error {

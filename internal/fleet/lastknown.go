@@ -9,7 +9,7 @@ import (
 )
 
 // StaleAfter is how long a read waits for PVE when vmgate holds a snapshot it may
-// answer with instead (issue 10: reads during outages). Without a snapshot a read
+// answer with instead (issue 10 (docs/history.md): reads during outages). Without a snapshot a read
 // waits as long as the request may.
 const StaleAfter = 2 * time.Second
 

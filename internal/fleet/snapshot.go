@@ -10,7 +10,7 @@ import (
 )
 
 // SnapshotMaxAge is how old a cluster's VM or node list may be and still answer a
-// request (issue 8). PVE's own /cluster/resources lags about 10 s behind the VMs,
+// request (issue 8 (docs/history.md)). PVE's own /cluster/resources lags about 10 s behind the VMs,
 // so 2 s more cost a caller little, and they bound the load a cluster's listers
 // put on PVE at one read per SnapshotMaxAge, however many there are. Every
 // answer says how old its data is (asOf).

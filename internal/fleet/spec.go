@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 )
 
-// ClusterSpec is what an admin gives to register a cluster (DESIGN §3.4). Exactly one
+// ClusterSpec is what an admin gives to register a cluster (docs/design.md §3.4). Exactly one
 // TLS trust setting must be chosen: TLSFingerprint, CACert, or InsecureSkipVerify.
 type ClusterSpec struct {
 	Name      string

@@ -12,7 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// UpstreamError maps an error of the PVE client to vmgate's error kinds (DESIGN §3):
+// UpstreamError maps an error of the PVE client to vmgate's error kinds (docs/design.md §3):
 //
 //   - 595/596/597 for a node (PVE could not reach the node it proxies to) → 409 node_offline
 //   - PVE did not answer in time → 504 upstream_timeout
@@ -114,7 +114,7 @@ func (s *Service) upstream(ctx context.Context, clusterID int64, err error) erro
 
 // ReadError is UpstreamError for a read: a node PVE cannot reach is 503
 // cluster_unavailable naming the node, never 409 node_offline. A conflict is a
-// state that forbids an action; nothing forbids looking (issue 10), the answer is
+// state that forbids an action; nothing forbids looking (issue 10 (docs/history.md)), the answer is
 // just not there now.
 func ReadError(err error) error {
 	err = UpstreamError(err)

@@ -19,7 +19,7 @@ func pathClusterID(r *http.Request) (int64, error) {
 	return parseIntParam("clusterId", r.PathValue("clusterId"), 1, 1<<53)
 }
 
-// authorize checks the caller's grant on a cluster (SECURITY.md 18, 19); fleet
+// authorize checks the caller's grant on a cluster (docs/security.md items 18, 19); fleet
 // audits a denial, naming the request. It runs after path and body validation and
 // before anything touches PVE.
 func (s *Server) authorize(r *http.Request, clusterID int64, need string) error {

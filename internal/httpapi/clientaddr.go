@@ -12,7 +12,7 @@ import (
 )
 
 // proxies resolves the client address from the forwarding headers only when the
-// direct peer is a configured trusted proxy (SECURITY.md 15, 28).
+// direct peer is a configured trusted proxy (docs/security.md items 15, 28).
 type proxies []netip.Prefix
 
 func parseProxies(list []string) (proxies, error) {

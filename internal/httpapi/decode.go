@@ -14,7 +14,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// maxBody is the largest request body vmgate reads (DESIGN §3).
+// maxBody is the largest request body vmgate reads (docs/design.md §3).
 const maxBody = 64 << 10
 
 // decodeJSON reads exactly one JSON object into dst, strictly: at most maxBody bytes,
@@ -38,7 +38,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 }
 
 // requireJSON refuses a POST, PUT or PATCH whose body is not declared as JSON
-// (SECURITY.md 31): Content-Type must be application/json, with at most a charset
+// (docs/security.md item 31): Content-Type must be application/json, with at most a charset
 // parameter of utf-8. A request without a body needs no Content-Type. Refusing
 // other types closes the door on bodies a browser may send across origins without
 // a preflight (text/plain, form encodings).
@@ -126,7 +126,7 @@ func safeText(s string) string {
 	return strconv.Quote(s)[1 : len(strconv.Quote(s))-1]
 }
 
-// parseBool reads a query flag the way DESIGN §3.2 allows: true/false/1/0.
+// parseBool reads a query flag the way docs/design.md §3.2 allows: true/false/1/0.
 func parseBool(name, v string, def bool) (bool, error) {
 	switch v {
 	case "":

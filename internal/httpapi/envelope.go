@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// envelope is the body of every answer (DESIGN §3): code equals the HTTP status,
+// envelope is the body of every answer (docs/design.md §3): code equals the HTTP status,
 // data is absent (not null) where an operation returns nothing.
 type envelope struct {
 	Code    int    `json:"code"`

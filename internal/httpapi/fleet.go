@@ -30,8 +30,8 @@ type Fleet interface {
 	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
-// fleetRoutes are the cluster administration (DESIGN §3.4, admins only; grants
-// from an admin's login session only, SECURITY.md 32) and the inventory reads
+// fleetRoutes are the cluster administration (docs/design.md §3.4, admins only; grants
+// from an admin's login session only, docs/security.md item 32) and the inventory reads
 // (any authenticated user; each handler checks the grant).
 func (s *Server) fleetRoutes() []route {
 	return []route{

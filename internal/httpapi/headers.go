@@ -10,7 +10,7 @@ import (
 )
 
 // apiHeaders are set on every answer of the JSON API, errors and 404s included
-// (SECURITY.md 31). The API serves JSON, never a page: nothing of it may load
+// (docs/security.md item 31). The API serves JSON, never a page: nothing of it may load
 // anything (default-src 'none'), be framed (frame-ancestors, X-Frame-Options for
 // older browsers), leak its URL onward (Referrer-Policy) or be embedded by another
 // origin (Cross-Origin-Resource-Policy). The web UI serves pages and sets a CSP of

@@ -155,7 +155,7 @@ func (s *Server) outer(next http.Handler) http.Handler {
 		if s.ui == nil || IsAPIPath(r.URL.Path) || addrErr != nil {
 			// The web UI sets its own on what it answers; what this layer answers
 			// for a UI path itself (a forwarded address it cannot read) gets the
-			// API's, which are as strict (SECURITY.md 31: every answer).
+			// API's, which are as strict (docs/security.md item 31: every answer).
 			setAPIHeaders(h)
 		}
 		// Answers carry tokens and inventory; no cache may keep any of them, and

@@ -17,7 +17,7 @@ import (
 )
 
 // Operations is what the HTTP layer needs of vmops' operations on many VMs
-// (issue 13): evacuating a node, bulk power actions, and reading, following and
+// (issue 13 (docs/history.md)): evacuating a node, bulk power actions, and reading, following and
 // cancelling the operations. *vmops.OperationService implements it. The handlers
 // validate and authorize before they call it.
 type Operations interface {

@@ -144,7 +144,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 }
 
 // metricsHandler serves the metrics to loopback clients, or to all with
-// Config.MetricsPublic; to anyone else /metrics does not exist (SECURITY.md 31).
+// Config.MetricsPublic; to anyone else /metrics does not exist (docs/security.md item 31).
 func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) error {
 	if !s.metricsAllowed(r) {
 		return errNoRoute(r)

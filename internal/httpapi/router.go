@@ -15,7 +15,7 @@ const (
 	public       access = iota // no token
 	authed                     // any valid token: a login session's or an API token
 	admin                      // a valid token of a global admin
-	session                    // authed, from a login session: no API token (SECURITY.md 32)
+	session                    // authed, from a login session: no API token (docs/security.md item 32)
 	adminSession               // admin, from a login session: no API token
 )
 

@@ -1,6 +1,6 @@
 package httpapi
 
-// routes is the whole HTTP surface in one table (DESIGN §3). Patterns use the
+// routes is the whole HTTP surface in one table (docs/design.md §3). Patterns use the
 // standard ServeMux syntax; the method is dispatched by mux so that a wrong method
 // answers 405 with an Allow header in the envelope.
 func (s *Server) routes() []route {

@@ -112,7 +112,7 @@ type Config struct {
 	// OpenAPIJSON is served at /api/v1/openapi.json.
 	OpenAPIJSON []byte
 	// MetricsPublic serves /metrics to every client; by default only loopback
-	// peers may read it (SECURITY.md 31).
+	// peers may read it (docs/security.md item 31).
 	MetricsPublic bool
 	// UI, when set, answers every path that is not the API's (IsAPIPath), without
 	// the API's headers, envelope or authentication: the web UI sets its own
@@ -123,7 +123,7 @@ type Config struct {
 	// for the metrics and the log (the web UI does).
 	UI http.Handler
 	// Streams caps the event streams one user and one session hold open at once
-	// (SECURITY.md 34); give the web UI the same one. Nil: a limiter of its own
+	// (docs/security.md item 34); give the web UI the same one. Nil: a limiter of its own
 	// with sse's default caps.
 	Streams *sse.Limiter
 	// RequestTimeout bounds every request as a whole, authentication and all
@@ -242,7 +242,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 			ri.userID, ri.session, ri.principal = p.UserID, p.AuditSession(), &p
 			// An API token's uses are attributed to its owner and named by the
-			// token's id where a login names its session (SECURITY.md 32).
+			// token's id where a login names its session (docs/security.md item 32).
 			facts.UserID, facts.UserEmail, facts.SessionID = p.UserID, p.Email, p.AuditSession()
 		}
 		r = r.WithContext(audit.WithFacts(ctx, facts))
@@ -253,7 +253,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 		}
 		// The use cases refuse an API token what only a login session may do
-		// themselves (SECURITY.md 32); this is the second wall, and the one that
+		// themselves (docs/security.md item 32); this is the second wall, and the one that
 		// keeps a token's attempt from reaching a handler at all.
 		if rt.access == session || rt.access == adminSession {
 			if err := s.accounts.RequireSession(r.Context(), *ri.principal, name); err != nil {
@@ -299,11 +299,11 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// errUnauthenticated is the one answer to every token failure (SECURITY.md 1).
+// errUnauthenticated is the one answer to every token failure (docs/security.md item 1).
 var errUnauthenticated = errs.R(errs.Unauthenticated, "unauthenticated", "invalid or expired token")
 
 // bearer returns the token of an Authorization: Bearer header. Tokens in the query
-// string are ignored (SECURITY.md 4).
+// string are ignored (docs/security.md item 4).
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
@@ -343,7 +343,7 @@ func principal(r *http.Request) auth.Principal {
 }
 
 // Timeouts bound how long a connection may take over its request and how long an
-// idle one stays open (SECURITY.md 22). Zero fields take DefaultTimeouts'.
+// idle one stays open (docs/security.md item 22). Zero fields take DefaultTimeouts'.
 type Timeouts struct {
 	ReadHeader time.Duration // the request line and headers
 	Read       time.Duration // the whole request, body included
@@ -357,8 +357,8 @@ type Timeouts struct {
 var DefaultTimeouts = Timeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 330 * time.Second,
 	Idle: 120 * time.Second}
 
-// NewHTTPServer wraps h in an http.Server with DefaultTimeouts (SECURITY.md 22).
-// Every answer over TLS carries Strict-Transport-Security (SECURITY.md 27, 31):
+// NewHTTPServer wraps h in an http.Server with DefaultTimeouts (docs/security.md item 22).
+// Every answer over TLS carries Strict-Transport-Security (docs/security.md items 27, 31):
 // set here, around whatever h is, so the API and the web UI both have it.
 func NewHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 	return NewHTTPServerWith(addr, h, log, DefaultTimeouts)

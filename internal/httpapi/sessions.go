@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// sessionJSON is one live session (SECURITY.md 29).
+// sessionJSON is one live session (docs/security.md item 29).
 type sessionJSON struct {
 	ID         string    `json:"id"`
 	CreatedAt  time.Time `json:"createdAt"`

@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// encoding/json accepts two things a strict API must refuse (SECURITY.md 31):
+// encoding/json accepts two things a strict API must refuse (docs/security.md item 31):
 // an object that gives one key twice (the last value wins, so two readers of the
 // same body can disagree on what it says), and a key that names a field only when
 // case is ignored ("EMAIL" fills Email). DisallowUnknownFields catches neither. So

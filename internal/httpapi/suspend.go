@@ -8,7 +8,7 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Suspend and resume (issue 13): the power operations' flow (validate,
+// Suspend and resume (issue 13 (docs/history.md)): the power operations' flow (validate,
 // authorize as operator, once per Idempotency-Key, wait for the task, 200/202 or
 // the mapped error), each with its own query string.
 

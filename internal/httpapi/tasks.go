@@ -142,7 +142,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 // and each time it changes, and each call sends one event named event with the
 // view as enc writes it. The stream takes one of the caller's slots in streams
 // first (429 too_many_streams when the user or the session holds its cap,
-// SECURITY.md 34) and gives it back when it ends. An error before the first event
+// docs/security.md item 34) and gives it back when it ends. An error before the first event
 // is answered as usual; after it, the stream ends with "end" when the view is
 // final, or with "shutdown" and a retry hint when vmgate drains.
 func eventStream[V any](w http.ResponseWriter, r *http.Request, streams *sse.Limiter, event string,

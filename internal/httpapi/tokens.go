@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// apiTokenJSON is an API token as lists show it: never its secret (SECURITY.md 32).
+// apiTokenJSON is an API token as lists show it: never its secret (docs/security.md item 32).
 type apiTokenJSON struct {
 	ID           string       `json:"id"`
 	Name         string       `json:"name"`

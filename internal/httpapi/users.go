@@ -33,7 +33,7 @@ type tokenJSON struct {
 	} `json:"user,omitempty"`
 }
 
-// noStore marks an answer that carries a token (SECURITY.md 17).
+// noStore marks an answer that carries a token (docs/security.md item 17).
 func noStore(w http.ResponseWriter) {
 	w.Header().Set("Cache-Control", "no-store")
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // VMs is what the HTTP layer needs of internal/vmops: the VM operations and the
-// task queries (DESIGN §3.2, §3.3). *vmops.Service implements it. The handlers
+// task queries (docs/design.md §3.2, §3.3). *vmops.Service implements it. The handlers
 // validate and authorize before they call it.
 type VMs interface {
 	Start(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
@@ -222,7 +222,7 @@ func renderMigrate(w http.ResponseWriter, upid string, err error) error {
 
 // outcomeHeaders names, on an outcome_unknown answer, vmgate's task row and where
 // to follow it (Location): vmgate keeps looking for the task and fills the row
-// (issue 10). The header is X-Operation-Id because issue 10 names it so; its
+// (issue 10 (docs/history.md)). The header is X-Operation-Id because issue 10 (docs/history.md) names it so; its
 // value is the row's task reference, the body's and every task view's
 // `taskRef` (not the `operationId` of an operation on many VMs).
 func outcomeHeaders(w http.ResponseWriter, err error) {

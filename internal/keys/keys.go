@@ -2,7 +2,7 @@
 // signing key (RotateSigning) and a new key file for everything sealed at rest
 // (RotateSeal). Both work on the database directly, while vmgate runs or not, and
 // both are audited (actions keys.rotate_signing and keys.rotate_seal, with the
-// outcome). SECURITY.md 26; docs/deploy.md has the procedures and
+// outcome). docs/security.md item 26; docs/deploy.md has the procedures and
 // docs/decisions/0015-sealed-and-rotatable-keys.md the reasons.
 //
 // # Signing keys

@@ -8,7 +8,7 @@ import (
 )
 
 // PVE's clock and vmgate's are not the same clock. A task's start time in a
-// UPID or a task list is PVE's; vmgate may be minutes off it (issue 17: a
+// UPID or a task list is PVE's; vmgate may be minutes off it (issue 17 (docs/history.md): a
 // search for the task of a lost write compared vmgate's time with PVE's and
 // missed the task when vmgate ran more than 5 s ahead). The client therefore
 // measures how far PVE's clock is from its own on every answer it reads

@@ -3,7 +3,7 @@
 // (no users, grants or HTTP status mapping); internal/vmops and internal/fleet
 // turn its errors into vmgate's. It shares no code with internal/pvesim: the
 // two are independent readings of PVE (the design notes'
-// reference/pve-api.md), so each catches the other's mistakes.
+// docs/reference/pve-api.md), so each catches the other's mistakes.
 //
 // # One client per cluster
 //

@@ -273,7 +273,7 @@ func StatusCode(err error) int {
 }
 
 // notFoundMarkers are the texts with which PVE says the thing asked for does
-// not exist (reference/pve-api.md §0 step 7, §2.3, §3.0, §3.7). Each entry's
+// not exist (docs/reference/pve-api.md §0 step 7, §2.3, §3.0, §3.7). Each entry's
 // parts must all appear, so that e.g. "storage 'x' does not exist" is not
 // mistaken for a missing VM.
 var notFoundMarkers = [][]string{

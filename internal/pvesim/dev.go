@@ -12,7 +12,7 @@ import (
 // DevTokenID is the API token of the dev cluster.
 const DevTokenID = "vmgate@pve!gw"
 
-// DevCluster builds the dev cluster of DESIGN.md §7: nodes pve1–pve3, VMs
+// DevCluster builds the dev cluster of docs/design.md §7: nodes pve1–pve3, VMs
 // 100 (pve1, running), 101 (pve1, stopped), 102 (pve2, running, local disk),
 // 103 (pve2, running, HA-managed), 104 (pve3, running, ignores ACPI) and 105
 // (pve3, stopped), containers 200 (pve1, running, rootfs on shared storage),

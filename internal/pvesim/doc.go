@@ -4,7 +4,7 @@
 // rolling node maintenance needs: a node's reboot and boot, its packages,
 // the HA stack and Ceph.
 // Tests, benchmarks, `vmgate server --dev` and `vmgate pvesim` run against it.
-// Its specification is shared/reference/pve-api.md (§0–§5, §8) and PVE's own
+// Its specification is docs/reference/pve-api.md (§0–§5, §8) and PVE's own
 // sources; parameters are validated from PVE's own schema of the emulated
 // release, embedded from schema/. It reads PVE independently of internal/pve:
 // the two import nothing from each other, so each catches the other's
@@ -33,8 +33,8 @@
 // # Shape
 //
 // New builds a Cluster; AddNode, AddVM, AddCT, AddToken and AddUser
-// populate it; DevCluster builds the dev cluster of DESIGN.md §7, with the
-// containers 200-203 of issue 18. VMs and containers share one vmid space;
+// populate it; DevCluster builds the dev cluster of docs/design.md §7, with the
+// containers 200-203 of issue 18 (docs/history.md). VMs and containers share one vmid space;
 // a VM's vmid on an lxc path (and the reverse) is a missing config there,
 // as in PVE. Serve puts it on the network: every node is its own pveproxy
 // endpoint with its own self-signed ECDSA certificate, node i on

@@ -14,7 +14,7 @@ import (
 
 // The parameter schemas of the emulated releases, one per release, extracted
 // from proxmox/pve-docs api-viewer/apidata.js at the commit each
-// VersionInfo.Schema names (see schema/README.md and reference/pve-api.md
+// VersionInfo.Schema names (see schema/README.md and docs/reference/pve-api.md
 // §6). Parameters are validated from the cluster's release, so the emulator
 // accepts exactly what that PVE accepts.
 //

@@ -4,7 +4,7 @@
 // through it — the PVE clusters' token secrets (internal/fleet), the JWT signing
 // keys (internal/auth) and the audit chain's key (internal/store) — so that a copy
 // of the database without the key file is worth no cluster and no login, and a
-// writer of the database alone cannot rewrite the audit trail (SECURITY.md 23, 25,
+// writer of the database alone cannot rewrite the audit trail (docs/security.md items 23, 25,
 // 30).
 //
 // # Format
@@ -224,7 +224,7 @@ func SigningKeyAAD(kid string) []byte {
 
 // AuditKeyAAD binds the audit chain's key to the first row it chains (keyedFrom,
 // in decimal): moving that row in the database, so that rows after it would be
-// taken for unkeyed ones, makes the key not open (internal/store, SECURITY.md 30).
+// taken for unkeyed ones, makes the key not open (internal/store, docs/security.md item 30).
 func AuditKeyAAD(keyedFrom string) []byte {
 	return append([]byte("vmgate/audit-chain-key/v1\x00"), keyedFrom...)
 }

@@ -1,4 +1,4 @@
-// Package servertls is the TLS of vmgate's own listener (SECURITY.md 27): a server
+// Package servertls is the TLS of vmgate's own listener (docs/security.md item 27): a server
 // configuration (TLS 1.2 at least, only AEAD cipher suites with forward secrecy,
 // HTTP/2 offered by ALPN) and a certificate that follows its files.
 //

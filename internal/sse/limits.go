@@ -7,7 +7,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// Default caps on the event streams one caller holds open at once (SECURITY.md
+// Default caps on the event streams one caller holds open at once (docs/security.md
 // 34). A stream holds a connection, a few goroutines and a follower of a task or
 // an operation for as long as the client likes: without a cap one viewer held 500
 // (1 529 goroutines). A browser shows a handful of live pages; `vmgate … watch`

@@ -6,7 +6,7 @@
 // every ping interval so that proxies keep a quiet stream open. It knows no task
 // and no session: what to send, and when to stop, is the caller's. A Limiter
 // (limits.go), shared by the front ends, caps how many streams one user and one
-// session hold open at once (SECURITY.md 34), counting them by the ids it is
+// session hold open at once (docs/security.md item 34), counting them by the ids it is
 // given.
 package sse
 

@@ -16,7 +16,7 @@ import (
 // deletion, disabling or loss of a grant is ChangeUser or ChangeGrant.)
 const ChangeAPIToken ChangeKind = "api_token"
 
-// APIToken is a credential for scripts (SECURITY.md 32): it stands for its user
+// APIToken is a credential for scripts (docs/security.md item 32): it stands for its user
 // until it expires or is deleted, within Grants. The secret is never stored, only
 // its SHA-256 (SecretHash), so a copy of the database authenticates nobody.
 type APIToken struct {

@@ -65,7 +65,7 @@ func AuditChainValue(a AuditRecord) string {
 // canonical form AuditChainValue hashes, with AuditChainKeyedVersion as its first
 // field. Without the key, which only the key file opens, no value can be computed
 // for a changed row, so a writer of the database alone cannot rewrite the chain
-// consistently from any row on (SECURITY.md 30; docs/decisions/0042).
+// consistently from any row on (docs/security.md item 30; docs/decisions/0042).
 func AuditChainMAC(key []byte, a AuditRecord) string {
 	h := hmac.New(sha256.New, key)
 	writeCanonical(h, AuditChainKeyedVersion, a)

@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// Holds (issue 17): an unfinished operation holds what it acts on, so that two
+// Holds (issue 17 (docs/history.md)): an unfinished operation holds what it acts on, so that two
 // operations never act on one node or one guest at once.
 //
 //   - A node: an operation with a Node (an evacuation; a maintenance later) holds

@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// Operation statuses (issue 13). Planned and running are unfinished; the others
+// Operation statuses (issue 13 (docs/history.md)). Planned and running are unfinished; the others
 // are final and never change.
 const (
 	OperationPlanned   = "planned"   // written, not yet picked up by a scheduler
@@ -590,7 +590,7 @@ func (s *sqlStore) whyUnchanged(ctx context.Context, verb string, id int64) erro
 	return errs.E(errs.Conflict, "operation %d has ended (%s)", id, status)
 }
 
-// OperationStore is what the store keeps of operations (issue 13); Store has it.
+// OperationStore is what the store keeps of operations (issue 13 (docs/history.md)); Store has it.
 // Writes that drive an operation (SetOperationStatus, UpdateOperationItems,
 // StartOperationItem, RenewOperationLease) act only for its current owner and
 // only while it is unfinished: anyone else gets Conflict.

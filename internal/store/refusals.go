@@ -12,7 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// Writes the database refuses (issue 17): a full disk or a read-only database
+// Writes the database refuses (issue 17 (docs/history.md)): a full disk or a read-only database
 // answers reads and refuses every write. Such a refusal is not the database
 // being away (store_unavailable, which a retry a few seconds later may cure):
 // nothing changes until an operator frees space or makes the database writable,

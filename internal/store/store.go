@@ -149,7 +149,7 @@ const (
 
 // Change is one entry of the change feed: every write to sessions, users, grants
 // and clusters appends one in its own transaction, so replicas can drop what they
-// cache (DESIGN §3.1: a logout holds on every replica). Fields that do not apply to
+// cache (docs/design.md §3.1: a logout holds on every replica). Fields that do not apply to
 // the kind are zero.
 type Change struct {
 	Seq       int64 // position in the feed, increasing; 0 for ChangeResync

@@ -33,7 +33,7 @@ type Selector struct {
 	Status string `json:"status,omitempty"` // running or stopped
 }
 
-// BulkRequest is what a bulk power action is asked to do (issue 13). Exactly one
+// BulkRequest is what a bulk power action is asked to do (issue 13 (docs/history.md)). Exactly one
 // of VMIDs and Selector is given.
 type BulkRequest struct {
 	VMIDs    []int64

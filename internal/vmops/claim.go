@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// Which task of PVE's list belongs to which request (issue 17). A write whose
+// Which task of PVE's list belongs to which request (issue 17 (docs/history.md)). A write whose
 // answer was lost leaves a task row without a UPID; its task, if PVE started
 // one, is in the node's task list — among the tasks of every other request for
 // the same VM, all by vmgate's one token, which PVE's list cannot tell apart.

@@ -3,7 +3,7 @@
 // tracking of the PVE tasks they start.
 //
 // Every operation reads the VM's state first and refuses early with the conflict
-// DESIGN §3 names (vm_running, vm_stopped, vm_locked, ...), writes a task row before
+// docs/design.md §3 names (vm_running, vm_stopped, vm_locked, ...), writes a task row before
 // PVE is called and completes it with the UPID after, so a crash leaves a record that
 // Run reconciles from PVE's task list on the next start. Task queries are answered
 // from the store once a task has finished; while it runs, concurrent readers share
@@ -19,12 +19,12 @@
 // writes are kept here too (ClaimKey, KeepAnswer, ReleaseKey, HoldKey), held by a
 // renewed lease and taken over from a holder that died (idempotency.go).
 //
-// When a dependency fails (issue 10): a write whose outcome is unknown is
+// When a dependency fails (issue 10 (docs/history.md)): a write whose outcome is unknown is
 // ReasonOutcomeUnknown naming its task row, which is searched for in the node's
 // task list at once and every SearchEvery (outcome.go); a read PVE cannot serve
 // answers the last view, marked Stale; Drain ends every wait for a shutdown.
 // Which task of PVE's list is which request's is decided here, for every row of
-// the VM at once and in PVE's time, never by the PVE client (claim.go, issue 17);
+// the VM at once and in PVE's time, never by the PVE client (claim.go, issue 17 (docs/history.md));
 // a lost row says why it is lost, and an operation makes an item's request again,
 // once, only when that proves it started nothing (operations_run.go).
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// EvacuateRequest is what an evacuation of a node is asked to do (issue 13).
+// EvacuateRequest is what an evacuation of a node is asked to do (issue 13 (docs/history.md)).
 type EvacuateRequest struct {
 	// Targets limits the nodes VMs may go to; empty: every other online node.
 	Targets []string

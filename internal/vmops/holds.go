@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// One operation per node, one per guest (issue 17). An evacuation holds its
+// One operation per node, one per guest (issue 17 (docs/history.md)). An evacuation holds its
 // node from its creation to its end, and an item that is pending or running
 // holds its VM (store: holds.go, where a unique key makes the node's hold
 // hold across replicas). Here the rules become what a person reads:

@@ -94,7 +94,7 @@ func newOwner() string {
 // out), ClaimKey takes the key over at once, finds out from the request's task
 // row and PVE what the request did, and returns that answer (or, when it started
 // nothing, claims the key for this request). Idempotency keys are kept by vmops
-// because only VM operations take them (DESIGN §3.2) and whether an answer may be
+// because only VM operations take them (docs/design.md §3.2) and whether an answer may be
 // forgotten depends on what PVE did.
 func (s *Service) ClaimKey(ctx context.Context, userID int64, key, requestHash string) (KeyClaim, error) {
 	id := keyID{userID, key}

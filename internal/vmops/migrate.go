@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// MigrateRequest is a migration's parameters (DESIGN §3.2).
+// MigrateRequest is a migration's parameters (docs/design.md §3.2).
 type MigrateRequest struct {
 	Target string // required: a node of the cluster other than the VM's
 	// Online asks for a live migration of a running VM; nil means true. A stopped

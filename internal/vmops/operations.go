@@ -14,7 +14,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// Operations are work on many VMs of a cluster as one object (issue 13): the
+// Operations are work on many VMs of a cluster as one object (issue 13 (docs/history.md)): the
 // evacuation of a node (evacuate.go, planned by plan.go) and bulk power actions
 // (bulk.go). An operation is kept in the store with its items and driven by one
 // process at a time, which holds it by a lease and renews it; when that process

@@ -31,7 +31,7 @@ func TaskRefOf(err error) (int64, bool) {
 }
 
 // outcomeUnknown is the one answer to a write whose outcome vmgate cannot know,
-// whatever broke (issue 10: the same reset answered 502 and a timeout 504, with
+// whatever broke (issue 10 (docs/history.md): the same reset answered 502 and a timeout 504, with
 // the same text). It wraps ErrMaybeStarted and the cause.
 func outcomeUnknown(op string, row store.Task, cause error) error {
 	return &errs.Error{Kind: errs.Timeout, Reason: ReasonOutcomeUnknown, Err: fmt.Errorf("%w: %w", ErrMaybeStarted, cause),

@@ -17,7 +17,7 @@ const (
 	PhaseFailed     = "failed"     // migration aborted or finished with problems
 )
 
-// Progress is a migration's progress as read from PVE's task log (DESIGN §3.3).
+// Progress is a migration's progress as read from PVE's task log (docs/design.md §3.3).
 //
 // The byte counts are the whole migration's: local disks being mirrored plus the VM
 // state, so Percent = TransferredBytes/TotalBytes as far as the log tells. Percent never

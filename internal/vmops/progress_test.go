@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// onlineLog is the real successful online migration quoted in reference/pve-api.md §5
+// onlineLog is the real successful online migration quoted in docs/reference/pve-api.md §5
 // (PVE 8, shared storage), with the PVE 9 "migration completed" line added.
 var onlineLog = []string{
 	"2025-01-04 00:34:24 use dedicated network address for sending migration traffic (10.10.1.1)",

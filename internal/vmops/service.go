@@ -55,7 +55,7 @@ type Config struct {
 	// LostGrace is how old a task row without a UPID must be before vmgate,
 	// finding no matching task in PVE's list, marks it lost [DefaultLostGrace]:
 	// how long it keeps looking for the task of a request whose outcome it did not
-	// learn (issue 10: 5 minutes).
+	// learn (issue 10 (docs/history.md): 5 minutes).
 	LostGrace time.Duration
 	// SearchEvery is how often it looks meanwhile, the first time at once
 	// [DefaultSearchEvery]: a task PVE has shows up in vmgate within it.
@@ -114,7 +114,7 @@ const (
 )
 
 // ValidNode reports whether name is a PVE node name; front ends check path values
-// with it before anything else (SECURITY.md 20).
+// with it before anything else (docs/security.md item 20).
 func ValidNode(name string) bool { return pve.ValidNode(name) }
 
 // pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests

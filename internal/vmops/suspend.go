@@ -8,7 +8,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 )
 
-// Suspend and resume (issue 13), as task rows and audit records name them.
+// Suspend and resume (issue 13 (docs/history.md)), as task rows and audit records name them.
 const (
 	OpSuspend   = "suspend"   // pause: QEMU stops, memory stays (PVE task qmpause)
 	OpHibernate = "hibernate" // suspend to disk: the state is saved and QEMU quits (PVE task qmsuspend)

@@ -18,8 +18,8 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// Task statuses and results as DESIGN §3.3 names them, and the two of a request
-// whose PVE call's outcome vmgate does not know (issue 10): pending while it
+// Task statuses and results as docs/design.md §3.3 names them, and the two of a request
+// whose PVE call's outcome vmgate does not know (issue 10 (docs/history.md)): pending while it
 // looks for the task in PVE's task list, lost once it gave up (PVE has none).
 const (
 	StatusRunning = "running"
@@ -34,7 +34,7 @@ const (
 	ResultLost     = "lost"    // stopped: PVE never started the task
 )
 
-// TaskView is a task as DESIGN §3.3 shows it.
+// TaskView is a task as docs/design.md §3.3 shows it.
 type TaskView struct {
 	// TaskRef is vmgate's own reference to the task: the id of the task row that
 	// every request which may start a task writes before PVE is called. A query
@@ -370,7 +370,7 @@ const readTimeout = 20 * time.Second
 
 // viewOf is current for a query: when PVE cannot be asked and vmgate has a view
 // of the task (a read before, or the row of a task it started), it answers with
-// that view marked stale rather than an error (issue 10: a read during an outage
+// that view marked stale rather than an error (issue 10 (docs/history.md): a read during an outage
 // is 200 stale, never 409). With such a view it waits for PVE at most
 // StaleAfter; the read goes on for the next caller. Without one the error
 // stands (503 cluster_unavailable, 504 upstream_timeout).
@@ -782,7 +782,7 @@ func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64)
 	}
 }
 
-// Task returns a task's view (DESIGN §3.3) by UPID or task reference. With wait > 0
+// Task returns a task's view (docs/design.md §3.3) by UPID or task reference. With wait > 0
 // (at most MaxTaskWait) it answers as soon as the task ends, or with its state
 // when wait has passed (at once when the service drains for a shutdown). The
 // caller has authorized the user on TaskCluster's answer.

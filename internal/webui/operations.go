@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Operations is what the UI needs of vmops' operations on many VMs (issue 13):
+// Operations is what the UI needs of vmops' operations on many VMs (issue 13 (docs/history.md)):
 // the node page's evacuation, the operation's page and its live view.
 // *vmops.OperationService is one.
 type Operations interface {

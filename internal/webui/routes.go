@@ -98,7 +98,7 @@ func (u *UI) routes() []route {
 // vmRoute is the pattern of a VM's page, and the prefix of its actions.
 const vmRoute = "/vms/{clusterId}/{node}/{vmid}"
 
-// maxForm bounds a form's body, as the API bounds JSON bodies (SECURITY.md 22).
+// maxForm bounds a form's body, as the API bounds JSON bodies (docs/security.md item 22).
 const maxForm = 64 << 10
 
 var (

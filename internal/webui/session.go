@@ -45,7 +45,7 @@ func readCookie(r *http.Request, base string) (*http.Cookie, error) {
 }
 
 // cookie is the UI's cookie base: HttpOnly, SameSite=Strict, Path=/, no Domain,
-// Secure and __Host- whenever the connection is TLS (SECURITY.md 33). maxAge 0
+// Secure and __Host- whenever the connection is TLS (docs/security.md item 33). maxAge 0
 // makes a browser-session cookie, a negative one deletes it.
 func cookie(r *http.Request, base, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{Name: cookieName(r, base), Value: value, Path: "/", MaxAge: maxAge, HttpOnly: true,
@@ -66,7 +66,7 @@ func clearSession(w http.ResponseWriter, r *http.Request) {
 
 // sessionToken is the token the request's cookie holds ("" when none). An API
 // token is none: the UI sets a login's token only, and an API token never stands
-// for a browser session (SECURITY.md 32).
+// for a browser session (docs/security.md item 32).
 func sessionToken(r *http.Request) string {
 	c, err := readCookie(r, sessionCookie)
 	if err != nil || len(c.Value) > auth.MaxTokenBytes || auth.IsAPIToken(c.Value) {
@@ -131,7 +131,7 @@ func (u *UI) authenticate(w http.ResponseWriter, r *http.Request) (auth.Principa
 // it itself (renew), so an older generation in the cookie means that someone else
 // rotated it — a thief who refreshed a stolen cookie's token at /user/refresh —
 // and the session is revoked and the reuse audited by auth's one rule
-// (auth.Service.CheckReuse, as at /user/refresh; SECURITY.md 7). The cookie of a
+// (auth.Service.CheckReuse, as at /user/refresh; docs/security.md item 7). The cookie of a
 // revoked session opens nothing any more, so it is deleted; any other refusal
 // leaves it alone (see authenticate).
 func (u *UI) rotatedCookie(w http.ResponseWriter, r *http.Request, raw string) {
@@ -187,7 +187,7 @@ func (u *UI) renewed(raw string) (auth.Token, bool) {
 // renew moves the session one generation on (auth.Refresh). Requests of this
 // process that carry the same old token while or just after one renews get the
 // same new token instead of refreshing again: a second refresh of a rotated token
-// looks like theft to auth and ends the session (DESIGN §3.1). A failed renewal
+// looks like theft to auth and ends the session (docs/design.md §3.1). A failed renewal
 // leaves the request authenticated as it was; the next navigation tries again.
 func (u *UI) renew(r *http.Request, raw string, p auth.Principal) (auth.Token, bool) {
 	u.renewMu.Lock()

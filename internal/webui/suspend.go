@@ -7,7 +7,7 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Suspend (pause) and resume from the VM page (issue 13), like the other power
+// Suspend (pause) and resume from the VM page (issue 13 (docs/history.md)), like the other power
 // actions: a paused VM, or one suspended to disk, is resumed through vmgate.
 
 func (u *UI) vmSuspend(w http.ResponseWriter, r *http.Request) error {

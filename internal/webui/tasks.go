@@ -283,7 +283,7 @@ func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
 // the UI's cookie session: follow calls emit with the view now and each time it
 // changes, and each call sends one event named event carrying show's answer as
 // JSON. It takes one of the caller's stream slots first (429 too_many_streams,
-// SECURITY.md 34: the limiter the API's streams count in too) and gives it back
+// docs/security.md item 34: the limiter the API's streams count in too) and gives it back
 // when it ends. The session is checked again at every event and ping, so a logout
 // or revocation ends the stream at once ("session"); it ends with "end" when the
 // view is final, or with a retry hint when vmgate shuts down ("shutdown").

@@ -13,7 +13,7 @@ import (
 
 func validNode(n string) bool { return vmops.ValidNode(n) }
 
-// pathVM reads and validates {clusterId}/{node}/{vmid} (SECURITY.md 20) before
+// pathVM reads and validates {clusterId}/{node}/{vmid} (docs/security.md item 20) before
 // anything else happens.
 func pathVM(r *http.Request) (vmops.VMRef, error) {
 	id, err := strconv.ParseInt(r.PathValue("clusterId"), 10, 64)

@@ -130,7 +130,7 @@ type Config struct {
 	VMs      VMs
 	Audit    AuditTrail
 	// Operations serves the node page's evacuation and the operations' pages
-	// (issue 13); nil leaves them out.
+	// (issue 13 (docs/history.md)); nil leaves them out.
 	Operations Operations
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
@@ -149,7 +149,7 @@ type Config struct {
 	// log line (httpapi.NoteCaller).
 	NoteCaller func(r *http.Request, userID int64, session string)
 	// Streams caps the live pages' event streams of one user and one session
-	// (SECURITY.md 34): the API's limiter, so that both count together. Nil: a
+	// (docs/security.md item 34): the API's limiter, so that both count together. Nil: a
 	// limiter of the UI's own with sse's default caps.
 	Streams *sse.Limiter
 	Logger  *slog.Logger
@@ -248,7 +248,7 @@ func (u *UI) Route(r *http.Request) string {
 	return "unmatched"
 }
 
-// securityHeaders are on every UI answer (SECURITY.md 31, 33). The policy allows
+// securityHeaders are on every UI answer (docs/security.md items 31, 33). The policy allows
 // scripts, styles, images and connections from vmgate itself only, and nothing
 // inline; no page may frame the UI.
 func securityHeaders(h http.Header) {

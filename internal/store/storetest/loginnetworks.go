@@ -8,7 +8,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// testLoginNetworks (SECURITY.md 28): a login network is remembered per account
+// testLoginNetworks (docs/security.md item 28): a login network is remembered per account
 // and network with the latest time it was noted — an earlier note, from a replica
 // whose login raced, never moves it back — and Prune forgets those not logged in
 // from for LoginNetworksOlderThan, leaving the rest.

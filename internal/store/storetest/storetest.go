@@ -739,7 +739,7 @@ func testResealSecrets(t *testing.T, s store.Store) {
 }
 
 // testResealSecretsRace: replicas resealing at once take turns, each seeing what
-// the one before wrote, so a raw key is sealed exactly once (SECURITY.md 25's
+// the one before wrote, so a raw key is sealed exactly once (docs/security.md item 25's
 // migration in place).
 func testResealSecretsRace(t *testing.T, s store.Store) {
 	ctx := t.Context()
