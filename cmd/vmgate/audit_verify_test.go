@@ -59,7 +59,7 @@ func copyDir(t *testing.T, src string) string {
 	return dst
 }
 
-// TestAdminAuditVerify (SECURITY.md 30): `vmgate admin audit verify` exits 0 on an
+// TestAdminAuditVerify (docs/security.md item 30): `vmgate admin audit verify` exits 0 on an
 // untouched database and prints the head; after a row is edited with SQL, a row
 // deleted or a row inserted, it exits 1 naming the row.
 func TestAdminAuditVerify(t *testing.T) {
@@ -104,7 +104,7 @@ func TestAdminAuditVerify(t *testing.T) {
 	}
 }
 
-// TestAdminAuditVerifyKeyed (SECURITY.md 30): with the key file in place (as the
+// TestAdminAuditVerifyKeyed (docs/security.md item 30): with the key file in place (as the
 // server's first start leaves it), the admin commands key the chain at once and
 // `vmgate admin audit verify` says from which row and since when. Rewriting a row
 // and every row after it with the unkeyed rule, from the database alone, exits 1

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// TestConnectionCapsOnRealBinary (SECURITY.md 34): the real server with
+// TestConnectionCapsOnRealBinary (docs/security.md item 34): the real server with
 // --max-connections-per-client 2 holds two silent connections of one client
 // network and closes its third at once, counted in
 // vmgate_connections_refused_total; another network (127.0.0.2) is served and

@@ -10,7 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pvesim"
 )
 
-// TestCLIEscapesWhatPVESays (SECURITY.md 35) runs the real binary against an
+// TestCLIEscapesWhatPVESays (docs/security.md item 35) runs the real binary against an
 // emulated cluster whose VM has a window-title change, a screen clear and an OSC
 // 8 link in its name, a screen clear and a bell in its tags (PVE splits tags at
 // ';', which the others hold), and whose start fails with them in the task log:

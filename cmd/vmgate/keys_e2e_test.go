@@ -75,7 +75,7 @@ func storedSigningKeys(t *testing.T, dbPath string) map[string][]byte {
 	return out
 }
 
-// TestDatabaseCopyMintsNoToken (SECURITY.md 25) against the real binary: every
+// TestDatabaseCopyMintsNoToken (docs/security.md item 25) against the real binary: every
 // value of signing_keys, used as an HMAC key, signs a live session's claims into
 // a token vmgate refuses (401); the same value opened with the key file signs one
 // it accepts — the forgery is right, only the key file was missing.
@@ -154,7 +154,7 @@ func admin(t *testing.T, dir string, args ...string) string {
 	return string(out)
 }
 
-// TestKeyRotationOnRealBinary (SECURITY.md 26) with the real binary, a registered
+// TestKeyRotationOnRealBinary (docs/security.md item 26) with the real binary, a registered
 // cluster and a SQLite database: `admin keys rotate-signing` while the server runs
 // makes it sign with the new key within seconds, tokens of the old key still
 // valid; `admin keys rotate-seal` with the server stopped re-seals everything, and

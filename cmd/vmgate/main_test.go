@@ -157,7 +157,7 @@ func status(err error) int {
 
 // TestTokenLifecycleOnRealBinary walks login → refresh → old token rejected →
 // logout → new token rejected against `vmgate server --dev` on a free port, then
-// greps the captured server log for tokens and the password (SECURITY.md 17).
+// greps the captured server log for tokens and the password (docs/security.md item 17).
 func TestTokenLifecycleOnRealBinary(t *testing.T) {
 	const pw = "e2e correct horse battery"
 	p := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
@@ -338,7 +338,7 @@ func TestKill9DuringMigration(t *testing.T) {
 
 // TestDisableFromAnotherProcess: `vmgate admin user disable` writes to the database
 // while a server runs on it. The server learns of the revocation through the session
-// change feed and refuses the user's token within its poll interval (DESIGN §3.1:
+// change feed and refuses the user's token within its poll interval (docs/design.md §3.1:
 // revocation holds on every replica; the admin command is one more writer).
 func TestDisableFromAnotherProcess(t *testing.T) {
 	dir := t.TempDir()

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestCommandsPrintOnlyEscaped (SECURITY.md 35): no code of the binary writes to
+// TestCommandsPrintOnlyEscaped (docs/security.md item 35): no code of the binary writes to
 // standard output or standard error but through show and say (escaped), a table
 // (cli.TableOf.Write escapes its cells), a progress view (internal/cli escapes what
 // it shows) or JSON. A print added later — fmt.Printf of a VM's name, an

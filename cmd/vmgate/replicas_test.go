@@ -166,7 +166,7 @@ func (r *replicas) must(c *cli.Client, method, path string, in, out any) {
 }
 
 // TestReplicasSeeEveryChange: two `vmgate server` processes on one PostgreSQL.
-// Every change listed in issue 8 — logout, refresh-reuse revocation, user disabled,
+// Every change listed in issue 8 (docs/history.md) — logout, refresh-reuse revocation, user disabled,
 // user deleted, password changed, grant removed, cluster updated, cluster deleted —
 // made on replica A is in force on replica B, whose poll of the change feed is an
 // hour away: the change was pushed (LISTEN/NOTIFY). The delays are logged; the

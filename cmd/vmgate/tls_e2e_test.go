@@ -21,7 +21,7 @@ import (
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
 )
 
-// TestTLSOnRealBinary (SECURITY.md 27): vmgate serves HTTPS with a self-signed
+// TestTLSOnRealBinary (docs/security.md item 27): vmgate serves HTTPS with a self-signed
 // certificate made here — HTTP/2, HSTS on every answer, login, a VM operation,
 // the CLI with --ca-file — and after the files are replaced and SIGHUP is sent, a
 // new connection sees the new certificate while a connection opened before keeps
@@ -182,7 +182,7 @@ func getTLS(t *testing.T, ctx context.Context, c *http.Client, url string) (prot
 	return resp.ProtoMajor, resp.TLS.PeerCertificates[0], reused
 }
 
-// TestPlainHTTPRefusedOnNetwork (SECURITY.md 27): outside dev mode, plain HTTP on
+// TestPlainHTTPRefusedOnNetwork (docs/security.md item 27): outside dev mode, plain HTTP on
 // an address that is not loopback refuses to start, before opening the database,
 // with a message naming the flags; --plain-http lets it start with a warning.
 func TestPlainHTTPRefusedOnNetwork(t *testing.T) {

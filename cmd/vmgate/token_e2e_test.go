@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestScriptWithAPIToken (SECURITY.md 32): a script with only an API token
+// TestScriptWithAPIToken (docs/security.md item 32): a script with only an API token
 // ($VMGATE_TOKEN, no login saved) starts, stops and migrates a VM and follows the
 // task; revoking the token, disabling its owner, or removing the owner's grant
 // makes its next call fail at once (exit 3, 3, 4); the secret is in no log and

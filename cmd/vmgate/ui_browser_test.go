@@ -26,7 +26,7 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// The web UI's tests in a real browser (issue 11): Debian's Chromium, driven over
+// The web UI's tests in a real browser (issue 11, docs/history.md): Debian's Chromium, driven over
 // the DevTools protocol by chromedp, against the real binary in dev mode with the
 // emulator at speed. Controls are found by their accessible role and name, as a
 // person using a screen reader finds them, so the names the issue fixes (Email,

@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// TestNoTokenManagesCredentials (SECURITY.md 32, docs/decisions/0038): every use
+// TestNoTokenManagesCredentials (docs/security.md item 32, docs/decisions/0038): every use
 // case that creates, changes or deletes a user, or lists, makes or ends API
 // tokens and sessions, refuses an admin's API token itself (403
 // session_required), whatever a front end checked before, audits the refusal as

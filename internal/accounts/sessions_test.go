@@ -6,7 +6,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// TestSessionsRules (SECURITY.md 29): a user sees their own sessions with the
+// TestSessionsRules (docs/security.md item 29): a user sees their own sessions with the
 // current one marked and ends one of them; another user's session is NotFound; an
 // admin sees and ends anyone's, and a missing user is NotFound.
 func TestSessionsRules(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// TestTokensOfAUser (SECURITY.md 32): a user makes, lists and deletes API tokens
+// TestTokensOfAUser (docs/security.md item 32): a user makes, lists and deletes API tokens
 // from a login session only; grants may not exceed the user's own; an admin lists
 // and deletes anyone's; a token sees itself as no more than its grants.
 func TestTokensOfAUser(t *testing.T) {

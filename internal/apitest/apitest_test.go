@@ -96,7 +96,7 @@ func TestOperationIDs(t *testing.T) {
 // 500 every handler can give; every error answer is a shared response of
 // components/responses, so that each status means one thing everywhere; every
 // operation that needs a token lists 401; every operation that touches the store
-// lists 503 (store_unavailable, issue 10).
+// lists 503 (store_unavailable, issue 10 (docs/history.md)).
 func TestErrorAnswersListed(t *testing.T) {
 	d := mustDoc(t)
 	// The operations that never touch the store.

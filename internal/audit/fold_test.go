@@ -62,7 +62,7 @@ func counts(t *testing.T, tr *Trail, action string) (rows map[string]int, total 
 	return rows, total
 }
 
-// TestDenialsAreFolded (SECURITY.md 30): one session's denials in one minute cost
+// TestDenialsAreFolded (docs/security.md item 30): one session's denials in one minute cost
 // two rows, the first at once and one counting the rest when the minute is over;
 // every denial is counted, none is dropped.
 func TestDenialsAreFolded(t *testing.T) {
@@ -126,7 +126,7 @@ func TestDenialsAreFolded(t *testing.T) {
 	}
 }
 
-// TestFoldsAreBoundedAndFlushed (SECURITY.md 30): a full table writes its oldest count early; Flush
+// TestFoldsAreBoundedAndFlushed (docs/security.md item 30): a full table writes its oldest count early; Flush
 // and the end of Run write every count; nothing is lost.
 func TestFoldsAreBoundedAndFlushed(t *testing.T) {
 	t.Parallel()

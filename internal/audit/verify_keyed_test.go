@@ -84,7 +84,7 @@ func rewriteUnkeyed(t *testing.T, st store.Store, db *sql.DB, from int64, keyedF
 	}
 }
 
-// TestVerifyKeyedChain (SECURITY.md 30): once keyed, the chain names where keying
+// TestVerifyKeyedChain (docs/security.md item 30): once keyed, the chain names where keying
 // began and when, and a writer of the database alone cannot rewrite it
 // consistently — a row rewritten with its successors by the unkeyed rule, in the
 // keyed part or before it, is named; moving or removing the record of where

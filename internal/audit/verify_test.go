@@ -42,7 +42,7 @@ func exec(t *testing.T, db *sql.DB, q string, args ...any) {
 	}
 }
 
-// TestVerifyIntact (SECURITY.md 30): an untouched chain verifies, before and after retention
+// TestVerifyIntact (docs/security.md item 30): an untouched chain verifies, before and after retention
 // pruned its head.
 func TestVerifyIntact(t *testing.T) {
 	t.Parallel()
@@ -63,7 +63,7 @@ func TestVerifyIntact(t *testing.T) {
 	}
 }
 
-// TestVerifyNamesTheFirstBrokenRow (SECURITY.md 30): a row edited with SQL, a row
+// TestVerifyNamesTheFirstBrokenRow (docs/security.md item 30): a row edited with SQL, a row
 // or several deleted, a row inserted (raw, or with a chain value computed to fit),
 // and the newest rows removed are each named.
 func TestVerifyNamesTheFirstBrokenRow(t *testing.T) {
@@ -158,7 +158,7 @@ func rehashed(t *testing.T, st store.Store, db *sql.DB, id int64, target, result
 	exec(t, db, `UPDATE audit SET target = ?, result = ?, chain = ? WHERE id = ?`, a.Target, a.Result, a.Chain, id)
 }
 
-// TestVerifyWhileAppending (SECURITY.md 30): rows appended while Verify walks are not taken for
+// TestVerifyWhileAppending (docs/security.md item 30): rows appended while Verify walks are not taken for
 // insertions.
 func TestVerifyWhileAppending(t *testing.T) {
 	t.Parallel()

@@ -26,7 +26,7 @@ func (e *env) createToken(userID int64, in NewAPIToken) CreatedAPIToken {
 	return tok
 }
 
-// TestAPITokenFormat (SECURITY.md 32): vmg_, 43 base62 characters of 32 random
+// TestAPITokenFormat (docs/security.md item 32): vmg_, 43 base62 characters of 32 random
 // bytes and a 6-character CRC32; a changed character fails the checksum; the
 // redaction finds tokens in free text.
 func TestAPITokenFormat(t *testing.T) {
@@ -64,7 +64,7 @@ func TestAPITokenFormat(t *testing.T) {
 	}
 }
 
-// TestAPITokenLifecycle (SECURITY.md 32): a token is shown once, stored only as a
+// TestAPITokenLifecycle (docs/security.md item 32): a token is shown once, stored only as a
 // hash, lasts 90 days by default and at most 365, stands for its owner with its
 // id in the principal, and fails at once when deleted, on this replica and on
 // another.
@@ -133,7 +133,7 @@ func TestAPITokenLifecycle(t *testing.T) {
 	}
 }
 
-// TestAPITokenFollowsItsOwner (SECURITY.md 32): a disabled or deleted owner's
+// TestAPITokenFollowsItsOwner (docs/security.md item 32): a disabled or deleted owner's
 // token fails at once, on every replica; an expired token fails; a token of
 // another user cannot be deleted by id alone.
 func TestAPITokenFollowsItsOwner(t *testing.T) {
@@ -183,7 +183,7 @@ func TestAPITokenFollowsItsOwner(t *testing.T) {
 	wantTokenError(t, err)
 }
 
-// TestAPITokenGrantsAndScope (SECURITY.md 32): grants are validated and carried
+// TestAPITokenGrantsAndScope (docs/security.md item 32): grants are validated and carried
 // in the principal; a token limited to grants is no admin; a token may not manage
 // credentials or sessions, nor be refreshed or logged out.
 func TestAPITokenGrantsAndScope(t *testing.T) {
@@ -225,13 +225,13 @@ func TestAPITokenGrantsAndScope(t *testing.T) {
 		t.Fatalf("a login session: %v", err)
 	}
 	// At /user/refresh an API token is a token that failed, like any other: the
-	// one 401 body (SECURITY.md 1), which says nothing of what kind it was.
+	// one 401 body (docs/security.md item 1), which says nothing of what kind it was.
 	_, err = e.refresh(full.Secret)
 	wantTokenError(t, err)
 	wantReason(t, e.s.Logout(context.Background(), pf), errs.ReasonSessionRequired)
 }
 
-// TestAPITokenFailuresAreThrottled (SECURITY.md 32, 15): failed token uses empty
+// TestAPITokenFailuresAreThrottled (docs/security.md items 32, 15): failed token uses empty
 // the client network's bucket; then that network is refused 429 before any token
 // is looked at, the right one too, while other networks go on.
 func TestAPITokenFailuresAreThrottled(t *testing.T) {

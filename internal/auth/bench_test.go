@@ -81,7 +81,7 @@ func BenchmarkLogin(b *testing.B) {
 
 // BenchmarkLoginFailure times a failed login for a known e-mail (wrong password)
 // and for an unknown one (the dummy hash) with the production parameters
-// (SECURITY.md 14): the two should cost the same. The test that cannot flap,
+// (docs/security.md item 14): the two should cost the same. The test that cannot flap,
 // TestLoginUnknownEmailHashesLikeWrongPassword, counts the hashes instead.
 func BenchmarkLoginFailure(b *testing.B) {
 	e := newEnv(b, func(c *Config) {
@@ -102,7 +102,7 @@ func BenchmarkLoginFailure(b *testing.B) {
 	}
 }
 
-// BenchmarkLoginTimingMedians (SECURITY.md 14) reports what the item compares: the
+// BenchmarkLoginTimingMedians (docs/security.md item 14) reports what the item compares: the
 // median of 100 failed logins for a known e-mail (a wrong password) and of 100 for
 // an unknown one (the dummy hash), with the production argon2 parameters, and
 // their ratio (unknown / known). The samples alternate, and which kind goes first

@@ -154,7 +154,7 @@ func (e *env) refresh(raw string) (Token, error) {
 }
 
 // wantTokenError checks err is exactly what every token failure must look like to a
-// client (SECURITY.md 1: one identical body).
+// client (docs/security.md item 1: one identical body).
 func wantTokenError(t testing.TB, err error) {
 	t.Helper()
 	wantClientError(t, err, errToken(nil))

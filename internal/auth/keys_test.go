@@ -23,7 +23,7 @@ func reclaim(t *testing.T, e *env, raw, kid string, key []byte) string {
 		clone(c, map[string]any{"iat": now, "nbf": now, "exp": now + 600, "jti": randomID(16)}), key)
 }
 
-// SECURITY.md 25: the store holds the signing key sealed. Every stored value, used
+// docs/security.md item 25: the store holds the signing key sealed. Every stored value, used
 // as an HMAC key, signs a live session's claims into a token that is refused; the
 // key opened with the key file signs one that is accepted (the forging works, only
 // the key is missing). A database without its key file does not even start.
@@ -82,7 +82,7 @@ func TestRawSigningKeySealedInPlace(t *testing.T) {
 	}
 }
 
-// SECURITY.md 26: after a rotation the new key signs (on this replica once the
+// docs/security.md item 26: after a rotation the new key signs (on this replica once the
 // feed says so; on another as soon as a token with the new kid arrives), tokens of
 // the old key keep working, and the old key verifies until TokenTTL and
 // KeyRetireGrace have passed since the new one was made; then it is refused and

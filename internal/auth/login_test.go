@@ -75,7 +75,7 @@ func TestLogin(t *testing.T) {
 	}
 }
 
-// SECURITY.md 14: an unknown e-mail, a wrong password and a disabled user get the
+// docs/security.md item 14: an unknown e-mail, a wrong password and a disabled user get the
 // same error, the same outcome, and one hash each.
 func TestLoginFailuresLookAlike(t *testing.T) {
 	t.Parallel()
@@ -119,7 +119,7 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 	}
 }
 
-// SECURITY.md 14: an unknown e-mail costs what a wrong password costs, proven by
+// docs/security.md item 14: an unknown e-mail costs what a wrong password costs, proven by
 // counting rather than timing: each runs exactly one key derivation, with the same
 // argon2 parameters, salt length and password. (BenchmarkLoginFailure times both.)
 func TestLoginUnknownEmailHashesLikeWrongPassword(t *testing.T) {
@@ -201,7 +201,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// SECURITY.md 16: at most MaxConcurrentHashes hashes run at once; further logins
+// docs/security.md item 16: at most MaxConcurrentHashes hashes run at once; further logins
 // wait in the queue (never refused while it has room), a login that finds it full
 // gets 429 with Retry-After, and token checks go on meanwhile.
 func TestLoginHashConcurrencyBounded(t *testing.T) {
@@ -348,7 +348,7 @@ func TestLoginHashWaitEndsWithContext(t *testing.T) {
 	}
 }
 
-// SECURITY.md 12: a hash made with other parameters is replaced at login, with a
+// docs/security.md item 12: a hash made with other parameters is replaced at login, with a
 // fresh 16-byte salt; then it is left alone.
 func TestLoginRehashesWhenParamsChange(t *testing.T) {
 	t.Parallel()
@@ -401,7 +401,7 @@ func TestCreateUserValidation(t *testing.T) {
 	}
 }
 
-// SECURITY.md 17 (the auth part): nothing this package logs or audits holds a
+// docs/security.md item 17 (the auth part): nothing this package logs or audits holds a
 // token or a password.
 func TestLogsAndAuditHoldNoSecrets(t *testing.T) {
 	t.Parallel()

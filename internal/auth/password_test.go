@@ -10,7 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// SECURITY.md 12: argon2id with the parameters stored in the hash, 16-byte random
+// docs/security.md item 12: argon2id with the parameters stored in the hash, 16-byte random
 // salt, PHC format.
 func TestHashPasswordFormat(t *testing.T) {
 	t.Parallel()
@@ -134,7 +134,7 @@ func TestParamsValidate(t *testing.T) {
 	}
 }
 
-// SECURITY.md 13.
+// docs/security.md item 13.
 func TestCheckPasswordPolicy(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -219,7 +219,7 @@ func TestPasswordRulesStated(t *testing.T) {
 	}
 }
 
-// SECURITY.md 13, issue 9: the blocklist holds SecLists' 10 000 most common
+// docs/security.md item 13, issue 9 (docs/history.md): the blocklist holds SecLists' 10 000 most common
 // passwords, and every entry of both lists is refused padded with digits to the
 // minimum length, and (but for runs without letters shorter than minRun) padded
 // with digits and symbols at both ends.

@@ -12,7 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// SECURITY.md 6: login makes a new session; refresh returns generation+1 in the
+// docs/security.md item 6: login makes a new session; refresh returns generation+1 in the
 // same session, and the old token fails at once, at Authenticate and at Refresh.
 func TestRefreshRotatesAndOldTokenFailsAtOnce(t *testing.T) {
 	t.Parallel()
@@ -44,7 +44,7 @@ func TestRefreshRotatesAndOldTokenFailsAtOnce(t *testing.T) {
 	e.authOK(again.Raw)
 }
 
-// SECURITY.md 7: the chain T0→T1→T2 within one second, then T0 replayed at refresh:
+// docs/security.md item 7: the chain T0→T1→T2 within one second, then T0 replayed at refresh:
 // the whole session is revoked (T2 dies too) and an audit record says so.
 func TestReplayOfRotatedTokenRevokesSession(t *testing.T) {
 	t.Parallel()
@@ -79,7 +79,7 @@ func TestReplayOfRotatedTokenRevokesSession(t *testing.T) {
 	}
 }
 
-// SECURITY.md 7, the web UI's path: CheckReuse is Refresh's rule for a token
+// docs/security.md item 7, the web UI's path: CheckReuse is Refresh's rule for a token
 // Authenticate refused (the UI asks it about every refused cookie). A rotated
 // token past the grace revokes the session and is audited as at Refresh (with
 // via "ui"); the generation just rotated within the grace, the newest
@@ -202,7 +202,7 @@ func TestReuseGrace(t *testing.T) {
 	}
 }
 
-// SECURITY.md 8: 50 concurrent refreshes of one token issue at most one new token,
+// docs/security.md item 8: 50 concurrent refreshes of one token issue at most one new token,
 // and the losers (inside the grace) do not revoke the session.
 func TestConcurrentRefreshIssuesOneToken(t *testing.T) {
 	t.Parallel()
@@ -247,7 +247,7 @@ func TestConcurrentRefreshIssuesOneToken(t *testing.T) {
 	e.authFails(t0.Raw)
 }
 
-// SECURITY.md 9: no refresh past the session's absolute end, the last token's exp
+// docs/security.md item 9: no refresh past the session's absolute end, the last token's exp
 // is capped at that end, and an expired token cannot be refreshed.
 func TestSessionAbsoluteLifetime(t *testing.T) {
 	t.Parallel()
@@ -317,7 +317,7 @@ func TestTokenCappedBySessionMax(t *testing.T) {
 	}
 }
 
-// SECURITY.md 10: logout is immediate, and a second logout with the same token is 401.
+// docs/security.md item 10: logout is immediate, and a second logout with the same token is 401.
 func TestLogout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -339,7 +339,7 @@ func TestLogout(t *testing.T) {
 	}
 }
 
-// SECURITY.md 11: disabling, deleting, or an admin's revocation ends a user's
+// docs/security.md item 11: disabling, deleting, or an admin's revocation ends a user's
 // sessions at once; other users are untouched.
 func TestRevokeUser(t *testing.T) {
 	t.Parallel()
@@ -388,7 +388,7 @@ func TestRevokeUser(t *testing.T) {
 	}
 }
 
-// SECURITY.md 11: a password change ends the user's other sessions and keeps the
+// docs/security.md item 11: a password change ends the user's other sessions and keeps the
 // one that made it; the old password stops working.
 func TestChangePasswordEndsOtherSessions(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// TestSessionListShowsActivity (SECURITY.md 29): a user's live sessions with the
+// TestSessionListShowsActivity (docs/security.md item 29): a user's live sessions with the
 // address and User-Agent of their login, newest first; an ended one is gone.
 func TestSessionListShowsActivity(t *testing.T) {
 	e := newEnv(t, nil)
@@ -50,7 +50,7 @@ func TestSessionListShowsActivity(t *testing.T) {
 	}
 }
 
-// TestLastSeenIsWrittenAtMostOncePerInterval (SECURITY.md 29): a session used on every request is
+// TestLastSeenIsWrittenAtMostOncePerInterval (docs/security.md item 29): a session used on every request is
 // written to the store once per SeenInterval, not per request, and its
 // LastSeenAt follows; a refresh writes it as part of the rotation.
 func TestLastSeenIsWrittenAtMostOncePerInterval(t *testing.T) {
@@ -82,7 +82,7 @@ func TestLastSeenIsWrittenAtMostOncePerInterval(t *testing.T) {
 	}
 }
 
-// TestEndSession (SECURITY.md 29): the owner or an admin ends one session; its
+// TestEndSession (docs/security.md item 29): the owner or an admin ends one session; its
 // tokens fail at once, the user's other sessions live on, another user's session
 // and an ended one are the same 404, and the end is audited with the actor from
 // the context.

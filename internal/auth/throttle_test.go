@@ -20,7 +20,7 @@ func (e *env) loginFrom(email, password, addr string) error {
 	return err
 }
 
-// SECURITY.md 28: client networks are the address for IPv4 and the /64 for IPv6,
+// docs/security.md item 28: client networks are the address for IPv4 and the /64 for IPv6,
 // both configurable; what is no address stands for itself.
 func TestClientNetwork(t *testing.T) {
 	t.Parallel()
@@ -46,7 +46,7 @@ func TestClientNetwork(t *testing.T) {
 	}
 }
 
-// SECURITY.md 15, 28: after 5 consecutive wrong passwords for an account from one
+// docs/security.md items 15, 28: after 5 consecutive wrong passwords for an account from one
 // client network, that account's logins from that network wait 1 s, doubling with
 // each further failure up to 15 min. A delayed login is not verified: the right
 // password gets 429 too. Other networks are not delayed at all. Unknown e-mails
@@ -115,7 +115,7 @@ func TestLoginBackoff(t *testing.T) {
 	}
 }
 
-// SECURITY.md 28, as issue 9 states it: after 200 wrong passwords for the admin
+// docs/security.md item 28, as issue 9 (docs/history.md) states it: after 200 wrong passwords for the admin
 // from 127.0.0.2, the right password from 127.0.0.3 gets a token at once — whether
 // the attacker hammers without waiting (so most attempts are refused unverified)
 // or waits out every delay (so all 200 are verified wrong passwords).
@@ -150,7 +150,7 @@ func TestLoginCrossNetworkLockout(t *testing.T) {
 	}
 }
 
-// SECURITY.md 28: over all networks, 100 failures an hour block the account for
+// docs/security.md item 28: over all networks, 100 failures an hour block the account for
 // 15 min on every network it has not logged in from, never longer; a network it
 // logged in from stays open; IPv6 addresses of one /64 count as one network.
 func TestLoginAccountCeiling(t *testing.T) {
@@ -203,7 +203,7 @@ func TestLoginAccountCeiling(t *testing.T) {
 	wantCredentialsError(t, guess(227))
 }
 
-// SECURITY.md 28: the networks an account logged in from are its own on every
+// docs/security.md item 28: the networks an account logged in from are its own on every
 // replica and after a restart — the store remembers them (NoteLoginNetwork) — for
 // KnownNetworkMemory (30 days): a guesser who drives the account past its ceiling
 // through one replica cannot keep the owner out, on that replica, of a network the
@@ -289,7 +289,7 @@ func TestLoginBackoffForgets(t *testing.T) {
 	}
 }
 
-// SECURITY.md 15, 28: a token bucket per client network (10 a minute, burst 10);
+// docs/security.md items 15, 28: a token bucket per client network (10 a minute, burst 10);
 // the addresses of an IPv6 /64 share one.
 func TestLoginPerAddressLimit(t *testing.T) {
 	t.Parallel()
@@ -345,7 +345,7 @@ func TestAddressLimiterBounded(t *testing.T) {
 	}
 }
 
-// SECURITY.md 28: an attacker with many addresses cannot grow the throttling
+// docs/security.md item 28: an attacker with many addresses cannot grow the throttling
 // tables beyond MaxTracked entries each, and what is in force is kept: a running
 // account block survives a flood of other accounts' failures, and the networks an
 // account logged in from cannot be pushed out by failures at all.

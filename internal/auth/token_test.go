@@ -34,7 +34,7 @@ func newTokenFixture(t *testing.T) *tokenFixture {
 	return &tokenFixture{env: e, raw: tok.Raw, header: h, claims: c, key: e.s.ring.Load().keys[e.s.ring.Load().signKID].secret}
 }
 
-// SECURITY.md 1: one algorithm per key, strict base64, typ checked, known kid only;
+// docs/security.md item 1: one algorithm per key, strict base64, typ checked, known kid only;
 // every variant fails with one identical error.
 func TestAuthenticateRejectsForgedTokens(t *testing.T) {
 	t.Parallel()
@@ -97,7 +97,7 @@ func TestAuthenticateRejectsForgedTokens(t *testing.T) {
 	f.authOK(f.raw)
 }
 
-// SECURITY.md 2: iss, aud and exp are required; nbf and iat may be at most Leeway in
+// docs/security.md item 2: iss, aud and exp are required; nbf and iat may be at most Leeway in
 // the future; exp has no leeway. One negative case per claim, each with a valid
 // signature.
 func TestAuthenticateChecksClaims(t *testing.T) {
@@ -152,7 +152,7 @@ func TestAuthenticateChecksClaims(t *testing.T) {
 	}
 }
 
-// SECURITY.md 3: jku, x5u, jwk and x5c are never followed; the token is refused and
+// docs/security.md item 3: jku, x5u, jwk and x5c are never followed; the token is refused and
 // the listener they point at sees no connection.
 func TestKeyURLHeadersAreNeverFollowed(t *testing.T) {
 	t.Parallel()
@@ -191,7 +191,7 @@ func TestKeyURLHeadersAreNeverFollowed(t *testing.T) {
 	}
 }
 
-// SECURITY.md 4: size is checked before parsing. A validly signed token padded to
+// docs/security.md item 4: size is checked before parsing. A validly signed token padded to
 // the limit passes; one byte more fails.
 func TestAuthenticateTokenSizeLimit(t *testing.T) {
 	t.Parallel()
@@ -225,7 +225,7 @@ func TestAuthenticateTokenSizeLimit(t *testing.T) {
 	wantTokenError(t, err)
 }
 
-// SECURITY.md 5: revocation is keyed on the session, never on the token's text. A
+// docs/security.md item 5: revocation is keyed on the session, never on the token's text. A
 // different token of the revoked session (other jti, other bytes) fails too, while
 // another session of the same user lives on.
 func TestRevocationIsKeyedOnSession(t *testing.T) {
@@ -331,7 +331,7 @@ func aliasLastChar(t *testing.T, sig string) string {
 // A token that verified is remembered by its text, so its next use skips the JWT
 // work; but the cache answers only for that exact text while its exp has not
 // passed and its key still verifies, and the session is checked on every use
-// (SECURITY.md 1, 2, 5, 26).
+// (docs/security.md items 1, 2, 5, 26).
 func TestVerifiedTokenCache(t *testing.T) {
 	t.Parallel()
 	f := newTokenFixture(t)

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// The hostile texts of SECURITY.md 35: a window title change, a screen clear and
+// The hostile texts of docs/security.md item 35: a window title change, a screen clear and
 // an OSC 8 link whose text hides where it goes.
 const (
 	osTitle   = "\x1b]0;x\x07"
@@ -19,7 +19,7 @@ const (
 	osc8Es    = `\x1b]8;;https://evil.example/\x1b\click-me\x1b]8;;\x1b\`
 )
 
-// TestEscape (SECURITY.md 35): every character a terminal acts on comes out as
+// TestEscape (docs/security.md item 35): every character a terminal acts on comes out as
 // text a person reads; everything else comes out as it went in.
 func TestEscape(t *testing.T) {
 	t.Parallel()
@@ -88,7 +88,7 @@ func noTerminalControls(t *testing.T, what, out string, allowed ...string) {
 	}
 }
 
-// TestTablesAndViewsEscapeWhatTheyShow (SECURITY.md 35): a VM's name and tags, a
+// TestTablesAndViewsEscapeWhatTheyShow (docs/security.md item 35): a VM's name and tags, a
 // task's target and error, an operation item's name and error, shown in the
 // tables and the progress views (plain and on a terminal), reach the terminal
 // escaped; the views' own cursor movements are the only sequences written.
@@ -151,7 +151,7 @@ func TestTablesAndViewsEscapeWhatTheyShow(t *testing.T) {
 	noTerminalControls(t, "op show", b.String())
 }
 
-// TestJSONStaysExact (SECURITY.md 35): -o json is the API's JSON: the control
+// TestJSONStaysExact (docs/security.md item 35): -o json is the API's JSON: the control
 // characters escaped the JSON way, so a program reads back the very name.
 func TestJSONStaysExact(t *testing.T) {
 	t.Parallel()

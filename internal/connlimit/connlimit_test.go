@@ -111,7 +111,7 @@ func (s *server) until(what string, cond func(Stats) bool) {
 	}
 }
 
-// TestACapRefusesWhenNothingIsIdle (SECURITY.md 34): three connections of one
+// TestACapRefusesWhenNothingIsIdle (docs/security.md item 34): three connections of one
 // client network that have sent nothing fill its cap of 3; the fourth is closed
 // at once and counted, exactly one refused; another network is not held by them;
 // and the three are served afterwards, none cut for the refused one.
@@ -149,7 +149,7 @@ func TestACapRefusesWhenNothingIsIdle(t *testing.T) {
 	}
 }
 
-// TestACapReclaimsTheLongestIdle (SECURITY.md 34, docs/decisions/0039): when a
+// TestACapReclaimsTheLongestIdle (docs/security.md item 34, docs/decisions/0039): when a
 // client network holds its cap of 3 and all are idle keep-alive connections, a
 // new one is admitted and the one idle the longest is closed — exactly that one;
 // the others still serve. Over HTTPS too, where the server's ConnState sees the
@@ -188,7 +188,7 @@ func TestACapReclaimsTheLongestIdle(t *testing.T) {
 	}
 }
 
-// TestTheTotalCapAndExemptPeers (SECURITY.md 34): a trusted proxy's address is
+// TestTheTotalCapAndExemptPeers (docs/security.md item 34): a trusted proxy's address is
 // held by the total cap only (3 connections past a network cap of 2); the total
 // of 4 refuses the fifth connection, from anyone, when none is idle — and
 // reclaims an idle one of another network when there is one.

@@ -253,7 +253,7 @@ func TestReadable(t *testing.T) {
 	}
 }
 
-// TestGrantsNeedAnAdminsLoginSession (SECURITY.md 32, docs/decisions/0038): the
+// TestGrantsNeedAnAdminsLoginSession (docs/security.md item 32, docs/decisions/0038): the
 // fleet itself refuses a grant change to an API token, an admin's too (403
 // session_required), and to a user or an admin's token narrowed by grants (403
 // forbidden); each refusal is audited as access.denied and changes nothing.

@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// TestListersShareOneRead (issue 8): 100 concurrent listers of one cluster's VMs
+// TestListersShareOneRead (issue 8, docs/history.md): 100 concurrent listers of one cluster's VMs
 // and nodes cost one PVE read each within a snapshot's life (SnapshotMaxAge, an
 // injected clock), every answer saying the data's age (AsOf); once the snapshot
 // is that old, the next lister reads again.

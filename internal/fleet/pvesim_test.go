@@ -19,7 +19,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// sim is DESIGN §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS, each
+// sim is docs/design.md §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS, each
 // node on its own loopback address with its own certificate.
 type sim struct {
 	c       *pvesim.Cluster
@@ -440,7 +440,7 @@ func TestClusterHealthIsCheckedAtMostEvery30s(t *testing.T) {
 	}
 }
 
-// TestConnectionReuse is the figure DESIGN §5 asks for: new upstream connections
+// TestConnectionReuse is the figure docs/design.md §5 asks for: new upstream connections
 // per 1 000 inventory reads through one cluster's client.
 func TestConnectionReuse(t *testing.T) {
 	t.Parallel()

@@ -9,7 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// TestAuthorizeUnderTokenGrants (SECURITY.md 32): an API token's grants cap its
+// TestAuthorizeUnderTokenGrants (docs/security.md item 32): an API token's grants cap its
 // owner's role cluster by cluster — the weaker of the two, nothing where the token
 // has no grant — in Authorize, Readable and Clusters; and the owner's grant is
 // read at every call, so removing it takes the token's at once.

@@ -14,7 +14,7 @@ import (
 // The structs below are the documented shapes the hand encodings (answers.go)
 // write; encoding/json's output for them is the reference.
 
-// taskJSON is a task as DESIGN §3.3 shows it. Every key is always present; what is
+// taskJSON is a task as docs/design.md §3.3 shows it. Every key is always present; what is
 // not known (yet) is null.
 type taskJSON struct {
 	TaskID       *string       `json:"taskId"`
@@ -81,7 +81,7 @@ func toTaskJSON(v vmops.TaskView) taskJSON {
 	return out
 }
 
-// vmStatusJSON is a VM's status as DESIGN §3.2 shows it.
+// vmStatusJSON is a VM's status as docs/design.md §3.2 shows it.
 type vmStatusJSON struct {
 	VMID      int64   `json:"vmid"`
 	Node      string  `json:"node"`
@@ -103,7 +103,7 @@ type haJSON struct {
 	State   string `json:"state,omitempty"`
 }
 
-// nodeJSON is a node as DESIGN §3.4 shows it.
+// nodeJSON is a node as docs/design.md §3.4 shows it.
 type nodeJSON struct {
 	Node   string  `json:"node"`
 	Status string  `json:"status"`
@@ -114,7 +114,7 @@ type nodeJSON struct {
 	Uptime int64   `json:"uptime"`
 }
 
-// vmJSON is a VM of a cluster's list as DESIGN §3.4 shows it.
+// vmJSON is a VM of a cluster's list as docs/design.md §3.4 shows it.
 type vmJSON struct {
 	VMID    int64    `json:"vmid"`
 	Name    string   `json:"name"`

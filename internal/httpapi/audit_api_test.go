@@ -44,7 +44,7 @@ func (e *testEnv) recordOf(req, action string) store.AuditRecord {
 	return found[0]
 }
 
-// TestSecurityRecordsCarryEveryField (SECURITY.md 24, 30): each security event
+// TestSecurityRecordsCarryEveryField (docs/security.md items 24, 30): each security event
 // over HTTP — a failed login (unknown e-mail, wrong password), a lockout, a login,
 // token reuse, a denial of an admin route and of a cluster, a logout, a session
 // ended by its user, and an admin's revocation of a user's sessions — is audited
@@ -171,7 +171,7 @@ func mustSessions(t *testing.T, e *testEnv, token string) []sessionOut {
 	return list
 }
 
-// TestRepeatedDenialsAreFoldedOverHTTP (SECURITY.md 30): a user hammering an admin
+// TestRepeatedDenialsAreFoldedOverHTTP (docs/security.md item 30): a user hammering an admin
 // route adds two rows a minute, not one per request, and the rows count every
 // denial.
 func TestRepeatedDenialsAreFoldedOverHTTP(t *testing.T) {
@@ -197,7 +197,7 @@ func TestRepeatedDenialsAreFoldedOverHTTP(t *testing.T) {
 	}
 }
 
-// TestAuditFiltersOverHTTP (SECURITY.md 30): GET /audit filters by user, action, cluster, result
+// TestAuditFiltersOverHTTP (docs/security.md item 30): GET /audit filters by user, action, cluster, result
 // and time, pages by cursor, and refuses what it cannot read.
 func TestAuditFiltersOverHTTP(t *testing.T) {
 	e := newTestEnv(t)

@@ -87,7 +87,7 @@ func TestNextRequestSeesChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The new endpoint does not answer: the VM's last known status, marked
-			// stale (issue 10), where a stale client would have answered fresh.
+			// stale (issue 10, docs/history.md), where a stale client would have answered fresh.
 			if w := e.do("vera", "GET", vm, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"stale":true`) {
 				t.Fatalf("GET %s with the endpoints moved to a dead one: %d %s, want the last status marked stale", vm, w.Code, w.Body)
 			}

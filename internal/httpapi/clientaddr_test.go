@@ -17,7 +17,7 @@ import (
 )
 
 // TestClientAddress: the forwarding headers are believed only from configured
-// proxies (SECURITY.md 15, 28), walked from the right to the first hop that is not
+// proxies (docs/security.md items 15, 28), walked from the right to the first hop that is not
 // a trusted proxy, and parsed strictly in every form they come in; what cannot be
 // parsed is an error (400), never the proxy's own address.
 func TestClientAddress(t *testing.T) {
@@ -164,7 +164,7 @@ func (e *proxiedEnv) loginVia(header, email, password string) *httptest.Response
 	return e.send(r)
 }
 
-// TestForwardedHeadersOverHTTP (SECURITY.md 28): through a trusted proxy, a
+// TestForwardedHeadersOverHTTP (docs/security.md item 28): through a trusted proxy, a
 // forwarding header that cannot be parsed answers 400 invalid_request and reaches
 // no use case; a good one makes the client the one that is throttled and audited.
 func TestForwardedHeadersOverHTTP(t *testing.T) {
@@ -205,7 +205,7 @@ func TestForwardedHeadersOverHTTP(t *testing.T) {
 	}
 }
 
-// TestLoginLockoutIsPerNetworkOverHTTP (SECURITY.md 28, issue 9): 200 wrong
+// TestLoginLockoutIsPerNetworkOverHTTP (docs/security.md item 28, issue 9 (docs/history.md)): 200 wrong
 // passwords for the admin from one client behind the proxy, then the right
 // password from another network gets a token at once; the attacker's /64 stays
 // delayed whichever of its addresses it uses, and the lockout is audited with it.

@@ -16,7 +16,7 @@ import (
 
 // managesCredentials says, from its method and path alone, whether a route
 // creates, changes or deletes users, grants, API tokens, passwords or sessions,
-// or reads tokens and sessions (SECURITY.md 32). It is written from the paths,
+// or reads tokens and sessions (docs/security.md item 32). It is written from the paths,
 // not from the route table's access column, so that a new route under these
 // paths is caught by TestCredentialRoutesRefuseAPITokens even when its access
 // was forgotten.
@@ -42,7 +42,7 @@ func fullRouteTable() []route {
 	return s.routes()
 }
 
-// TestCredentialRoutesNeedALoginSession (SECURITY.md 32): the routes that manage
+// TestCredentialRoutesNeedALoginSession (docs/security.md item 32): the routes that manage
 // credentials, as managesCredentials finds them by path, are exactly the routes
 // of access session or adminSession: none is left to any token, and no other
 // route refuses one.
@@ -77,7 +77,7 @@ type credentialRequest struct {
 	bodies []string // one request each; none: one without a body
 }
 
-// TestCredentialRoutesRefuseAPITokens (SECURITY.md 32, docs/decisions/0038): an
+// TestCredentialRoutesRefuseAPITokens (docs/security.md item 32, docs/decisions/0038): an
 // admin's API token without grants — the strongest token there is — gets 403
 // session_required from every credential route (managesCredentials over the
 // route table), each with a request that would succeed from the admin's login
@@ -191,7 +191,7 @@ func TestCredentialRoutesRefuseAPITokens(t *testing.T) {
 	e.call("view", "POST", e.vmPath("pve1", 100)+"/start", "").expect(t, http.StatusForbidden, "forbidden")
 }
 
-// TestRefreshAnswersAnAPITokenTheOne401 (SECURITY.md 1, 32): an API token at
+// TestRefreshAnswersAnAPITokenTheOne401 (docs/security.md items 1, 32): an API token at
 // /user/refresh is answered exactly like a token that is not one: the one 401
 // body, so the route tells nobody what kind of token it was given.
 func TestRefreshAnswersAnAPITokenTheOne401(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/apitest"
 )
 
-// The tests of SECURITY.md 31 over HTTP: the headers of every answer, 415 for a
+// The tests of docs/security.md item 31 over HTTP: the headers of every answer, 415 for a
 // body that is not JSON and 400 for duplicate and case-variant keys on every route
 // of the route table, and /metrics for loopback clients only.
 
@@ -71,7 +71,7 @@ func (e *vmEnv) vals() routeVals {
 		"sessionId": "no-such-session", "tokenId": "nosuchtoken", "action": "start"}
 }
 
-// checkAPIHeaders fails unless h carries every header SECURITY.md 31 asks for.
+// checkAPIHeaders fails unless h carries every header docs/security.md item 31 asks for.
 func checkAPIHeaders(t *testing.T, what string, h http.Header) {
 	t.Helper()
 	for _, kv := range [][2]string{
@@ -88,7 +88,7 @@ func checkAPIHeaders(t *testing.T, what string, h http.Header) {
 	}
 }
 
-// TestSecurityHeadersOnEveryRoute (SECURITY.md 31): every route of the table
+// TestSecurityHeadersOnEveryRoute (docs/security.md item 31): every route of the table
 // answers with the headers, without a token and with an admin's; so do an unknown
 // path, a wrong method and a refused body.
 func TestSecurityHeadersOnEveryRoute(t *testing.T) {
@@ -123,7 +123,7 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 	}
 }
 
-// TestBodiesNeedJSONOnEveryRoute (SECURITY.md 31): every POST, PUT and PATCH of the
+// TestBodiesNeedJSONOnEveryRoute (docs/security.md item 31): every POST, PUT and PATCH of the
 // route table refuses a body without Content-Type: application/json with 415,
 // before it acts, and accepts the type with a charset.
 func TestBodiesNeedJSONOnEveryRoute(t *testing.T) {
@@ -176,7 +176,7 @@ func TestBodiesNeedJSONOnEveryRoute(t *testing.T) {
 	}
 }
 
-// TestDuplicateAndCaseVariantKeysOnEveryRoute (SECURITY.md 31): on every route that
+// TestDuplicateAndCaseVariantKeysOnEveryRoute (docs/security.md item 31): on every route that
 // takes a body, a key given twice and a key that matches a field only when case is
 // ignored are 400 invalid_request before anything happens; a route that takes no
 // body refuses either as a body.
@@ -233,7 +233,7 @@ func (e *testEnv) auditRecords() []string {
 	return out
 }
 
-// TestStrictKeysAtEveryDepth (SECURITY.md 31): checkKeys follows the target type into nested
+// TestStrictKeysAtEveryDepth (docs/security.md item 31): checkKeys follows the target type into nested
 // objects, arrays, maps and embedded structs.
 func TestStrictKeysAtEveryDepth(t *testing.T) {
 	type Inner struct {
@@ -285,7 +285,7 @@ func TestStrictKeysAtEveryDepth(t *testing.T) {
 	}
 }
 
-// TestMetricsOnlyForLoopback (SECURITY.md 31): /metrics answers loopback peers;
+// TestMetricsOnlyForLoopback (docs/security.md item 31): /metrics answers loopback peers;
 // anyone else, a client a trusted local proxy forwards for included, gets the 404
 // of a path that does not exist, unless MetricsPublic; MetricsHandler serves it to
 // all on a listener of its own.
@@ -364,7 +364,7 @@ func TestMetricsOnlyForLoopback(t *testing.T) {
 	}
 }
 
-// TestUIHook (SECURITY.md 31): with a UI handler, paths that are not the API's go to it untouched
+// TestUIHook (docs/security.md item 31): with a UI handler, paths that are not the API's go to it untouched
 // (it sets its own CSP); the API's paths keep the API's answers and headers.
 func TestUIHook(t *testing.T) {
 	e := newTestEnv(t)

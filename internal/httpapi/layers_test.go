@@ -13,7 +13,7 @@ import (
 )
 
 // adapterDirs are the front ends, relative to this package: each decodes, calls one
-// use case and renders (DESIGN §2, docs/decisions/0009). A directory that does not
+// use case and renders (docs/design.md §2, docs/decisions/0009). A directory that does not
 // exist yet (the web UI) is checked once it does.
 var adapterDirs = []string{".", "../webui"}
 

@@ -19,7 +19,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 )
 
-// BenchmarkLoginFlood measures issue 8's login goals over real HTTP with the
+// BenchmarkLoginFlood measures issue 8 (docs/history.md)'s login goals over real HTTP with the
 // production argon2id parameters and the default hashing slots (GOMAXPROCS-1):
 //
 //   - logins: b.N successful logins from 4×slots+4 concurrent clients. It reports

@@ -48,7 +48,7 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
-// TestLoginFloodMemoryIsBounded (SECURITY.md 16): the memory a wrong-password
+// TestLoginFloodMemoryIsBounded (docs/security.md item 16): the memory a wrong-password
 // flood takes is counted, not timed. One argon2id derivation allocates its
 // parameters' memory (counted by the runtime's allocation total); then, with
 // every slot's hash held in flight and the queue full, 2 000 more attempts from 50

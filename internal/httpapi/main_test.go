@@ -11,7 +11,7 @@ import (
 
 // TestMain runs the package's tests and then checks that they exercised every
 // operation of api/openapi.yaml with a successful answer that apitest validated
-// (issue 12): every handler test goes through apitest, so an operation no test saw
+// (issue 12, docs/history.md): every handler test goes through apitest, so an operation no test saw
 // succeed has a success schema nobody checked. Only a run of the whole package can
 // tell; a run narrowed with -run or -skip does not check.
 func TestMain(m *testing.M) {

@@ -27,7 +27,7 @@ import (
 
 // This file holds the whole-stack test environment (real SQLite store, real auth,
 // real fleet, emulated clusters over HTTPS) and the authorization matrix of users ×
-// clusters × actions × roles (SECURITY.md 18, 19). The VM operations add their
+// clusters × actions × roles (docs/security.md items 18, 19). The VM operations add their
 // routes' actions and call runMatrix with them.
 
 const envPassword = "violet-Harbor-lantern-drift-42"
@@ -54,7 +54,7 @@ type testEnv struct {
 	tokens   map[string]string // user name → bearer token
 }
 
-// envSim is DESIGN §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS
+// envSim is docs/design.md §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS
 // and registered in vmgate under its name.
 type envSim struct {
 	c       *pvesim.Cluster

@@ -16,7 +16,7 @@ import (
 	"github.com/vmgate/vmgate/internal/seal"
 )
 
-// SECURITY.md 6, 7, 10, 11 and 29 over HTTP, on every route of the route table (a
+// docs/security.md items 6, 7, 10, 11 and 29 over HTTP, on every route of the route table (a
 // loop over it, not a sample): a token whose session was rotated, replayed,
 // logged out, ended by its user or an admin, or whose user was disabled, demoted,
 // deleted or changed their password elsewhere, gets on every authenticated route
@@ -57,7 +57,7 @@ func routeRequest(rt route, vals routeVals, token string) *http.Request {
 	return r
 }
 
-// deadToken is a way to kill a token, and the SECURITY.md item it proves.
+// deadToken is a way to kill a token, and the docs/security.md item it proves.
 type deadToken struct {
 	name string
 	item string
@@ -131,7 +131,7 @@ var deadTokens = []deadToken{
 	}},
 }
 
-// TestDeadTokensFailOnEveryRoute (SECURITY.md 6, 7, 10, 11, 29): every way a token dies makes it fail on every
+// TestDeadTokensFailOnEveryRoute (docs/security.md items 6, 7, 10, 11, 29): every way a token dies makes it fail on every
 // route with the exact answer of a request without a token, while a live token of
 // the same kind of user gets past authentication on each of them.
 func TestDeadTokensFailOnEveryRoute(t *testing.T) {
@@ -183,7 +183,7 @@ func TestDeadTokensFailOnEveryRoute(t *testing.T) {
 			for _, rt := range routes {
 				w := serve(routeRequest(rt, vals, tok))
 				if got := comparable(w); got != want[rt.method+" "+rt.pattern] {
-					t.Errorf("SECURITY.md %s: %s %s: %s\nwant the answer without a token: %s", d.item, rt.method, rt.pattern,
+					t.Errorf("docs/security.md %s: %s %s: %s\nwant the answer without a token: %s", d.item, rt.method, rt.pattern,
 						got, want[rt.method+" "+rt.pattern])
 				}
 			}
@@ -191,7 +191,7 @@ func TestDeadTokensFailOnEveryRoute(t *testing.T) {
 	}
 }
 
-// TestEndedSessionReachesOtherReplicas (SECURITY.md 29): a session ended on one
+// TestEndedSessionReachesOtherReplicas (docs/security.md item 29): a session ended on one
 // replica fails at once there and, through the store's change feed, on another
 // replica that had it cached.
 func TestEndedSessionReachesOtherReplicas(t *testing.T) {

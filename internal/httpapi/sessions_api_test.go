@@ -61,7 +61,7 @@ func (e *testEnv) current(token string) string {
 	return ""
 }
 
-// TestSessionsOverHTTP (SECURITY.md 29): a user lists and ends their own sessions,
+// TestSessionsOverHTTP (docs/security.md item 29): a user lists and ends their own sessions,
 // an admin anyone's; an ended session's token is 401 at once; someone else's
 // session is 404 like a missing one; the ends are audited with the actor.
 func TestSessionsOverHTTP(t *testing.T) {

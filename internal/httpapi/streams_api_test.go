@@ -49,7 +49,7 @@ func openStream(t *testing.T, srv string, client *http.Client, path, token strin
 	}
 }
 
-// TestEventStreamsAreCappedByCount (SECURITY.md 34): with caps of 2 streams a
+// TestEventStreamsAreCappedByCount (docs/security.md item 34): with caps of 2 streams a
 // session and 3 a user, a user's streams are counted by session and by user —
 // a login session, a second login and an API token of the same user — and each
 // stream past a cap is 429 too_many_streams with Retry-After, exactly the ones

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// SECURITY.md 22 on a live socket: a client that sends its headers too slowly,
+// docs/security.md item 22 on a live socket: a client that sends its headers too slowly,
 // its body too slowly, or leaves a kept-alive connection idle is cut off at the
 // server's timeouts. The timeouts are made short for the test; what is asserted is
 // that the server closed the connection (the client reads EOF or a reset well
@@ -63,7 +63,7 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// TestSlowHeadersAreCut (SECURITY.md 22): half a request head, then silence.
+// TestSlowHeadersAreCut (docs/security.md item 22): half a request head, then silence.
 func TestSlowHeadersAreCut(t *testing.T) {
 	e := newTestEnv(t)
 	c := dial(t, liveServer(t, e))
@@ -76,7 +76,7 @@ func TestSlowHeadersAreCut(t *testing.T) {
 	}
 }
 
-// TestSlowBodyIsCut (SECURITY.md 22): a head announcing a body, a few bytes of it, then silence.
+// TestSlowBodyIsCut (docs/security.md item 22): a head announcing a body, a few bytes of it, then silence.
 func TestSlowBodyIsCut(t *testing.T) {
 	e := newTestEnv(t)
 	c := dial(t, liveServer(t, e))
@@ -91,7 +91,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 	}
 }
 
-// TestIdleConnectionIsCut (SECURITY.md 22): a kept-alive connection left idle.
+// TestIdleConnectionIsCut (docs/security.md item 22): a kept-alive connection left idle.
 func TestIdleConnectionIsCut(t *testing.T) {
 	e := newTestEnv(t)
 	c := dial(t, liveServer(t, e))

@@ -49,7 +49,7 @@ func (e *vmEnv) newToken(user, as, body string) createdToken {
 	return c
 }
 
-// TestAPITokensOverHTTP (SECURITY.md 32): a token made from a login session acts
+// TestAPITokensOverHTTP (docs/security.md item 32): a token made from a login session acts
 // for its owner on the VM routes, attributed to the owner and the token in the
 // audit trail; it manages no tokens, passwords or sessions (403
 // session_required) and is not refreshed (the one 401); its grants cap the owner's; revoking it, removing the owner's grant or
@@ -133,7 +133,7 @@ func TestAPITokensOverHTTP(t *testing.T) {
 	e.call("op-full", "GET", "/api/v1/pve/clusters", "").expect(t, 401, "unauthenticated")
 }
 
-// TestAPITokenAdminScope (SECURITY.md 32): an admin's token without grants
+// TestAPITokenAdminScope (docs/security.md item 32): an admin's token without grants
 // reads what an admin reads; one with grants is no admin; neither reaches the
 // routes that manage users, sessions or tokens.
 func TestAPITokenAdminScope(t *testing.T) {
@@ -150,7 +150,7 @@ func TestAPITokenAdminScope(t *testing.T) {
 	e.call("root-full", "PATCH", "/api/v1/users/"+uid, `{"disabled":true}`).expect(t, 403, "session_required")
 }
 
-// TestAPITokenNeverLogged (SECURITY.md 32): the request log of a token's uses —
+// TestAPITokenNeverLogged (docs/security.md item 32): the request log of a token's uses —
 // good, revoked, refused, and a token pasted into the path — never holds the
 // secret; failed uses from one network are limited (429).
 func TestAPITokenNeverLogged(t *testing.T) {
@@ -193,7 +193,7 @@ func TestAPITokenNeverLogged(t *testing.T) {
 	}
 }
 
-// TestRevokedTokenFailsOnEveryReplica (SECURITY.md 32): two replicas on one
+// TestRevokedTokenFailsOnEveryReplica (docs/security.md item 32): two replicas on one
 // PostgreSQL database, each with its own store, caches and server. A token used
 // on replica B (so cached there) fails on B once it is revoked on A, once its
 // owner is disabled on A, and (404) once the owner's grant is removed on A: the

@@ -71,7 +71,7 @@ func (e *testEnv) meStatus(token string) int {
 	return e.send(bearerReq("GET", "/api/v1/user/me", token, "")).Code
 }
 
-// TestTokenChainOverHTTP covers SECURITY.md 6, 7, 10 and 17 at the HTTP layer.
+// TestTokenChainOverHTTP covers docs/security.md items 6, 7, 10 and 17 at the HTTP layer.
 func TestTokenChainOverHTTP(t *testing.T) {
 	e := newTestEnv(t)
 	e.addUser("ann", accounts.RoleUser)
@@ -136,7 +136,7 @@ func comparable(w *httptest.ResponseRecorder) string {
 }
 
 // TestOneAnswerForEveryAuthFailure: bad credentials of any kind look the same
-// (SECURITY.md 1, 4, 14).
+// (docs/security.md items 1, 4, 14).
 func TestOneAnswerForEveryAuthFailure(t *testing.T) {
 	e := newTestEnv(t)
 	e.addUser("bob", accounts.RoleUser)
@@ -178,7 +178,7 @@ func TestOneAnswerForEveryAuthFailure(t *testing.T) {
 	}
 }
 
-// TestAccountChangesEndSessions covers SECURITY.md 11 over HTTP.
+// TestAccountChangesEndSessions covers docs/security.md item 11 over HTTP.
 func TestAccountChangesEndSessions(t *testing.T) {
 	e := newTestEnv(t)
 	e.addUser("root", accounts.RoleAdmin)
@@ -293,7 +293,7 @@ func TestUserAdminRoutes(t *testing.T) {
 	}
 }
 
-// TestStrictInput: bodies, sizes, methods and unknown routes (DESIGN §3, SECURITY.md 21, 22).
+// TestStrictInput: bodies, sizes, methods and unknown routes (docs/design.md §3, docs/security.md items 21, 22).
 func TestStrictInput(t *testing.T) {
 	e := newTestEnv(t)
 	big := `{"email":"a@b.c","password":"` + strings.Repeat("x", 70<<10) + `"}`
@@ -392,7 +392,7 @@ func TestOperationsEndpoints(t *testing.T) {
 	}
 }
 
-// TestServerLimits: the http.Server's timeouts and header limit (SECURITY.md 4, 22).
+// TestServerLimits: the http.Server's timeouts and header limit (docs/security.md items 4, 22).
 func TestServerLimits(t *testing.T) {
 	e := newTestEnv(t)
 	hs := NewHTTPServer("127.0.0.1:0", e.h, e.api.log)
@@ -418,7 +418,7 @@ func TestServerLimits(t *testing.T) {
 	}
 }
 
-// TestLoginFloodIsBoundedAndQueued: SECURITY.md 16, proven by counting, not timing
+// TestLoginFloodIsBoundedAndQueued: docs/security.md item 16, proven by counting, not timing
 // (the speed is BenchmarkLoginFlood's). A wrong-password flood from 50 addresses
 // meets a hasher that holds every hash until released: exactly MaxConcurrentHashes
 // hashes run (so the hash memory in use is that many times Argon2.Memory, however

@@ -21,7 +21,7 @@ const (
 	simMigrate    = "/nodes/{node}/qemu/{vmid}/migrate"
 )
 
-// TestVMPowerHTTP: the power routes' rows of issue 5 over HTTP.
+// TestVMPowerHTTP: the power routes' rows of issue 5 (docs/history.md) over HTTP.
 func TestVMPowerHTTP(t *testing.T) {
 	t.Parallel()
 	e := newVMEnv(t, 1000)

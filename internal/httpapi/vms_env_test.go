@@ -21,7 +21,7 @@ import (
 
 // The VM operations' tests run the whole stack over real HTTP on loopback: the
 // real server, SQLite store, auth and fleet, and the emulator's dev cluster
-// (DESIGN §7) registered through the fleet over HTTPS.
+// (docs/design.md §7) registered through the fleet over HTTPS.
 
 var _ VMs = (*vmops.Service)(nil)
 

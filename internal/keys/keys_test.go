@@ -162,7 +162,7 @@ func (in *install) rotation(newFile string) SealRotation {
 	return SealRotation{Store: in.st, KeyFile: in.keyFile, NewKeyFile: newFile, Install: true, Audit: in.trail}
 }
 
-// SECURITY.md 26: a new signing key signs at once on a vmgate that reads the feed,
+// docs/security.md item 26: a new signing key signs at once on a vmgate that reads the feed,
 // tokens of the old key stay valid, and the rotation is audited. A key file that
 // does not open the stored keys adds nothing.
 func TestRotateSigning(t *testing.T) {
@@ -210,7 +210,7 @@ func TestRotateSigning(t *testing.T) {
 	}
 }
 
-// SECURITY.md 26: every sealed value moves to the new key in one transaction, the
+// docs/security.md item 26: every sealed value moves to the new key in one transaction, the
 // new key file takes the old one's place, the old key is kept beside it, and
 // everything sealed still opens — tokens signed before keep working.
 func TestRotateSeal(t *testing.T) {
@@ -252,7 +252,7 @@ func TestRotateSeal(t *testing.T) {
 	in.works(in.keyFile)
 }
 
-// SECURITY.md 26, a crash between steps: interrupted after each step, the
+// docs/security.md item 26, a crash between steps: interrupted after each step, the
 // installation is in a state vmgate either starts in or refuses with both key ids,
 // and running the rotation again with the same arguments completes it.
 func TestRotateSealRecoversFromEveryCrash(t *testing.T) {

@@ -46,7 +46,7 @@ func poolRound(t *testing.T, c *pve.Client, workers, n int) {
 // connections a slow round left unused that long (see pve.WithIdleTimeout).
 func keepIdle(cfg *pve.Config) { *cfg = pve.WithIdleTimeout(*cfg, time.Hour) }
 
-// TestConnectionPoolReuse is issue 8's upstream-connection goal: at most one
+// TestConnectionPoolReuse is issue 8 (docs/history.md)'s upstream-connection goal: at most one
 // new TLS connection per 1000 requests at 1, 16, 64 and 256 concurrent
 // clients, counted by the client (Stats.NewConns) and by the emulator
 // (accepted connections).

@@ -152,8 +152,8 @@ func TestRoutesConformToSchema(t *testing.T) {
 	}
 }
 
-// TestVMGateNeeds lists what vmgate calls (DESIGN.md §3, §5) and will call
-// for containers (issue 18) and node maintenance (issue 20): each method
+// TestVMGateNeeds lists what vmgate calls (docs/design.md §3, §5) and will call
+// for containers (issue 18, docs/history.md) and node maintenance (issue 20, docs/history.md): each method
 // must be served and each parameter acted on.
 func TestVMGateNeeds(t *testing.T) {
 	t.Parallel()
@@ -179,7 +179,7 @@ func TestVMGateNeeds(t *testing.T) {
 		"DELETE /nodes/{node}/tasks/{upid}":     {"node", "upid"},
 		"GET /nodes/{node}/tasks/{upid}/status": {"node", "upid"},
 		"GET /nodes/{node}/tasks/{upid}/log":    {"node", "upid", "start", "limit"},
-		// Containers, as issue 18 will call them.
+		// Containers, as issue 18 (docs/history.md) will call them.
 		"GET /nodes/{node}/lxc":                         {"node"},
 		"GET /nodes/{node}/lxc/{vmid}/status/current":   {"node", "vmid"},
 		"GET /nodes/{node}/lxc/{vmid}/config":           {"node", "vmid"},
@@ -189,7 +189,7 @@ func TestVMGateNeeds(t *testing.T) {
 		"POST /nodes/{node}/lxc/{vmid}/status/reboot":   {"node", "vmid", "timeout"},
 		"GET /nodes/{node}/lxc/{vmid}/migrate":          {"node", "vmid"},
 		"POST /nodes/{node}/lxc/{vmid}/migrate":         {"node", "vmid", "target", "restart", "timeout", "target-storage", "bwlimit"},
-		// Node maintenance, as issue 20 will call it.
+		// Node maintenance, as issue 20 (docs/history.md) will call it.
 		"GET /nodes/{node}/status":                  {"node"},
 		"POST /nodes/{node}/status":                 {"node", "command"},
 		"GET /nodes/{node}/apt/update":              {"node"},

@@ -6,7 +6,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// TestLimiterCountsStreams (SECURITY.md 34): by count, never by time — a
+// TestLimiterCountsStreams (docs/security.md item 34): by count, never by time — a
 // session's streams up to its cap pass and the next is 429 too_many_streams with
 // Retry-After; so is a user's next across sessions; a released slot is taken
 // again; releasing twice gives back one slot; a negative cap is none.

@@ -31,7 +31,7 @@ func openKeyed(t *testing.T, dsn string, sl *seal.Sealer) (store.Store, error) {
 	return s, err
 }
 
-// testAuditChainKeyed (SECURITY.md 30; docs/decisions/0042): a chain written
+// testAuditChainKeyed (docs/security.md item 30; docs/decisions/0042): a chain written
 // before keying is keyed by the first stores opened with the key file — once,
 // however many open together — with one row that begins the keyed part; every
 // replica then appends rows whose value is the HMAC under the one key, and the

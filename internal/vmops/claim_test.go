@@ -532,7 +532,7 @@ func testSeed() uint64 {
 	return s
 }
 
-// TestClaimInterleavingOfTheIssue is issue 17's interleaving, step by step:
+// TestClaimInterleavingOfTheIssue is issue 17 (docs/history.md)'s interleaving, step by step:
 // request Y's POST is lost (PVE never got it: 504 outcome_unknown); request X,
 // for the same VM and action, then gets its task from PVE, and before X has
 // recorded it Y's search reads the task list. Y must not take X's task: X's row

@@ -106,7 +106,7 @@ func testAnswers(o KeyOutcome) Answer {
 // TestOutcomeUnknownFoundWithinOneSearch: a start whose answer was lost before
 // PVE got it answers outcome_unknown naming its task row (TaskRef); the row is
 // listed (pending) and answers by its id at once. PVE gets the request later: the
-// next search — one SearchEvery (3 s, under issue 10's 10 s) after the last —
+// next search — one SearchEvery (3 s, under issue 10 (docs/history.md)'s 10 s) after the last —
 // finds the task and the row reads as it. Driven by a fake clock.
 func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	t.Parallel()

@@ -231,7 +231,7 @@ func TestAdminAuditLog(t *testing.T) {
 
 var endForms = regexp.MustCompile(`action="(/[^"]+/sessions/[A-Za-z0-9_-]+/end)"`)
 
-// TestSessionsUI (SECURITY.md 29): a user sees their sessions and ends another of
+// TestSessionsUI (docs/security.md item 29): a user sees their sessions and ends another of
 // them (its browser is logged out at once) or their own (logging out); an admin
 // ends anyone's from the user's page.
 func TestSessionsUI(t *testing.T) {
@@ -290,7 +290,7 @@ func (b *browser) sessionID() string {
 
 var tokenSecret = regexp.MustCompile(`id="new-token-secret" class="mono" value="(vmg_[A-Za-z0-9]+)"`)
 
-// TestAPITokensUI (SECURITY.md 32): a user makes a token, sees its secret once (on
+// TestAPITokensUI (docs/security.md item 32): a user makes a token, sees its secret once (on
 // the answer itself, never again), the token works against the API and never
 // beyond the user's grants; revoking it from the account page or an admin's
 // user page ends it at once.

@@ -10,7 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 )
 
-// TestAPITokenIsNoCookie (SECURITY.md 32): an API token put into the session
+// TestAPITokenIsNoCookie (docs/security.md item 32): an API token put into the session
 // cookie is no session: the UI sends the request to the log-in page.
 func TestAPITokenIsNoCookie(t *testing.T) {
 	t.Parallel()

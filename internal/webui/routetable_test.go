@@ -50,7 +50,7 @@ func (e *env) uiPath(t *testing.T, pattern string, asset string, nothing bool) s
 }
 
 // checkUIHeaders fails unless h carries every security header of a UI answer
-// (SECURITY.md 31, 33), with HSTS exactly when the answer came over TLS.
+// (docs/security.md items 31, 33), with HSTS exactly when the answer came over TLS.
 func checkUIHeaders(t *testing.T, what string, h http.Header, tls bool) {
 	t.Helper()
 	csp := h.Get("Content-Security-Policy")
@@ -95,7 +95,7 @@ func (b *browser) request(method, path string, form url.Values) *http.Request {
 	return req
 }
 
-// TestSecurityHeadersOnEveryUIRoute (SECURITY.md 31): every route of the UI's
+// TestSecurityHeadersOnEveryUIRoute (docs/security.md item 31): every route of the UI's
 // table — as a stranger (the redirect to log in, the script's 401), as an admin
 // (the page, the redirect after an action, the error page), and for a form
 // refused for its CSRF token — and the UI's 404, a method no route has, a form
@@ -174,7 +174,7 @@ func TestSecurityHeadersOnEveryUIRoute(t *testing.T) {
 	}
 }
 
-// TestEveryUIPostNeedsCSRFAndOrigin (SECURITY.md 33): every POST of the UI's
+// TestEveryUIPostNeedsCSRFAndOrigin (docs/security.md item 33): every POST of the UI's
 // table, sent by a logged-in admin (who may do anything), is refused with 403
 // before its handler runs — the audit trail does not move — when the form lacks
 // the session's CSRF token, carries another session's, comes from another

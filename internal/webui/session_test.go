@@ -15,7 +15,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 )
 
-// TestSessionCookieAttributes (SECURITY.md 33): every cookie the UI sets — the
+// TestSessionCookieAttributes (docs/security.md item 33): every cookie the UI sets — the
 // log-in form's CSRF secret, the session, a notice — is HttpOnly,
 // SameSite=Strict, Path=/ without Domain, and over TLS Secure with the __Host-
 // prefix (so no sibling subdomain or plain-HTTP page can plant one); the session
@@ -79,7 +79,7 @@ func TestSessionCookieAttributes(t *testing.T) {
 	}
 }
 
-// TestAPIRefusesTheCookie (SECURITY.md 33): the JSON API authenticates with a
+// TestAPIRefusesTheCookie (docs/security.md item 33): the JSON API authenticates with a
 // Bearer token only; the UI's cookie opens nothing there, on a read or a write.
 func TestAPIRefusesTheCookie(t *testing.T) {
 	t.Parallel()
@@ -112,7 +112,7 @@ func TestAPIRefusesTheCookie(t *testing.T) {
 	b.get("/").expect(t, http.StatusOK)
 }
 
-// TestStateChangesNeedCSRFAndOrigin (SECURITY.md 33): a POST without the session's
+// TestStateChangesNeedCSRFAndOrigin (docs/security.md item 33): a POST without the session's
 // CSRF token, with another session's token, from another Origin, or without any
 // Origin and Sec-Fetch-Site, is refused and changes nothing.
 func TestStateChangesNeedCSRFAndOrigin(t *testing.T) {
@@ -378,7 +378,7 @@ func TestSessionRenewal(t *testing.T) {
 	}
 }
 
-// TestRotatedCookieRevokesTheSession (SECURITY.md 7, the UI's path): a thief
+// TestRotatedCookieRevokesTheSession (docs/security.md item 7, the UI's path): a thief
 // rotates a stolen cookie's token at /user/refresh; when the owner's browser
 // presents the old token to the UI, the session is revoked — the thief's new
 // token dies too — and auth.token_reuse is audited, exactly as a replay at

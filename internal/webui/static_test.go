@@ -83,7 +83,7 @@ func TestStaticFiles(t *testing.T) {
 	}
 }
 
-// TestEveryUIAnswerHasTheSecurityHeaders (SECURITY.md 31, 33): pages, redirects,
+// TestEveryUIAnswerHasTheSecurityHeaders (docs/security.md items 31, 33): pages, redirects,
 // static files and errors all carry the UI's CSP (no 'unsafe-inline' or
 // 'unsafe-eval', frame-ancestors 'none') and the other headers; pages are never
 // cached.

@@ -13,7 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// TestLivePagesShareTheStreamCaps (SECURITY.md 34): the live pages' event streams
+// TestLivePagesShareTheStreamCaps (docs/security.md item 34): the live pages' event streams
 // count in the limiter the API's streams count in. With caps of 2 a session and 3
 // a user: the operator's API token holds one API stream, their browser session
 // opens two live pages and its third is 429 too_many_streams with Retry-After;

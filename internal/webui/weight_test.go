@@ -12,7 +12,7 @@ import (
 )
 
 // pageBudget is the most HTML, CSS and JavaScript one page may weigh,
-// uncompressed (issue 11).
+// uncompressed (issue 11, docs/history.md).
 const pageBudget = 150 << 10
 
 // TestPageWeight: every page, at its heaviest (a full page of the VM list, a task
