@@ -31,7 +31,8 @@ type fold struct {
 	last    store.AuditRecord
 	count   int64 // denials folded, not written yet
 	targets []string
-	more    int // distinct targets past maxFoldTargets (an upper bound: not deduplicated)
+	more    int    // distinct targets past maxFoldTargets (an upper bound: not deduplicated)
+	seq     uint64 // when the fold began, among the folder's folds: breaks ties between windows
 }
 
 // folder keeps the folds; see the package doc. It is safe for concurrent use.
@@ -41,6 +42,7 @@ type folder struct {
 
 	mu    sync.Mutex
 	folds map[foldKey]*fold
+	seq   uint64 // the last fold's seq
 }
 
 func newFolder(window time.Duration, max int) *folder {
@@ -74,20 +76,22 @@ func (f *folder) add(rec store.AuditRecord) (write bool, flushed []store.AuditRe
 		}
 		delete(f.folds, oldest)
 	}
-	f.folds[key] = &fold{window: win, last: rec}
+	f.seq++
+	f.folds[key] = &fold{window: win, last: rec, seq: f.seq}
 	return true, flushed
 }
 
 // oldest is the key of the fold with the earliest window; the caller holds mu.
+// oldest is the fold of the earliest window; among folds of one window, the one
+// begun first. Never map order: which count is written early must not be luck.
 func (f *folder) oldest() foldKey {
 	var (
-		key foldKey
-		at  time.Time
+		key  foldKey
+		best *fold
 	)
-	first := true
 	for k, v := range f.folds {
-		if first || v.window.Before(at) {
-			key, at, first = k, v.window, false
+		if best == nil || v.window.Before(best.window) || (v.window.Equal(best.window) && v.seq < best.seq) {
+			key, best = k, v
 		}
 	}
 	return key
