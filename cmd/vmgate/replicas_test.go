@@ -17,12 +17,9 @@ import (
 	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store/storetest"
-)
 
-// replicaDeadline bounds how long a test waits for a change to reach the other
-// replica. The bound vmgate states is 100 ms (measured by cmd/vmgate-bench); the
-// deadline is generous because tests run on busy machines, and each delay is logged.
-const replicaDeadline = 10 * time.Second
+	"github.com/vmgate/vmgate/internal/testkit"
+)
 
 // replicas are two `vmgate server` processes on one PostgreSQL schema. B polls
 // the change feed only once an hour, so what B sees in time was pushed to it.
@@ -108,23 +105,14 @@ func (r *replicas) listener(not, not2 int) int {
 	return pid
 }
 
-// eventually polls ok until it succeeds, for at most replicaDeadline, and logs how
-// long it took.
+// eventually polls ok until it succeeds (testkit's deadline guards a hang) and logs
+// how long it took. The bound vmgate states for a change to reach the other replica
+// is 100 ms, measured by cmd/vmgate-bench, never here.
 func (r *replicas) eventually(what string, ok func() error) time.Duration {
 	r.t.Helper()
-	start := time.Now()
-	for {
-		err := ok()
-		if err == nil {
-			d := time.Since(start)
-			r.t.Logf("%s: after %v", what, d.Round(10*time.Microsecond))
-			return d
-		}
-		if time.Since(start) > replicaDeadline {
-			r.t.Fatalf("%s: not within %v: %v", what, replicaDeadline, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	d := testkit.Eventually(r.t, what, ok)
+	r.t.Logf("%s: after %v", what, d.Round(10*time.Microsecond))
+	return d
 }
 
 // client is a checked client of base with token.

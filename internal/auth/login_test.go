@@ -16,6 +16,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // outcomes records Config.LoginOutcome.
@@ -189,18 +191,6 @@ func (h *heldHasher) derive(pw, salt []byte, p Params) []byte {
 	return Argon2ID(pw, salt, p)
 }
 
-// waitFor polls cond until it holds, failing the test after a generous deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // docs/security.md item 16: at most MaxConcurrentHashes hashes run at once; further logins
 // wait in the queue (never refused while it has room), a login that finds it full
 // gets 429 with Retry-After, and token checks go on meanwhile.
@@ -221,7 +211,7 @@ func TestLoginHashConcurrencyBounded(t *testing.T) {
 			results <- err
 		}()
 	}
-	waitFor(t, "the slots are taken and the queue is full", func() bool {
+	testkit.Until(t, "the slots are taken and the queue is full", func() bool {
 		busy, waiting := e.s.hashes.stats()
 		return busy == slots && waiting == queue
 	})
@@ -233,7 +223,7 @@ func TestLoginHashConcurrencyBounded(t *testing.T) {
 		}
 	}
 	e.authOK(tok.Raw) // token checks need no slot
-	waitFor(t, "the slot holders are hashing", func() bool { return h.running.Load() == slots })
+	testkit.Until(t, "the slot holders are hashing", func() bool { return h.running.Load() == slots })
 	for range slots + queue {
 		h.gate <- struct{}{}
 	}
@@ -273,7 +263,7 @@ func TestLoginHashQueueIsFIFO(t *testing.T) {
 	}
 	for i := 1; i <= waiters; i++ { // queue them one at a time, so the order is known
 		go login(i, done)
-		waitFor(t, fmt.Sprintf("login %d is queued", i), func() bool { _, n := e.s.hashes.stats(); return n == i })
+		testkit.Until(t, fmt.Sprintf("login %d is queued", i), func() bool { _, n := e.s.hashes.stats(); return n == i })
 	}
 	for i := 1; i <= waiters; i++ {
 		h.gate <- struct{}{} // finish the running hash: the head of the queue starts
@@ -335,7 +325,7 @@ func TestLoginHashWaitEndsWithContext(t *testing.T) {
 		_, _, err := e.s.Login(ctx, "alice@example.com", alicePassword, "192.0.2.1")
 		done <- err
 	}()
-	waitFor(t, "the login is queued", func() bool { _, n := e.s.hashes.stats(); return n == 1 })
+	testkit.Until(t, "the login is queued", func() bool { _, n := e.s.hashes.stats(); return n == 1 })
 	cancel()
 	wantKind(t, <-done, errs.RateLimited)
 	if _, n := e.s.hashes.stats(); n != 0 {
@@ -489,7 +479,7 @@ func TestLoginRefusalsArePaused(t *testing.T) {
 	for range maxPausedRefusals {
 		go func() { done <- e.loginFrom("a@example.com", "wrong password!", "192.0.2.1") }()
 	}
-	waitFor(t, "every held refusal is pausing", func() bool { return e.s.paused.Load() == maxPausedRefusals })
+	testkit.Until(t, "every held refusal is pausing", func() bool { return e.s.paused.Load() == maxPausedRefusals })
 	for range extra { // beyond the bound: answered at once, unpaused
 		wantKind(t, e.loginFrom("a@example.com", "wrong password!", "192.0.2.1"), errs.RateLimited)
 	}

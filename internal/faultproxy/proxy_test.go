@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // echoServer echoes every connection until the test ends; it counts
@@ -185,19 +187,6 @@ func dial(t *testing.T, p *Proxy) net.Conn {
 	return c
 }
 
-// poll waits (bounded) until cond holds; the steps of these tests are
-// ordered on the proxy's own counters, never on sleeps.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 
 func TestTransparent(t *testing.T) {
@@ -216,7 +205,7 @@ func TestTransparent(t *testing.T) {
 	if rest, err := r.end(t); err != io.EOF || len(rest) != 0 {
 		t.Fatalf("after the client's half-close: %q, %v; want a clean EOF", rest, err)
 	}
-	poll(t, "the connection to close", func() bool { return p.Stats().Open == 0 })
+	testkit.Until(t, "the connection to close", func() bool { return p.Stats().Open == 0 })
 	s := p.Stats()
 	want := Stats{Accepted: 1, Dials: 1, BytesToUpstream: 17, BytesToClient: 17, Requests: 2} // plain: each chunk is a request
 	if s != want {
@@ -276,7 +265,7 @@ func TestLatency(t *testing.T) {
 			c := dial(t, p)
 			r := readAll(c)
 			io.WriteString(c, "ping")
-			poll(t, "the chunk to wait for its latency", func() bool { return p.Waiting() == 1 })
+			testkit.Until(t, "the chunk to wait for its latency", func() bool { return p.Waiting() == 1 })
 			clock.Advance(time.Second) // not yet
 			r.nothingYet(t)
 			if dir == ToUpstream && echo.bytes.Load() != 0 {
@@ -310,15 +299,15 @@ func TestHoldAndRelease(t *testing.T) {
 
 	p.Hold(ToClient)
 	io.WriteString(c, "held answer")
-	poll(t, "the answer to be held", func() bool { return p.Waiting() == 1 })
-	poll(t, "the upstream to get the request", func() bool { return echo.bytes.Load() == 4+11 })
+	testkit.Until(t, "the answer to be held", func() bool { return p.Waiting() == 1 })
+	testkit.Until(t, "the upstream to get the request", func() bool { return echo.bytes.Load() == 4+11 })
 	r.nothingYet(t)
 	p.Release(ToClient)
 	r.want(t, "held answer")
 
 	p.Hold(ToUpstream)
 	io.WriteString(c, "held request")
-	poll(t, "the request to be held", func() bool { return p.Waiting() == 1 })
+	testkit.Until(t, "the request to be held", func() bool { return p.Waiting() == 1 })
 	if got := echo.bytes.Load(); got != 15 {
 		t.Fatalf("the upstream got %d bytes while the request was held", got)
 	}
@@ -340,7 +329,7 @@ func TestBlackHole(t *testing.T) {
 	rf := readAll(fresh)
 	io.WriteString(old, "lost?")
 	io.WriteString(fresh, "anyone?")
-	poll(t, "both requests to be swallowed", func() bool { return p.Waiting() == 2 })
+	testkit.Until(t, "both requests to be swallowed", func() bool { return p.Waiting() == 2 })
 	ro.nothingYet(t)
 	rf.nothingYet(t)
 	if s := p.Stats(); s.Dials != 1 || s.Accepted != 2 || s.Open != 2 {
@@ -572,12 +561,12 @@ func TestCloseLeaksNothing(t *testing.T) {
 	readAll(plain).want(t, "x")
 	p.Latency(ToClient, time.Hour)
 	io.WriteString(open(), "late")
-	poll(t, "the latency wait", func() bool { return p.Waiting() == 1 })
+	testkit.Until(t, "the latency wait", func() bool { return p.Waiting() == 1 })
 	p.Hold(ToUpstream)
 	io.WriteString(open(), "held")
 	p.BlackHole()
 	io.WriteString(open(), "void")
-	poll(t, "every chunk to wait", func() bool { return p.Waiting() == 3 })
+	testkit.Until(t, "every chunk to wait", func() bool { return p.Waiting() == 3 })
 
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -592,7 +581,7 @@ func TestCloseLeaksNothing(t *testing.T) {
 		}
 		c.Close()
 	}
-	poll(t, "the proxy's goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	testkit.Until(t, "the proxy's goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 	if _, err := net.Dial("tcp", p.Addr()); err == nil {
 		t.Error("the proxy still accepts after Close")
 	}
@@ -622,7 +611,7 @@ func TestPerDirection(t *testing.T) {
 	if (len(got) != 0 && !bytes.Equal(got, []byte("abc"))) || err == nil {
 		t.Fatalf("got %q, %v", got, err)
 	}
-	poll(t, "the upstream to read what was forwarded", func() bool { return echo.bytes.Load() >= 5 })
+	testkit.Until(t, "the upstream to read what was forwarded", func() bool { return echo.bytes.Load() >= 5 })
 	if n := echo.bytes.Load(); n != 5 {
 		t.Errorf("the upstream got %d bytes, want 2+3", n)
 	}

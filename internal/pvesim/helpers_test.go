@@ -275,18 +275,6 @@ func decodeData[T any](t *testing.T, r result) T {
 	return v
 }
 
-// eventually polls cond in real time until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func wantLine(t *testing.T, r result, status int, line string) {
 	t.Helper()
 	if r.status != status || r.line != line {

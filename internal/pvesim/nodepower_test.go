@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // tasksOf lists a node's tasks of a type in the order they started.
@@ -144,7 +146,7 @@ func TestNodeReboot(t *testing.T) {
 	if status[0]["quorate"] != 1.0 || status[1]["name"] != "pve1" || status[1]["online"] != 0.0 {
 		t.Fatalf("cluster status %v", status)
 	}
-	eventually(t, "pve1's endpoint to go away", func() bool {
+	testkit.Until(t, "pve1's endpoint to go away", func() bool {
 		_, err := e.try(call{node: "pve1", path: "/version"})
 		return err != nil
 	})
@@ -154,7 +156,7 @@ func TestNodeReboot(t *testing.T) {
 	if info.Power != "up" || !info.Online || info.Boots != 1 || info.Uptime != servicesUp {
 		t.Fatalf("after the boot: %+v", info)
 	}
-	eventually(t, "pve1's endpoint to answer", func() bool {
+	testkit.Until(t, "pve1's endpoint to answer", func() bool {
 		r, err := e.try(call{node: "pve1", path: "/nodes/pve1/status"})
 		return err == nil && r.status == 200
 	})

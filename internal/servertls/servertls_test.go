@@ -15,6 +15,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/servertls"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // serve runs an HTTPS server the way vmgate does (ServeTLS with Config) and
@@ -58,18 +60,6 @@ func get(t *testing.T, c *http.Client, addr string) (proto string, leaf *x509.Ce
 		t.Fatal(err)
 	}
 	return string(body), resp.TLS.PeerCertificates[0], reused
-}
-
-// waitFor polls cond until it holds or 10 s have passed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestServesHTTP2WithModernTLSOnly(t *testing.T) {
@@ -130,7 +120,7 @@ func TestReloadWhenFilesChange(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(first.Leaf)
 	roots.AddCert(second.Leaf)
-	waitFor(t, "a new connection to see the second certificate", func() bool {
+	testkit.Until(t, "a new connection to see the second certificate", func() bool {
 		c := client(roots)
 		defer c.CloseIdleConnections()
 		_, leaf, _ := get(t, c, addr)
@@ -157,7 +147,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	go cert.Watch(ctx, time.Hour, hup)
 	second := servertlstest.Write(t, dir, "srv", "second")
 	hup <- os.Interrupt // any value: the channel is what SIGHUP is delivered to
-	waitFor(t, "the second certificate", func() bool { return cert.Leaf().Equal(second.Leaf) })
+	testkit.Until(t, "the second certificate", func() bool { return cert.Leaf().Equal(second.Leaf) })
 }
 
 // TestBrokenPairKeepsCurrent: a certificate whose key is not there yet, a key of
@@ -194,7 +184,7 @@ func TestBrokenPairKeepsCurrent(t *testing.T) {
 	servertlstest.WriteFile(t, first.KeyFile, []byte("not a key"))
 	servertlstest.WriteFile(t, filepath.Join(dir, "unrelated"), []byte("x"))
 	servertlstest.WriteFile(t, first.KeyFile, otherKey) // now the pair is whole
-	waitFor(t, "the completed pair", func() bool { return cert.Leaf().Equal(other.Leaf) })
+	testkit.Until(t, "the completed pair", func() bool { return cert.Leaf().Equal(other.Leaf) })
 	if n := cert.Loads() - loads; n != 1 {
 		t.Fatalf("%d loads after the pair was completed, want 1", n)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // inbox is a subscriber that signals every change it is given.
@@ -100,7 +102,7 @@ func listenerPID(t testing.TB, dsn string, not int) int {
 	}
 	defer admin.Close()
 	var pid int
-	eventually(t, "a listener on "+schema, func() error {
+	testkit.Eventually(t, "a listener on "+schema, func() error {
 		err := admin.QueryRowContext(t.Context(), `
 			SELECT pid FROM pg_stat_activity
 			WHERE query = 'LISTEN "vmgate_changes_' || $1 || '"' AND state = 'idle' AND pid <> $2`, schema, not).Scan(&pid)

@@ -13,6 +13,8 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // guard is how long a test waits for a store call before calling it hung: far more
@@ -64,22 +66,6 @@ func wantUnavailable(t *testing.T, err error, what string) {
 	}
 }
 
-// eventually calls fn until it succeeds, failing t after guard.
-func eventually(t testing.TB, what string, fn func() error) {
-	t.Helper()
-	end := time.Now().Add(guard)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: still failing after %v: %v", what, guard, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestPostgresBlackHole: with PostgreSQL silent, reads, writes, transactions and
 // pings fail as store_unavailable instead of hanging, and once the network heals the
 // same store works again, without being reopened.
@@ -115,7 +101,7 @@ func TestPostgresBlackHole(t *testing.T) {
 	}
 
 	p.Heal()
-	eventually(t, "read after healing", calls["read"])
+	testkit.Eventually(t, "read after healing", calls["read"])
 	for name, call := range calls {
 		if name == "transaction" {
 			continue // NotFound: the session does not exist
@@ -146,7 +132,7 @@ func TestPostgresReset(t *testing.T) {
 	p.BlackHole()
 	inFlight := make(chan error, 1)
 	go func() { inFlight <- list() }()
-	eventually(t, "the statement reaching the proxy", func() error {
+	testkit.Eventually(t, "the statement reaching the proxy", func() error {
 		if p.Waiting() == 0 {
 			return errors.New("nothing held yet")
 		}
@@ -169,7 +155,7 @@ func TestPostgresReset(t *testing.T) {
 	wantUnavailable(t, within(t, "ping", func() error { return s.Ping(ctx) }), "ping while every connection is reset")
 
 	p.Heal()
-	eventually(t, "read after the resets stop", list)
+	testkit.Eventually(t, "read after the resets stop", list)
 }
 
 // TestSQLiteLocked: a writer of another process that holds SQLite's write lock makes

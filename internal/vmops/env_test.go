@@ -218,18 +218,6 @@ func (e *env) waitTask(upid string) TaskView {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // wantReason checks an error's kind and reason.
 func wantReason(t *testing.T, err error, kind errs.Kind, reason string) *errs.Error {
 	t.Helper()

@@ -21,6 +21,8 @@ import (
 	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // guard bounds a wait that must end "in time": far more than any deadline the
@@ -129,7 +131,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	refID := strconv.FormatInt(ref, 10)
 
 	// The first search ran at once and found nothing; the next waits one interval.
-	eventually(t, "the search to wait for its next round", func() bool { return clock.waiting(DefaultSearchEvery) == 1 })
+	testkit.Until(t, "the search to wait for its next round", func() bool { return clock.waiting(DefaultSearchEvery) == 1 })
 	v, err := e.svc.Task(ctx, refID, 0, 0)
 	if err != nil || v.Status != StatusPending || v.Result != ResultUnknown || v.TaskID != "" || v.TaskRef != ref ||
 		v.Type != "qmstart" {
@@ -149,7 +151,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.fire(DefaultSearchEvery)
-	eventually(t, "the row to have its UPID", func() bool {
+	testkit.Until(t, "the row to have its UPID", func() bool {
 		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.UPID == upid.String()
 	})
@@ -177,7 +179,7 @@ func TestOutcomeUnknownGivenUp(t *testing.T) {
 	if !ok {
 		t.Fatalf("error %v, want outcome_unknown", err)
 	}
-	eventually(t, "the row to be given up", func() bool {
+	testkit.Until(t, "the row to be given up", func() bool {
 		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.Status == store.TaskLost
 	})
@@ -217,7 +219,7 @@ func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 	}
 	e.proxy.Heal()
 	var row store.Task
-	eventually(t, "the row to have its UPID", func() bool {
+	testkit.Until(t, "the row to have its UPID", func() bool {
 		row, err = e.store.TaskByID(ctx, ref)
 		return err == nil && row.UPID != ""
 	})
@@ -295,7 +297,7 @@ func TestDrainEndsEveryWait(t *testing.T) {
 		results <- result{"power wait", err, err == nil && out.Running && out.TaskID != ""}
 	}()
 	<-streaming
-	eventually(t, "the shutdown to be under way", func() bool { return len(e.sim.TasksFor(104)) == 1 })
+	testkit.Until(t, "the shutdown to be under way", func() bool { return len(e.sim.TasksFor(104)) == 1 })
 	began := time.Now()
 	e.svc.Drain()
 	for range 3 {
@@ -335,7 +337,7 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 	}
 	e.proxy.BlackHole()
 	var v TaskView
-	eventually(t, "a stale answer", func() bool {
+	testkit.Until(t, "a stale answer", func() bool {
 		v, err = e.svc.Task(ctx, upid, 0, 0)
 		return err == nil && v.Stale
 	})
@@ -347,7 +349,7 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 		t.Errorf("a task never read, with PVE cut off: %v, want 503 or 504", err)
 	}
 	e.proxy.Heal()
-	eventually(t, "a fresh answer after the heal", func() bool {
+	testkit.Until(t, "a fresh answer after the heal", func() bool {
 		v, err = e.svc.Task(ctx, upid, 0, 0)
 		return err == nil && !v.Stale
 	})
@@ -398,7 +400,7 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s2.Run(runCtx)
-	eventually(t, "the key to hold the real answer", func() bool {
+	testkit.Until(t, "the key to hold the real answer", func() bool {
 		got, err = s2.ClaimKey(e.request(), e.actor.UserID, key, "hash")
 		return err == nil && got.Done
 	})
@@ -434,7 +436,7 @@ func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 	}
 	e.svc.HoldKey(ctx, e.actor.UserID, key)
 	var got KeyClaim
-	eventually(t, "the key to hold the real answer", func() bool {
+	testkit.Until(t, "the key to hold the real answer", func() bool {
 		got, err = e.svc.ClaimKey(ctx, e.actor.UserID, key, "h")
 		return err == nil && got.Done
 	})
@@ -495,7 +497,7 @@ func TestFaultStoreFailsBetweenRowAndPOST(t *testing.T) {
 	}
 	pg.Heal()
 	var row store.Task
-	eventually(t, "the row to record the task's end", func() bool {
+	testkit.Until(t, "the row to record the task's end", func() bool {
 		row, err = e.store.TaskByUPID(context.Background(), out.TaskID)
 		return err == nil && row.Finished()
 	})

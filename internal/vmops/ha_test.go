@@ -8,6 +8,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestHAFollowsRealTasks: VM 103 is HA-managed; PVE answers stop, start and migrate
@@ -31,7 +33,7 @@ func TestHAFollowsRealTasks(t *testing.T) {
 	if st, _ := e.sim.VM(103); st.Status != "stopped" {
 		t.Fatalf("VM 103 is %s after the HA stop", st.Status)
 	}
-	eventually(t, "the follow UPID in the row", func() bool {
+	testkit.Until(t, "the follow UPID in the row", func() bool {
 		r, err := e.store.TaskByUPID(ctx, out.TaskID)
 		return err == nil && r.Finished() && r.FollowUPID == out.Task.FollowTaskID
 	})
@@ -97,7 +99,7 @@ func TestHARealTaskFails(t *testing.T) {
 	if v.Result != ResultFailed || v.Error != "HA target has no room" || v.FollowTaskID == "" || v.Progress.Phase != PhaseFailed {
 		t.Fatalf("view %+v", v)
 	}
-	eventually(t, "the failed row", func() bool {
+	testkit.Until(t, "the failed row", func() bool {
 		r, err := e.store.TaskByUPID(ctx, upid)
 		return err == nil && r.Status == store.TaskStopped && r.Error == "HA target has no room"
 	})
@@ -141,7 +143,7 @@ func TestHAGrace(t *testing.T) {
 	}
 	// A read begun while pve2 was away may still answer 595: ask until one succeeds.
 	var v TaskView
-	eventually(t, "a read of the stand-in", func() bool {
+	testkit.Until(t, "a read of the stand-in", func() bool {
 		v, err = e.svc.Task(ctx, out.TaskID, 0, MaxTaskWait)
 		return err == nil && v.Finished()
 	})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // runningOp starts an evacuation of node on the env's manual clock, so that it
@@ -20,7 +22,7 @@ func (e *opsEnv) runningOp(node string) Launched {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	eventually(e.t, "the evacuation's items at PVE", func() bool {
+	testkit.Until(e.t, "the evacuation's items at PVE", func() bool {
 		v, err := e.ops.Operation(context.Background(), l.OperationID)
 		if err != nil || v.Counts.Pending > 0 {
 			return false
@@ -39,7 +41,7 @@ func (e *opsEnv) runningOp(node string) Launched {
 func (e *opsEnv) finish(id int64) OperationView {
 	e.t.Helper()
 	var v OperationView
-	eventually(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
+	testkit.Until(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
 		e.sim.Advance(time.Minute)
 		v, _ = e.ops.Operation(context.Background(), id)
 		return v.Finished()
@@ -126,7 +128,7 @@ func TestBulkSkipsHeldGuests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the reboot at PVE", func() bool {
+	testkit.Until(t, "the reboot at PVE", func() bool {
 		v, _ := e.ops.Operation(context.Background(), reboot.OperationID)
 		return v.Counts.Running == 1 && v.Items[0].TaskID != ""
 	})

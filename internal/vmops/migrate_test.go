@@ -9,6 +9,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 const routeMigrate = "/nodes/{node}/qemu/{vmid}/migrate"
@@ -75,7 +77,7 @@ func TestMigrateProgress(t *testing.T) {
 		t.Errorf("VM 100 is on %s", st.Node)
 	}
 
-	eventually(t, "the finished row", func() bool {
+	testkit.Until(t, "the finished row", func() bool {
 		r, err := e.store.TaskByUPID(ctx, upid)
 		return err == nil && r.Finished()
 	})
@@ -92,7 +94,7 @@ func TestMigrateProgress(t *testing.T) {
 		!strings.Contains(rec.Params, `"online":true`) {
 		t.Errorf("migrate audit %+v", rec)
 	}
-	eventually(t, "the end audit", func() bool { rec, ok := e.audit.find("task.finished", upid); return ok && rec.Result == "ok" })
+	testkit.Until(t, "the end audit", func() bool { rec, ok := e.audit.find("task.finished", upid); return ok && rec.Result == "ok" })
 }
 
 func TestMigrateRefusals(t *testing.T) {
@@ -208,7 +210,7 @@ func TestMigrateTargetGoesOffline(t *testing.T) {
 		t.Errorf("error %q does not say why", v.Error)
 	}
 	t.Logf("exit %q error %q", v.ExitStatus, v.Error)
-	eventually(t, "the failure audit", func() bool {
+	testkit.Until(t, "the failure audit", func() bool {
 		rec, ok := e.audit.find("task.finished", upid)
 		return ok && rec.Result == "failed" && strings.Contains(rec.Params, "error")
 	})

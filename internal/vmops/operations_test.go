@@ -13,6 +13,8 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 const routeMigratePOST = "/nodes/{node}/qemu/{vmid}/migrate"
@@ -258,7 +260,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			if len(toPVE3) == 0 || len(toPVE3) == len(l.Plan.Items) {
 				t.Fatalf("the plan does not spread over pve2 and pve3: %+v", l.Plan.Items)
 			}
-			eventually(t, "a migration to pve3 in its memory phase", func() bool {
+			testkit.Until(t, "a migration to pve3 in its memory phase", func() bool {
 				v, _ := e.ops.Operation(context.Background(), l.OperationID)
 				for _, it := range v.Items {
 					if it.State == ItemRunning && it.Target == "pve3" && it.Progress != nil && it.Progress.Phase == PhaseMemory {
@@ -319,7 +321,7 @@ func TestOperationCancel(t *testing.T) {
 				t.Fatal(err)
 			}
 			var first ItemView
-			eventually(t, "the first migration's memory phase", func() bool {
+			testkit.Until(t, "the first migration's memory phase", func() bool {
 				v, _ := e.ops.Operation(context.Background(), l.OperationID)
 				for _, it := range v.Items {
 					if it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
@@ -388,7 +390,7 @@ func TestOperationTakeOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "two migrations under way", func() bool {
+	testkit.Until(t, "two migrations under way", func() bool {
 		v, _ := e.ops.Operation(context.Background(), l.OperationID)
 		return v.Counts.Running == 2 && v.Counts.OK >= 1
 	})
@@ -578,7 +580,7 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 			go other.Run(t.Context()) // its sweep takes the key over
 			e.ops = e.newOps(other, OperationsConfig{})
 			var got KeyClaim
-			eventually(t, "the key to hold the operation's answer", func() bool {
+			testkit.Until(t, "the key to hold the operation's answer", func() bool {
 				got, err = other.ClaimKey(e.request(), e.actor.UserID, key, "hash")
 				return err == nil && got.Done
 			})

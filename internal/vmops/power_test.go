@@ -8,6 +8,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 const routeStart = "/nodes/{node}/qemu/{vmid}/status/start"
@@ -99,7 +101,7 @@ func TestStartStopReboot(t *testing.T) {
 		t.Fatalf("task row %+v %v", row, err)
 	}
 	// The follower records the end.
-	eventually(t, "the start task's row to finish", func() bool {
+	testkit.Until(t, "the start task's row to finish", func() bool {
 		r, err := e.store.TaskByUPID(ctx, out.TaskID)
 		return err == nil && r.Status == store.TaskStopped && r.ExitStatus == "OK" && !r.EndedAt.IsZero()
 	})
@@ -107,7 +109,7 @@ func TestStartStopReboot(t *testing.T) {
 	if !ok || rec.Result != "ok" || rec.Node != "pve1" || rec.ClusterID != 1 {
 		t.Errorf("start audit %+v", rec)
 	}
-	eventually(t, "the task end to be audited", func() bool {
+	testkit.Until(t, "the task end to be audited", func() bool {
 		rec, ok := e.audit.find("task.finished", out.TaskID)
 		return ok && rec.Result == "ok"
 	})
@@ -119,7 +121,7 @@ func TestStartStopReboot(t *testing.T) {
 
 	// PVE's qmreboot ends at power-off; qmeventd starts the VM again a
 	// moment later in a qmstart of its own. Stop once it runs again.
-	eventually(t, "VM 101 to run again after the reboot", func() bool {
+	testkit.Until(t, "VM 101 to run again after the reboot", func() bool {
 		st, _ := e.sim.VM(101)
 		return st.Status == "running" && st.Lock == ""
 	})

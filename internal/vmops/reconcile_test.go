@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestReconcileAfterRestart: a service stops (as after kill -9) while a migration
@@ -35,7 +37,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s2.Run(runCtx) }()
-	eventually(t, "the row to be finished by the new service", func() bool {
+	testkit.Until(t, "the row to be finished by the new service", func() bool {
 		r, err := e.store.TaskByUPID(ctx, upid)
 		return err == nil && r.Finished()
 	})
@@ -75,7 +77,7 @@ func TestReconcilePendingRow(t *testing.T) {
 	defer cancel()
 	go s2.Run(runCtx)
 	var row store.Task
-	eventually(t, "the pending row to be finished", func() bool {
+	testkit.Until(t, "the pending row to be finished", func() bool {
 		row, err = e.store.TaskByID(ctx, id)
 		return err == nil && row.Finished()
 	})
@@ -108,12 +110,12 @@ func TestReconcileLost(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s2.Run(runCtx)
-	eventually(t, "the row to be lost", func() bool {
+	testkit.Until(t, "the row to be lost", func() bool {
 		r, err := e.store.TaskByID(ctx, row.ID)
 		return err == nil && r.Status == store.TaskLost
 	})
 	// The audit record follows the row's update.
-	eventually(t, "the audit record", func() bool { _, ok := e.audit.last("task.reconciled"); return ok })
+	testkit.Until(t, "the audit record", func() bool { _, ok := e.audit.last("task.reconciled"); return ok })
 	if rec, ok := e.audit.last("task.reconciled"); !ok || rec.Result != "lost" || rec.VMID != 105 {
 		t.Errorf("audit %+v", rec)
 	}

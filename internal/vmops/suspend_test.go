@@ -9,6 +9,8 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestSuspendResume pauses, resumes, hibernates and wakes VM 100 through vmgate
@@ -111,7 +113,7 @@ func TestSuspendReconciled(t *testing.T) {
 		t.Fatal("a lost answer reported no error")
 	}
 	go e.svc.Run(t.Context())
-	eventually(t, "the suspend's row to get its UPID", func() bool {
+	testkit.Until(t, "the suspend's row to get its UPID", func() bool {
 		rows, err := e.store.ListTasks(context.Background(), store.TaskFilter{ClusterID: 1, VMID: 100})
 		return err == nil && len(rows) == 1 && strings.Contains(rows[0].UPID, ":qmpause:100:")
 	})
