@@ -273,7 +273,7 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 	// While the VM's node cannot be reached, its last known status answers, marked
 	// stale (lastknown.go).
 	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, vmid}, func(ctx context.Context) (VMStatusView, error) {
-		st, err := cl.VMStatus(ctx, node, int(vmid))
+		st, err := cl.GuestStatus(ctx, pve.VMOn(node, int(vmid)))
 		if err != nil {
 			if pve.IsNotFound(err) {
 				return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)

@@ -420,7 +420,7 @@ func TestForeignTaskHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := cl.StartVM(context.Background(), "pve3", 105, pve.StartOptions{})
+	u, err := cl.Start(context.Background(), pve.VMOn("pve3", 105), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

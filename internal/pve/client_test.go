@@ -399,13 +399,13 @@ func TestInvalidArgumentsSendNothing(t *testing.T) {
 	ctx := context.Background()
 	seven := -7
 	calls := map[string]error{}
-	_, calls["VMStatus node"] = c.VMStatus(ctx, "pve1/..", 100)
-	_, calls["VMStatus vmid"] = c.VMStatus(ctx, "pve1", 99)
-	_, calls["StartVM"] = c.StartVM(ctx, "%2e%2e", 100, StartOptions{})
-	_, calls["StopVM timeout"] = c.StopVM(ctx, "pve1", 100, StopOptions{Timeout: &seven})
-	_, calls["MigrateVM target"] = c.MigrateVM(ctx, "pve1", 100, MigrateOptions{Target: "pve2/../x"})
-	_, calls["MigrateVM no target"] = c.MigrateVM(ctx, "pve1", 100, MigrateOptions{})
-	_, calls["MigratePrecheck"] = c.MigratePrecheck(ctx, "pve1", 100, "a b")
+	_, calls["VMStatus node"] = c.GuestStatus(ctx, VMOn("pve1/..", 100))
+	_, calls["VMStatus vmid"] = c.GuestStatus(ctx, VMOn("pve1", 99))
+	_, calls["StartVM"] = c.Start(ctx, VMOn("%2e%2e", 100), StartOptions{})
+	_, calls["StopVM timeout"] = c.Stop(ctx, VMOn("pve1", 100), StopOptions{Timeout: &seven})
+	_, calls["MigrateVM target"] = c.Migrate(ctx, VMOn("pve1", 100), MigrateOptions{Target: "pve2/../x"})
+	_, calls["MigrateVM no target"] = c.Migrate(ctx, VMOn("pve1", 100), MigrateOptions{})
+	_, calls["MigratePrecheck"] = c.MigratePrecheck(ctx, VMOn("pve1", 100), "a b")
 	_, calls["Resources"] = c.Resources(ctx, "qemu&x=1")
 	_, calls["TaskStatus"] = c.TaskStatus(ctx, UPID{Node: "pve1"})
 	_, _, calls["TaskLog"] = c.TaskLog(ctx, UPID{}, 0, 0)
@@ -455,7 +455,7 @@ func TestAnswerRacingTheDeadline(t *testing.T) {
 		t.Fatalf("read: err = %v, want ErrTimeout", err)
 	}
 
-	_, err = c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+	_, err = c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 	var amb *AmbiguousError
 	if errors.Is(err, ErrBadResponse) || !errors.As(err, &amb) {
 		t.Fatalf("write: err = %v, want an ambiguous outcome", err)

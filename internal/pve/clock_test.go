@@ -101,7 +101,7 @@ func TestNotSent(t *testing.T) {
 func TestWriteToNoEndpointIsNotSent(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t, Config{Endpoints: []Endpoint{{URL: deadAddr(t)}}})
-	_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+	_, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 	if !NotSent(err) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v: want not sent and unavailable", err)
 	}

@@ -131,7 +131,7 @@
 // validated first — node names (^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$, at
 // most 63), vmids (100..999999999), UPIDs (PVE's grammar) — escaped with
 // url.PathEscape, and the finished path is checked again; fuzz tests
-// (FuzzVMPath, FuzzTaskPath, FuzzParseUPID) hold that PVE can only ever see
+// (FuzzGuestPath, FuzzTaskPath, FuzzParseUPID) hold that PVE can only ever see
 // paths of the expected shapes. Redirects are not followed.
 //
 // # PVE releases

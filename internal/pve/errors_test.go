@@ -123,7 +123,7 @@ func TestErrorShapes(t *testing.T) {
 			t.Parallel()
 			srv := newRawPVE(t, func(*http.Request) string { return tt.answer })
 			c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-			_, err := c.VMStatus(context.Background(), "pve1", 100)
+			_, err := c.GuestStatus(context.Background(), VMOn("pve1", 100))
 			var e *Error
 			if !errors.As(err, &e) {
 				t.Fatalf("err = %v (%T), want *Error", err, err)
@@ -173,7 +173,7 @@ func TestNodeOffline(t *testing.T) {
 			other := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) { writeData(w, map[string]any{"status": "running"}) })
 			c := newTestClient(t, Config{Endpoints: []Endpoint{offline.endpoint(), other.endpoint()}})
 
-			_, err := c.VMStatus(context.Background(), "pve2", 100)
+			_, err := c.GuestStatus(context.Background(), VMOn("pve2", 100))
 			var noe *NodeOfflineError
 			if !errors.As(err, &noe) || !errors.Is(err, ErrNodeOffline) {
 				t.Fatalf("err = %v, want *NodeOfflineError", err)

@@ -47,7 +47,7 @@ func TestFaultResetAfterPOSTListsTheTask(t *testing.T) {
 	env := startSim(t, pvesim.Options{})
 	c, p := proxied(t, env)
 	p.ResetAfterForwarding(1)
-	_, err := c.StartVM(context.Background(), "pve1", 101, pve.StartOptions{})
+	_, err := c.Start(context.Background(), pve.VMOn("pve1", 101), pve.StartOptions{})
 	var amb *pve.AmbiguousError
 	if !errors.As(err, &amb) || len(amb.Candidates) != 1 {
 		t.Fatalf("StartVM through a reset after forwarding: %v, want one candidate", err)
@@ -71,7 +71,7 @@ func TestFaultResetBeforePOSTIsAmbiguousNotRepeated(t *testing.T) {
 	env := startSim(t, pvesim.Options{})
 	c, p := proxied(t, env)
 	p.ResetBeforeForwarding(1)
-	_, err := c.StartVM(context.Background(), "pve1", 101, pve.StartOptions{})
+	_, err := c.Start(context.Background(), pve.VMOn("pve1", 101), pve.StartOptions{})
 	var amb *pve.AmbiguousError
 	if !errors.As(err, &amb) || len(amb.Candidates) != 0 || amb.LookupErr != nil {
 		t.Fatalf("err = %v, want an AmbiguousError without candidates", err)
@@ -89,7 +89,7 @@ func TestFaultCutAnswerIsRetried(t *testing.T) {
 	const route = "/nodes/{node}/qemu/{vmid}/status/current"
 	before := env.cluster.Requests("GET", route)
 	p.CutAfter(faultproxy.ToClient, 200, 1)
-	st, err := c.VMStatus(context.Background(), "pve1", 100)
+	st, err := c.GuestStatus(context.Background(), pve.VMOn("pve1", 100))
 	if err != nil || st.Status != "running" {
 		t.Fatalf("VMStatus = %+v, %v", st, err)
 	}
@@ -109,7 +109,7 @@ func TestFaultBlackHoleTimesOutAndHeals(t *testing.T) {
 	c, p := proxied(t, env)
 	p.BlackHole()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_, err := c.VMStatus(ctx, "pve1", 100)
+	_, err := c.GuestStatus(ctx, pve.VMOn("pve1", 100))
 	cancel()
 	if !errors.Is(err, pve.ErrTimeout) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
@@ -118,7 +118,7 @@ func TestFaultBlackHoleTimesOutAndHeals(t *testing.T) {
 		t.Errorf("PVE received %d reads through a black hole", got)
 	}
 	p.Heal()
-	if _, err := c.VMStatus(context.Background(), "pve1", 100); err != nil {
+	if _, err := c.GuestStatus(context.Background(), pve.VMOn("pve1", 100)); err != nil {
 		t.Fatalf("after the heal: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 )
 
@@ -74,30 +73,6 @@ var (
 	pathClusterTasks     = apiPath{escaped: "/cluster/tasks"}
 	pathNodes            = apiPath{escaped: "/nodes"}
 )
-
-// vmActions are the qemu sub-paths the client uses.
-var vmActions = map[string]bool{
-	"status/current": true, "status/start": true, "status/stop": true,
-	"status/shutdown": true, "status/reboot": true, "migrate": true,
-	"status/suspend": true, "status/resume": true,
-}
-
-// vmPath builds /nodes/{node}/qemu/{vmid}/{action}.
-func vmPath(node string, vmid int, action string) (apiPath, error) {
-	if err := checkNode("node", node); err != nil {
-		return apiPath{}, err
-	}
-	if err := checkVMID(vmid); err != nil {
-		return apiPath{}, err
-	}
-	if !vmActions[action] {
-		return apiPath{}, fmt.Errorf("%w: unknown VM action %q", ErrInvalidArgument, action)
-	}
-	return apiPath{
-		escaped: "/nodes/" + url.PathEscape(node) + "/qemu/" + strconv.Itoa(vmid) + "/" + action,
-		node:    node,
-	}, nil
-}
 
 // nodeTasksPath builds /nodes/{node}/tasks.
 func nodeTasksPath(node string) (apiPath, error) {

@@ -32,22 +32,31 @@ func TestValidNodeAndVMID(t *testing.T) {
 	}
 }
 
-func TestVMPath(t *testing.T) {
+func TestGuestPath(t *testing.T) {
 	t.Parallel()
-	p, err := vmPath("pve-1", 100, "status/start")
-	if err != nil || p.escaped != "/nodes/pve-1/qemu/100/status/start" || p.node != "pve-1" {
-		t.Fatalf("vmPath = %+v, %v", p, err)
+	for _, c := range []struct {
+		g    Guest
+		want string
+	}{
+		{VMOn("pve-1", 100), "/nodes/pve-1/qemu/100/status/start"},
+		{CTOn("pve-1", 200), "/nodes/pve-1/lxc/200/status/start"},
+	} {
+		p, err := guestPath(c.g, "status/start")
+		if err != nil || p.escaped != c.want || p.node != "pve-1" {
+			t.Fatalf("guestPath(%v) = %+v, %v, want %s", c.g, p, err, c.want)
+		}
 	}
 	for _, bad := range []struct {
-		node   string
-		vmid   int
+		g      Guest
 		action string
 	}{
-		{"pve1/..", 100, "status/start"}, {"%2e%2e", 100, "status/start"}, {"pve1", 99, "status/start"},
-		{"pve1", 100, "status/../../access"}, {"pve1", 100, "config"}, {"", 100, "migrate"},
+		{VMOn("pve1/..", 100), "status/start"}, {VMOn("%2e%2e", 100), "status/start"}, {VMOn("pve1", 99), "status/start"},
+		{VMOn("pve1", 100), "status/../../access"}, {VMOn("pve1", 100), "config"}, {VMOn("", 100), "migrate"},
+		{Guest{Kind: "openvz", Node: "pve1", VMID: 100}, "status/start"}, {Guest{Node: "pve1", VMID: 100}, "status/start"},
+		{Guest{Kind: "qemu/../lxc", Node: "pve1", VMID: 100}, "status/start"}, {CTOn("pve1", 100), "status/../x"},
 	} {
-		if p, err := vmPath(bad.node, bad.vmid, bad.action); err == nil {
-			t.Errorf("vmPath(%q, %d, %q) = %q, want error", bad.node, bad.vmid, bad.action, p.escaped)
+		if p, err := guestPath(bad.g, bad.action); err == nil {
+			t.Errorf("guestPath(%+v, %q) = %q, want error", bad.g, bad.action, p.escaped)
 		}
 	}
 }
@@ -85,7 +94,7 @@ func TestTaskPath(t *testing.T) {
 
 func TestRequestURL(t *testing.T) {
 	t.Parallel()
-	p, _ := vmPath("pve1", 100, "migrate")
+	p, _ := guestPath(VMOn("pve1", 100), "migrate")
 	u, err := requestURL("https://10.0.0.1:8006", p, url.Values{"target": {"pve2"}})
 	if err != nil {
 		t.Fatal(err)
@@ -102,27 +111,28 @@ func TestRequestURL(t *testing.T) {
 
 // The shapes of every path PVE may ever see from this client.
 var (
-	vmPathRE   = regexp.MustCompile(`^/api2/json/nodes/[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?/qemu/[1-9][0-9]{2,8}/(?:status/(?:current|start|stop|shutdown|reboot)|migrate)$`)
-	taskPathRE = regexp.MustCompile(`^/api2/json/nodes/([a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)/tasks/(UPID:[^/?#]+)(?:/status|/log)?$`)
+	guestPathRE = regexp.MustCompile(`^/api2/json/nodes/[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?/(?:qemu|lxc)/[1-9][0-9]{2,8}/(?:status/(?:current|start|stop|shutdown|reboot|suspend|resume)|migrate)$`)
+	taskPathRE  = regexp.MustCompile(`^/api2/json/nodes/([a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)/tasks/(UPID:[^/?#]+)(?:/status|/log)?$`)
 )
 
-func FuzzVMPath(f *testing.F) {
-	f.Add("pve1", 100, "status/start")
-	f.Add("pve1/..", 100, "migrate")
-	f.Add("%2e%2e", 999999999, "status/current")
-	f.Add("a\x00", 1000000000, "status/stop")
-	f.Add("pve1\n", 100, "status/../x")
-	f.Fuzz(func(t *testing.T, node string, vmid int, action string) {
-		p, err := vmPath(node, vmid, action)
+func FuzzGuestPath(f *testing.F) {
+	f.Add("qemu", "pve1", 100, "status/start")
+	f.Add("lxc", "pve1/..", 100, "migrate")
+	f.Add("qemu", "%2e%2e", 999999999, "status/current")
+	f.Add("lxc/..", "a\x00", 1000000000, "status/stop")
+	f.Add("", "pve1\n", 100, "status/../x")
+	f.Fuzz(func(t *testing.T, kind, node string, vmid int, action string) {
+		g := Guest{Kind: GuestKind(kind), Node: node, VMID: vmid}
+		p, err := guestPath(g, action)
 		if err != nil {
 			return
 		}
 		u, err := requestURL("https://10.0.0.1:8006", p, nil)
 		if err != nil {
-			t.Fatalf("vmPath(%q,%d,%q) = %q but requestURL refuses it: %v", node, vmid, action, p.escaped, err)
+			t.Fatalf("guestPath(%+v,%q) = %q but requestURL refuses it: %v", g, action, p.escaped, err)
 		}
-		if !vmPathRE.MatchString(u.EscapedPath()) {
-			t.Fatalf("vmPath(%q,%d,%q) gave path %q", node, vmid, action, u.EscapedPath())
+		if !guestPathRE.MatchString(u.EscapedPath()) {
+			t.Fatalf("guestPath(%+v,%q) gave path %q", g, action, u.EscapedPath())
 		}
 		if p.node != node {
 			t.Fatalf("node %q, want %q", p.node, node)

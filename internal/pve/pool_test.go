@@ -27,7 +27,7 @@ func poolRound(t *testing.T, c *pve.Client, workers, n int) {
 		go func() {
 			defer wg.Done()
 			for range share {
-				if _, err := c.VMStatus(ctx, "pve1", 100); err != nil {
+				if _, err := c.GuestStatus(ctx, pve.VMOn("pve1", 100)); err != nil {
 					errs <- err
 					return
 				}

@@ -322,9 +322,11 @@ func resourcesFromWire(w []resourceWire) []Resource {
 	return out
 }
 
-// VMStatus is GET /nodes/{node}/qemu/{vmid}/status/current. Status is only
-// running or stopped; QMPStatus tells paused, prelaunch, suspended, ...
-type VMStatus struct {
+// GuestStatus is GET /nodes/{node}/{kind}/{vmid}/status/current. Status is only
+// running or stopped; QMPStatus (QEMU only) tells paused, prelaunch, suspended,
+// ...; a frozen CT's Status is running, as PVE reports it.
+type GuestStatus struct {
+	Kind      GuestKind
 	VMID      int
 	Name      string
 	Status    string
@@ -337,24 +339,25 @@ type VMStatus struct {
 	MaxMem    int64
 	Mem       int64
 	Tags      string
-	Agent     bool // the guest agent is enabled in the config
+	Agent     bool // QEMU: the guest agent is enabled in the config
 	Template  bool
 	PID       int
 }
 
-// HAStatus is a VM's HA state; State is set only when Managed.
+// HAStatus is a guest's HA state; State is set only when Managed.
 type HAStatus struct {
 	Managed bool
 	State   string // started, stopped, migrate, ...
 	Group   string
 }
 
-// VMStatus reads the current status of VM vmid on node. A VM that is not on
-// that node gives an error for which IsNotFound is true.
-func (c *Client) VMStatus(ctx context.Context, node string, vmid int) (VMStatus, error) {
-	p, err := vmPath(node, vmid, "status/current")
+// GuestStatus reads the current status of guest g. A guest that is not on its
+// node gives an error for which IsNotFound is true.
+func (c *Client) GuestStatus(ctx context.Context, g Guest) (GuestStatus, error) {
+	vmid := g.VMID
+	p, err := guestPath(g, "status/current")
 	if err != nil {
-		return VMStatus{}, fmt.Errorf("pve: %w", err)
+		return GuestStatus{}, fmt.Errorf("pve: %w", err)
 	}
 	var w struct {
 		VMID      flexInt    `json:"vmid"`
@@ -378,24 +381,25 @@ func (c *Client) VMStatus(ctx context.Context, node string, vmid int) (VMStatus,
 		PID      flexInt    `json:"pid"`
 	}
 	if _, err := c.get(ctx, p, nil, limitDefault, &w); err != nil {
-		return VMStatus{}, err
+		return GuestStatus{}, err
 	}
 	if w.VMID != 0 && int(w.VMID) != vmid {
-		return VMStatus{}, fmt.Errorf("pve: GET %s: %w: status of VM %d", p, ErrBadResponse, w.VMID)
+		return GuestStatus{}, fmt.Errorf("pve: GET %s: %w: status of guest %d", p, ErrBadResponse, w.VMID)
 	}
 	if w.Status == "" {
-		return VMStatus{}, fmt.Errorf("pve: GET %s: %w: no status", p, ErrBadResponse)
+		return GuestStatus{}, fmt.Errorf("pve: GET %s: %w: no status", p, ErrBadResponse)
 	}
-	return VMStatus{
-		VMID: vmid, Name: string(w.Name), Status: string(w.Status), QMPStatus: string(w.QMPStatus),
+	return GuestStatus{
+		Kind: g.Kind, VMID: vmid, Name: string(w.Name), Status: string(w.Status), QMPStatus: string(w.QMPStatus),
 		Lock: string(w.Lock), HA: HAStatus{Managed: bool(w.HA.Managed), State: string(w.HA.State), Group: string(w.HA.Group)},
 		Uptime: int64(w.Uptime), CPUs: float64(w.CPUs), CPU: float64(w.CPU), MaxMem: int64(w.MaxMem),
 		Mem: int64(w.Mem), Tags: string(w.Tags), Agent: bool(w.Agent), Template: bool(w.Template), PID: intIn(w.PID),
 	}, nil
 }
 
-// MigratePrecheck is GET /nodes/{node}/qemu/{vmid}/migrate: whether and where
-// the VM can migrate. PVE does not consider whether nodes are online.
+// MigratePrecheck is GET /nodes/{node}/{kind}/{vmid}/migrate: whether and where
+// the guest can migrate. pve-container (PVE 9) answers with hyphenated keys and
+// no disks or devices: a CT's volumes move with it or block it at the POST. PVE does not consider whether nodes are online.
 //
 // AllowedNodes and NotAllowedNodes are nil when PVE did not send them: PVE
 // before 8.4 (qemu-server 8.3.9) lists them for stopped VMs only, so for a
@@ -440,10 +444,10 @@ type LocalDisk struct {
 	CDROM     bool
 }
 
-// MigratePrecheck asks PVE whether VM vmid on node can migrate (to target, if
-// given; PVE accepts but ignores it today).
-func (c *Client) MigratePrecheck(ctx context.Context, node string, vmid int, target string) (MigratePrecheck, error) {
-	p, err := vmPath(node, vmid, "migrate")
+// MigratePrecheck asks PVE whether guest g can migrate (to target, if given; PVE
+// accepts but ignores it today).
+func (c *Client) MigratePrecheck(ctx context.Context, g Guest, target string) (MigratePrecheck, error) {
+	p, err := guestPath(g, "migrate")
 	if err != nil {
 		return MigratePrecheck{}, fmt.Errorf("pve: %w", err)
 	}
@@ -454,18 +458,22 @@ func (c *Client) MigratePrecheck(ctx context.Context, node string, vmid int, tar
 		}
 		q = url.Values{"target": {target}}
 	}
+	type notAllowedWire struct {
+		UnavailableStorages  []flexString `json:"unavailable_storages"`
+		UnavailableResources []flexString `json:"unavailable-resources"`
+		BlockingHAResources  []struct {
+			SID   flexString `json:"sid"`
+			Cause flexString `json:"cause"`
+		} `json:"blocking-ha-resources"`
+	}
 	var w struct {
-		Running         Bool          `json:"running"`
-		AllowedNodes    *[]flexString `json:"allowed_nodes"`
-		NotAllowedNodes map[string]struct {
-			UnavailableStorages  []flexString `json:"unavailable_storages"`
-			UnavailableResources []flexString `json:"unavailable-resources"`
-			BlockingHAResources  []struct {
-				SID   flexString `json:"sid"`
-				Cause flexString `json:"cause"`
-			} `json:"blocking-ha-resources"`
-		} `json:"not_allowed_nodes"`
-		LocalDisks []struct {
+		Running         Bool                      `json:"running"`
+		AllowedNodes    *[]flexString             `json:"allowed_nodes"`
+		NotAllowedNodes map[string]notAllowedWire `json:"not_allowed_nodes"`
+		// pve-container's spelling of the same two lists.
+		AllowedNodesCT    *[]flexString             `json:"allowed-nodes"`
+		NotAllowedNodesCT map[string]notAllowedWire `json:"not-allowed-nodes"`
+		LocalDisks        []struct {
 			Volid     flexString `json:"volid"`
 			DriveName flexString `json:"drivename"`
 			Size      flexInt    `json:"size"`
@@ -479,6 +487,9 @@ func (c *Client) MigratePrecheck(ctx context.Context, node string, vmid int, tar
 	}
 	if _, err := c.get(ctx, p, q, limitDefault, &w); err != nil {
 		return MigratePrecheck{}, err
+	}
+	if g.Kind == LXC {
+		w.AllowedNodes, w.NotAllowedNodes = w.AllowedNodesCT, w.NotAllowedNodesCT
 	}
 	out := MigratePrecheck{
 		Running:              bool(w.Running),

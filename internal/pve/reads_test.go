@@ -97,22 +97,22 @@ func TestReads(t *testing.T) {
 		t.Errorf("Resources =\n%+v\nwant\n%+v", res, wantRes)
 	}
 
-	st, err := c.VMStatus(ctx, "pve1", 100)
+	st, err := c.GuestStatus(ctx, VMOn("pve1", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSt := VMStatus{VMID: 100, Name: "web1", Status: "running", QMPStatus: "paused", Lock: "backup",
+	wantSt := GuestStatus{Kind: Qemu, VMID: 100, Name: "web1", Status: "running", QMPStatus: "paused", Lock: "backup",
 		HA: HAStatus{Managed: true, State: "started", Group: "g"}, Uptime: 3600, CPUs: 2, CPU: 0.01, MaxMem: 4 << 30,
 		Mem: 123, Tags: "x", Agent: true, PID: 4242}
 	if st != wantSt {
-		t.Errorf("VMStatus =\n%+v\nwant\n%+v", st, wantSt)
+		t.Errorf("GuestStatus =\n%+v\nwant\n%+v", st, wantSt)
 	}
-	st, err = c.VMStatus(ctx, "pve1", 101)
+	st, err = c.GuestStatus(ctx, VMOn("pve1", 101))
 	if err != nil || st.HA.Managed || !st.Template || st.Status != "stopped" {
 		t.Errorf("VMStatus(101) = %+v, %v", st, err)
 	}
 
-	pc, err := c.MigratePrecheck(ctx, "pve1", 100, "pve2")
+	pc, err := c.MigratePrecheck(ctx, VMOn("pve1", 100), "pve2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestVMStatusRejectsOtherVM(t *testing.T) {
 		"GET /api2/json/nodes/pve1/qemu/100/status/current": `{"data":{"vmid":101,"status":"running"}}`,
 	})
 	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-	if _, err := c.VMStatus(context.Background(), "pve1", 100); err == nil {
+	if _, err := c.GuestStatus(context.Background(), VMOn("pve1", 100)); err == nil {
 		t.Fatal("status of another VM accepted")
 	}
 }
@@ -243,7 +243,7 @@ func TestMigratePrecheckNodes(t *testing.T) {
 		{103, true, []string{}, map[string]NotAllowed{}},
 		{104, false, nil, nil},
 	} {
-		pc, err := c.MigratePrecheck(ctx, "pve1", tc.vmid, "")
+		pc, err := c.MigratePrecheck(ctx, VMOn("pve1", tc.vmid), "")
 		if err != nil {
 			t.Fatalf("VM %d: %v", tc.vmid, err)
 		}

@@ -159,7 +159,7 @@ func TestSimFailoverWhenANodeGoesOffline(t *testing.T) {
 	// A request about pve1 says pve1 is offline, without looping over the
 	// other endpoints.
 	before := env.cluster.Requests("GET", "/nodes/{node}/qemu/{vmid}/status/current")
-	_, err := c.VMStatus(ctx, "pve1", 100)
+	_, err := c.GuestStatus(ctx, pve.VMOn("pve1", 100))
 	var noe *pve.NodeOfflineError
 	if !errors.As(err, &noe) || noe.Node != "pve1" || noe.Err.StatusCode != 595 {
 		t.Fatalf("VMStatus on the offline node: err = %v", err)
@@ -171,7 +171,7 @@ func TestSimFailoverWhenANodeGoesOffline(t *testing.T) {
 	if err := env.cluster.SetNodeOnline("pve1", true); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := c.VMStatus(ctx, "pve1", 100); err != nil || st.Status != "running" {
+	if st, err := c.GuestStatus(ctx, pve.VMOn("pve1", 100)); err != nil || st.Status != "running" {
 		t.Fatalf("VMStatus after pve1 is back = %+v, %v", st, err)
 	}
 }
@@ -194,7 +194,7 @@ func TestSimPOSTIsNeverRepeated(t *testing.T) {
 		return amb.Candidates[0]
 	}
 	env.cluster.DropNextResponses("POST", start, 1)
-	_, err := c.StartVM(ctx, "pve1", 101, pve.StartOptions{})
+	_, err := c.Start(ctx, pve.VMOn("pve1", 101), pve.StartOptions{})
 	upid := one(err)
 	if n := env.cluster.Requests("POST", start); n != 1 {
 		t.Fatalf("PVE received %d start requests, want 1", n)
@@ -207,7 +207,7 @@ func TestSimPOSTIsNeverRepeated(t *testing.T) {
 	// A migration whose answer is lost: listed the same way.
 	const migrate = "/nodes/{node}/qemu/{vmid}/migrate"
 	env.cluster.DropNextResponses("POST", migrate, 1)
-	_, err = c.MigrateVM(ctx, "pve1", 100, pve.MigrateOptions{Target: "pve2", Online: true})
+	_, err = c.Migrate(ctx, pve.VMOn("pve1", 100), pve.MigrateOptions{Target: "pve2", Online: true})
 	mu := one(err)
 	if n := env.cluster.Requests("POST", migrate); n != 1 || mu.Type != "qmigrate" {
 		t.Fatalf("%d migrate requests, UPID %s", n, mu)
@@ -215,7 +215,7 @@ func TestSimPOSTIsNeverRepeated(t *testing.T) {
 
 	// With every node's answer dropped the POST still goes out once.
 	env.cluster.DropNextResponses("POST", "/nodes/{node}/qemu/{vmid}/status/shutdown", 5)
-	_, err = c.ShutdownVM(ctx, "pve3", 105, pve.ShutdownOptions{})
+	_, err = c.Shutdown(ctx, pve.VMOn("pve3", 105), pve.ShutdownOptions{})
 	if n := env.cluster.Requests("POST", "/nodes/{node}/qemu/{vmid}/status/shutdown"); n != 1 {
 		t.Fatalf("shutdown sent %d times (err %v)", n, err)
 	}
@@ -243,37 +243,37 @@ func TestSimErrorShapes(t *testing.T) {
 
 	// 403 with the privilege named.
 	ro := env.client(t, func(cfg *pve.Config) { cfg.TokenID = "viewer@pve!ro" })
-	_, err = ro.VMStatus(ctx, "pve1", 101)
+	_, err = ro.GuestStatus(ctx, pve.VMOn("pve1", 101))
 	if !pve.IsPermissionDenied(err) || !errors.As(err, &pe) || !strings.Contains(pe.Text(), "VM.") {
 		t.Errorf("no privilege: err = %v", err)
 	}
 
 	// 500 "Configuration file ... does not exist": the VM is on another node.
-	_, err = c.VMStatus(ctx, "pve1", 102)
+	_, err = c.GuestStatus(ctx, pve.VMOn("pve1", 102))
 	if !pve.IsNotFound(err) || pve.StatusCode(err) != 500 || !errors.As(err, &pe) ||
 		!strings.Contains(pe.Message, "does not exist") || strings.HasSuffix(pe.Message, "\n") || pe.Reason != pe.Message {
 		t.Errorf("VM on another node: err = %#v", err)
 	}
 
 	// Unknown node: hostname lookup failure, also a not-found.
-	if _, err = c.VMStatus(ctx, "pve9", 100); !pve.IsNotFound(err) {
+	if _, err = c.GuestStatus(ctx, pve.VMOn("pve9", 100)); !pve.IsNotFound(err) {
 		t.Errorf("unknown node: err = %v", err)
 	}
 
 	// 400 with an errors map.
-	_, err = c.MigrateVM(ctx, "pve1", 100, pve.MigrateOptions{Target: "pve1", Online: true})
+	_, err = c.Migrate(ctx, pve.VMOn("pve1", 100), pve.MigrateOptions{Target: "pve1", Online: true})
 	if !pve.IsParameterError(err) || !errors.As(err, &pe) || pe.Errors["target"] == "" {
 		t.Errorf("migrate to the same node: err = %#v", err)
 	}
 
 	// A synchronous 500 that is not a not-found.
-	_, err = c.RebootVM(ctx, "pve1", 101, pve.RebootOptions{})
+	_, err = c.Reboot(ctx, pve.VMOn("pve1", 101), pve.RebootOptions{})
 	if pve.StatusCode(err) != 500 || pve.IsNotFound(err) || !strings.Contains(err.Error(), "not running") {
 		t.Errorf("reboot a stopped VM: err = %v", err)
 	}
 
 	// A task asked at the wrong node: 400 no such task, a not-found.
-	up, err := c.StartVM(ctx, "pve1", 101, pve.StartOptions{})
+	up, err := c.Start(ctx, pve.VMOn("pve1", 101), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestSimErrorShapes(t *testing.T) {
 	if err := env.cluster.SetNodeOnline("pve3", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err = c.StopVM(ctx, "pve3", 104, pve.StopOptions{}); !errors.Is(err, pve.ErrNodeOffline) {
+	if _, err = c.Stop(ctx, pve.VMOn("pve3", 104), pve.StopOptions{}); !errors.Is(err, pve.ErrNodeOffline) {
 		t.Errorf("stop on an offline node: err = %v", err)
 	}
 	if n := env.cluster.Requests("POST", "/nodes/{node}/qemu/{vmid}/status/stop"); n != 1 {
@@ -303,7 +303,7 @@ func TestSimTasks(t *testing.T) {
 	c := env.client(t, nil)
 
 	// Start a stopped VM: the task ends OK.
-	up, err := c.StartVM(ctx, "pve1", 101, pve.StartOptions{})
+	up, err := c.Start(ctx, pve.VMOn("pve1", 101), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestSimTasks(t *testing.T) {
 	}
 
 	// Starting a running VM: PVE answers 200 and the task fails.
-	up, err = c.StartVM(ctx, "pve1", 100, pve.StartOptions{})
+	up, err = c.Start(ctx, pve.VMOn("pve1", 100), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,11 +330,11 @@ func TestSimTasks(t *testing.T) {
 	}
 
 	// A live migration runs to the end, with progress in its log.
-	pc, err := c.MigratePrecheck(ctx, "pve1", 100, "pve2")
+	pc, err := c.MigratePrecheck(ctx, pve.VMOn("pve1", 100), "pve2")
 	if err != nil || !pc.Running || len(pc.AllowedNodes) == 0 {
 		t.Fatalf("MigratePrecheck = %+v, %v", pc, err)
 	}
-	up, err = c.MigrateVM(ctx, "pve1", 100, pve.MigrateOptions{Target: "pve2", Online: true})
+	up, err = c.Migrate(ctx, pve.VMOn("pve1", 100), pve.MigrateOptions{Target: "pve2", Online: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestSimTasks(t *testing.T) {
 	if err != nil || !containsLine(lines, "migration finished successfully") {
 		t.Errorf("migration log = %+v, %v", lines, err)
 	}
-	if vs, err := c.VMStatus(ctx, "pve2", 100); err != nil || vs.Status != "running" {
+	if vs, err := c.GuestStatus(ctx, pve.VMOn("pve2", 100)); err != nil || vs.Status != "running" {
 		t.Errorf("VM 100 on pve2 after migration = %+v, %v", vs, err)
 	}
 
@@ -361,7 +361,7 @@ func TestSimTasks(t *testing.T) {
 	}
 
 	// Stopping a running task.
-	up, err = c.MigrateVM(ctx, "pve2", 102, pve.MigrateOptions{Target: "pve3", Online: true, WithLocalDisks: true})
+	up, err = c.Migrate(ctx, pve.VMOn("pve2", 102), pve.MigrateOptions{Target: "pve3", Online: true, WithLocalDisks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func TestSimConnectionReuse(t *testing.T) {
 	c := env.client(t, keepIdle)
 	ctx := context.Background()
 	for i := 0; i < 1000; i++ {
-		if _, err := c.VMStatus(ctx, "pve2", 103); err != nil {
+		if _, err := c.GuestStatus(ctx, pve.VMOn("pve2", 103)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -419,7 +419,7 @@ func TestSimConnectionReuse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 125; i++ {
-				if _, err := c.VMStatus(ctx, "pve1", 100); err != nil {
+				if _, err := c.GuestStatus(ctx, pve.VMOn("pve1", 100)); err != nil {
 					t.Error(err)
 					return
 				}

@@ -35,32 +35,32 @@ func TestSimSuspendResume(t *testing.T) {
 			}
 			state := func(status, qmp, lock string) {
 				t.Helper()
-				st, err := c.VMStatus(ctx, "pve1", 100)
+				st, err := c.GuestStatus(ctx, pve.VMOn("pve1", 100))
 				if err != nil || st.Status != status || st.QMPStatus != qmp || st.Lock != lock {
 					t.Fatalf("VM 100: %+v, %v; want %s/%s lock %q", st, err, status, qmp, lock)
 				}
 			}
 
-			u, err := c.SuspendVM(ctx, "pve1", 100, false)
+			u, err := c.Suspend(ctx, pve.VMOn("pve1", 100), false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			wait(u, "qmpause")
 			state("running", "paused", "")
-			u, err = c.ResumeVM(ctx, "pve1", 100)
+			u, err = c.Resume(ctx, pve.VMOn("pve1", 100))
 			if err != nil {
 				t.Fatal(err)
 			}
 			wait(u, "qmresume")
 			state("running", "running", "")
 
-			u, err = c.SuspendVM(ctx, "pve1", 100, true)
+			u, err = c.Suspend(ctx, pve.VMOn("pve1", 100), true)
 			if err != nil {
 				t.Fatal(err)
 			}
 			wait(u, "qmsuspend")
 			state("stopped", "stopped", "suspended")
-			u, err = c.ResumeVM(ctx, "pve1", 100)
+			u, err = c.Resume(ctx, pve.VMOn("pve1", 100))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func TestSimSuspendResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			state("running", "paused", "")
-			if u, err = c.ResumeVM(ctx, "pve1", 100); err != nil {
+			if u, err = c.Resume(ctx, pve.VMOn("pve1", 100)); err != nil {
 				t.Fatal(err)
 			}
 			wait(u, "qmresume")
@@ -84,10 +84,10 @@ func TestSimSuspendResume(t *testing.T) {
 				call   func() (pve.UPID, error)
 				reason string
 			}{
-				{"suspend a stopped VM", func() (pve.UPID, error) { return c.SuspendVM(ctx, "pve1", 101, false) }, "VM 101 not running"},
-				{"resume a stopped VM", func() (pve.UPID, error) { return c.ResumeVM(ctx, "pve1", 101) }, "VM 101 not running"},
-				{"hibernate an HA VM", func() (pve.UPID, error) { return c.SuspendVM(ctx, "pve2", 103, true) }, "Cannot suspend HA managed VM to disk"},
-				{"suspend on the wrong node", func() (pve.UPID, error) { return c.SuspendVM(ctx, "pve2", 100, false) },
+				{"suspend a stopped VM", func() (pve.UPID, error) { return c.Suspend(ctx, pve.VMOn("pve1", 101), false) }, "VM 101 not running"},
+				{"resume a stopped VM", func() (pve.UPID, error) { return c.Resume(ctx, pve.VMOn("pve1", 101)) }, "VM 101 not running"},
+				{"hibernate an HA VM", func() (pve.UPID, error) { return c.Suspend(ctx, pve.VMOn("pve2", 103), true) }, "Cannot suspend HA managed VM to disk"},
+				{"suspend on the wrong node", func() (pve.UPID, error) { return c.Suspend(ctx, pve.VMOn("pve2", 100), false) },
 					"unable to find configuration file for VM 100 on node 'pve2'"},
 			} {
 				_, err := tc.call()

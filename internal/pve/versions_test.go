@@ -34,7 +34,7 @@ func TestSimVersions(t *testing.T) {
 				t.Errorf("Version numbers %+v", v)
 			}
 
-			running, err := c.MigratePrecheck(ctx, "pve1", 100, "pve2")
+			running, err := c.MigratePrecheck(ctx, pve.VMOn("pve1", 100), "pve2")
 			if err != nil || !running.Running {
 				t.Fatalf("pre-check of running VM 100: %+v, %v", running, err)
 			}
@@ -48,12 +48,12 @@ func TestSimVersions(t *testing.T) {
 			} else if running.AllowedNodes != nil || running.NotAllowedNodes != nil {
 				t.Errorf("running VM on %s: allowed %#v, not allowed %#v; want unknown (nil)", info.Release, running.AllowedNodes, running.NotAllowedNodes)
 			}
-			stopped, err := c.MigratePrecheck(ctx, "pve1", 101, "")
+			stopped, err := c.MigratePrecheck(ctx, pve.VMOn("pve1", 101), "")
 			if err != nil || stopped.Running || !stopped.NodesKnown() ||
 				!reflect.DeepEqual(stopped.AllowedNodes, []string{"pve2", "pve3"}) || len(stopped.NotAllowedNodes) != 0 {
 				t.Fatalf("pre-check of stopped VM 101: %+v, %v", stopped, err)
 			}
-			local, err := c.MigratePrecheck(ctx, "pve2", 102, "")
+			local, err := c.MigratePrecheck(ctx, pve.VMOn("pve2", 102), "")
 			if err != nil || len(local.LocalDisks) != 1 || local.LocalDisks[0].Volid != "local-lvm:vm-102-disk-0" {
 				t.Fatalf("pre-check of VM 102: %+v, %v", local, err)
 			}
@@ -63,7 +63,7 @@ func TestSimVersions(t *testing.T) {
 				node, target string
 				online       bool
 			}{{100, "pve1", "pve2", true}, {101, "pve1", "pve3", false}} {
-				u, err := c.MigrateVM(ctx, m.node, m.vmid, pve.MigrateOptions{Target: m.target, Online: m.online})
+				u, err := c.Migrate(ctx, pve.VMOn(m.node, m.vmid), pve.MigrateOptions{Target: m.target, Online: m.online})
 				if err != nil {
 					t.Fatalf("migrate VM %d: %v", m.vmid, err)
 				}
@@ -78,13 +78,13 @@ func TestSimVersions(t *testing.T) {
 				}
 			}
 
-			_, err = c.StopVM(ctx, "pve2", 100, pve.StopOptions{OverruleShutdown: true})
+			_, err = c.Stop(ctx, pve.VMOn("pve2", 100), pve.StopOptions{OverruleShutdown: true})
 			if v.StopOverrulesShutdown() != (err == nil) || err != nil && !pve.IsParameterError(err) {
 				t.Errorf("stop with overrule-shutdown on %s: %v", info.Release, err)
 			}
 
 			// An error's text reaches the caller whether or not the body carries it.
-			_, err = c.VMStatus(ctx, "pve1", 100)
+			_, err = c.GuestStatus(ctx, pve.VMOn("pve1", 100))
 			var pe *pve.Error
 			if !pve.IsNotFound(err) || !errors.As(err, &pe) ||
 				pe.Reason != "Configuration file 'nodes/pve1/qemu-server/100.conf' does not exist" ||

@@ -12,19 +12,19 @@ import (
 
 // StartOptions are the optional parameters of status/start.
 type StartOptions struct {
-	Timeout *int // seconds to wait for the start; PVE's default is max(30, memory in GiB)
+	Timeout *int // QEMU only: seconds to wait for the start; PVE's default is max(30, memory in GiB)
 }
 
 // ShutdownOptions are the optional parameters of status/shutdown.
 type ShutdownOptions struct {
-	Timeout   *int // seconds to wait for the guest; PVE's default is 60 (or the VM's startup down=)
-	ForceStop bool // stop the VM if it has not shut down when the timeout ends
+	Timeout   *int // seconds to wait for the guest; PVE's default is 60 (or the guest's startup down=)
+	ForceStop bool // stop the guest if it has not shut down when the timeout ends
 }
 
 // StopOptions are the optional parameters of status/stop.
 type StopOptions struct {
-	Timeout          *int // seconds to wait after QMP quit before SIGTERM
-	OverruleShutdown bool // abort running qmshutdown tasks first (PVE ≥ 8.1; not for HA VMs)
+	Timeout          *int // QEMU only: seconds to wait after QMP quit before SIGTERM
+	OverruleShutdown bool // abort running shutdown tasks first (PVE ≥ 8.1; not for HA guests)
 }
 
 // RebootOptions are the optional parameters of status/reboot.
@@ -32,113 +32,135 @@ type RebootOptions struct {
 	Timeout *int // seconds to wait for the shutdown half
 }
 
-// MigrateOptions are the parameters of POST migrate.
+// MigrateOptions are the parameters of POST migrate. The two kinds take
+// different ones (qemu-server's and pve-container's schemas): a container
+// moves stopped or by a restart, never live with its memory.
 type MigrateOptions struct {
 	Target         string // required
-	Online         bool   // live migration of a running VM
-	WithLocalDisks bool
+	Online         bool   // QEMU: live migration of a running VM; LXC: PVE refuses a running CT without Restart
+	WithLocalDisks bool   // QEMU only
 	TargetStorage  string // storage map "src:dst,..." or one storage id
 	BWLimit        *int   // KiB/s
+	Restart        bool   // LXC only: shut a running CT down, move it, start it on the target
+	Timeout        *int   // LXC only: the restart's shutdown timeout, seconds (PVE's default 180)
 }
 
-// taskTypes are the task types PVE starts for each write (HA-managed VMs get
-// the ha* stand-in tasks).
-var (
-	typesStart    = []string{"qmstart", "hastart"}
-	typesShutdown = []string{"qmshutdown", "hastop"}
-	typesStop     = []string{"qmstop", "hastop"}
-	typesReboot   = []string{"qmreboot"}
-	typesMigrate  = []string{"qmigrate", "hamigrate"}
-	typesPause    = []string{"qmpause"}   // status/suspend
-	typesSuspend  = []string{"qmsuspend"} // status/suspend with todisk
-	typesResume   = []string{"qmresume"}  // also for a hibernated VM, which it starts
-)
+// errOnlyFor refuses an option a kind does not have, before anything is sent.
+func errOnlyFor(g Guest, option string, kind GuestKind) error {
+	return &NotSentError{Err: fmt.Errorf("pve: %w: %s is for %s guests only, not %s", ErrInvalidArgument, option, kind, g)}
+}
 
-// StartVM starts VM vmid on node and returns the UPID of PVE's task. Whether
-// the VM really started is the task's result (PVE checks almost nothing
-// before it answers). Like every write it is never repeated.
-func (c *Client) StartVM(ctx context.Context, node string, vmid int, o StartOptions) (UPID, error) {
+// Start starts guest g and returns the UPID of PVE's task. Whether the guest
+// really started is the task's result (PVE checks almost nothing before it
+// answers). Like every write it is never repeated.
+func (c *Client) Start(ctx context.Context, g Guest, o StartOptions) (UPID, error) {
 	f := url.Values{}
+	if o.Timeout != nil && g.Kind != Qemu {
+		return UPID{}, errOnlyFor(g, "a start timeout", Qemu)
+	}
 	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
 		return UPID{}, err
 	}
-	return c.startTask(ctx, node, vmid, "status/start", f, typesStart)
+	return c.startTask(ctx, g, ActStart, "status/start", f)
 }
 
-// ShutdownVM asks the guest to shut down (ACPI or guest agent).
-func (c *Client) ShutdownVM(ctx context.Context, node string, vmid int, o ShutdownOptions) (UPID, error) {
+// Shutdown asks the guest to shut down (ACPI or the guest agent for a VM, the
+// container's init for a CT).
+func (c *Client) Shutdown(ctx context.Context, g Guest, o ShutdownOptions) (UPID, error) {
 	f := url.Values{}
 	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
 		return UPID{}, err
 	}
 	putBool(f, "forceStop", o.ForceStop)
-	return c.startTask(ctx, node, vmid, "status/shutdown", f, typesShutdown)
+	return c.startTask(ctx, g, ActShutdown, "status/shutdown", f)
 }
 
-// StopVM powers the VM off at once.
-func (c *Client) StopVM(ctx context.Context, node string, vmid int, o StopOptions) (UPID, error) {
+// Stop powers the guest off at once.
+func (c *Client) Stop(ctx context.Context, g Guest, o StopOptions) (UPID, error) {
 	f := url.Values{}
+	if o.Timeout != nil && g.Kind != Qemu {
+		return UPID{}, errOnlyFor(g, "a stop timeout", Qemu)
+	}
 	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
 		return UPID{}, err
 	}
 	putBool(f, "overrule-shutdown", o.OverruleShutdown)
-	return c.startTask(ctx, node, vmid, "status/stop", f, typesStop)
+	return c.startTask(ctx, g, ActStop, "status/stop", f)
 }
 
-// RebootVM shuts the guest down and starts it again (the start is a separate
-// qmstart task by root@pam).
-func (c *Client) RebootVM(ctx context.Context, node string, vmid int, o RebootOptions) (UPID, error) {
+// Reboot shuts the guest down and starts it again (for a VM the start is a
+// separate qmstart task by root@pam).
+func (c *Client) Reboot(ctx context.Context, g Guest, o RebootOptions) (UPID, error) {
 	f := url.Values{}
 	if err := putSeconds(f, "timeout", o.Timeout); err != nil {
 		return UPID{}, err
 	}
-	return c.startTask(ctx, node, vmid, "status/reboot", f, typesReboot)
+	return c.startTask(ctx, g, ActReboot, "status/reboot", f)
 }
 
-// SuspendVM pauses a running VM (QMP stop; task qmpause): it keeps its
-// memory and process, status/current shows qmpstatus "paused". With toDisk
-// it hibernates the VM instead (task qmsuspend): the state is saved to a
-// vmstate volume on PVE's default state storage, QEMU quits and the VM stays
-// stopped with lock "suspended" until ResumeVM or StartVM. PVE refuses at
-// once a VM that is not running ("VM 100 not running"), and hibernation of
-// an HA-managed VM or one with PCI passthrough; it needs VM.Config.Disk on
-// top of VM.PowerMgmt.
-func (c *Client) SuspendVM(ctx context.Context, node string, vmid int, toDisk bool) (UPID, error) {
+// Suspend pauses a running guest: a VM by QMP stop (task qmpause; it keeps its
+// memory and process, status/current shows qmpstatus "paused"), a CT by freezing
+// it (vzsuspend). With toDisk (QEMU only) it hibernates the VM instead (task
+// qmsuspend): the state is saved to a vmstate volume on PVE's default state
+// storage, QEMU quits and the VM stays stopped with lock "suspended" until
+// Resume or Start. PVE refuses at once a guest that is not running ("VM 100 not
+// running"), and hibernation of an HA-managed VM or one with PCI passthrough; it
+// needs VM.Config.Disk on top of VM.PowerMgmt.
+func (c *Client) Suspend(ctx context.Context, g Guest, toDisk bool) (UPID, error) {
 	f := url.Values{}
-	types := typesPause
+	action := ActSuspend
 	if toDisk {
+		if g.Kind != Qemu {
+			return UPID{}, errOnlyFor(g, "hibernation", Qemu)
+		}
 		putBool(f, "todisk", true)
-		types = typesSuspend
+		action = ActHibernate
 	}
-	return c.startTask(ctx, node, vmid, "status/suspend", f, types)
+	return c.startTask(ctx, g, action, "status/suspend", f)
 }
 
-// ResumeVM continues a paused VM (or one in prelaunch; QMP cont), or starts
-// a hibernated one from its saved state; either way a qmresume task. PVE
-// refuses at once a VM that neither runs nor is hibernated ("VM 100 not
-// running").
-func (c *Client) ResumeVM(ctx context.Context, node string, vmid int) (UPID, error) {
-	return c.startTask(ctx, node, vmid, "status/resume", url.Values{}, typesResume)
+// Resume continues a paused guest (a VM also in prelaunch; QMP cont), or starts
+// a hibernated VM from its saved state; for a VM a qmresume task, for a CT
+// vzresume. PVE refuses at once a guest that neither runs nor is hibernated
+// ("VM 100 not running").
+func (c *Client) Resume(ctx context.Context, g Guest) (UPID, error) {
+	return c.startTask(ctx, g, ActResume, "status/resume", url.Values{})
 }
 
-// MigrateVM migrates VM vmid from node to o.Target.
-func (c *Client) MigrateVM(ctx context.Context, node string, vmid int, o MigrateOptions) (UPID, error) {
+// Migrate moves guest g from its node to o.Target.
+func (c *Client) Migrate(ctx context.Context, g Guest, o MigrateOptions) (UPID, error) {
 	if err := checkNode("target", o.Target); err != nil {
-		return UPID{}, fmt.Errorf("pve: %w", err)
+		return UPID{}, &NotSentError{Err: fmt.Errorf("pve: %w", err)}
 	}
 	f := url.Values{"target": {o.Target}}
 	putBool(f, "online", o.Online)
-	putBool(f, "with-local-disks", o.WithLocalDisks)
+	storageParam := "targetstorage"
+	switch g.Kind {
+	case Qemu:
+		if o.Restart || o.Timeout != nil {
+			return UPID{}, errOnlyFor(g, "a restart migration", LXC)
+		}
+		putBool(f, "with-local-disks", o.WithLocalDisks)
+	case LXC:
+		if o.WithLocalDisks {
+			return UPID{}, errOnlyFor(g, "with-local-disks", Qemu)
+		}
+		putBool(f, "restart", o.Restart)
+		if err := putSeconds(f, "timeout", o.Timeout); err != nil {
+			return UPID{}, err
+		}
+		storageParam = "target-storage" // pve-container spells it with a hyphen
+	}
 	if o.TargetStorage != "" {
 		if len(o.TargetStorage) > 1024 || !storageMapSyntax(o.TargetStorage) {
-			return UPID{}, fmt.Errorf("pve: %w: target storage %q", ErrInvalidArgument, truncate(o.TargetStorage, 40))
+			return UPID{}, &NotSentError{Err: fmt.Errorf("pve: %w: target storage %q", ErrInvalidArgument, truncate(o.TargetStorage, 40))}
 		}
-		f.Set("targetstorage", o.TargetStorage)
+		f.Set(storageParam, o.TargetStorage)
 	}
 	if err := putSeconds(f, "bwlimit", o.BWLimit); err != nil {
 		return UPID{}, err
 	}
-	return c.startTask(ctx, node, vmid, "migrate", f, typesMigrate)
+	return c.startTask(ctx, g, ActMigrate, "migrate", f)
 }
 
 // storageMapSyntax admits PVE's storage-pair-list ("src:dst,src2:dst2", one
@@ -177,10 +199,13 @@ func putSeconds(f url.Values, name string, v *int) error {
 // cluster's nodes disagreeing a little.
 const lookupWindow = 10 * time.Second
 
-// startTask POSTs a VM action and returns the UPID PVE answers with, after
-// checking it is a task of that kind, for that VM, on that node.
-func (c *Client) startTask(ctx context.Context, node string, vmid int, action string, form url.Values, types []string) (UPID, error) {
-	p, err := vmPath(node, vmid, action)
+// startTask POSTs a guest action and returns the UPID PVE answers with, after
+// checking it is a task of that action and kind (taskTypes), for that guest, on
+// that node.
+func (c *Client) startTask(ctx context.Context, g Guest, action Action, sub string, form url.Values) (UPID, error) {
+	node, vmid := g.Node, g.VMID
+	types := TaskTypesFor(g.Kind, action)
+	p, err := guestPath(g, sub)
 	if err != nil {
 		return UPID{}, &NotSentError{Err: fmt.Errorf("pve: %w", err)}
 	}
@@ -189,7 +214,7 @@ func (c *Client) startTask(ctx context.Context, node string, vmid int, action st
 	res, err := c.do(ctx, call{method: http.MethodPost, path: p, form: form, limit: limitDefault, out: &text})
 	var amb *ambiguity
 	if errors.As(err, &amb) {
-		return UPID{}, c.findTask(ctx, amb, p, node, vmid, types, started)
+		return UPID{}, c.findTask(ctx, amb, p, g, types, started)
 	}
 	if err != nil {
 		return UPID{}, err
@@ -205,7 +230,7 @@ func (c *Client) startTask(ctx context.Context, node string, vmid int, action st
 	return u, nil
 }
 
-// checkTaskUPID validates a UPID PVE handed back for a VM write.
+// checkTaskUPID validates a UPID PVE handed back for a guest write.
 func (c *Client) checkTaskUPID(text, node string, vmid int, types []string) (UPID, error) {
 	u, err := ParseUPID(text)
 	if err != nil {
@@ -215,7 +240,7 @@ func (c *Client) checkTaskUPID(text, node string, vmid int, types []string) (UPI
 		return UPID{}, fmt.Errorf("task %s runs on node %s, not %s", u, u.Node, node)
 	}
 	if u.ID != vmidText(vmid) {
-		return UPID{}, fmt.Errorf("task %s is about %q, not VM %d", u, u.ID, vmid)
+		return UPID{}, fmt.Errorf("task %s is about %q, not guest %d", u, u.ID, vmid)
 	}
 	if !contains(types, u.Type) {
 		return UPID{}, fmt.Errorf("task %s is a %s task, want one of %v", u, u.Type, types)
@@ -247,7 +272,8 @@ func contains(list []string, s string) bool {
 // its task rows with the list). So the answer is always an *AmbiguousError,
 // with the candidates. The lookup gets its own deadline, even when the write's
 // context has ended: knowing whether a task started matters most then.
-func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, node string, vmid int, types []string, started time.Time) error {
+func (c *Client) findTask(ctx context.Context, amb *ambiguity, p apiPath, g Guest, types []string, started time.Time) error {
+	node, vmid := g.Node, g.VMID
 	aerr := &AmbiguousError{Method: http.MethodPost, Path: p.escaped, Endpoint: amb.ep.base, Node: node, VMID: vmid, Err: amb.cause}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.timeout, 15*time.Second))
 	defer cancel()

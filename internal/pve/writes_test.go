@@ -28,34 +28,34 @@ func TestWriteParameters(t *testing.T) {
 		typ    string
 		params url.Values
 	}{
-		{"start", func(c *Client) (UPID, error) { return c.StartVM(context.Background(), "pve1", 100, StartOptions{}) },
+		{"start", func(c *Client) (UPID, error) { return c.Start(context.Background(), VMOn("pve1", 100), StartOptions{}) },
 			"/nodes/pve1/qemu/100/status/start", "qmstart", url.Values{}},
 		{"start timeout", func(c *Client) (UPID, error) {
-			return c.StartVM(context.Background(), "pve1", 100, StartOptions{Timeout: &thirty})
+			return c.Start(context.Background(), VMOn("pve1", 100), StartOptions{Timeout: &thirty})
 		}, "/nodes/pve1/qemu/100/status/start", "hastart", url.Values{"timeout": {"30"}}},
 		{"shutdown", func(c *Client) (UPID, error) {
-			return c.ShutdownVM(context.Background(), "pve1", 100, ShutdownOptions{Timeout: &zero, ForceStop: true})
+			return c.Shutdown(context.Background(), VMOn("pve1", 100), ShutdownOptions{Timeout: &zero, ForceStop: true})
 		}, "/nodes/pve1/qemu/100/status/shutdown", "qmshutdown", url.Values{"timeout": {"0"}, "forceStop": {"1"}}},
 		{"shutdown plain", func(c *Client) (UPID, error) {
-			return c.ShutdownVM(context.Background(), "pve1", 100, ShutdownOptions{})
+			return c.Shutdown(context.Background(), VMOn("pve1", 100), ShutdownOptions{})
 		}, "/nodes/pve1/qemu/100/status/shutdown", "hastop", url.Values{}},
 		{"stop", func(c *Client) (UPID, error) {
-			return c.StopVM(context.Background(), "pve1", 100, StopOptions{OverruleShutdown: true})
+			return c.Stop(context.Background(), VMOn("pve1", 100), StopOptions{OverruleShutdown: true})
 		}, "/nodes/pve1/qemu/100/status/stop", "qmstop", url.Values{"overrule-shutdown": {"1"}}},
 		{"reboot", func(c *Client) (UPID, error) {
-			return c.RebootVM(context.Background(), "pve1", 100, RebootOptions{Timeout: &thirty})
+			return c.Reboot(context.Background(), VMOn("pve1", 100), RebootOptions{Timeout: &thirty})
 		}, "/nodes/pve1/qemu/100/status/reboot", "qmreboot", url.Values{"timeout": {"30"}}},
 		{"migrate", func(c *Client) (UPID, error) {
-			return c.MigrateVM(context.Background(), "pve1", 100, MigrateOptions{Target: "pve2", Online: true, WithLocalDisks: true, TargetStorage: "local-lvm:ceph", BWLimit: &limit})
+			return c.Migrate(context.Background(), VMOn("pve1", 100), MigrateOptions{Target: "pve2", Online: true, WithLocalDisks: true, TargetStorage: "local-lvm:ceph", BWLimit: &limit})
 		}, "/nodes/pve1/qemu/100/migrate", "qmigrate", url.Values{"target": {"pve2"}, "online": {"1"}, "with-local-disks": {"1"}, "targetstorage": {"local-lvm:ceph"}, "bwlimit": {"10240"}}},
-		{"suspend (pause)", func(c *Client) (UPID, error) { return c.SuspendVM(context.Background(), "pve1", 100, false) },
+		{"suspend (pause)", func(c *Client) (UPID, error) { return c.Suspend(context.Background(), VMOn("pve1", 100), false) },
 			"/nodes/pve1/qemu/100/status/suspend", "qmpause", url.Values{}},
-		{"suspend to disk", func(c *Client) (UPID, error) { return c.SuspendVM(context.Background(), "pve1", 100, true) },
+		{"suspend to disk", func(c *Client) (UPID, error) { return c.Suspend(context.Background(), VMOn("pve1", 100), true) },
 			"/nodes/pve1/qemu/100/status/suspend", "qmsuspend", url.Values{"todisk": {"1"}}},
-		{"resume", func(c *Client) (UPID, error) { return c.ResumeVM(context.Background(), "pve1", 100) },
+		{"resume", func(c *Client) (UPID, error) { return c.Resume(context.Background(), VMOn("pve1", 100)) },
 			"/nodes/pve1/qemu/100/status/resume", "qmresume", url.Values{}},
 		{"migrate offline", func(c *Client) (UPID, error) {
-			return c.MigrateVM(context.Background(), "pve1", 100, MigrateOptions{Target: "pve3"})
+			return c.Migrate(context.Background(), VMOn("pve1", 100), MigrateOptions{Target: "pve3"})
 		}, "/nodes/pve1/qemu/100/migrate", "hamigrate", url.Values{"target": {"pve3"}}},
 	}
 	for _, tt := range tests {
@@ -106,7 +106,7 @@ func TestWriteValidatesReturnedUPID(t *testing.T) {
 			t.Parallel()
 			srv := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) { writeData(w, data) })
 			c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-			if u, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{}); !errors.Is(err, ErrBadResponse) {
+			if u, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{}); !errors.Is(err, ErrBadResponse) {
 				t.Fatalf("StartVM = %v, %v; want ErrBadResponse", u, err)
 			}
 			if srv.total() != 1 {
@@ -119,7 +119,7 @@ func TestWriteValidatesReturnedUPID(t *testing.T) {
 		writeData(w, makeUPID("pve1", "qmstart", "100", "root@pam", now))
 	})
 	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-	if _, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{}); err != nil {
+	if _, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -181,7 +181,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			})
 		other := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) { t.Errorf("failover of a sent POST: %s", r.URL) })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint(), other.endpoint()}, Now: clock})
-		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+		_, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 		// One candidate is still not the write's for sure: another request's
 		// answer may be on its way (vmops matches it with its task rows).
 		var amb *AmbiguousError
@@ -205,7 +205,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 		srv := newAmbiguousPVE(t, func(w http.ResponseWriter, r *http.Request) { dropConn(w) },
 			func(url.Values) []map[string]any { return []map[string]any{} })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
-		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+		_, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || len(amb.Candidates) != 0 || amb.LookupErr != nil || amb.Node != "pve1" || amb.VMID != 100 {
 			t.Fatalf("err = %v, want *AmbiguousError", err)
@@ -225,7 +225,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 				}
 			})
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
-		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+		_, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || len(amb.Candidates) != 2 {
 			t.Fatalf("err = %v, want two candidates", err)
@@ -243,10 +243,10 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			dropConn(w)
 		}, func(url.Values) []map[string]any { return []map[string]any{taskEntry(ours, "OK")} })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
-		if _, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{}); err != nil {
+		if _, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+		_, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) {
 			t.Fatalf("err = %v, want *AmbiguousError", err)
@@ -264,7 +264,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			}
 		}, func(url.Values) []map[string]any { return []map[string]any{taskEntry(ours, "RUNNING")} })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Timeout: 200 * time.Millisecond, Now: clock})
-		_, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{})
+		_, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || !errors.Is(err, ErrTimeout) || len(amb.Candidates) != 1 || amb.Candidates[0].String() != ours {
 			t.Fatalf("StartVM: %v, want a timeout with the one candidate", err)
@@ -282,7 +282,7 @@ func TestPOSTIsNeverRepeated(t *testing.T) {
 			<-r.Context().Done()
 		}, func(url.Values) []map[string]any { return []map[string]any{} })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}, Now: clock})
-		_, err := c.StartVM(ctx, "pve1", 100, StartOptions{})
+		_, err := c.Start(ctx, VMOn("pve1", 100), StartOptions{})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want *AmbiguousError caused by the cancellation", err)
@@ -303,7 +303,7 @@ func TestPOSTFailsOverWhenNotSent(t *testing.T) {
 		{URL: liar.URL, Fingerprint: good.fp}, // wrong certificate
 		good.endpoint(),
 	}})
-	got, err := c.StopVM(context.Background(), "pve1", 100, StopOptions{})
+	got, err := c.Stop(context.Background(), VMOn("pve1", 100), StopOptions{})
 	if err != nil || got.String() != upid {
 		t.Fatalf("StopVM = %v, %v", got, err)
 	}
@@ -321,7 +321,7 @@ func TestPOSTErrorsAreFinal(t *testing.T) {
 		})
 		other := newFakePVE(t, func(w http.ResponseWriter, r *http.Request) { t.Error("failover of an answered POST") })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint(), other.endpoint()}})
-		_, err := c.RebootVM(context.Background(), "pve1", 100, RebootOptions{})
+		_, err := c.Reboot(context.Background(), VMOn("pve1", 100), RebootOptions{})
 		if StatusCode(err) != 500 || srv.reqs.Load() != 1 {
 			t.Fatalf("err = %v, %d requests", err, srv.reqs.Load())
 		}
@@ -330,7 +330,7 @@ func TestPOSTErrorsAreFinal(t *testing.T) {
 		t.Parallel()
 		srv := newRawPVE(t, func(*http.Request) string { return rawAnswer("595 No route to host", "", true) })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-		_, err := c.MigrateVM(context.Background(), "pve1", 100, MigrateOptions{Target: "pve2"})
+		_, err := c.Migrate(context.Background(), VMOn("pve1", 100), MigrateOptions{Target: "pve2"})
 		var noe *NodeOfflineError
 		if !errors.As(err, &noe) || noe.Node != "pve1" {
 			t.Fatalf("err = %v, want NodeOfflineError", err)
@@ -343,7 +343,7 @@ func TestPOSTErrorsAreFinal(t *testing.T) {
 		t.Parallel()
 		srv := newRawPVE(t, func(r *http.Request) string { return rawAnswer("596 Connection timed out", "", true) })
 		c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-		_, err := c.MigrateVM(context.Background(), "pve1", 100, MigrateOptions{Target: "pve2"})
+		_, err := c.Migrate(context.Background(), VMOn("pve1", 100), MigrateOptions{Target: "pve2"})
 		var amb *AmbiguousError
 		if !errors.As(err, &amb) || !errors.Is(err, ErrNodeOffline) || !errors.Is(amb.LookupErr, ErrNodeOffline) {
 			t.Fatalf("err = %v, want AmbiguousError about an offline node", err)
@@ -358,7 +358,7 @@ func TestUPIDJSONInWriteAnswer(t *testing.T) {
 	b, _ := json.Marshal(map[string]any{"data": upid})
 	srv := newRawPVE(t, func(*http.Request) string { return rawAnswer("200 OK", string(b), false) })
 	c := newTestClient(t, Config{Endpoints: []Endpoint{srv.endpoint()}})
-	if got, err := c.StartVM(context.Background(), "pve1", 100, StartOptions{}); err != nil || got.String() != upid {
+	if got, err := c.Start(context.Background(), VMOn("pve1", 100), StartOptions{}); err != nil || got.String() != upid {
 		t.Fatalf("StartVM = %v, %v", got, err)
 	}
 }

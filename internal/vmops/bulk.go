@@ -76,13 +76,13 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 		return Launched{}, errs.R(errs.Invalid, "invalid_request", "the selection has %d VMs; one operation acts on at most %d",
 			len(chosen)+len(missing), MaxOperationItems)
 	}
-	states := make([]pve.VMStatus, len(chosen))
+	states := make([]pve.GuestStatus, len(chosen))
 	readErrs := make([]error, len(chosen))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(preReads)
 	for i, r := range chosen {
 		g.Go(func() error {
-			st, err := api.VMStatus(gctx, r.Node, r.VMID)
+			st, err := api.GuestStatus(gctx, pve.VMOn(r.Node, r.VMID))
 			if err != nil {
 				if e := readUpstream(err); transient(e) {
 					return e
@@ -228,7 +228,7 @@ func bulkOp(action string, req BulkRequest) string {
 
 // alreadyThere says why op has nothing to do on a VM in state st ("" when it has):
 // the VM is in the wanted state already, or is not in a state the action acts on.
-func alreadyThere(op string, st pve.VMStatus) string {
+func alreadyThere(op string, st pve.GuestStatus) string {
 	switch op {
 	case OpStart:
 		if st.Status == "running" && !paused(st) {

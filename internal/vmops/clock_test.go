@@ -60,13 +60,13 @@ func TestSearchInPVETime(t *testing.T) {
 
 			// An older task of the same VM and token is not taken for a
 			// request that never reached PVE.
-			old, err := e.client.StartVM(ctx, "pve3", 105, pve.StartOptions{})
+			old, err := e.client.Start(ctx, pve.VMOn("pve3", 105), pve.StartOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			e.sim.Advance(20 * time.Second)
 			// The use case reads the VM's state first: PVE's clock as it is now.
-			if _, err := e.client.VMStatus(ctx, "pve3", 105); err != nil {
+			if _, err := e.client.GuestStatus(ctx, pve.VMOn("pve3", 105)); err != nil {
 				t.Fatal(err)
 			}
 			_, lost, err := e.svc.startTask(ctx, e.client, e.actor, vm("pve3", 105), OpStart, "", map[string]any{},

@@ -282,10 +282,10 @@ func (h *hookAPI) NodeTasks(ctx context.Context, node string, o pve.TaskListOpti
 	return h.pveAPI.NodeTasks(ctx, node, o)
 }
 
-func (h *hookAPI) StartVM(ctx context.Context, node string, vmid int, o pve.StartOptions) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.StartVM(ctx, node, vmid, o) })
+func (h *hookAPI) Start(ctx context.Context, g pve.Guest, o pve.StartOptions) (pve.UPID, error) {
+	return h.write(func() (pve.UPID, error) { return h.pveAPI.Start(ctx, g, o) })
 }
 
-func (h *hookAPI) MigrateVM(ctx context.Context, node string, vmid int, o pve.MigrateOptions) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.MigrateVM(ctx, node, vmid, o) })
+func (h *hookAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptions) (pve.UPID, error) {
+	return h.write(func() (pve.UPID, error) { return h.pveAPI.Migrate(ctx, g, o) })
 }

@@ -146,7 +146,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	}
 
 	// Now PVE has it (the same token sends it), and one search later so does vmgate.
-	upid, err := e.client.StartVM(context.Background(), "pve1", 101, pve.StartOptions{})
+	upid, err := e.client.Start(context.Background(), pve.VMOn("pve1", 101), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 	if err != nil || fresh.Stale || fresh.Status != StatusRunning {
 		t.Fatalf("fresh view %+v %v", fresh, err)
 	}
-	foreign, err := e.client.StartVM(context.Background(), "pve1", 101, pve.StartOptions{})
+	foreign, err := e.client.Start(context.Background(), pve.VMOn("pve1", 101), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func (s *Service) reachedState(ctx context.Context, api pveAPI, t *tracker, targ
 			return target != "" && r.Node == target, r.HAState, nil
 		}
 		// /cluster/resources lags; the VM's own status is exact.
-		st, err := api.VMStatus(ctx, r.Node, vmid)
+		st, err := api.GuestStatus(ctx, pve.VMOn(r.Node, vmid))
 		if err != nil {
 			return false, r.HAState, nil
 		}

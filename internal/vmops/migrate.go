@@ -115,7 +115,7 @@ func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (Pr
 }
 
 func (s *Service) precheck(ctx context.Context, api pveAPI, vm VMRef, target string) (pve.MigratePrecheck, error) {
-	pc, err := api.MigratePrecheck(ctx, vm.Node, int(vm.VMID), target)
+	pc, err := api.MigratePrecheck(ctx, pve.VMOn(vm.Node, int(vm.VMID)), target)
 	if err != nil {
 		if pve.IsNotFound(err) {
 			return pve.MigratePrecheck{}, s.vmNotOn(ctx, api, vm, err)
@@ -233,7 +233,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 	opts := pve.MigrateOptions{Target: req.Target, Online: running && online, WithLocalDisks: req.WithLocalDisks,
 		TargetStorage: req.TargetStorage, BWLimit: req.BWLimit}
 	upid, row, err := s.startTask(ctx, api, a, vm, OpMigrate, req.Target, params, func(ctx context.Context) (pve.UPID, error) {
-		return api.MigrateVM(ctx, vm.Node, int(vm.VMID), opts)
+		return api.Migrate(ctx, pve.VMOn(vm.Node, int(vm.VMID)), opts)
 	})
 	if err != nil {
 		return "", s.mapStartError(ctx, api, vm, OpMigrate, err)

@@ -23,12 +23,12 @@ type notSentAPI struct {
 	fails *atomic.Int64
 }
 
-func (a notSentAPI) MigrateVM(ctx context.Context, node string, vmid int, o pve.MigrateOptions) (pve.UPID, error) {
+func (a notSentAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptions) (pve.UPID, error) {
 	if a.left.Add(-1) >= 0 {
 		a.fails.Add(1)
-		return pve.UPID{}, &pve.NotSentError{Err: &pve.UnavailableError{Method: "POST", Path: "/nodes/" + node + "/qemu/migrate"}}
+		return pve.UPID{}, &pve.NotSentError{Err: &pve.UnavailableError{Method: "POST", Path: "/nodes/" + g.Node + "/" + string(g.Kind) + "/migrate"}}
 	}
-	return a.pveAPI.MigrateVM(ctx, node, vmid, o)
+	return a.pveAPI.Migrate(ctx, g, o)
 }
 
 // TestOperationItemNotSentIsRetried: the first POST of an evacuation (one

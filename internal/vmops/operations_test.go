@@ -441,7 +441,7 @@ func TestOperationTakeOverReconciles(t *testing.T) {
 		UserEmail: e.actor.Email, Op: OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.MigrateVM(ctx, "pve1", 100, pve.MigrateOptions{Target: "pve2", Online: true}); err != nil {
+	if _, err := e.client.Migrate(ctx, pve.VMOn("pve1", 100), pve.MigrateOptions{Target: "pve2", Online: true}); err != nil {
 		t.Fatal(err)
 	}
 	// The process dies: its lease runs out.

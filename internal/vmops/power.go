@@ -76,7 +76,7 @@ func (s *Service) Reboot(ctx context.Context, a Actor, vm VMRef, o PowerOptions)
 }
 
 // checkPower refuses an operation the VM's state forbids.
-func checkPower(op string, vm VMRef, st pve.VMStatus) error {
+func checkPower(op string, vm VMRef, st pve.GuestStatus) error {
 	if isSuspendOp(op) {
 		return checkSuspend(op, vm, st) // suspend.go
 	}
@@ -159,17 +159,17 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 	upid, row, err := s.startTask(ctx, api, a, vm, op, "", params, func(ctx context.Context) (pve.UPID, error) {
 		switch op {
 		case OpStart:
-			return api.StartVM(ctx, vm.Node, int(vm.VMID), pve.StartOptions{Timeout: timeout})
+			return api.Start(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.StartOptions{Timeout: timeout})
 		case OpShutdown:
-			return api.ShutdownVM(ctx, vm.Node, int(vm.VMID), pve.ShutdownOptions{Timeout: timeout})
+			return api.Shutdown(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.ShutdownOptions{Timeout: timeout})
 		case OpStop:
-			return api.StopVM(ctx, vm.Node, int(vm.VMID), pve.StopOptions{Timeout: timeout, OverruleShutdown: overrule})
+			return api.Stop(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.StopOptions{Timeout: timeout, OverruleShutdown: overrule})
 		case OpSuspend, OpHibernate:
-			return api.SuspendVM(ctx, vm.Node, int(vm.VMID), op == OpHibernate)
+			return api.Suspend(ctx, pve.VMOn(vm.Node, int(vm.VMID)), op == OpHibernate)
 		case OpResume:
-			return api.ResumeVM(ctx, vm.Node, int(vm.VMID))
+			return api.Resume(ctx, pve.VMOn(vm.Node, int(vm.VMID)))
 		default:
-			return api.RebootVM(ctx, vm.Node, int(vm.VMID), pve.RebootOptions{Timeout: timeout})
+			return api.Reboot(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.RebootOptions{Timeout: timeout})
 		}
 	})
 	if err != nil {

@@ -120,16 +120,16 @@ func ValidNode(name string) bool { return pve.ValidNode(name) }
 // pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests
 // may fake it.
 type pveAPI interface {
-	VMStatus(ctx context.Context, node string, vmid int) (pve.VMStatus, error)
-	StartVM(ctx context.Context, node string, vmid int, o pve.StartOptions) (pve.UPID, error)
-	ShutdownVM(ctx context.Context, node string, vmid int, o pve.ShutdownOptions) (pve.UPID, error)
-	StopVM(ctx context.Context, node string, vmid int, o pve.StopOptions) (pve.UPID, error)
-	RebootVM(ctx context.Context, node string, vmid int, o pve.RebootOptions) (pve.UPID, error)
-	SuspendVM(ctx context.Context, node string, vmid int, toDisk bool) (pve.UPID, error)
-	ResumeVM(ctx context.Context, node string, vmid int) (pve.UPID, error)
+	GuestStatus(ctx context.Context, g pve.Guest) (pve.GuestStatus, error)
+	Start(ctx context.Context, g pve.Guest, o pve.StartOptions) (pve.UPID, error)
+	Shutdown(ctx context.Context, g pve.Guest, o pve.ShutdownOptions) (pve.UPID, error)
+	Stop(ctx context.Context, g pve.Guest, o pve.StopOptions) (pve.UPID, error)
+	Reboot(ctx context.Context, g pve.Guest, o pve.RebootOptions) (pve.UPID, error)
+	Suspend(ctx context.Context, g pve.Guest, toDisk bool) (pve.UPID, error)
+	Resume(ctx context.Context, g pve.Guest) (pve.UPID, error)
 	StopTask(ctx context.Context, upid pve.UPID) error
-	MigrateVM(ctx context.Context, node string, vmid int, o pve.MigrateOptions) (pve.UPID, error)
-	MigratePrecheck(ctx context.Context, node string, vmid int, target string) (pve.MigratePrecheck, error)
+	Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptions) (pve.UPID, error)
+	MigratePrecheck(ctx context.Context, g pve.Guest, target string) (pve.MigratePrecheck, error)
 	Resources(ctx context.Context, typ string) ([]pve.Resource, error)
 	Nodes(ctx context.Context) ([]pve.Node, error)
 	TaskStatus(ctx context.Context, upid pve.UPID) (pve.TaskStatus, error)
@@ -373,13 +373,13 @@ func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm VMRef, cause error
 
 // vmState reads the VM's status on its node, mapping "not there" to the 404 that
 // says where it is.
-func (s *Service) vmState(ctx context.Context, api pveAPI, vm VMRef) (pve.VMStatus, error) {
-	st, err := api.VMStatus(ctx, vm.Node, int(vm.VMID))
+func (s *Service) vmState(ctx context.Context, api pveAPI, vm VMRef) (pve.GuestStatus, error) {
+	st, err := api.GuestStatus(ctx, pve.VMOn(vm.Node, int(vm.VMID)))
 	if err != nil {
 		if pve.IsNotFound(err) {
-			return pve.VMStatus{}, s.vmNotOn(ctx, api, vm, err)
+			return pve.GuestStatus{}, s.vmNotOn(ctx, api, vm, err)
 		}
-		return pve.VMStatus{}, upstream(err)
+		return pve.GuestStatus{}, upstream(err)
 	}
 	return st, nil
 }

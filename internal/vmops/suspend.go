@@ -57,16 +57,16 @@ func isSuspendOp(op string) bool { return op == OpSuspend || op == OpHibernate |
 
 // hibernated reports whether the VM is stopped with its state saved (PVE's lock
 // "suspended"): a resume or a start brings it back.
-func hibernated(st pve.VMStatus) bool { return st.Status != "running" && st.Lock == "suspended" }
+func hibernated(st pve.GuestStatus) bool { return st.Status != "running" && st.Lock == "suspended" }
 
 // paused reports whether a running VM's QEMU does not run (paused, prelaunch, ...).
-func paused(st pve.VMStatus) bool {
+func paused(st pve.GuestStatus) bool {
 	return st.Status == "running" && st.QMPStatus != "" && st.QMPStatus != "running"
 }
 
 // checkSuspend refuses a suspend, hibernate or resume the VM's state forbids,
 // before PVE is asked (qemu-server's vm_suspend and vm_resume).
-func checkSuspend(op string, vm VMRef, st pve.VMStatus) error {
+func checkSuspend(op string, vm VMRef, st pve.GuestStatus) error {
 	switch op {
 	case OpResume:
 		switch {

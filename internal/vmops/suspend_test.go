@@ -122,6 +122,6 @@ func TestSuspendReconciled(t *testing.T) {
 // suspendHook loses the answer of a suspend like hookAPI does for start and migrate.
 type suspendHook struct{ *hookAPI }
 
-func (h *suspendHook) SuspendVM(ctx context.Context, node string, vmid int, toDisk bool) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.SuspendVM(ctx, node, vmid, toDisk) })
+func (h *suspendHook) Suspend(ctx context.Context, g pve.Guest, toDisk bool) (pve.UPID, error) {
+	return h.write(func() (pve.UPID, error) { return h.pveAPI.Suspend(ctx, g, toDisk) })
 }

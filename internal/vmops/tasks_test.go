@@ -66,7 +66,7 @@ func TestForeignTask(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
 	// A task vmgate did not start (someone used PVE directly).
-	u, err := e.client.StartVM(ctx, "pve1", 101, pve.StartOptions{})
+	u, err := e.client.Start(ctx, pve.VMOn("pve1", 101), pve.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
