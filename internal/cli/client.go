@@ -263,21 +263,24 @@ type Task struct {
 	// TaskRef is vmgate's own reference to the task (its task row): a task
 	// query takes it where it takes the UPID, also before the UPID is known.
 	// The X-Operation-Id header of an answer whose outcome is unknown names it.
-	TaskRef    int64      `json:"taskRef"`
-	ClusterID  int64      `json:"clusterId"`
-	Node       string     `json:"node"`
-	Type       string     `json:"type"`
-	VMID       int64      `json:"vmid"`
-	PVEUser    string     `json:"pveUser"`
-	StartedBy  string     `json:"startedBy"`
-	Status     string     `json:"status"`
-	ExitStatus *string    `json:"exitStatus"`
-	Result     string     `json:"result"`
-	Error      string     `json:"error,omitempty"`
-	StartTime  *time.Time `json:"startTime"`
-	EndTime    *time.Time `json:"endTime"`
-	Target     string     `json:"target,omitempty"`
-	Progress   *Progress  `json:"progress"`
+	TaskRef     int64      `json:"taskRef"`
+	ClusterID   int64      `json:"clusterId"`
+	Node        string     `json:"node"`
+	Type        string     `json:"type"` // PVE's; the CLI reads Op, GuestKind and IsMigration
+	GuestKind   string     `json:"guestKind"`
+	Op          string     `json:"op"`
+	IsMigration bool       `json:"isMigration"`
+	VMID        int64      `json:"vmid"`
+	PVEUser     string     `json:"pveUser"`
+	StartedBy   string     `json:"startedBy"`
+	Status      string     `json:"status"`
+	ExitStatus  *string    `json:"exitStatus"`
+	Result      string     `json:"result"`
+	Error       string     `json:"error,omitempty"`
+	StartTime   *time.Time `json:"startTime"`
+	EndTime     *time.Time `json:"endTime"`
+	Target      string     `json:"target,omitempty"`
+	Progress    *Progress  `json:"progress"`
 }
 
 // Task reads a task; wait > 0 long-polls up to that many seconds.

@@ -299,6 +299,9 @@ func describeVM(t Task) string {
 	if t.VMID == 0 {
 		return t.TaskID
 	}
+	if t.GuestKind == "lxc" {
+		return "CT " + strconv.FormatInt(t.VMID, 10)
+	}
 	return "VM " + strconv.FormatInt(t.VMID, 10)
 }
 
@@ -318,8 +321,11 @@ func Summary(t Task) string {
 		if why == "" && t.ExitStatus != nil {
 			why = *t.ExitStatus
 		}
-		what := t.Type
-		if t.Type == "qmigrate" {
+		what := t.Op
+		if what == "" {
+			what = t.Type
+		}
+		if t.IsMigration {
 			what = "migration to " + t.Target
 		}
 		if took != "" {
@@ -327,8 +333,8 @@ func Summary(t Task) string {
 		}
 		return fmt.Sprintf("%s: %s failed: %s", describeVM(t), what, why)
 	}
-	if t.Type == "qmigrate" && t.Target != "" {
-		line := fmt.Sprintf("VM %d migrated to %s", t.VMID, t.Target)
+	if t.IsMigration && t.Target != "" {
+		line := fmt.Sprintf("%s migrated to %s", describeVM(t), t.Target)
 		if took != "" {
 			line += " in " + took
 			if t.Progress != nil && t.EndTime.Sub(*t.StartTime) > 0 {

@@ -141,16 +141,27 @@ func TestSummary(t *testing.T) {
 	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	end := start.Add(20 * time.Second)
 	ok := "OK"
-	got := Summary(Task{Type: "qmigrate", VMID: 100, Target: "pve2", Result: "ok", ExitStatus: &ok, StartTime: &start,
+	got := Summary(Task{Type: "qmigrate", Op: "migrate", IsMigration: true, GuestKind: "qemu", VMID: 100, Target: "pve2", Result: "ok", ExitStatus: &ok, StartTime: &start,
 		EndTime: &end, Progress: &Progress{TransferredBytes: 4 << 30, TotalBytes: 4 << 30, Percent: 100}})
 	if got != "VM 100 migrated to pve2 in 20.0s (avg 204.8 MiB/s)" {
 		t.Errorf("migration: %q", got)
 	}
 	aborted := "migration aborted"
-	got = Summary(Task{Type: "qmigrate", VMID: 100, Target: "pve2", Result: "failed", ExitStatus: &aborted,
+	got = Summary(Task{Type: "qmigrate", Op: "migrate", IsMigration: true, VMID: 100, Target: "pve2", Result: "failed", ExitStatus: &aborted,
 		Error: "target storage full", StartTime: &start, EndTime: &end})
 	if got != "VM 100: migration to pve2 failed after 20.0s: target storage full" {
 		t.Errorf("failed migration: %q", got)
+	}
+	// A container's migration reads the same, from op and isMigration, never PVE's type.
+	got = Summary(Task{Type: "vzmigrate", Op: "migrate", IsMigration: true, GuestKind: "lxc", VMID: 200, Target: "pve3",
+		Result: "ok", ExitStatus: &ok, StartTime: &start, EndTime: &end})
+	if got != "CT 200 migrated to pve3 in 20.0s" {
+		t.Errorf("container migration: %q", got)
+	}
+	got = Summary(Task{Type: "vzstart", Op: "start", GuestKind: "lxc", VMID: 201, Result: "failed", Error: "startup for container '201' failed",
+		StartTime: &start, EndTime: &end})
+	if got != "CT 201: start failed after 20.0s: startup for container '201' failed" {
+		t.Errorf("container start: %q", got)
 	}
 }
 

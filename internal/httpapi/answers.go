@@ -32,6 +32,12 @@ func (t *taskAnswer) appendJSON(e *jsonEnc) {
 	e.str(v.Node)
 	e.key("type", false)
 	e.str(v.Type)
+	e.key("guestKind", false)
+	e.strOrNull(v.GuestKind())
+	e.key("op", false)
+	e.strOrNull(v.Op())
+	e.key("isMigration", false)
+	e.bool(v.IsMigration())
 	e.key("vmid", false)
 	if v.VMID != 0 {
 		e.int(v.VMID)

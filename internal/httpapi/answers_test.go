@@ -22,6 +22,9 @@ type taskJSON struct {
 	ClusterID    int64         `json:"clusterId"`
 	Node         string        `json:"node"`
 	Type         string        `json:"type"`
+	GuestKind    *string       `json:"guestKind"`
+	Op           *string       `json:"op"`
+	IsMigration  bool          `json:"isMigration"`
 	VMID         *int64        `json:"vmid"`
 	PVEUser      *string       `json:"pveUser"`
 	StartedBy    *string       `json:"startedBy"`
@@ -55,6 +58,7 @@ func strOrNull(s string) *string {
 
 func toTaskJSON(v vmops.TaskView) taskJSON {
 	out := taskJSON{TaskID: strOrNull(v.TaskID), ClusterID: v.ClusterID, Node: v.Node, Type: v.Type,
+		GuestKind: strOrNull(v.GuestKind()), Op: strOrNull(v.Op()), IsMigration: v.IsMigration(),
 		PVEUser: strOrNull(v.PVEUser), StartedBy: strOrNull(v.StartedBy), Status: v.Status,
 		ExitStatus: strOrNull(v.ExitStatus), Result: v.Result, Error: strOrNull(v.Error), StartTime: v.StartTime.UTC(),
 		Target: strOrNull(v.Target), FollowTaskID: strOrNull(v.FollowTaskID), Stale: v.Stale}

@@ -453,14 +453,17 @@ func (s *sqlStore) StartOperationItem(ctx context.Context, id int64, owner strin
 
 // insertItemTask inserts the pending task row of an operation's item.
 func (s *sqlStore) insertItemTask(ctx context.Context, tx *sql.Tx, t Task, now time.Time) (Task, error) {
+	if t.GuestKind == "" {
+		t.GuestKind = GuestQemu
+	}
 	created, err := scanTask(tx.QueryRowContext(ctx, `
 		INSERT INTO tasks (upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
 			exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at,
-			outcome_unknown_at, idem_key, pve_created_at)
-		VALUES (NULL, $1, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', $10, NULL, NULL, $10, NULL, $11, $12)
+			outcome_unknown_at, idem_key, pve_created_at, guest_kind)
+		VALUES (NULL, $1, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', $10, NULL, NULL, $10, NULL, $11, $12, $13)
 		RETURNING `+taskColumns,
 		t.ClusterID, t.UserID, t.UserEmail, t.Op, t.Node, t.VMID, t.Target, t.Params, t.Status, s.t(now), t.IdemKey,
-		s.t(t.PVECreatedAt)))
+		s.t(t.PVECreatedAt), t.GuestKind))
 	if err != nil {
 		return Task{}, fmt.Errorf("create task: %w", err)
 	}

@@ -229,6 +229,12 @@ const (
 	TaskLost    = "lost" // PVE never started it (the POST failed); kept for the audit trail
 )
 
+// The kinds of guest a task row's action is on (PVE's path segment).
+const (
+	GuestQemu = "qemu"
+	GuestLXC  = "lxc"
+)
+
 // Task is a PVE task vmgate started (or followed). The row is written before PVE is
 // called (UPID empty, Status TaskPending) and completed with the UPID afterwards.
 type Task struct {
@@ -238,6 +244,7 @@ type Task struct {
 	UserID     int64
 	UserEmail  string // copied at creation so the record survives user deletion
 	Op         string // start, stop, shutdown, reboot, migrate
+	GuestKind  string // GuestQemu or GuestLXC: the kind of guest Op is on; "" is stored as GuestQemu
 	Node       string // node the request was sent to (the UPID's node once known)
 	VMID       int64
 	Target     string // migration target node

@@ -12,14 +12,14 @@ import (
 
 const taskColumns = `id, upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
 	exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at, outcome_unknown_at, idem_key,
-	pve_created_at, upid_source, lost_reason, maybe_upid`
+	pve_created_at, upid_source, lost_reason, maybe_upid, guest_kind`
 
 func scanTask(sc scanner) (Task, error) {
 	var t Task
 	err := sc.Scan(&t.ID, textCol{&t.UPID}, &t.ClusterID, &t.UserID, &t.UserEmail, &t.Op, &t.Node, &t.VMID,
 		&t.Target, &t.Params, &t.Status, &t.ExitStatus, &t.Error, &t.Progress, &t.FollowUPID,
 		timeCol{&t.CreatedAt}, timeCol{&t.StartedAt}, timeCol{&t.EndedAt}, timeCol{&t.UpdatedAt},
-		timeCol{&t.OutcomeUnknownAt}, &t.IdemKey, timeCol{&t.PVECreatedAt}, &t.UPIDSource, &t.LostReason, &t.MaybeUPID)
+		timeCol{&t.OutcomeUnknownAt}, &t.IdemKey, timeCol{&t.PVECreatedAt}, &t.UPIDSource, &t.LostReason, &t.MaybeUPID, &t.GuestKind)
 	return t, err
 }
 
@@ -31,16 +31,19 @@ func (s *sqlStore) CreateTask(ctx context.Context, t Task) (Task, error) {
 	if t.Status == "" {
 		t.Status = TaskPending
 	}
+	if t.GuestKind == "" {
+		t.GuestKind = GuestQemu
+	}
 	now := s.nowMS()
 	created, err := scanTask(s.wdb.QueryRowContext(ctx, `
 		INSERT INTO tasks (upid, cluster_id, user_id, user_email, op, node, vmid, target, params, status,
 			exit_status, error, progress, follow_upid, created_at, started_at, ended_at, updated_at,
-			outcome_unknown_at, idem_key, pve_created_at, upid_source, lost_reason, maybe_upid)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $15, $18, $19, $20, $21, $22, $23)
+			outcome_unknown_at, idem_key, pve_created_at, upid_source, lost_reason, maybe_upid, guest_kind)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $15, $18, $19, $20, $21, $22, $23, $24)
 		RETURNING `+taskColumns,
 		nullText(t.UPID), t.ClusterID, t.UserID, t.UserEmail, t.Op, t.Node, t.VMID, t.Target, t.Params, t.Status,
 		t.ExitStatus, t.Error, t.Progress, t.FollowUPID, s.t(now), s.t(t.StartedAt), s.t(t.EndedAt),
-		s.t(t.OutcomeUnknownAt), t.IdemKey, s.t(t.PVECreatedAt), t.UPIDSource, t.LostReason, t.MaybeUPID))
+		s.t(t.OutcomeUnknownAt), t.IdemKey, s.t(t.PVECreatedAt), t.UPIDSource, t.LostReason, t.MaybeUPID, t.GuestKind))
 	if err != nil {
 		return Task{}, s.fail(err, "create task", "a task with this UPID already exists")
 	}

@@ -90,7 +90,7 @@ func pveCreated(r store.Task, offset time.Duration) (earliest, latest time.Time)
 // vmgate's; lost is the search window; inFlight says its POST is under way.
 func newClaimant(r store.Task, offset, lost time.Duration, inFlight bool) *claimant {
 	earliest, latest := pveCreated(r, offset)
-	c := &claimant{row: r, types: opTypes[r.Op], lo: earliest.Add(-pendingSlack).Truncate(time.Second),
+	c := &claimant{row: r, types: opTypes(rowKind(r), r.Op), lo: earliest.Add(-pendingSlack).Truncate(time.Second),
 		deadline: latest.Add(lost + pendingSlack), inFlight: inFlight}
 	switch {
 	case inFlight:

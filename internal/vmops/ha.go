@@ -92,12 +92,14 @@ func orUnknown(s string) string {
 	return s
 }
 
-// findRealTask looks for the task the HA stack ran for a stand-in: the same VM,
+// findRealTask looks for the task the HA stack ran for a stand-in: the same guest,
 // one of the expected types, by root@pam, started at or after the stand-in; first
 // in the stand-in node's task list, then in the cluster's recent tasks (the HA
 // stack may have acted on another node). The earliest match wins.
 func findRealTask(ctx context.Context, api pveAPI, ha pve.UPID) (pve.UPID, bool, error) {
-	types := haRealTypes[ha.Type]
+	// The stand-in does not say the guest's kind; a vmid is one guest in a
+	// cluster, so the real task of either kind is the one.
+	types := append(pve.RealTaskTypes(pve.Qemu, ha.Type), pve.RealTaskTypes(pve.LXC, ha.Type)...)
 	vmid, _ := strconv.Atoi(ha.ID)
 	match := func(list []pve.TaskListEntry) (pve.UPID, bool) {
 		var best pve.UPID

@@ -7,20 +7,20 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
 )
 
-// opTypes are the PVE task types an operation's task can have (HA-managed VMs
-// answer with the stand-in type).
-var opTypes = map[string][]string{
-	OpStart:    {"qmstart", "hastart"},
-	OpShutdown: {"qmshutdown", "hastop"},
-	OpStop:     {"qmstop", "hastop"},
-	OpReboot:   {"qmreboot"},
-	OpMigrate:  {"qmigrate", "hamigrate"},
+// opTypes are the PVE task types an operation's task can have on a guest of
+// kind (an HA-managed guest answers with the stand-in type): pve's table.
+func opTypes(kind pve.GuestKind, op string) []string { return pve.TaskTypesFor(kind, pve.Action(op)) }
 
-	OpSuspend:   {"qmpause"},
-	OpHibernate: {"qmsuspend"},
-	OpResume:    {"qmresume"},
+// rowKind is the kind of guest a task row's action is on (rows written before
+// the kinds were all VMs').
+func rowKind(r store.Task) pve.GuestKind {
+	if r.GuestKind == store.GuestLXC {
+		return pve.LXC
+	}
+	return pve.Qemu
 }
 
 // pendingSlack is how much earlier than its row, both on PVE's clock, a task may

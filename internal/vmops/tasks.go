@@ -72,6 +72,29 @@ type TaskView struct {
 // Finished reports whether the view is final.
 func (v TaskView) Finished() bool { return v.Status == StatusStopped }
 
+// Op is what the task does, in vmgate's words (OpStart, OpMigrate, ...; the
+// action of PVE's task type, pve.LookupTaskType); "" for a task type vmgate does
+// not know. Front ends read this, never PVE's task types.
+func (v TaskView) Op() string {
+	if t, ok := pve.LookupTaskType(v.Type); ok {
+		return string(t.Action)
+	}
+	return ""
+}
+
+// IsMigration reports whether the task moves a guest (a VM's or a CT's
+// migration, or the HA stack's).
+func (v TaskView) IsMigration() bool { return pve.IsMigration(v.Type) }
+
+// GuestKind is the kind of guest the task acts on when its type says it
+// (GuestQemu, GuestLXC); "" for an HA stand-in or a task that is not a guest's.
+func (v TaskView) GuestKind() string {
+	if t, ok := pve.LookupTaskType(v.Type); ok {
+		return string(t.Kind)
+	}
+	return ""
+}
+
 // LogLine is one line of a task's log; N counts from 1.
 type LogLine struct {
 	N int
@@ -97,15 +120,14 @@ type TaskFilter struct {
 	Limit    int   // default 50, max 500
 }
 
-// haRealTypes maps an HA stand-in task type to the types of the task the HA stack
-// runs for it.
-var haRealTypes = map[string][]string{
-	"hastart":   {"qmstart"},
-	"hastop":    {"qmshutdown", "qmstop"},
-	"hamigrate": {"qmigrate"},
+// isHAStandIn reports whether typ is a task PVE answers an HA-managed guest's
+// action with: a request to the HA stack, which runs the real task.
+func isHAStandIn(typ string) bool {
+	t, ok := pve.LookupTaskType(typ)
+	return ok && t.HA
 }
 
-func isMigration(typ string) bool { return typ == "qmigrate" || typ == "hamigrate" }
+func isMigration(typ string) bool { return pve.IsMigration(typ) }
 
 // resultOfExit turns PVE's exit status into a result.
 func resultOfExit(exit string) string {
@@ -441,7 +463,7 @@ func (s *Service) read(ctx context.Context, t *tracker) (TaskView, error) {
 	}
 	v := s.baseView(t)
 	apply(&v, st, &t.own)
-	if _, ha := haRealTypes[t.upid.Type]; ha && !st.Running() && st.OK() {
+	if isHAStandIn(t.upid.Type) && !st.Running() && st.OK() {
 		if err := s.followHA(ctx, api, t, &v); err != nil {
 			return TaskView{}, err
 		}
@@ -689,7 +711,7 @@ func rowView(r store.Task) TaskView {
 // expectedType is the type PVE's task for a row will have (the HA stand-in's
 // for an HA-managed VM).
 func expectedType(r store.Task) string {
-	types := opTypes[r.Op]
+	types := opTypes(rowKind(r), r.Op)
 	if len(types) == 0 {
 		return r.Op
 	}

@@ -216,7 +216,7 @@ type liveTask struct {
 
 func live(t vmops.TaskView, now time.Time) liveTask {
 	l := liveTask{Status: t.Status, Result: t.Result, Finished: t.Finished(), Error: t.Error, ExitStatus: t.ExitStatus,
-		Migration: t.Type == "qmigrate" || t.Type == "hamigrate", Node: t.Node, Target: t.Target}
+		Migration: t.IsMigration(), Node: t.Node, Target: t.Target}
 	end := now
 	if t.Finished() && !t.EndTime.IsZero() {
 		end = t.EndTime

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Grants", testGrants},
 		{"GrantsCascade", testGrantsCascade},
 		{"TaskLifecycle", testTaskLifecycle},
+		{"TaskGuestKind", testTaskGuestKind},
 		{"ListTasks", testListTasks},
 		{"TaskOutcome", testTaskOutcome},
 		{"TaskClaims", testTaskClaims},
@@ -913,6 +914,25 @@ func testGrantsCascade(t *testing.T, s store.Store) {
 	ok(t, err, "grant of the other user stays")
 }
 
+// testTaskGuestKind: a container's row keeps its kind, a row without one is a
+// VM's, and a kind PVE does not have is refused by the schema.
+func testTaskGuestKind(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	ct, err := s.CreateTask(ctx, store.Task{ClusterID: 7, UserID: 3, Op: "start", GuestKind: store.GuestLXC, Node: "pve1", VMID: 200})
+	ok(t, err, "a container's task")
+	if back, err := s.TaskByID(ctx, ct.ID); err != nil || back.GuestKind != store.GuestLXC {
+		t.Fatalf("the container's row read back: %+v, %v", back, err)
+	}
+	vm, err := s.CreateTask(ctx, store.Task{ClusterID: 7, UserID: 3, Op: "start", Node: "pve1", VMID: 100})
+	ok(t, err, "a VM's task")
+	if vm.GuestKind != store.GuestQemu {
+		t.Fatalf("a row without a kind reads %q, want qemu", vm.GuestKind)
+	}
+	if _, err := s.CreateTask(ctx, store.Task{ClusterID: 7, UserID: 3, Op: "start", GuestKind: "openvz", VMID: 300}); err == nil {
+		t.Fatal("a row of guest kind openvz was stored")
+	}
+}
+
 func testTaskLifecycle(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	in := store.Task{ClusterID: 7, UserID: 3, UserEmail: "op@example.com", Op: "migrate", Node: "pve1",
@@ -926,6 +946,7 @@ func testTaskLifecycle(t *testing.T, s store.Store) {
 	same(t, task.UpdatedAt, task.CreatedAt, "UpdatedAt of a new task")
 	want := in
 	want.ID, want.Status, want.CreatedAt, want.UpdatedAt = task.ID, store.TaskPending, task.CreatedAt, task.CreatedAt
+	want.GuestKind = store.GuestQemu // no kind given: a VM, as every row from before the kinds
 	same(t, task, want, "created task")
 
 	// Many tasks may wait for their UPID at once.
