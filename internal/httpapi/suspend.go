@@ -43,13 +43,13 @@ func readWait(r *http.Request) (powerQuery, error) {
 }
 
 func (s *Server) vmSuspend(w http.ResponseWriter, r *http.Request) error {
-	return s.powerWith(w, r, readSuspendQuery, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+	return s.powerWith(w, r, readSuspendQuery, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
 		return s.vms.Suspend(ctx, a, vm, vmops.SuspendOptions{ToDisk: q.toDisk, Wait: q.wait})
 	})
 }
 
 func (s *Server) vmResume(w http.ResponseWriter, r *http.Request) error {
-	return s.powerWith(w, r, readResumeQuery, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+	return s.powerWith(w, r, readResumeQuery, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
 		return s.vms.Resume(ctx, a, vm, vmops.ResumeOptions{Wait: q.wait})
 	})
 }

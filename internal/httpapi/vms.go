@@ -19,13 +19,13 @@ import (
 // task queries (docs/design.md §3.2, §3.3). *vmops.Service implements it. The handlers
 // validate and authorize before they call it.
 type VMs interface {
-	Start(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Stop(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.StopOptions) (vmops.Outcome, error)
-	Reboot(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Suspend(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.SuspendOptions) (vmops.Outcome, error)
-	Resume(ctx context.Context, a vmops.Actor, vm vmops.VMRef, o vmops.ResumeOptions) (vmops.Outcome, error)
-	Migrate(ctx context.Context, a vmops.Actor, vm vmops.VMRef, req vmops.MigrateRequest) (string, error)
-	MigrateCheck(ctx context.Context, vm vmops.VMRef, target string) (vmops.Precheck, error)
+	Start(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Stop(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.StopOptions) (vmops.Outcome, error)
+	Reboot(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
+	Suspend(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.SuspendOptions) (vmops.Outcome, error)
+	Resume(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.ResumeOptions) (vmops.Outcome, error)
+	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
+	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
 
 	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
 	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
@@ -68,20 +68,20 @@ func vmActor(r *http.Request) vmops.Actor {
 }
 
 // pathVM reads and validates {clusterId}/{node}/{vmid}.
-func pathVM(r *http.Request) (vmops.VMRef, error) {
+func pathVM(r *http.Request) (vmops.GuestRef, error) {
 	id, err := pathClusterID(r)
 	if err != nil {
-		return vmops.VMRef{}, err
+		return vmops.GuestRef{}, err
 	}
 	node := r.PathValue("node")
 	if !vmops.ValidNode(node) {
-		return vmops.VMRef{}, errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
+		return vmops.GuestRef{}, errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
 	}
 	vmid, err := parseIntParam("vmid", r.PathValue("vmid"), vmops.MinVMID, vmops.MaxVMID)
 	if err != nil {
-		return vmops.VMRef{}, err
+		return vmops.GuestRef{}, err
 	}
-	return vmops.VMRef{ClusterID: id, Node: node, VMID: vmid}, nil
+	return vmops.GuestRef{ClusterID: id, Node: node, VMID: vmid}, nil
 }
 
 // queryOne returns a query parameter given at most once ("" when absent).
@@ -142,19 +142,19 @@ func readPowerQuery(r *http.Request, withForce bool) (powerQuery, error) {
 }
 
 func (s *Server) vmStart(w http.ResponseWriter, r *http.Request) error {
-	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
 		return s.vms.Start(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
 	})
 }
 
 func (s *Server) vmStop(w http.ResponseWriter, r *http.Request) error {
-	return s.power(w, r, true, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+	return s.power(w, r, true, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
 		return s.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: q.force, Timeout: q.timeout, Wait: q.wait})
 	})
 }
 
 func (s *Server) vmReboot(w http.ResponseWriter, r *http.Request) error {
-	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.VMRef, q powerQuery) (vmops.Outcome, error) {
+	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
 		return s.vms.Reboot(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
 	})
 }
@@ -164,13 +164,13 @@ func (s *Server) vmReboot(w http.ResponseWriter, r *http.Request) error {
 // 202 with Location while it runs, the mapped error when it failed. Every answer
 // that started a task carries X-Task-Id.
 func (s *Server) power(w http.ResponseWriter, r *http.Request, withForce bool,
-	op func(context.Context, vmops.Actor, vmops.VMRef, powerQuery) (vmops.Outcome, error)) error {
+	op func(context.Context, vmops.Actor, vmops.GuestRef, powerQuery) (vmops.Outcome, error)) error {
 	return s.powerWith(w, r, func(r *http.Request) (powerQuery, error) { return readPowerQuery(r, withForce) }, op)
 }
 
 // powerWith is power with the route's own reading of the query string.
 func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, read func(*http.Request) (powerQuery, error),
-	op func(context.Context, vmops.Actor, vmops.VMRef, powerQuery) (vmops.Outcome, error)) error {
+	op func(context.Context, vmops.Actor, vmops.GuestRef, powerQuery) (vmops.Outcome, error)) error {
 	vm, err := pathVM(r)
 	if err != nil {
 		return err

@@ -223,7 +223,7 @@ func (w *claimWorld) begin(r *claimRequest) {
 	r.began = w.clock.Now()
 	go func() {
 		defer close(r.done)
-		_, row, err := w.svc.startTask(ctx, w.pve, Actor{UserID: w.user, Email: "ops@example.com"}, VMRef{ClusterID: 1,
+		_, row, err := w.svc.startTask(ctx, w.pve, Actor{UserID: w.user, Email: "ops@example.com"}, GuestRef{ClusterID: 1,
 			Node: "pve1", VMID: w.vmid}, OpMigrate, "pve2", map[string]any{}, func(context.Context) (pve.UPID, error) {
 			close(r.entered)
 			<-r.reach

@@ -189,7 +189,7 @@ func (e *env) newService(tweak func(*Config)) *Service {
 	return s
 }
 
-func vm(node string, vmid int64) VMRef { return VMRef{ClusterID: 1, Node: node, VMID: vmid} }
+func vm(node string, vmid int64) GuestRef { return GuestRef{ClusterID: 1, Node: node, VMID: vmid} }
 
 // requests counts the emulator's requests for a method and route.
 func (e *env) requests(method, path string) int { return e.sim.Requests(method, path) }

@@ -155,7 +155,7 @@ func (o *OperationService) precheckAll(ctx context.Context, api pveAPI, clusterI
 	g.SetLimit(preReads)
 	for i := range vms {
 		g.Go(func() error {
-			ref := VMRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
+			ref := GuestRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
 			pc, err := o.svc.precheck(gctx, api, ref, "")
 			if err != nil {
 				if transient(err) {

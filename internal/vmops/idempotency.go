@@ -425,7 +425,7 @@ func (s *Service) keyOutcome(ctx context.Context, row store.Task) KeyOutcome {
 	if v.Finished() {
 		out.Outcome.Running = false
 		if v.Result == ResultFailed {
-			out.Err = taskFailure(row.Op, VMRef{ClusterID: row.ClusterID, Node: row.Node, VMID: row.VMID}, v)
+			out.Err = taskFailure(row.Op, GuestRef{ClusterID: row.ClusterID, Node: row.Node, VMID: row.VMID}, v)
 		}
 	}
 	return out

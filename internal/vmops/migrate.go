@@ -23,6 +23,12 @@ type MigrateRequest struct {
 	WithLocalDisks bool   // copy disks on storage the target cannot see
 	TargetStorage  string // PVE's storage map ("src:dst,..." or one storage id); empty = same ids
 	BWLimit        *int   // KiB/s; nil = PVE's configured limit
+	// Restart (containers only) migrates a running CT by a restart: PVE shuts it
+	// down, moves it and starts it on the target (PVE cannot move a container
+	// live). A running CT without it is 409 vm_running. Timeout is the restart's
+	// shutdown timeout in seconds (PVE's default 180).
+	Restart bool
+	Timeout *int
 }
 
 // Precheck is PVE's migration pre-check of a VM, as vmgate shows it.
@@ -96,7 +102,7 @@ func precheckOf(pc pve.MigratePrecheck) Precheck {
 
 // MigrateCheck runs PVE's migration pre-check for the VM (GET migrate) and returns
 // what PVE says. target may be empty.
-func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (Precheck, error) {
+func (s *Service) MigrateCheck(ctx context.Context, vm GuestRef, target string) (Precheck, error) {
 	if err := validRef(vm); err != nil {
 		return Precheck{}, err
 	}
@@ -114,8 +120,8 @@ func (s *Service) MigrateCheck(ctx context.Context, vm VMRef, target string) (Pr
 	return precheckOf(pc), nil
 }
 
-func (s *Service) precheck(ctx context.Context, api pveAPI, vm VMRef, target string) (pve.MigratePrecheck, error) {
-	pc, err := api.MigratePrecheck(ctx, pve.VMOn(vm.Node, int(vm.VMID)), target)
+func (s *Service) precheck(ctx context.Context, api pveAPI, vm GuestRef, target string) (pve.MigratePrecheck, error) {
+	pc, err := api.MigratePrecheck(ctx, vm.guest(), target)
 	if err != nil {
 		if pve.IsNotFound(err) {
 			return pve.MigratePrecheck{}, s.vmNotOn(ctx, api, vm, err)
@@ -146,7 +152,7 @@ func pveText(err error) string {
 // unknown, 409 node_offline); PVE's pre-check (vm_running without online,
 // migration_blocked with PVE's reasons: target not allowed, local disks without
 // WithLocalDisks, local devices).
-func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateRequest) (taskID string, err error) {
+func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req MigrateRequest) (taskID string, err error) {
 	online := req.Online == nil || *req.Online
 	params := map[string]any{"target": req.Target, "online": online, "withLocalDisks": req.WithLocalDisks}
 	if req.TargetStorage != "" {
@@ -160,7 +166,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 		if err == nil {
 			result = "started"
 		}
-		s.audit(ctx, a, store.AuditRecord{Action: "vm." + OpMigrate, ClusterID: vm.ClusterID, Node: vm.Node,
+		s.audit(ctx, a, store.AuditRecord{Action: vm.auditPrefix() + OpMigrate, ClusterID: vm.ClusterID, Node: vm.Node,
 			VMID: vm.VMID, Target: req.Target, Params: jsonText(params), Result: result, UPID: taskID})
 	}()
 	if err := validRef(vm); err != nil {
@@ -172,9 +178,17 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 	case !pve.ValidNode(req.Target):
 		return "", errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", req.Target)
 	case req.Target == vm.Node:
-		return "", errs.R(errs.Invalid, "invalid_request", "target must not be the VM's node (%s)", vm.Node)
+		return "", errs.R(errs.Invalid, "invalid_request", "target must not be the %s's node (%s)", vm.Kind.Noun(), vm.Node)
 	case req.BWLimit != nil && *req.BWLimit < 0:
 		return "", errs.R(errs.Invalid, "invalid_request", "bwlimit must not be negative")
+	case req.Timeout != nil && *req.Timeout < 0:
+		return "", errs.R(errs.Invalid, "invalid_request", "timeout must not be negative")
+	case vm.Kind == GuestCT && req.WithLocalDisks:
+		return "", errs.R(errs.Invalid, "invalid_request", "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)")
+	case vm.Kind == GuestCT && req.Online != nil && *req.Online:
+		return "", errs.R(errs.Invalid, "invalid_request", "PVE cannot migrate a container live; migrate it with restart=true, or stop it first")
+	case vm.Kind != GuestCT && (req.Restart || req.Timeout != nil):
+		return "", errs.R(errs.Invalid, "invalid_request", "restart and timeout are for containers; a VM migrates live (online=true)")
 	}
 
 	// One migration of a VM at a time from this process, from the pre-check until
@@ -186,7 +200,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 	s.migrating[key] = true
 	s.mu.Unlock()
 	if busy {
-		return "", errs.R(errs.Conflict, "in_progress", "another request is starting a migration of VM %d", vm.VMID)
+		return "", errs.R(errs.Conflict, "in_progress", "another request is starting a migration of %s", vm.name())
 	}
 	defer func() {
 		s.mu.Lock()
@@ -216,8 +230,15 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 		return "", err
 	}
 	running := st.Status == "running" || pc.Running
+	if vm.Kind == GuestCT {
+		// A container moves stopped, or by a restart; "online" is never sent.
+		online = req.Restart
+		if running && !online {
+			return "", errs.R(errs.Conflict, "vm_running", "%s is running; migrate it with restart=true (PVE shuts it down, moves it and starts it on %s) or stop it first", vm.name(), req.Target)
+		}
+	}
 	if running && !online {
-		return "", errs.R(errs.Conflict, "vm_running", "VM %d is running; migrate it online (online=true) or stop it first", vm.VMID)
+		return "", errs.R(errs.Conflict, "vm_running", "%s is running; migrate it online (online=true) or stop it first", vm.name())
 	}
 	if err := blocked(vm, req, running, pc); err != nil {
 		return "", err
@@ -225,15 +246,23 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 	if st.HA.Managed {
 		params["ha"] = true
 	}
-	if running && st.MaxMem > 0 {
+	if running && st.MaxMem > 0 && vm.Kind != GuestCT {
 		// The size of the VM state to move, so the progress has a total before
 		// PVE's first "migration active" line.
 		params["memoryBytes"] = st.MaxMem
 	}
 	opts := pve.MigrateOptions{Target: req.Target, Online: running && online, WithLocalDisks: req.WithLocalDisks,
 		TargetStorage: req.TargetStorage, BWLimit: req.BWLimit}
+	if vm.Kind == GuestCT {
+		opts.Online = false
+		opts.Restart, opts.Timeout = running && req.Restart, req.Timeout
+		params["online"] = false
+		if opts.Restart {
+			params["restart"] = true
+		}
+	}
 	upid, row, err := s.startTask(ctx, api, a, vm, OpMigrate, req.Target, params, func(ctx context.Context) (pve.UPID, error) {
-		return api.Migrate(ctx, pve.VMOn(vm.Node, int(vm.VMID)), opts)
+		return api.Migrate(ctx, vm.guest(), opts)
 	})
 	if err != nil {
 		return "", s.mapStartError(ctx, api, vm, OpMigrate, err)
@@ -244,7 +273,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm VMRef, req MigrateReq
 
 // migrationUnderWay refuses a migration while vmgate knows another one of the VM
 // is running (PVE's lock on the VM appears only once its task has begun).
-func (s *Service) migrationUnderWay(ctx context.Context, vm VMRef) error {
+func (s *Service) migrationUnderWay(ctx context.Context, vm GuestRef) error {
 	rows, err := s.store.ListTasks(ctx, store.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 20})
 	if err != nil {
 		return err
@@ -266,7 +295,7 @@ func (s *Service) migrationUnderWay(ctx context.Context, vm VMRef) error {
 		v, err := s.current(ctx, s.track(u, r.ClusterID, &r))
 		if err == nil && !v.Finished() {
 			e := lockedErr(vm.VMID, "migrate")
-			e.Message = fmt.Sprintf("VM %d is being migrated (task %s)", vm.VMID, r.UPID)
+			e.Message = fmt.Sprintf("%s is being migrated (task %s)", vm.name(), r.UPID)
 			e.Details["taskId"] = r.UPID
 			return e
 		}
@@ -315,7 +344,7 @@ func localDiskNames(ds []pve.LocalDisk) (disks, cdroms []string) {
 
 // blocked turns PVE's pre-check into 409 migration_blocked, with PVE's reasons in
 // the message and, machine-readable, in the details.
-func blocked(vm VMRef, req MigrateRequest, running bool, pc pve.MigratePrecheck) error {
+func blocked(vm GuestRef, req MigrateRequest, running bool, pc pve.MigratePrecheck) error {
 	var reasons []string
 	details := map[string]any{}
 	if na, ok := pc.NotAllowedNodes[req.Target]; ok {
@@ -353,7 +382,7 @@ func blocked(vm VMRef, req MigrateRequest, running bool, pc pve.MigratePrecheck)
 	}
 	details["reasons"] = reasons
 	return &errs.Error{Kind: errs.Conflict, Reason: "migration_blocked", Details: details,
-		Message: fmt.Sprintf("VM %d cannot migrate to %s: %s", vm.VMID, req.Target, strings.Join(reasons, "; "))}
+		Message: fmt.Sprintf("%s cannot migrate to %s: %s", vm.name(), req.Target, strings.Join(reasons, "; "))}
 }
 
 func nonNil(s []string) []string {

@@ -106,7 +106,7 @@ func TestMigrateRefusals(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		vm     VMRef
+		vm     GuestRef
 		req    MigrateRequest
 		kind   errs.Kind
 		reason string

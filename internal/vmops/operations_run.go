@@ -343,7 +343,7 @@ func (o *OperationService) runItem(ctx context.Context, op store.Operation, it s
 func (o *OperationService) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *itemBinding) error {
 	ictx := context.WithValue(ctx, itemKey{}, b)
 	a := Actor{UserID: op.UserID, Email: op.UserEmail}
-	ref := VMRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
+	ref := GuestRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
 	if it.Action == OpMigrate {
 		online := it.Online
 		_, err := o.svc.Migrate(ictx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})

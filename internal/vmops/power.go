@@ -56,13 +56,13 @@ type Outcome struct {
 // Start starts a stopped VM. A running VM is 409 vm_running, a paused one
 // vm_paused (PVE's start does not resume a paused VM: it fails "already running"),
 // a locked one vm_locked (except the "suspended" lock, which start resumes from).
-func (s *Service) Start(ctx context.Context, a Actor, vm VMRef, o PowerOptions) (Outcome, error) {
+func (s *Service) Start(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
 	return s.power(ctx, a, vm, OpStart, o.Timeout, o.Wait)
 }
 
 // Stop stops a running VM: gracefully (ACPI or guest agent; a guest that ignores
 // it is 409 shutdown_timeout once PVE gives up) or, with Force, at once.
-func (s *Service) Stop(ctx context.Context, a Actor, vm VMRef, o StopOptions) (Outcome, error) {
+func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions) (Outcome, error) {
 	op := OpShutdown
 	if o.Force {
 		op = OpStop
@@ -71,12 +71,12 @@ func (s *Service) Stop(ctx context.Context, a Actor, vm VMRef, o StopOptions) (O
 }
 
 // Reboot shuts a running VM down and starts it again.
-func (s *Service) Reboot(ctx context.Context, a Actor, vm VMRef, o PowerOptions) (Outcome, error) {
+func (s *Service) Reboot(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
 	return s.power(ctx, a, vm, OpReboot, o.Timeout, o.Wait)
 }
 
 // checkPower refuses an operation the VM's state forbids.
-func checkPower(op string, vm VMRef, st pve.GuestStatus) error {
+func checkPower(op string, vm GuestRef, st pve.GuestStatus) error {
 	if isSuspendOp(op) {
 		return checkSuspend(op, vm, st) // suspend.go
 	}
@@ -85,21 +85,21 @@ func checkPower(op string, vm VMRef, st pve.GuestStatus) error {
 	switch op {
 	case OpStart:
 		if paused {
-			return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; start does not resume it (resume it: POST …/resume, or stop it first)", vm.VMID, st.QMPStatus)
+			return errs.R(errs.Conflict, "vm_paused", "%s is %s; start does not resume it (resume it: POST …/resume, or stop it first)", vm.name(), st.QMPStatus)
 		}
 		if st.Status == "running" {
-			return errs.R(errs.Conflict, "vm_running", "VM %d is already running", vm.VMID)
+			return errs.R(errs.Conflict, "vm_running", "%s is already running", vm.name())
 		}
 	default:
 		if st.Status != "running" {
-			return errs.R(errs.Conflict, "vm_stopped", "VM %d is not running", vm.VMID)
+			return errs.R(errs.Conflict, "vm_stopped", "%s is not running", vm.name())
 		}
 	}
 	if locked {
 		return lockedErr(vm.VMID, st.Lock)
 	}
 	if paused && op != OpStop {
-		return errs.R(errs.Conflict, "vm_paused", "VM %d is %s; PVE cannot %s a paused VM (resume it first: POST …/resume, or stop it with force=true)", vm.VMID, st.QMPStatus, op)
+		return errs.R(errs.Conflict, "vm_paused", "%s is %s; PVE cannot %s a paused VM (resume it first: POST …/resume, or stop it with force=true)", vm.name(), st.QMPStatus, op)
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func lockedErr(vmid int64, lock string) *errs.Error {
 
 // power runs one power operation: state check, task row, PVE call, UPID, audit,
 // wait.
-func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeout *int, wait time.Duration) (out Outcome, err error) {
+func (s *Service) power(ctx context.Context, a Actor, vm GuestRef, op string, timeout *int, wait time.Duration) (out Outcome, err error) {
 	params := map[string]any{}
 	if timeout != nil {
 		params["timeout"] = *timeout
@@ -121,7 +121,7 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 		params["wait"] = int(wait / time.Second)
 	}
 	defer func() {
-		rec := store.AuditRecord{Action: "vm." + op, ClusterID: vm.ClusterID, Node: vm.Node, VMID: vm.VMID,
+		rec := store.AuditRecord{Action: vm.auditPrefix() + op, ClusterID: vm.ClusterID, Node: vm.Node, VMID: vm.VMID,
 			Params: jsonText(params), Result: audit.Result(err), UPID: out.TaskID}
 		if err == nil && out.Running {
 			rec.Result = "accepted"
@@ -159,17 +159,17 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 	upid, row, err := s.startTask(ctx, api, a, vm, op, "", params, func(ctx context.Context) (pve.UPID, error) {
 		switch op {
 		case OpStart:
-			return api.Start(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.StartOptions{Timeout: timeout})
+			return api.Start(ctx, vm.guest(), pve.StartOptions{Timeout: timeout})
 		case OpShutdown:
-			return api.Shutdown(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.ShutdownOptions{Timeout: timeout})
+			return api.Shutdown(ctx, vm.guest(), pve.ShutdownOptions{Timeout: timeout})
 		case OpStop:
-			return api.Stop(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.StopOptions{Timeout: timeout, OverruleShutdown: overrule})
+			return api.Stop(ctx, vm.guest(), pve.StopOptions{Timeout: timeout, OverruleShutdown: overrule})
 		case OpSuspend, OpHibernate:
-			return api.Suspend(ctx, pve.VMOn(vm.Node, int(vm.VMID)), op == OpHibernate)
+			return api.Suspend(ctx, vm.guest(), op == OpHibernate)
 		case OpResume:
-			return api.Resume(ctx, pve.VMOn(vm.Node, int(vm.VMID)))
+			return api.Resume(ctx, vm.guest())
 		default:
-			return api.Reboot(ctx, pve.VMOn(vm.Node, int(vm.VMID)), pve.RebootOptions{Timeout: timeout})
+			return api.Reboot(ctx, vm.guest(), pve.RebootOptions{Timeout: timeout})
 		}
 	})
 	if err != nil {
@@ -202,7 +202,7 @@ func (s *Service) power(ctx context.Context, a Actor, vm VMRef, op string, timeo
 // written first so that a crash between the call and the record leaves a row Run
 // can reconcile from PVE's task list; it notes when it was written on PVE's clock,
 // where the search for its task begins.
-func (s *Service) startTask(ctx context.Context, api pveAPI, a Actor, vm VMRef, op, target string, params map[string]any,
+func (s *Service) startTask(ctx context.Context, api pveAPI, a Actor, vm GuestRef, op, target string, params map[string]any,
 	call func(context.Context) (pve.UPID, error)) (pve.UPID, store.Task, error) {
 	pveNow, known := api.PVENow()
 	if !known {
@@ -210,7 +210,7 @@ func (s *Service) startTask(ctx context.Context, api pveAPI, a Actor, vm VMRef, 
 	}
 	// As an operation's item when ctx carries one (operations.go), else a row of its own.
 	row, err := s.createTaskRow(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
-		Op: op, Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
+		Op: op, GuestKind: vm.rowKind(), Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
 		IdemKey: idempotencyKeyOf(ctx), PVECreatedAt: pveNow})
 	if err != nil {
 		return pve.UPID{}, store.Task{}, fmt.Errorf("record the %s task: %w", op, err)
@@ -345,7 +345,7 @@ func truncateText(s string, n int) string {
 
 // mapStartError turns PVE's synchronous refusal of a write into the caller's error
 // (an unknown outcome is already outcome_unknown, from startTask).
-func (s *Service) mapStartError(ctx context.Context, api pveAPI, vm VMRef, op string, err error) error {
+func (s *Service) mapStartError(ctx context.Context, api pveAPI, vm GuestRef, op string, err error) error {
 	if e, ok := errs.As(err); ok {
 		return e
 	}
@@ -367,39 +367,39 @@ func (s *Service) mapStartError(ctx context.Context, api pveAPI, vm VMRef, op st
 
 // stateError maps PVE texts that mean a state conflict (whether PVE said them
 // synchronously or as a task's exit status). Nil when msg is none of them.
-func stateError(op string, vm VMRef, msg string) error {
+func stateError(op string, vm GuestRef, msg string) error {
 	low := strings.ToLower(msg)
 	switch {
 	case strings.Contains(low, "quit/powerdown failed - got timeout"):
 		if op == OpReboot {
 			return errs.R(errs.Conflict, "shutdown_timeout",
-				"VM %d did not shut down for the reboot in time (the guest ignored the request); stop it with force=true, then start it", vm.VMID)
+				"%s did not shut down for the reboot in time (the guest ignored the request); stop it with force=true, then start it", vm.name())
 		}
 		return errs.R(errs.Conflict, "shutdown_timeout",
-			"VM %d did not shut down in time (the guest ignored the request); use force=true to power it off", vm.VMID)
+			"%s did not shut down in time (the guest ignored the request); use force=true to power it off", vm.name())
 	case strings.Contains(low, "can't lock file") && strings.Contains(low, "got timeout"):
-		return errs.R(errs.Conflict, "vm_locked", "VM %d is locked by another task (PVE: %s)", vm.VMID, msg)
+		return errs.R(errs.Conflict, "vm_locked", "%s is locked by another task (PVE: %s)", vm.name(), msg)
 	case strings.Contains(low, "vm is locked"):
 		return lockedErr(vm.VMID, lockName(msg))
 	case strings.Contains(low, "already running"):
-		return errs.R(errs.Conflict, "vm_running", "VM %d is already running", vm.VMID)
+		return errs.R(errs.Conflict, "vm_running", "%s is already running", vm.name())
 	case strings.Contains(low, "not running"):
-		return errs.R(errs.Conflict, "vm_stopped", "VM %d is not running", vm.VMID)
+		return errs.R(errs.Conflict, "vm_stopped", "%s is not running", vm.name())
 	case strings.Contains(low, "is paused"):
-		return errs.R(errs.Conflict, "vm_paused", "VM %d is paused; PVE cannot %s it", vm.VMID, op)
+		return errs.R(errs.Conflict, "vm_paused", "%s is paused; PVE cannot %s it", vm.name(), op)
 	case strings.Contains(low, "can't migrate running vm without --online"):
-		return errs.R(errs.Conflict, "vm_running", "VM %d is running; migrate it online or stop it first", vm.VMID)
+		return errs.R(errs.Conflict, "vm_running", "%s is running; migrate it online or stop it first", vm.name())
 	}
 	return nil
 }
 
 // taskFailure maps a failed task to the caller's error; the task id rides along.
-func taskFailure(op string, vm VMRef, v TaskView) error {
+func taskFailure(op string, vm GuestRef, v TaskView) error {
 	var e *errs.Error
 	if mapped := stateError(op, vm, v.ExitStatus); mapped != nil {
 		e, _ = errs.As(mapped)
 	} else if pve.MessageIsNotFound(v.ExitStatus) {
-		e = errs.R(errs.NotFound, "not_found", "VM %d not found on node %s (PVE: %s)", vm.VMID, vm.Node, v.ExitStatus)
+		e = errs.R(errs.NotFound, "not_found", "%s not found on node %s (PVE: %s)", vm.name(), vm.Node, v.ExitStatus)
 	} else {
 		msg := fmt.Sprintf("PVE task %s failed: %s", v.TaskID, v.ExitStatus)
 		if v.Error != "" && v.Error != v.ExitStatus {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -100,12 +101,57 @@ type Actor struct {
 	Email  string
 }
 
-// VMRef names a VM on a node of a cluster, as the request did.
-type VMRef struct {
+// GuestKind is the kind of a guest: a QEMU VM or an LXC container (PVE's names,
+// as the API carries them). The zero value is a VM, as every caller from before
+// the kinds meant.
+type GuestKind string
+
+const (
+	GuestVM GuestKind = "qemu"
+	GuestCT GuestKind = "lxc"
+)
+
+// Valid reports whether k is a kind vmgate manages ("" is a VM).
+func (k GuestKind) Valid() bool { return k == "" || k == GuestVM || k == GuestCT }
+
+// pve is the kind as the PVE client names it.
+func (k GuestKind) pve() pve.GuestKind {
+	if k == GuestCT {
+		return pve.LXC
+	}
+	return pve.Qemu
+}
+
+// Noun names a guest of the kind for a person: "VM" or "CT", as PVE does.
+func (k GuestKind) Noun() string { return k.pve().Noun() }
+
+// GuestRef names a guest on a node of a cluster, as the request did.
+type GuestRef struct {
 	ClusterID int64
 	Node      string
+	Kind      GuestKind // "" is a VM
 	VMID      int64
 }
+
+// guest is the reference as the PVE client takes it.
+func (r GuestRef) guest() pve.Guest {
+	return pve.Guest{Kind: r.Kind.pve(), Node: r.Node, VMID: int(r.VMID)}
+}
+
+// rowKind is the kind as a task row stores it.
+func (r GuestRef) rowKind() string { return string(r.Kind.pve()) }
+
+// auditPrefix begins the audit action of an operation on the guest: "vm." for a
+// VM (vm.start, as ever), "ct." for a container (ct.start).
+func (r GuestRef) auditPrefix() string {
+	if r.Kind == GuestCT {
+		return "ct."
+	}
+	return "vm."
+}
+
+// name is "VM 100" or "CT 200".
+func (r GuestRef) name() string { return r.Kind.Noun() + " " + strconv.FormatInt(r.VMID, 10) }
 
 // The range of VM ids PVE accepts.
 const (
@@ -363,7 +409,7 @@ func readUpstream(err error) error { return fleet.ReadError(err) }
 // vmNotOn builds the 404 for a VM that PVE says is not on node (fleet's wording,
 // shared by every route): it names the node the VM is on when the cluster's
 // resources show it elsewhere.
-func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm VMRef, cause error) error {
+func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm GuestRef, cause error) error {
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
 		res = nil
@@ -373,8 +419,8 @@ func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm VMRef, cause error
 
 // vmState reads the VM's status on its node, mapping "not there" to the 404 that
 // says where it is.
-func (s *Service) vmState(ctx context.Context, api pveAPI, vm VMRef) (pve.GuestStatus, error) {
-	st, err := api.GuestStatus(ctx, pve.VMOn(vm.Node, int(vm.VMID)))
+func (s *Service) vmState(ctx context.Context, api pveAPI, vm GuestRef) (pve.GuestStatus, error) {
+	st, err := api.GuestStatus(ctx, vm.guest())
 	if err != nil {
 		if pve.IsNotFound(err) {
 			return pve.GuestStatus{}, s.vmNotOn(ctx, api, vm, err)
@@ -384,8 +430,11 @@ func (s *Service) vmState(ctx context.Context, api pveAPI, vm VMRef) (pve.GuestS
 	return st, nil
 }
 
-// validRef checks a VMRef's syntax (the HTTP layer checks it too; other callers may not).
-func validRef(vm VMRef) error {
+// validRef checks a GuestRef's syntax (the HTTP layer checks it too; other callers may not).
+func validRef(vm GuestRef) error {
+	if !vm.Kind.Valid() {
+		return errs.R(errs.Invalid, "invalid_request", "guest kind %q is neither qemu nor lxc", vm.Kind)
+	}
 	if vm.ClusterID <= 0 {
 		return errs.R(errs.Invalid, "invalid_request", "clusterId must be a positive integer")
 	}

@@ -36,7 +36,7 @@ type ResumeOptions struct {
 // stopped VM is 409 vm_stopped, an already paused one vm_paused (unless it is to
 // be hibernated), a locked one vm_locked, hibernating an HA-managed VM 409
 // conflict (PVE cannot).
-func (s *Service) Suspend(ctx context.Context, a Actor, vm VMRef, o SuspendOptions) (Outcome, error) {
+func (s *Service) Suspend(ctx context.Context, a Actor, vm GuestRef, o SuspendOptions) (Outcome, error) {
 	op := OpSuspend
 	if o.ToDisk {
 		op = OpHibernate
@@ -48,7 +48,7 @@ func (s *Service) Suspend(ctx context.Context, a Actor, vm VMRef, o SuspendOptio
 // from its saved state (PVE status/resume). A running VM that is not paused is
 // 409 vm_running, a stopped one that was not hibernated vm_stopped, a locked one
 // vm_locked (a backup's lock excepted, as PVE does).
-func (s *Service) Resume(ctx context.Context, a Actor, vm VMRef, o ResumeOptions) (Outcome, error) {
+func (s *Service) Resume(ctx context.Context, a Actor, vm GuestRef, o ResumeOptions) (Outcome, error) {
 	return s.power(ctx, a, vm, OpResume, nil, o.Wait)
 }
 
@@ -66,16 +66,16 @@ func paused(st pve.GuestStatus) bool {
 
 // checkSuspend refuses a suspend, hibernate or resume the VM's state forbids,
 // before PVE is asked (qemu-server's vm_suspend and vm_resume).
-func checkSuspend(op string, vm VMRef, st pve.GuestStatus) error {
+func checkSuspend(op string, vm GuestRef, st pve.GuestStatus) error {
 	switch op {
 	case OpResume:
 		switch {
 		case hibernated(st):
 			return nil
 		case st.Status != "running":
-			return errs.R(errs.Conflict, "vm_stopped", "VM %d is not running and was not suspended to disk; start it instead", vm.VMID)
+			return errs.R(errs.Conflict, "vm_stopped", "%s is not running and was not suspended to disk; start it instead", vm.name())
 		case !paused(st):
-			return errs.R(errs.Conflict, "vm_running", "VM %d is running and not paused; there is nothing to resume", vm.VMID)
+			return errs.R(errs.Conflict, "vm_running", "%s is running and not paused; there is nothing to resume", vm.name())
 		case st.Lock != "" && st.Lock != "backup":
 			return lockedErr(vm.VMID, st.Lock)
 		}
@@ -83,16 +83,16 @@ func checkSuspend(op string, vm VMRef, st pve.GuestStatus) error {
 	default:
 		switch {
 		case hibernated(st):
-			return errs.R(errs.Conflict, "vm_stopped", "VM %d is suspended to disk already; resume it to bring it back", vm.VMID)
+			return errs.R(errs.Conflict, "vm_stopped", "%s is suspended to disk already; resume it to bring it back", vm.name())
 		case st.Status != "running":
-			return errs.R(errs.Conflict, "vm_stopped", "VM %d is not running", vm.VMID)
+			return errs.R(errs.Conflict, "vm_stopped", "%s is not running", vm.name())
 		case op == OpHibernate && st.HA.Managed:
 			return errs.R(errs.Conflict, "conflict",
-				"VM %d is HA-managed: PVE cannot suspend it to disk (suspend without todisk pauses it)", vm.VMID)
+				"%s is HA-managed: PVE cannot suspend it to disk (suspend without todisk pauses it)", vm.name())
 		case st.Lock != "" && (op == OpHibernate || st.Lock != "backup"):
 			return lockedErr(vm.VMID, st.Lock)
 		case op == OpSuspend && paused(st):
-			return errs.R(errs.Conflict, "vm_paused", "VM %d is %s already; resume it to continue", vm.VMID, st.QMPStatus)
+			return errs.R(errs.Conflict, "vm_paused", "%s is %s already; resume it to continue", vm.name(), st.QMPStatus)
 		}
 		return nil
 	}

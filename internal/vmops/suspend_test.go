@@ -91,7 +91,7 @@ func TestSuspendResume(t *testing.T) {
 	if err := e.sim.SetQMPStatus(102, "prelaunch"); err != nil {
 		t.Fatal(err)
 	}
-	for _, ref := range []VMRef{vm("pve1", 100), vm("pve2", 102)} {
+	for _, ref := range []GuestRef{vm("pve1", 100), vm("pve2", 102)} {
 		out, err = e.svc.Resume(ctx, e.actor, ref, ResumeOptions{Wait: 20 * time.Second})
 		if err != nil || out.Task.Result != ResultOK {
 			t.Fatalf("resume VM %d: %+v %v", ref.VMID, out, err)

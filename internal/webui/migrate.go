@@ -12,7 +12,7 @@ import (
 
 // migrateView is the migrate page's data: PVE's pre-check as a form.
 type migrateView struct {
-	VM       vmops.VMRef
+	VM       vmops.GuestRef
 	Name     string
 	Check    vmops.Precheck
 	Target   string // the node chosen, when the page was asked for one

@@ -164,7 +164,7 @@ func TestOutcomeUnknownNoticeLinksTheTaskRow(t *testing.T) {
 	if ref, ok := vmops.TaskRefOf(err); !ok || ref != 42 {
 		t.Fatalf("TaskRefOf: %d %v", ref, ok)
 	}
-	n := outcomeNotice("start", vmops.VMRef{ClusterID: 1, Node: "pve1", VMID: 101}, vmops.Outcome{}, err)
+	n := outcomeNotice("start", vmops.GuestRef{ClusterID: 1, Node: "pve1", VMID: 101}, vmops.Outcome{}, err)
 	if n.Kind != "error" || n.Reason != vmops.ReasonOutcomeUnknown || n.TaskID != "42" {
 		t.Errorf("notice %+v, want an error linking task 42", n)
 	}
@@ -332,7 +332,7 @@ func TestEventStreamEndsWithTheSession(t *testing.T) {
 	b := e.browser()
 	b.login(opEmail)
 	upid, err := e.vms.Migrate(context.Background(), vmops.Actor{UserID: e.users[opEmail].ID, Email: opEmail},
-		vmops.VMRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
+		vmops.GuestRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestEventStreamEndsOnShutdown(t *testing.T) {
 	b := e.browser()
 	b.login(opEmail)
 	upid, err := e.vms.Migrate(context.Background(), vmops.Actor{UserID: e.users[opEmail].ID, Email: opEmail},
-		vmops.VMRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
+		vmops.GuestRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
 	if err != nil {
 		t.Fatal(err)
 	}

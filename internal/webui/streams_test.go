@@ -27,7 +27,7 @@ func TestLivePagesShareTheStreamCaps(t *testing.T) {
 	ctx := context.Background()
 	op := e.users[opEmail]
 	upid, err := e.vms.Migrate(ctx, vmops.Actor{UserID: op.ID, Email: opEmail},
-		vmops.VMRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
+		vmops.GuestRef{ClusterID: e.cid, Node: "pve1", VMID: 100}, vmops.MigrateRequest{Target: "pve3"})
 	if err != nil {
 		t.Fatal(err)
 	}

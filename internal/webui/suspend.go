@@ -11,13 +11,13 @@ import (
 // actions: a paused VM, or one suspended to disk, is resumed through vmgate.
 
 func (u *UI) vmSuspend(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "suspend", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+	return u.power(w, r, "suspend", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
 		return u.vms.Suspend(ctx, vmActor(r), vm, vmops.SuspendOptions{Wait: u.powerWait})
 	})
 }
 
 func (u *UI) vmResume(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "resume", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+	return u.power(w, r, "resume", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
 		return u.vms.Resume(ctx, vmActor(r), vm, vmops.ResumeOptions{Wait: u.powerWait})
 	})
 }

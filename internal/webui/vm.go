@@ -15,20 +15,20 @@ func validNode(n string) bool { return vmops.ValidNode(n) }
 
 // pathVM reads and validates {clusterId}/{node}/{vmid} (docs/security.md item 20) before
 // anything else happens.
-func pathVM(r *http.Request) (vmops.VMRef, error) {
+func pathVM(r *http.Request) (vmops.GuestRef, error) {
 	id, err := strconv.ParseInt(r.PathValue("clusterId"), 10, 64)
 	if err != nil || id < 1 {
-		return vmops.VMRef{}, errVMPath("cluster")
+		return vmops.GuestRef{}, errVMPath("cluster")
 	}
 	node := r.PathValue("node")
 	if !validNode(node) {
-		return vmops.VMRef{}, errVMPath("node")
+		return vmops.GuestRef{}, errVMPath("node")
 	}
 	vmid, err := strconv.ParseInt(r.PathValue("vmid"), 10, 64)
 	if err != nil || vmid < vmops.MinVMID || vmid > vmops.MaxVMID {
-		return vmops.VMRef{}, errVMPath("vmid")
+		return vmops.GuestRef{}, errVMPath("vmid")
 	}
-	return vmops.VMRef{ClusterID: id, Node: node, VMID: vmid}, nil
+	return vmops.GuestRef{ClusterID: id, Node: node, VMID: vmid}, nil
 }
 
 // attempt names what a request tries, for the audit row of a refusal.
@@ -36,7 +36,7 @@ func attempt(r *http.Request) string { return "UI " + r.Method + " " + r.URL.Pat
 
 // vmView is the VM page's data.
 type vmView struct {
-	VM          vmops.VMRef
+	VM          vmops.GuestRef
 	Status      fleet.VMStatusView
 	ClusterName string
 	CanAct      bool // the caller's grant allows power and migration
@@ -119,25 +119,25 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 // the VM's page, which shows the outcome from the task.
 
 func (u *UI) vmStart(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "start", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+	return u.power(w, r, "start", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
 		return u.vms.Start(ctx, vmActor(r), vm, vmops.PowerOptions{Wait: u.powerWait})
 	})
 }
 
 func (u *UI) vmStop(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "stop", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+	return u.power(w, r, "stop", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
 		return u.vms.Stop(ctx, vmActor(r), vm, vmops.StopOptions{Wait: u.powerWait})
 	})
 }
 
 func (u *UI) vmForceStop(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "force stop", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+	return u.power(w, r, "force stop", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
 		return u.vms.Stop(ctx, vmActor(r), vm, vmops.StopOptions{Force: true, Wait: u.powerWait})
 	})
 }
 
 func (u *UI) vmReboot(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "reboot", func(ctx context.Context, vm vmops.VMRef) (vmops.Outcome, error) {
+	return u.power(w, r, "reboot", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
 		return u.vms.Reboot(ctx, vmActor(r), vm, vmops.PowerOptions{Wait: u.powerWait})
 	})
 }
@@ -147,7 +147,7 @@ var done = map[string]string{"start": "started", "stop": "shut down", "force sto
 	"suspend": "paused", "resume": "resumed"}
 
 func (u *UI) power(w http.ResponseWriter, r *http.Request, action string,
-	op func(context.Context, vmops.VMRef) (vmops.Outcome, error)) error {
+	op func(context.Context, vmops.GuestRef) (vmops.Outcome, error)) error {
 	vm, err := pathVM(r)
 	if err != nil {
 		return err
@@ -168,7 +168,7 @@ func (u *UI) power(w http.ResponseWriter, r *http.Request, action string,
 // outcomeNotice says how a power action ended, from its task: ok, still running
 // (with the task), or failed with PVE's reason. An error the page cannot explain
 // (a bug) gives no notice: the error page shows it.
-func outcomeNotice(action string, vm vmops.VMRef, out vmops.Outcome, err error) notice {
+func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err error) notice {
 	what := ucfirst(action) + " of VM " + itoa(vm.VMID)
 	switch {
 	case err == nil && out.Running:

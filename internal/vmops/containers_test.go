@@ -1,0 +1,76 @@
+package vmops
+
+import (
+	"testing"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// ct names a container of the dev cluster.
+func ct(node string, vmid int64) GuestRef {
+	return GuestRef{ClusterID: 1, Node: node, Kind: GuestCT, VMID: vmid}
+}
+
+// TestContainerPowerAndMigration: a container goes through the same use cases as
+// a VM — start, graceful stop, migration — with its own task types, its kind on the
+// task row and in the view, ct.* audit actions, and PVE's container rules: no live
+// migration (a running CT moves only with restart=true), no withLocalDisks.
+func TestContainerPowerAndMigration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	ctx := e.request()
+
+	out, err := e.svc.Start(ctx, e.actor, ct("pve2", 201), PowerOptions{Wait: 30 * time.Second})
+	if err != nil || out.Running || out.Task.Type != "vzstart" || out.Task.Op() != OpStart || out.Task.GuestKind() != "lxc" {
+		t.Fatalf("start of CT 201: %+v, %v", out, err)
+	}
+	if rec, ok := e.audit.find("ct.start", out.TaskID); !ok || rec.Result != "ok" || rec.VMID != 201 {
+		t.Errorf("audit of the start: %+v, %v", rec, ok)
+	}
+	row, err := e.store.TaskByUPID(ctx, out.TaskID)
+	if err != nil || row.GuestKind != store.GuestLXC || row.Op != OpStart {
+		t.Fatalf("the start's task row: %+v, %v", row, err)
+	}
+	_, err = e.svc.Start(ctx, e.actor, ct("pve2", 201), PowerOptions{})
+	if e := wantReason(t, err, errs.Conflict, "vm_running"); e.Message != "CT 201 is already running" {
+		t.Errorf("second start: %q", e.Message)
+	}
+
+	// A running CT does not migrate live; with restart it moves and runs again.
+	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3"})
+	wantReason(t, err, errs.Conflict, "vm_running")
+	online := true
+	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", Online: &online})
+	wantReason(t, err, errs.Invalid, "invalid_request")
+	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", WithLocalDisks: true})
+	wantReason(t, err, errs.Invalid, "invalid_request")
+	_, err = e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2", Restart: true})
+	wantReason(t, err, errs.Invalid, "invalid_request")
+	if n := e.requests("POST", "/nodes/{node}/lxc/{vmid}/migrate"); n != 0 {
+		t.Fatalf("%d migrate POSTs reached PVE for refused requests", n)
+	}
+
+	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", Restart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := e.waitTask(taskID)
+	if v.Result != ResultOK || v.Type != "vzmigrate" || !v.IsMigration() || v.Op() != OpMigrate || v.Target != "pve3" {
+		t.Fatalf("the restart migration ended %+v", v)
+	}
+	if rec, ok := e.audit.find("ct.migrate", taskID); !ok || rec.Target != "pve3" {
+		t.Errorf("audit of the migration: %+v, %v", rec, ok)
+	}
+
+	out, err = e.svc.Stop(ctx, e.actor, ct("pve3", 201), StopOptions{Wait: 30 * time.Second})
+	if err != nil || out.Running || out.Task.Type != "vzshutdown" {
+		t.Fatalf("graceful stop of CT 201 on pve3: %+v, %v", out, err)
+	}
+	// A VM's id under the container's kind is not found, and says where it is.
+	_, err = e.svc.Start(ctx, e.actor, ct("pve1", 100), PowerOptions{})
+	if err == nil {
+		t.Fatal("VM 100 started as a container")
+	}
+}
