@@ -47,6 +47,7 @@ var sampleBodies = map[string]string{
 	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":            `{"role":"viewer"}`,
 	"POST /api/v1/user/tokens":                                    `{"name":"n"}`,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate":       `{"target":"pve2"}`,
+	"POST /api/v1/pve/ct/{clusterId}/{node}/{vmid}/migrate":       `{"target":"pve2","restart":true}`,
 	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate": `{"dryRun":true}`,
 	"POST /api/v1/pve/clusters/{clusterId}/bulk/{action}":         `{"vmids":[100],"dryRun":true}`,
 }
@@ -55,6 +56,9 @@ var noBodyRoutes = map[string]bool{
 	"POST /api/v1/user/refresh":                             true,
 	"POST /api/v1/user/logout":                              true,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":   true,
+	"POST /api/v1/pve/ct/{clusterId}/{node}/{vmid}/start":   true,
+	"POST /api/v1/pve/ct/{clusterId}/{node}/{vmid}/stop":    true,
+	"POST /api/v1/pve/ct/{clusterId}/{node}/{vmid}/reboot":  true,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":    true,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":  true,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend": true,

@@ -24,8 +24,11 @@ type route struct {
 	method  string
 	pattern string // a ServeMux path pattern, without the method
 	access  access
-	handle  func(w http.ResponseWriter, r *http.Request) error
+	handle  handler
 }
+
+// handler is a route's handler: it answers, or returns the error to answer with.
+type handler func(w http.ResponseWriter, r *http.Request) error
 
 // mux dispatches by path on a ServeMux and by method in its own table, so unknown
 // paths (404) and wrong methods (405 + Allow) answer in the envelope like everything else.

@@ -42,14 +42,18 @@ func readWait(r *http.Request) (powerQuery, error) {
 	return powerQuery{wait: time.Duration(wait) * time.Second}, err
 }
 
-func (s *Server) vmSuspend(w http.ResponseWriter, r *http.Request) error {
-	return s.powerWith(w, r, readSuspendQuery, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
-		return s.vms.Suspend(ctx, a, vm, vmops.SuspendOptions{ToDisk: q.toDisk, Wait: q.wait})
-	})
+func (s *Server) vmSuspend(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return s.powerWith(w, r, kind, readSuspendQuery, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
+			return s.vms.Suspend(ctx, a, vm, vmops.SuspendOptions{ToDisk: q.toDisk, Wait: q.wait})
+		})
+	}
 }
 
-func (s *Server) vmResume(w http.ResponseWriter, r *http.Request) error {
-	return s.powerWith(w, r, readResumeQuery, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
-		return s.vms.Resume(ctx, a, vm, vmops.ResumeOptions{Wait: q.wait})
-	})
+func (s *Server) vmResume(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return s.powerWith(w, r, kind, readResumeQuery, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
+			return s.vms.Resume(ctx, a, vm, vmops.ResumeOptions{Wait: q.wait})
+		})
+	}
 }

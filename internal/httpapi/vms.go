@@ -39,25 +39,48 @@ type VMs interface {
 	HoldKey(ctx context.Context, userID int64, key string)
 }
 
-// vmRoutes are the VM operations and the task queries. Every one needs a token;
-// each handler checks the grant on the cluster (operator for writes, viewer for
-// reads) after validating the request and before anything touches PVE.
-func (s *Server) vmRoutes() []route {
-	const vm = "/api/v1/pve/vm/{clusterId}/{node}/{vmid}"
-	return []route{
-		{"POST", vm + "/start", authed, s.vmStart},
-		{"POST", vm + "/stop", authed, s.vmStop},
-		{"POST", vm + "/reboot", authed, s.vmReboot},
-		{"POST", vm + "/suspend", authed, s.vmSuspend}, // suspend.go
-		{"POST", vm + "/resume", authed, s.vmResume},
-		{"POST", vm + "/migrate", authed, s.vmMigrate},
-		{"GET", vm + "/migrate", authed, s.vmMigrateCheck},
+// guestKindRoutes are the kinds of guest the API serves, each under its own path
+// segment: /api/v1/pve/vm/… for QEMU VMs (the seed API), /api/v1/pve/ct/… for
+// LXC containers. A kind is a row here; the handlers are the same for every kind
+// and the use cases apply the kind's rules (docs/decisions/0080).
+var guestKindRoutes = []struct {
+	segment string
+	kind    vmops.GuestKind
+	suspend bool // suspend and resume: QEMU only (PVE's container suspend is experimental)
+}{
+	{"vm", vmops.GuestVM, true},
+	{"ct", vmops.GuestCT, false},
+}
 
-		{"GET", "/api/v1/pve/task/{taskId}", authed, s.task},
-		{"GET", "/api/v1/pve/task/{taskId}/log", authed, s.taskLog},
-		{"GET", "/api/v1/pve/task/{taskId}/events", authed, s.taskEvents},
-		{"GET", "/api/v1/pve/tasks", authed, s.tasks},
+// vmRoutes are the guest operations and the task queries. Every one needs a
+// token; each handler checks the grant on the cluster (operator for writes,
+// viewer for reads) after validating the request and before anything touches PVE.
+func (s *Server) vmRoutes() []route {
+	var out []route
+	for _, k := range guestKindRoutes {
+		g := "/api/v1/pve/" + k.segment + "/{clusterId}/{node}/{vmid}"
+		out = append(out,
+			route{"POST", g + "/start", authed, s.vmStart(k.kind)},
+			route{"POST", g + "/stop", authed, s.vmStop(k.kind)},
+			route{"POST", g + "/reboot", authed, s.vmReboot(k.kind)},
+		)
+		if k.suspend {
+			out = append(out,
+				route{"POST", g + "/suspend", authed, s.vmSuspend(k.kind)}, // suspend.go
+				route{"POST", g + "/resume", authed, s.vmResume(k.kind)},
+			)
+		}
+		out = append(out,
+			route{"POST", g + "/migrate", authed, s.vmMigrate(k.kind)},
+			route{"GET", g + "/migrate", authed, s.vmMigrateCheck(k.kind)},
+		)
 	}
+	return append(out,
+		route{"GET", "/api/v1/pve/task/{taskId}", authed, s.task},
+		route{"GET", "/api/v1/pve/task/{taskId}/log", authed, s.taskLog},
+		route{"GET", "/api/v1/pve/task/{taskId}/events", authed, s.taskEvents},
+		route{"GET", "/api/v1/pve/tasks", authed, s.tasks},
+	)
 }
 
 // vmActor is the caller as vmops records it (the audit trail takes the rest of the
@@ -67,8 +90,11 @@ func vmActor(r *http.Request) vmops.Actor {
 	return vmops.Actor{UserID: p.UserID, Email: p.Email}
 }
 
-// pathVM reads and validates {clusterId}/{node}/{vmid}.
-func pathVM(r *http.Request) (vmops.GuestRef, error) {
+// pathVM reads and validates {clusterId}/{node}/{vmid} of a VM's route.
+func pathVM(r *http.Request) (vmops.GuestRef, error) { return pathGuest(r, vmops.GuestVM) }
+
+// pathGuest reads and validates {clusterId}/{node}/{vmid} of a route of kind's.
+func pathGuest(r *http.Request, kind vmops.GuestKind) (vmops.GuestRef, error) {
 	id, err := pathClusterID(r)
 	if err != nil {
 		return vmops.GuestRef{}, err
@@ -81,7 +107,7 @@ func pathVM(r *http.Request) (vmops.GuestRef, error) {
 	if err != nil {
 		return vmops.GuestRef{}, err
 	}
-	return vmops.GuestRef{ClusterID: id, Node: node, VMID: vmid}, nil
+	return vmops.GuestRef{ClusterID: id, Node: node, Kind: kind, VMID: vmid}, nil
 }
 
 // queryOne returns a query parameter given at most once ("" when absent).
@@ -141,37 +167,43 @@ func readPowerQuery(r *http.Request, withForce bool) (powerQuery, error) {
 	return q, nil
 }
 
-func (s *Server) vmStart(w http.ResponseWriter, r *http.Request) error {
-	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
-		return s.vms.Start(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
-	})
+func (s *Server) vmStart(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return s.power(w, r, kind, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
+			return s.vms.Start(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
+		})
+	}
 }
 
-func (s *Server) vmStop(w http.ResponseWriter, r *http.Request) error {
-	return s.power(w, r, true, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
-		return s.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: q.force, Timeout: q.timeout, Wait: q.wait})
-	})
+func (s *Server) vmStop(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return s.power(w, r, kind, true, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
+			return s.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: q.force, Timeout: q.timeout, Wait: q.wait})
+		})
+	}
 }
 
-func (s *Server) vmReboot(w http.ResponseWriter, r *http.Request) error {
-	return s.power(w, r, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
-		return s.vms.Reboot(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
-	})
+func (s *Server) vmReboot(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return s.power(w, r, kind, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
+			return s.vms.Reboot(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
+		})
+	}
 }
 
 // power is the common handler of start, stop and reboot: validate, authorize
 // (operator), run once per Idempotency-Key, answer 200 when the task ended well,
 // 202 with Location while it runs, the mapped error when it failed. Every answer
 // that started a task carries X-Task-Id.
-func (s *Server) power(w http.ResponseWriter, r *http.Request, withForce bool,
+func (s *Server) power(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind, withForce bool,
 	op func(context.Context, vmops.Actor, vmops.GuestRef, powerQuery) (vmops.Outcome, error)) error {
-	return s.powerWith(w, r, func(r *http.Request) (powerQuery, error) { return readPowerQuery(r, withForce) }, op)
+	return s.powerWith(w, r, kind, func(r *http.Request) (powerQuery, error) { return readPowerQuery(r, withForce) }, op)
 }
 
 // powerWith is power with the route's own reading of the query string.
-func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, read func(*http.Request) (powerQuery, error),
+func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind, read func(*http.Request) (powerQuery, error),
 	op func(context.Context, vmops.Actor, vmops.GuestRef, powerQuery) (vmops.Outcome, error)) error {
-	vm, err := pathVM(r)
+	vm, err := pathGuest(r, kind)
 	if err != nil {
 		return err
 	}
@@ -239,8 +271,13 @@ var storageMapPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:,-]*$`)
 // maxBWLimit is PVE's bwlimit bound in practice (KiB/s; about 2 TiB/s).
 const maxBWLimit = 1<<31 - 1
 
-func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
+func (s *Server) vmMigrate(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error { return s.migrate(w, r, kind) }
+}
+
+// migrate decodes a migration request; the use case validates it (vmops.Migrate).
+func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind) error {
+	vm, err := pathGuest(r, kind)
 	if err != nil {
 		return err
 	}
@@ -259,24 +296,31 @@ func (s *Server) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 		WithLocalDisks *bool   `json:"withLocalDisks"`
 		TargetStorage  *string `json:"targetStorage"`
 		BWLimit        *int64  `json:"bwlimit"`
+		Restart        *bool   `json:"restart"` // containers
+		Timeout        *int64  `json:"timeout"` // containers: the restart's shutdown timeout
 	}
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
 	req := vmops.MigrateRequest{Online: in.Online}
 	switch {
-	case in.Target == nil || *in.Target == "":
-		return errs.R(errs.Invalid, "invalid_request", "target is required")
-	case !vmops.ValidNode(*in.Target):
-		return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(*in.Target))
-	case *in.Target == vm.Node:
-		return errs.R(errs.Invalid, "invalid_request", "target must not be the VM's node (%s)", vm.Node)
 	case in.BWLimit != nil && (*in.BWLimit < 0 || *in.BWLimit > maxBWLimit):
 		return errs.R(errs.Invalid, "invalid_request", "bwlimit must be an integer from 0 to %d (KiB/s)", maxBWLimit)
+	case in.Timeout != nil && (*in.Timeout < 0 || *in.Timeout > 86400):
+		return errs.R(errs.Invalid, "invalid_request", "timeout must be an integer from 0 to 86400 (seconds)")
 	case in.TargetStorage != nil && (len(*in.TargetStorage) > 1024 || !storageMapPattern.MatchString(*in.TargetStorage)):
 		return errs.R(errs.Invalid, "invalid_request", "targetStorage must be a storage id or a map like src:dst,src2:dst2")
 	}
-	req.Target = *in.Target
+	if in.Target != nil {
+		req.Target = *in.Target
+	}
+	if in.Restart != nil {
+		req.Restart = *in.Restart
+	}
+	if in.Timeout != nil {
+		n := int(*in.Timeout)
+		req.Timeout = &n
+	}
 	if in.WithLocalDisks != nil {
 		req.WithLocalDisks = *in.WithLocalDisks
 	}
@@ -347,8 +391,12 @@ func toPrecheckJSON(pc vmops.Precheck) precheckJSON {
 	return out
 }
 
-func (s *Server) vmMigrateCheck(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
+func (s *Server) vmMigrateCheck(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error { return s.migrateCheck(w, r, kind) }
+}
+
+func (s *Server) migrateCheck(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind) error {
+	vm, err := pathGuest(r, kind)
 	if err != nil {
 		return err
 	}
