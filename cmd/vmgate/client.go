@@ -34,6 +34,7 @@ type clientCmds struct {
 	Cluster clusterCmd `cmd:"" group:"client" help:"List or show clusters; add or remove them (admin)."`
 	Node    nodeCmd    `cmd:"" group:"client" help:"List a cluster's nodes; evacuate one."`
 	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
+	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"Start, stop, reboot or migrate an LXC container."`
 	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
 	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
@@ -1185,7 +1186,10 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 			e.Hint = "copy its local disks too: vmgate vm migrate " + v.args() + " --target " + t + " --with-local-disks"
 		}
 	case "not_found":
-		if node, ok := ae.Body["node"].(string); ok && node != "" && node != v.Node {
+		node, _ := ae.Body["node"].(string)
+		if kind, _ := ae.Body["kind"].(string); kind == "lxc" && node != "" {
+			e.Hint = fmt.Sprintf("%d is a container: vmgate ct %s %s %s %d", v.VMID, op, v.Cluster, node, v.VMID)
+		} else if node != "" && node != v.Node {
 			e.Hint = fmt.Sprintf("it is on %s: vmgate vm %s %s %s %d", node, op, v.Cluster, node, v.VMID)
 		}
 	}

@@ -173,6 +173,24 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		}
 	}
 
+	// Container 201 (pve2, stopped): started, rebooted, its pre-check read, moved
+	// by a restart and stopped (docs/decisions/0080).
+	ct := func(node string) string { return cli.GuestPath(cli.KindCT, cl.ID, node, 201) }
+	for _, step := range []string{"start", "reboot"} {
+		if _, running, err := op.PowerGuest(ctx, cli.KindCT, cl.ID, "pve2", 201, step, false, 60, nil); err != nil || running {
+			t.Fatalf("%s CT 201: running %v, %v", step, running, err)
+		}
+	}
+	do(op, "GET", ct("pve2")+"/migrate", url.Values{"target": {"pve3"}}, nil, nil)
+	ctUPID, err := op.MigrateGuest(ctx, cli.KindCT, cl.ID, "pve2", 201, cli.MigrateRequest{Target: "pve3", Restart: true})
+	if err != nil {
+		t.Fatalf("migrate CT 201: %v", err)
+	}
+	if tk, err := op.Task(ctx, ctUPID, 0, 60); err != nil || tk.Result != "ok" || !tk.IsMigration || tk.GuestKind != "lxc" {
+		t.Fatalf("the container's migration: %+v %v", tk, err)
+	}
+	do(op, "POST", ct("pve3")+"/stop", url.Values{"wait": {"60"}}, nil, nil)
+
 	// Suspend and resume VM 100 (on pve2 since its migration).
 	do(op, "POST", cli.VMPath(cl.ID, "pve2", 100)+"/suspend", url.Values{"wait": {"60"}}, nil, nil)
 	do(op, "POST", cli.VMPath(cl.ID, "pve2", 100)+"/resume", url.Values{"wait": {"60"}}, nil, nil)

@@ -242,7 +242,18 @@ func (c *Client) Logout(ctx context.Context) error {
 
 // VMPath is the API path of a VM.
 func VMPath(clusterID int64, node string, vmid int64) string {
-	return "/api/v1/pve/vm/" + strconv.FormatInt(clusterID, 10) + "/" + url.PathEscape(node) + "/" + strconv.FormatInt(vmid, 10)
+	return GuestPath(KindVM, clusterID, node, vmid)
+}
+
+// The API's path segments of the guest kinds.
+const (
+	KindVM = "vm" // QEMU virtual machines
+	KindCT = "ct" // LXC containers
+)
+
+// GuestPath is the API path of a guest of kind (KindVM, KindCT).
+func GuestPath(kind string, clusterID int64, node string, vmid int64) string {
+	return "/api/v1/pve/" + kind + "/" + strconv.FormatInt(clusterID, 10) + "/" + url.PathEscape(node) + "/" + strconv.FormatInt(vmid, 10)
 }
 
 // TaskPath is the API path of a task.
@@ -301,6 +312,11 @@ func (c *Client) Task(ctx context.Context, upid string, clusterID int64, wait in
 // parameters (stop's timeout). It returns the task id
 // (X-Task-Id) and whether the task was still running when the wait ended (202).
 func (c *Client) Power(ctx context.Context, clusterID int64, node string, vmid int64, op string, force bool, wait int, extra url.Values) (string, bool, error) {
+	return c.PowerGuest(ctx, KindVM, clusterID, node, vmid, op, force, wait, extra)
+}
+
+// PowerGuest is Power for a guest of kind (KindVM, KindCT).
+func (c *Client) PowerGuest(ctx context.Context, kind string, clusterID int64, node string, vmid int64, op string, force bool, wait int, extra url.Values) (string, bool, error) {
 	q := url.Values{}
 	for k, vs := range extra {
 		q[k] = vs
@@ -311,7 +327,7 @@ func (c *Client) Power(ctx context.Context, clusterID int64, node string, vmid i
 	if wait >= 0 {
 		q.Set("wait", strconv.Itoa(wait))
 	}
-	resp, err := c.Do(ctx, http.MethodPost, VMPath(clusterID, node, vmid)+"/"+op, q, nil, nil)
+	resp, err := c.Do(ctx, http.MethodPost, GuestPath(kind, clusterID, node, vmid)+"/"+op, q, nil, nil)
 	if err != nil {
 		if ae, ok := err.(*APIError); ok {
 			return ae.Header.Get("X-Task-Id"), false, err
@@ -328,14 +344,21 @@ type MigrateRequest struct {
 	WithLocalDisks bool   `json:"withLocalDisks,omitempty"`
 	TargetStorage  string `json:"targetStorage,omitempty"`
 	BWLimit        *int   `json:"bwlimit,omitempty"`
+	Restart        bool   `json:"restart,omitempty"` // containers: migrate a running CT by a restart
+	Timeout        *int   `json:"timeout,omitempty"` // containers: the restart's shutdown timeout
 }
 
 // Migrate starts a migration and returns its task id.
 func (c *Client) Migrate(ctx context.Context, clusterID int64, node string, vmid int64, m MigrateRequest) (string, error) {
+	return c.MigrateGuest(ctx, KindVM, clusterID, node, vmid, m)
+}
+
+// MigrateGuest is Migrate for a guest of kind (KindVM, KindCT).
+func (c *Client) MigrateGuest(ctx context.Context, kind string, clusterID int64, node string, vmid int64, m MigrateRequest) (string, error) {
 	var out struct {
 		TaskID string `json:"taskId"`
 	}
-	_, err := c.Do(ctx, http.MethodPost, VMPath(clusterID, node, vmid)+"/migrate", nil, m, &out)
+	_, err := c.Do(ctx, http.MethodPost, GuestPath(kind, clusterID, node, vmid)+"/migrate", nil, m, &out)
 	return out.TaskID, err
 }
 

@@ -297,13 +297,29 @@ func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmi
 // node the VM is on when resources (a /cluster/resources?type=vm answer; may be nil)
 // show it elsewhere, also as a "node" field. internal/vmops uses it too.
 func NotOnNode(vmid int64, node string, resources []pve.Resource, cause error) error {
+	return NotOnNodeOf(pve.Qemu, vmid, node, resources, cause)
+}
+
+// NotOnNodeOf is NotOnNode for a guest of kind. When the vmid is a guest of the
+// other kind, the 404 says so ("200 is a CT"), with its kind and node as fields:
+// VMs and containers share the vmid space, and the caller used the wrong route.
+func NotOnNodeOf(kind pve.GuestKind, vmid int64, node string, resources []pve.Resource, cause error) error {
 	for _, r := range resources {
-		if r.Type == "qemu" && int64(r.VMID) == vmid && r.Node != node {
+		if int64(r.VMID) != vmid {
+			continue
+		}
+		other := pve.GuestKind(r.Type)
+		switch {
+		case other == kind && r.Node != node:
 			return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
-				Message: fmt.Sprintf("VM %d is not on node %s; it is on node %s", vmid, node, r.Node),
+				Message: fmt.Sprintf("%s %d is not on node %s; it is on node %s", kind.Noun(), vmid, node, r.Node),
 				Details: map[string]any{"node": r.Node}}
+		case other != kind && other.Valid():
+			return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
+				Message: fmt.Sprintf("%s %d not found: %d is a %s (on node %s)", kind.Noun(), vmid, vmid, other.Noun(), r.Node),
+				Details: map[string]any{"node": r.Node, "kind": string(other)}}
 		}
 	}
 	return &errs.Error{Kind: errs.NotFound, Reason: "not_found", Err: cause,
-		Message: fmt.Sprintf("VM %d not found on node %s", vmid, node)}
+		Message: fmt.Sprintf("%s %d not found on node %s", kind.Noun(), vmid, node)}
 }

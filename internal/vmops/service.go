@@ -414,7 +414,7 @@ func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm GuestRef, cause er
 	if err != nil {
 		res = nil
 	}
-	return fleet.NotOnNode(vm.VMID, vm.Node, res, cause)
+	return fleet.NotOnNodeOf(vm.Kind.pve(), vm.VMID, vm.Node, res, cause)
 }
 
 // vmState reads the VM's status on its node, mapping "not there" to the 404 that
