@@ -27,7 +27,7 @@ import (
 var notClient = map[string]bool{"server": true, "admin": true, "pvesim": true, "version": true, "completion": true}
 
 // reads are the client commands that print something read, and so take -o.
-var reads = []string{"me", "cluster list", "cluster show", "cluster add", "node list", "vm list", "vm status", "task list",
+var reads = []string{"me", "cluster list", "cluster show", "cluster add", "node list", "vm list", "vm status", "ct list", "task list",
 	"task show", "token create", "token list", "user list", "user add", "audit",
 	"node evacuate", "bulk", "op list", "op show", "op watch"}
 

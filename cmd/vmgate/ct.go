@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 
 	"github.com/vmgate/vmgate/internal/cli"
@@ -22,10 +23,39 @@ type ctRef struct {
 func (v ctRef) args() string { return fmt.Sprintf("%s %s %d", v.Cluster, v.Node, v.VMID) }
 
 type ctCmd struct {
+	List    ctListCmd    `cmd:"" help:"List a cluster's containers, filtered; read in pages to the end."`
 	Start   ctStartCmd   `cmd:"" help:"Start a container."`
 	Stop    ctStopCmd    `cmd:"" help:"Shut a container down gracefully, or stop it at once with --force."`
 	Reboot  ctRebootCmd  `cmd:"" help:"Reboot a container."`
 	Migrate ctMigrateCmd `cmd:"" help:"Move a container to another node (a running one with --restart) and follow the task."`
+}
+
+type ctListCmd struct {
+	conn
+	output
+	clusterFlag
+	Node     string `help:"Only the containers on this node."`
+	Status   string `help:"Only the containers in this state: running, stopped or unknown."`
+	Tag      string `help:"Only the containers with this tag."`
+	Q        string `name:"q" help:"Only the containers whose name holds this text (ignoring case) or whose vmid it is."`
+	PageSize int    `placeholder:"N" help:"Read the list in pages of N containers (default: one answer)."`
+}
+
+func (c *ctListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		id, err := c.resolve(ctx, s)
+		if err != nil {
+			return err
+		}
+		it, err := s.CTItems(ctx, id, cli.VMFilter{Node: c.Node, Status: c.Status, Tag: c.Tag, Q: c.Q, PageSize: c.PageSize})
+		if err != nil {
+			return err
+		}
+		if !it.AsOf.IsZero() && cli.IsTerminal(os.Stderr) {
+			say("%d containers, as of %s", len(it.Raw), it.AsOf.Local().Format("15:04:05.000"))
+		}
+		return printItems(c.output, it, cli.VMsTable)
+	})
 }
 
 type ctStartCmd struct {

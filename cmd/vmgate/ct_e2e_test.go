@@ -15,7 +15,11 @@ func TestCLIContainers(t *testing.T) {
 	env := cliEnv(t)
 	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
 
-	r := runCLI(t, env, "", "ct", "start", "lab", "pve2", "201").want(t, 0, "ct start")
+	r := runCLI(t, env, "", "ct", "list", "-o", "table").want(t, 0, "ct list")
+	if got := column(t, r.stdout, "VMID"); strings.Join(got, " ") != "200 201 202 203" {
+		t.Fatalf("ct list:\n%s", r.stdout)
+	}
+	r = runCLI(t, env, "", "ct", "start", "lab", "pve2", "201").want(t, 0, "ct start")
 	if !strings.HasPrefix(r.stdout, "start CT 201: done (UPID:pve2:") || !strings.Contains(r.stdout, ":vzstart:201:") {
 		t.Fatalf("ct start printed %q", r.stdout)
 	}

@@ -217,6 +217,11 @@ func (c *Client) VMItems(ctx context.Context, clusterID int64, f VMFilter) (Item
 	return c.List(ctx, ClusterPath(clusterID)+"/vms", f.Query())
 }
 
+// CTItems reads a cluster's containers as VMItems reads its VMs (the same shape).
+func (c *Client) CTItems(ctx context.Context, clusterID int64, f VMFilter) (Items, error) {
+	return c.List(ctx, ClusterPath(clusterID)+"/cts", f.Query())
+}
+
 // The tables. Each takes what the API answered and the time to show ages from.
 
 // ClustersTable is the table of `vmgate cluster list`.

@@ -62,7 +62,9 @@ type Service struct {
 	cache       *cache
 	unsubscribe func()
 	// vmSnaps and nodeSnaps are each cluster's latest VM and node lists.
-	vmSnaps   *snapshots[VMView]
+	vmSnaps *snapshots[VMView]
+	ctSnaps *snapshots[VMView] // the containers'
+
 	nodeSnaps *snapshots[NodeView]
 
 	mu      sync.Mutex
@@ -103,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.cache = newCache(cfg.Store)
 	s.cache.loaded = s.closeGone
-	s.vmSnaps, s.nodeSnaps = newSnapshots[VMView](), newSnapshots[NodeView]()
+	s.vmSnaps, s.ctSnaps, s.nodeSnaps = newSnapshots[VMView](), newSnapshots[VMView](), newSnapshots[NodeView]()
 	s.unsubscribe = cfg.Store.Subscribe(s.changed)
 	return s, nil
 }
@@ -146,9 +148,11 @@ func (s *Service) changed(c store.Change) {
 	switch c.Kind {
 	case store.ChangeCluster:
 		s.vmSnaps.drop(c.ClusterID)
+		s.ctSnaps.drop(c.ClusterID)
 		s.nodeSnaps.drop(c.ClusterID)
 	case store.ChangeResync:
 		s.vmSnaps.dropAll()
+		s.ctSnaps.dropAll()
 		s.nodeSnaps.dropAll()
 	}
 }

@@ -173,8 +173,9 @@ func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
 	return slices.Clone(l.VMs), err
 }
 
-// vmResources reads the cluster's QEMU guests.
-func (s *Service) vmResources(ctx context.Context, clusterID int64) ([]pve.Resource, error) {
+// guestResources reads the cluster's guests, VMs and containers
+// (/cluster/resources?type=vm answers both).
+func (s *Service) guestResources(ctx context.Context, clusterID int64) ([]pve.Resource, error) {
 	cl, err := s.Client(ctx, clusterID)
 	if err != nil {
 		return nil, err
@@ -183,14 +184,17 @@ func (s *Service) vmResources(ctx context.Context, clusterID int64) ([]pve.Resou
 	if err != nil {
 		return nil, ReadError(s.upstream(ctx, clusterID, err))
 	}
-	return slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != "qemu" }), nil
+	return res, nil
 }
 
 // vmViews turns a /cluster/resources?type=vm answer into the cluster's VMs by
 // VMID, containers left out, without an allocation per VM: the tags of every VM
 // share one backing array (each VM's capped, so that no append reaches its
 // neighbour's).
-func vmViews(res []pve.Resource) []VMView {
+func vmViews(res []pve.Resource) []VMView { return guestViews(res, pve.Qemu) }
+
+// guestViews is vmViews for the guests of kind (containers: pve.LXC).
+func guestViews(res []pve.Resource, kind pve.GuestKind) []VMView {
 	// Sorted by a compact key first, so the sort moves 16 bytes per swap, not
 	// a whole view (PVE orders /cluster/resources by id as text: qemu/1000 before
 	// qemu/101).
@@ -201,7 +205,7 @@ func vmViews(res []pve.Resource) []VMView {
 	keys := make([]key, 0, len(res))
 	ntags := 0
 	for i := range res {
-		if res[i].Type == "qemu" {
+		if res[i].Type == string(kind) {
 			keys = append(keys, key{int64(res[i].VMID), i})
 			ntags += countTags(res[i].Tags)
 		}
@@ -289,7 +293,7 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 // vmNotOn is the 404 for a VM PVE says is not on node, from a fresh look at where
 // the cluster's resources show it.
 func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmid int64, cause error) error {
-	res, _ := s.vmResources(ctx, clusterID) // without them the answer just names no node
+	res, _ := s.guestResources(ctx, clusterID) // without them the answer just names no node
 	return NotOnNode(vmid, node, res, cause)
 }
 

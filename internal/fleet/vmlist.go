@@ -135,16 +135,30 @@ func containsFold(s, sub string) bool {
 // here, on the snapshot: PVE is read the same way whatever the query. A bad value
 // of q is invalid_request. The caller has authorized.
 func (s *Service) VMList(ctx context.Context, clusterID int64, q VMQuery) (VMList, error) {
+	return s.GuestList(ctx, clusterID, string(pve.Qemu), q)
+}
+
+// GuestList is VMList for the guests of kind, PVE's name of it: "qemu" are
+// VMList, "lxc" a cluster's containers, from a snapshot of their own (the same
+// read of /cluster/resources?type=vm, shared by the containers' listers).
+func (s *Service) GuestList(ctx context.Context, clusterID int64, kindName string, q VMQuery) (VMList, error) {
+	kind := pve.GuestKind(kindName)
 	after, err := q.validate()
 	if err != nil {
 		return VMList{}, err
 	}
-	sn, err := s.vmSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]VMView, error) {
-		res, err := s.vmResources(ctx, clusterID)
+	snaps := s.vmSnaps
+	if kind == pve.LXC {
+		snaps = s.ctSnaps
+	} else if kind != pve.Qemu {
+		return VMList{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(string(kind)))
+	}
+	sn, err := snaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]VMView, error) {
+		res, err := s.guestResources(ctx, clusterID)
 		if err != nil {
 			return nil, err
 		}
-		return vmViews(res), nil
+		return guestViews(res, kind), nil
 	})
 	if err != nil {
 		return VMList{}, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // clusterJSON is a cluster as admins see it: never the token secret; the CA bundle
@@ -268,14 +269,20 @@ func vmQuery(r *http.Request) (fleet.VMQuery, error) {
 	return q, q.Validate()
 }
 
-func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
+// clusterGuests lists a cluster's guests of kind: its VMs (…/vms) or its
+// containers (…/cts), with the same filters and paging.
+func (s *Server) clusterGuests(kind vmops.GuestKind) handler {
+	return func(w http.ResponseWriter, r *http.Request) error { return s.clusterGuestList(w, r, kind) }
+}
+
+func (s *Server) clusterGuestList(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind) error {
 	var q fleet.VMQuery
 	id, err := s.readCluster(r, func() (err error) { q, err = vmQuery(r); return err },
 		"node", "status", "tag", "q", "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	l, err := s.fleet.VMList(r.Context(), id, q)
+	l, err := s.fleet.GuestList(r.Context(), id, string(kind), q)
 	if err != nil {
 		return err
 	}

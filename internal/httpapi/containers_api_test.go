@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -19,11 +20,26 @@ func TestContainersHTTP(t *testing.T) {
 	t.Parallel()
 	e := newVMEnv(t, 1000)
 
+	// The cluster's containers, as its VMs are listed: 200-203 by vmid, filtered.
+	var cts []struct {
+		VMID   int64  `json:"vmid"`
+		Node   string `json:"node"`
+		Status string `json:"status"`
+	}
+	a := e.call("view", "GET", "/api/v1/pve/clusters/"+itoa(e.cid)+"/cts", "").expect(t, 200, "")
+	if err := json.Unmarshal(a.env.Data, &cts); err != nil || len(cts) != 4 || cts[0].VMID != 200 || cts[3].VMID != 203 {
+		t.Fatalf("the containers: %+v, %v (%s)", cts, err, a.raw)
+	}
+	a = e.call("view", "GET", "/api/v1/pve/clusters/"+itoa(e.cid)+"/cts?status=stopped", "").expect(t, 200, "")
+	if err := json.Unmarshal(a.env.Data, &cts); err != nil || len(cts) != 1 || cts[0].VMID != 201 || cts[0].Node != "pve2" {
+		t.Fatalf("the stopped containers: %+v, %v", cts, err)
+	}
+
 	e.call("view", "POST", e.ctPath("pve2", 201)+"/start", "").expect(t, 403, "forbidden")
 	e.call("op", "POST", e.ctPath("pve2", 201)+"/suspend", "").expect(t, 404, "not_found")
 	e.call("op", "POST", e.ctPath("pve1", 100)+"/start", "").expect(t, 404, "not_found") // VM 100 is no container
 
-	a := e.call("op", "POST", e.ctPath("pve2", 201)+"/start", "").expect(t, 200, "")
+	a = e.call("op", "POST", e.ctPath("pve2", 201)+"/start", "").expect(t, 200, "")
 	upid := a.header.Get("X-Task-Id")
 	if !strings.Contains(upid, ":vzstart:201:") {
 		t.Fatalf("start X-Task-Id %q", upid)

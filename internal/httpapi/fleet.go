@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Fleet is what the HTTP layer needs of internal/fleet (clusters, grants,
@@ -27,6 +28,7 @@ type Fleet interface {
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
 	NodeList(ctx context.Context, clusterID int64) (fleet.NodeList, error)
 	VMList(ctx context.Context, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
+	GuestList(ctx context.Context, clusterID int64, kind string, q fleet.VMQuery) (fleet.VMList, error)
 	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
@@ -45,7 +47,8 @@ func (s *Server) fleetRoutes() []route {
 
 		{"GET", "/api/v1/pve/clusters", authed, s.inventoryClusters},
 		{"GET", "/api/v1/pve/clusters/{clusterId}/nodes", authed, s.clusterNodes},
-		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterVMs},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterGuests(vmops.GuestVM)},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/cts", authed, s.clusterGuests(vmops.GuestCT)},
 		{"GET", "/api/v1/pve/vm/{clusterId}/{node}/{vmid}", authed, s.vmStatus},
 	}
 }
