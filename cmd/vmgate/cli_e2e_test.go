@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // The command-line client's tests: the model (every client command takes the
@@ -387,10 +390,10 @@ func (b *bgCLI) outputs() (string, string) {
 // waitStderr waits until the command's stderr holds s.
 func (b *bgCLI) waitStderr(t *testing.T, s string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Eventually(t, fmt.Sprintf("%q on the command's stderr", s), func() error {
 		_, e := b.outputs()
 		if strings.Contains(e, s) {
-			return
+			return nil
 		}
 		select {
 		case <-b.done:
@@ -398,10 +401,8 @@ func (b *bgCLI) waitStderr(t *testing.T, s string) {
 			t.Fatalf("the command ended before saying %q\nstdout:\n%s\nstderr:\n%s", s, o, e)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in:\n%s", s, e)
-		}
-	}
+		return fmt.Errorf("stderr so far:\n%s", e)
+	})
 }
 
 // wait waits for the command's end and returns its exit code.

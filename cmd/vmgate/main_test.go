@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/vmgate/vmgate/api"
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // binary is the vmgate binary the end-to-end tests run, built once by TestMain.
@@ -313,16 +315,14 @@ func TestKill9DuringMigration(t *testing.T) {
 	srv2 := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
 	c.BaseURL = srv2.line(t, listening)[1]
 	var tk cli.Task
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+	testkit.Until(t, "the migration's end after the restart", func() bool {
 		tk, err = c.Task(ctx, upid, 0, 10)
 		if err != nil {
 			t.Fatalf("task after restart: %v\n%s", err, srv2.log())
 		}
-		if tk.Status == "stopped" {
-			break
-		}
-	}
-	if tk.Status != "stopped" || tk.Result != "ok" {
+		return tk.Status == "stopped"
+	})
+	if tk.Result != "ok" {
 		t.Fatalf("after kill -9 and restart the migration reads %+v, want stopped/ok", tk)
 	}
 	if tk.Progress == nil || tk.Progress.Percent != 100 {
@@ -369,16 +369,13 @@ func TestDisableFromAnotherProcess(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`carol@example.com\s+\S*\s*user\s+true`).Match(list) {
 		t.Fatalf("admin user list after disable: %v\n%s", err, list)
 	}
-	disabledAt := time.Now()
-	for {
-		_, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil)
-		if status(err) == http.StatusUnauthorized {
-			t.Logf("the server refused the token %v after the disable", time.Since(disabledAt).Round(time.Millisecond))
-			break
+	// How soon is logged, never asserted: the feed's poll interval is the design's
+	// bound, and a busy machine may stretch it (testkit's deadline guards a hang).
+	took := testkit.Eventually(t, "the token refused after the disable from another process", func() error {
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
+			return fmt.Errorf("GET /api/v1/user/me: %v, want 401", err)
 		}
-		if time.Since(disabledAt) > 5*time.Second {
-			t.Fatalf("the token still works 5 s after the user was disabled from another process (last: %v)", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("the server refused the token %v after the disable", took.Round(time.Millisecond))
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // openPTY opens a pseudo-terminal pair: what the test types goes to master, the
@@ -70,11 +72,12 @@ func onTerminal(t *testing.T, cmd *exec.Cmd, prompt, input string) string {
 		}
 	}()
 	shown := func() string { mu.Lock(); defer mu.Unlock(); return screen.String() }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(shown(), prompt); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no prompt on the terminal:\n%q", shown())
+	testkit.Eventually(t, "the prompt on the terminal", func() error {
+		if s := shown(); !strings.Contains(s, prompt) {
+			return fmt.Errorf("the terminal shows %q", s)
 		}
-	}
+		return nil
+	})
 	if _, err := io.WriteString(master, input+"\r"); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // The README's walks, run as written: the README cannot drift from what vmgate
@@ -222,13 +223,16 @@ func endGroup(t *testing.T, pgid int) {
 	if err := syscall.Kill(-pgid, syscall.SIGTERM); errors.Is(err, syscall.ESRCH) {
 		return
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-			return
+	ended := false
+	defer func() {
+		if !ended { // the wait failed the test: kill what lingers
+			syscall.Kill(-pgid, syscall.SIGKILL)
 		}
-	}
-	t.Errorf("a process the walk started did not end on SIGTERM within 30 s; killed")
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	}()
+	testkit.Until(t, "the processes the walk started ended on SIGTERM", func() bool {
+		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	})
+	ended = true
 }
 
 // lastLines is the end of s, at most n lines.
