@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -36,6 +37,7 @@ type lab struct {
 		Stats string `json:"stats"`
 	}
 	dir     string
+	env     []string // the server's
 	srv     *proc
 	client  *cli.Client
 	cluster int64
@@ -44,10 +46,11 @@ type lab struct {
 
 const labPassword = "fault lab passphrase"
 
-// newLab starts pvesim (with its request counters) at speed and a server.
-func newLab(t *testing.T, ctx context.Context, speed string) *lab {
+// newLab starts pvesim (with its request counters) at speed and a server with
+// env added to its environment (also when it is restarted).
+func newLab(t *testing.T, ctx context.Context, speed string, env ...string) *lab {
 	t.Helper()
-	l := &lab{dir: t.TempDir()}
+	l := &lab{dir: t.TempDir(), env: env}
 	l.sim = start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", speed, "--auth-delay", "0s", "--stats", "127.0.0.1:0")
 	first := l.sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]
 	if err := json.Unmarshal([]byte(first), &l.simInfo); err != nil || l.simInfo.Stats == "" {
@@ -79,7 +82,7 @@ func newLab(t *testing.T, ctx context.Context, speed string) *lab {
 // startServer starts (or restarts) the server on the lab's data directory.
 func (l *lab) startServer(t *testing.T) {
 	t.Helper()
-	l.srv = start(t, nil, "server", "--data-dir", l.dir, "--listen", "127.0.0.1:0", "--log-level", "debug")
+	l.srv = start(t, l.env, "server", "--data-dir", l.dir, "--listen", "127.0.0.1:0", "--log-level", "debug")
 	base := l.srv.line(t, listening)[1]
 	if l.client == nil {
 		l.client = checkedClient(t, base, "")
@@ -295,10 +298,13 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 // out; then the restarted process takes the key over, finds the task from the
 // request's row and PVE, and the retry replays the real outcome (the graceful
 // stop PVE gave up on: 409 shutdown_timeout with its task). PVE saw one POST.
+// The key's lease is 3 s (--key-lease) instead of 30, and the retries start once
+// the restarted process has seen the task end at PVE, so that the outcome taken
+// over is the end, whichever comes first on a busy machine.
 func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
 	defer cancel()
-	l := newLab(t, ctx, "1")
+	l := newLab(t, ctx, "5", "VMGATE_KEY_LEASE=3s")
 	c := l.client
 	const route = "/nodes/{node}/qemu/{vmid}/status/shutdown"
 	path := cli.VMPath(l.cluster, "pve3", 104) + "/stop"
@@ -311,6 +317,18 @@ func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 	killed := time.Now()
 
 	l.startServer(t)
+	testkit.Eventually(t, "VM 104's stop ended at PVE, seen by the restarted process", func() error {
+		var tasks []cli.Task
+		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/pve/tasks", map[string][]string{"vmid": {"104"}}, nil, &tasks); err != nil {
+			t.Fatalf("task list: %v", err)
+		}
+		for _, tk := range tasks {
+			if tk.Type == "qmshutdown" && tk.Status == "stopped" {
+				return nil
+			}
+		}
+		return fmt.Errorf("VM 104's tasks: %+v", tasks)
+	})
 	var r *cli.Response
 	var err error
 	inProgress := 0
