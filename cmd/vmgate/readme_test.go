@@ -148,7 +148,8 @@ func needTools(t *testing.T, tools ...string) {
 }
 
 // walkEnv is the environment a walk runs in: the test's without vmgate's
-// variables, a fresh $HOME, the binary on the PATH as `vmgate`, and extra.
+// variables, a fresh $HOME, the binary on the PATH as `vmgate`, the servers'
+// --task-poll of every test, and extra.
 func walkEnv(t *testing.T, extra ...string) []string {
 	t.Helper()
 	bin := t.TempDir()
@@ -163,7 +164,8 @@ func walkEnv(t *testing.T, extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "HOME="+t.TempDir(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, "HOME="+t.TempDir(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"VMGATE_TASK_POLL="+e2eTaskPoll) // invisible to the walk: a task's end is seen sooner
 	return append(env, extra...)
 }
 
@@ -290,7 +292,7 @@ func TestREADMEDevWalks(t *testing.T) {
 	addr := freePort(t)
 	script := strings.NewReplacer("go run ./cmd/vmgate", binary, "127.0.0.1:8080", addr).Replace(curlWalk + cliWalk)
 	dir := t.TempDir()
-	env := walkEnv(t, "VMGATE_LISTEN="+addr, "VMGATE_DEV_SPEED=10")
+	env := walkEnv(t, "VMGATE_LISTEN="+addr, "VMGATE_DEV_SPEED=50")
 	out := runWalk(t, "dev", dir, env, "", script)
 	checkPromises(t, "curl, then cli", out, append(promises(curlWalk), promises(cliWalk)...))
 	if len(promises(curlWalk)) < 5 || len(promises(cliWalk)) < 2 {
