@@ -71,6 +71,7 @@ func commandPath(n *kong.Node) string {
 // command accepts --server and --token (with $VMGATE_SERVER, $VMGATE_TOKEN) and
 // --ca-file, and every read -o table|json.
 func TestEveryClientCommandTakesServerAndToken(t *testing.T) {
+	t.Parallel()
 	seen := 0
 	for _, leaf := range testModel(t).Leaves(true) {
 		path := commandPath(leaf)
@@ -192,6 +193,7 @@ func lastLine(out string) string {
 // and checks the tables' columns, JSON when piped, the task log, and one exit
 // code of each kind.
 func TestCLIWalk(t *testing.T) {
+	t.Parallel()
 	const pw = "walk the command line"
 	_, srv, c, _ := startLab(t, pw, "--speed", "8", "--auth-delay", "0s")
 	base := c.BaseURL
@@ -309,6 +311,7 @@ func TestCLIWalk(t *testing.T) {
 // $VMGATE_SERVER talk to the server they name with its login, whatever the last
 // login was.
 func TestCLIServerPicksTheLogin(t *testing.T) {
+	t.Parallel()
 	const pw = "two servers two logins"
 	a := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
 	b := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
@@ -427,6 +430,7 @@ func (b *bgCLI) wait(t *testing.T) int {
 // the server restarts and while Ctrl-C is pressed, so each migration is surely
 // running then, however busy the machine; then it runs fast to the end.
 func TestCLIWatchSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	const pw = "restart under the watch"
 	sim := pvesim.DevCluster(pvesim.Options{Speed: frozen})
 	simSrv, err := sim.Serve(t.Context(), pvesim.ServeOptions{TLS: true})

@@ -157,6 +157,7 @@ func exitStatus(err error) int {
 // operation answers 202 with its task. A restarted server follows the migration
 // to its end from the store. The stop's duration is logged (issue 10: under 2 s).
 func TestGracefulStopOnRealBinary(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*e2eGuard)
 	defer cancel()
 	l := newLab(t, ctx, "4") // a live migration of VM 100 takes about 5 s: it runs through the stop
@@ -302,6 +303,7 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 // the restarted process has seen the task end at PVE, so that the outcome taken
 // over is the end, whichever comes first on a busy machine.
 func TestIdempotencyKeySurvivesKill9(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
 	defer cancel()
 	l := newLab(t, ctx, "5", "VMGATE_KEY_LEASE=3s")
@@ -357,6 +359,7 @@ func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 // the stream with "shutdown" and exits 0, and nothing in the log says a request
 // could not reach the emulator.
 func TestGracefulStopInDevMode(t *testing.T) {
+	t.Parallel()
 	const pw = "dev mode stop passphrase"
 	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
 	base := srv.line(t, listening)[1]

@@ -81,6 +81,7 @@ func storedSigningKeys(t *testing.T, dbPath string) map[string][]byte {
 // a token vmgate refuses (401); the same value opened with the key file signs one
 // it accepts — the forgery is right, only the key file was missing.
 func TestDatabaseCopyMintsNoToken(t *testing.T) {
+	t.Parallel()
 	const pw = "sealed keys staple horse"
 	dir := t.TempDir()
 	p := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--data-dir", dir, "--listen", "127.0.0.1:0")
@@ -163,6 +164,7 @@ func admin(t *testing.T, dir string, args ...string) string {
 // new key file (a token from before the restart works, PVE answers); the old key
 // file alone no longer starts vmgate; both rotations are in the audit trail.
 func TestKeyRotationOnRealBinary(t *testing.T) {
+	t.Parallel()
 	const pw = "rotate every key please"
 	dir, srv, c, clusterID := startLab(t, pw, "--auth-delay", "0s")
 	base, t0 := c.BaseURL, c.Token

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,6 +30,15 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// The end-to-end tests spend their time waiting for processes and emulated
+	// time, not computing: unless -test.parallel is given, four run at once
+	// (the default is GOMAXPROCS, two on CI's machine).
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "4")
+	}
 	dir, err := os.MkdirTemp("", "vmgate-e2e-")
 	if err != nil {
 		panic(err)
@@ -168,6 +178,7 @@ func status(err error) int {
 // logout → new token rejected against `vmgate server --dev` on a free port, then
 // greps the captured server log for tokens and the password (docs/security.md item 17).
 func TestTokenLifecycleOnRealBinary(t *testing.T) {
+	t.Parallel()
 	const pw = "e2e correct horse battery"
 	p := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
 	base := p.line(t, listening)[1]
@@ -305,6 +316,7 @@ func createAdmin(t *testing.T, dir, email, password string) {
 // vmgate with SIGKILL and starts it again: the task query must show the migration's
 // real end, learnt from PVE after the restart.
 func TestKill9DuringMigration(t *testing.T) {
+	t.Parallel()
 	dir, srv, c, clusterID := startLab(t, "kill nine recovery pass", "--speed", "4", "--auth-delay", "0s")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -348,6 +360,7 @@ func TestKill9DuringMigration(t *testing.T) {
 // change feed and refuses the user's token within its poll interval (docs/design.md §3.1:
 // revocation holds on every replica; the admin command is one more writer).
 func TestDisableFromAnotherProcess(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, u := range []struct{ email, role string }{{"root@example.com", "admin"}, {"carol@example.com", "user"}} {
 		create := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", u.email, "--role", u.role, "--password-stdin")

@@ -42,6 +42,7 @@ const frozen = 0.001
 // the operation ends done, every VM is off the node, and PVE received exactly one
 // migrate POST per VM (the emulator runs in the test, so it counts them).
 func TestEvacuationSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
 	defer cancel()
 	sim := pvesim.DevCluster(pvesim.Options{Speed: 20})

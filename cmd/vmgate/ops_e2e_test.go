@@ -19,6 +19,7 @@ var evacuated = regexp.MustCompile(`^operation (\d+) \(evacuation of pve1\): don
 // resume; cancelling an ended operation is a conflict (exit 4); an evacuation of a
 // node whose local disk stays ends done with the VM skipped and named.
 func TestCLIOperations(t *testing.T) {
+	t.Parallel()
 	const pw = "many machines at once"
 	_, _, c, _ := startLab(t, pw, "--speed", "50", "--auth-delay", "0s")
 	env := cliEnv(t)

@@ -95,6 +95,7 @@ func onTerminal(t *testing.T, cmd *exec.Cmd, prompt, input string) string {
 // and reads it without echo: what the terminal shows holds the prompt, never the
 // password; the login works.
 func TestCLILoginWithoutEcho(t *testing.T) {
+	t.Parallel()
 	const pw = "never shown on screen"
 	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
 	base := srv.line(t, listening)[1]
@@ -112,6 +113,7 @@ func TestCLILoginWithoutEcho(t *testing.T) {
 // terminal (a first install by hand, systemd-run --pty) reads the password without
 // echo, and the user it creates logs in with it.
 func TestAdminCreateWithoutEcho(t *testing.T) {
+	t.Parallel()
 	const pw = "typed once unseen"
 	dir := t.TempDir()
 	cmd := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "first@example.com",

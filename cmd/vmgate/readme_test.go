@@ -280,6 +280,7 @@ func checkLog(t *testing.T, dir string, secrets ...string) {
 // answer must be a promised one, and the server's log holds no token. The server
 // must still answer after both walks.
 func TestREADMEDevWalks(t *testing.T) {
+	t.Parallel()
 	needTools(t, "bash", "curl", "jq")
 	walks := readmeWalks(t)
 	curlWalk, cliWalk := walks["curl"], walks["cli"]
@@ -322,6 +323,7 @@ var realVars = []string{"DIR", "CERT", "KEY", "CA", "LISTEN", "SERVER", "PVE_URL
 // and a grant, an API token used by a "script" with curl and the client. Secrets
 // come on stdin, in the order the walk asks for them; none reaches the log.
 func TestREADMERealWalk(t *testing.T) {
+	t.Parallel()
 	needTools(t, "bash", "curl", "jq")
 	walk := readmeWalks(t)["real"]
 	if walk == "" {
@@ -380,6 +382,7 @@ func TestREADMERealWalk(t *testing.T) {
 // server` with its default, and each flag's variable is VMGATE_ and its name in
 // capitals, as the README says.
 func TestREADMEConfiguration(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(readmeFile)
 	if err != nil {
 		t.Fatal(err)

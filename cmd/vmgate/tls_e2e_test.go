@@ -29,6 +29,7 @@ import (
 // new connection sees the new certificate while a connection opened before keeps
 // working with the old one.
 func TestTLSOnRealBinary(t *testing.T) {
+	t.Parallel()
 	const pw = "tls e2e staple horse"
 	dir := t.TempDir()
 	first := servertlstest.Write(t, dir, "vmgate", "first")

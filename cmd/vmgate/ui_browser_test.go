@@ -439,6 +439,7 @@ func (b *browser) post(path string, withCSRF bool) (status int) {
 // without the CSRF token refused, and log out (the back button shows the log-in
 // page).
 func TestUIBrowserWalk(t *testing.T) {
+	t.Parallel()
 	base := uiServer(t)
 	b := newBrowser(t, base, 1280, 900)
 
@@ -619,6 +620,7 @@ func TestUIBrowserWalk(t *testing.T) {
 // screen in dark mode the pages still work (and are shot), none wider than the
 // screen. No console error, no CSP violation.
 func TestUIBrowserViewer(t *testing.T) {
+	t.Parallel()
 	base := uiServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
