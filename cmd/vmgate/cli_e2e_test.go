@@ -432,13 +432,7 @@ func (b *bgCLI) wait(t *testing.T) int {
 func TestCLIWatchSurvivesARestart(t *testing.T) {
 	t.Parallel()
 	const pw = "restart under the watch"
-	sim := pvesim.DevCluster(pvesim.Options{Speed: frozen})
-	simSrv, err := sim.Serve(t.Context(), pvesim.ServeOptions{TLS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { simSrv.Close() })
-	ep := simSrv.Endpoints()[0]
+	sim, info := serveSim(t, pvesim.Options{Speed: frozen})
 	dir := t.TempDir()
 	createAdmin(t, dir, "ops@example.com", pw)
 	addr := freePort(t)
@@ -446,9 +440,9 @@ func TestCLIWatchSurvivesARestart(t *testing.T) {
 	base := srv.line(t, listening)[1]
 	env := cliEnv(t)
 	runCLI(t, env, pw+"\n", "login", "--server", base, "--email", "ops@example.com").want(t, 0, "login")
-	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
-	runCLI(t, append(env, "VMGATE_PVE_TOKEN_SECRET="+secret), "", "cluster", "add", "lab", "--endpoint", ep.URL,
-		"--pve-token-id", tokenID, "--fingerprint", ep.Fingerprint).want(t, 0, "cluster add")
+	tokenID, secret, _ := strings.Cut(info.Token, "=")
+	runCLI(t, append(env, "VMGATE_PVE_TOKEN_SECRET="+secret), "", "cluster", "add", "lab", "--endpoint", info.URL,
+		"--pve-token-id", tokenID, "--fingerprint", info.Fingerprint).want(t, 0, "cluster add")
 
 	mig := startCLI(t, env, "vm", "migrate", "1", "pve1", "100", "--target", "pve2")
 	mig.waitStderr(t, "VM 100 → pve2: ") // the watch draws the running migration

@@ -23,6 +23,7 @@ import (
 	"github.com/vmgate/vmgate/api"
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
 
@@ -266,6 +267,25 @@ func startSim(t *testing.T, args ...string) simInfo {
 	}
 	return info
 }
+
+// serveSim serves an emulated dev cluster with opts in the test's own process, so
+// that the test can hold or speed its time (SetSpeed), and returns it with what
+// `vmgate pvesim` would print first.
+func serveSim(t *testing.T, opts pvesim.Options) (*pvesim.Cluster, simInfo) {
+	t.Helper()
+	sim := pvesim.DevCluster(opts)
+	srv, err := sim.Serve(t.Context(), pvesim.ServeOptions{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ep := srv.Endpoints()[0]
+	return sim, simInfo{URL: ep.URL, Fingerprint: ep.Fingerprint, Token: sim.DevToken()}
+}
+
+// frozen is an emulator speed at which nothing moves within a test: an emulated
+// second takes 1000 real ones.
+const frozen = 0.001
 
 // startLab starts an emulated cluster (pvesim with simArgs) and a vmgate server
 // on a fresh data directory, logs in as an admin created with password pw, and

@@ -31,10 +31,6 @@ type operationJSON struct {
 	} `json:"items"`
 }
 
-// frozen is an emulator speed at which nothing moves within a test: an emulated
-// second takes 1000 real ones.
-const frozen = 0.001
-
 // TestEvacuationSurvivesKill9: vmgate evacuates a node of ten VMs, two at a time,
 // and is killed with SIGKILL while migrations run. A restarted vmgate on the same
 // data directory takes the operation over once the dead process's lease has run
