@@ -331,13 +331,15 @@ func createAdmin(t *testing.T, dir, email, password string) {
 	}
 }
 
-// TestKill9DuringMigration starts an emulated cluster in its own process, a vmgate
+// TestKill9DuringMigration starts an emulated cluster that outlives vmgate, a vmgate
 // server on a kept database, registers the cluster, starts a live migration, kills
 // vmgate with SIGKILL and starts it again: the task query must show the migration's
-// real end, learnt from PVE after the restart.
+// real end, learnt from PVE after the restart. The emulator's time stands still
+// until the restart, so the migration surely runs through the kill.
 func TestKill9DuringMigration(t *testing.T) {
 	t.Parallel()
-	dir, srv, c, clusterID := startLab(t, "kill nine recovery pass", "--speed", "4", "--auth-delay", "0s")
+	sim, info := serveSim(t, pvesim.Options{Speed: frozen})
+	dir, srv, c, clusterID := startLabOn(t, "kill nine recovery pass", info)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	upid, err := c.Migrate(ctx, clusterID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
@@ -353,6 +355,7 @@ func TestKill9DuringMigration(t *testing.T) {
 
 	srv2 := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
 	c.BaseURL = srv2.line(t, listening)[1]
+	sim.SetSpeed(20) // a live migration of VM 100: 20 s emulated, 1 s here
 	var tk cli.Task
 	testkit.Until(t, "the migration's end after the restart", func() bool {
 		tk, err = c.Task(ctx, upid, 0, 10)
