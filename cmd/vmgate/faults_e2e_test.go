@@ -6,13 +6,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
 
@@ -28,14 +27,10 @@ import (
 // a guard against a hang, not a measure of speed (the tests log the figures).
 const e2eGuard = 60 * time.Second
 
-// lab is an emulated cluster in its own process and a vmgate server on a kept
-// data directory, with the cluster registered and an admin logged in.
+// lab is an emulated cluster, which outlives the server, and a vmgate server on a
+// kept data directory, with the cluster registered and an admin logged in.
 type lab struct {
-	sim     *proc
-	simInfo struct {
-		simInfo
-		Stats string `json:"stats"`
-	}
+	sim     *pvesim.Cluster
 	dir     string
 	env     []string // the server's
 	srv     *proc
@@ -46,16 +41,13 @@ type lab struct {
 
 const labPassword = "fault lab passphrase"
 
-// newLab starts pvesim (with its request counters) at speed and a server with
-// env added to its environment (also when it is restarted).
-func newLab(t *testing.T, ctx context.Context, speed string, env ...string) *lab {
+// newLab serves an emulated cluster with opts (serveSim) and starts a server
+// with env added to its environment (also when it is restarted).
+func newLab(t *testing.T, ctx context.Context, opts pvesim.Options, env ...string) *lab {
 	t.Helper()
 	l := &lab{dir: t.TempDir(), env: env}
-	l.sim = start(t, nil, "pvesim", "--listen", "127.0.0.1:0", "--speed", speed, "--auth-delay", "0s", "--stats", "127.0.0.1:0")
-	first := l.sim.line(t, regexp.MustCompile(`^\{.*\}$`))[0]
-	if err := json.Unmarshal([]byte(first), &l.simInfo); err != nil || l.simInfo.Stats == "" {
-		t.Fatalf("pvesim's first line %q: %v", first, err)
-	}
+	sim, info := serveSim(t, opts)
+	l.sim = sim
 	create := exec.Command(binary, "admin", "--data-dir", l.dir, "user", "create", "--email", "ops@example.com", "--role", "admin", "--password-stdin")
 	create.Stdin = strings.NewReader(labPassword + "\n")
 	if out, err := create.CombinedOutput(); err != nil {
@@ -65,13 +57,13 @@ func newLab(t *testing.T, ctx context.Context, speed string, env ...string) *lab
 	if _, err := l.client.Login(ctx, "ops@example.com", labPassword); err != nil {
 		t.Fatalf("login: %v", err)
 	}
-	tokenID, secret, _ := strings.Cut(l.simInfo.Token, "=")
+	tokenID, secret, _ := strings.Cut(info.Token, "=")
 	var cl struct {
 		ID int64 `json:"id"`
 	}
 	if _, err := l.client.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{
-		"name": "lab", "endpoints": []string{l.simInfo.URL}, "tokenId": tokenID, "tokenSecret": secret,
-		"tlsFingerprint": l.simInfo.Fingerprint,
+		"name": "lab", "endpoints": []string{info.URL}, "tokenId": tokenID, "tokenSecret": secret,
+		"tlsFingerprint": info.Fingerprint,
 	}, &cl); err != nil {
 		t.Fatalf("register the cluster: %v", err)
 	}
@@ -92,19 +84,7 @@ func (l *lab) startServer(t *testing.T) {
 }
 
 // pvePOSTs is how many requests the emulator received for a POST route.
-func (l *lab) pvePOSTs(t *testing.T, route string) int {
-	t.Helper()
-	resp, err := http.Get(l.simInfo.Stats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var counts map[string]int
-	if err := json.NewDecoder(resp.Body).Decode(&counts); err != nil {
-		t.Fatal(err)
-	}
-	return counts["POST "+route]
-}
+func (l *lab) pvePOSTs(t *testing.T, route string) int { return l.sim.Requests("POST", route) }
 
 // busyConnections is how many client connections the server holds that are not
 // idle between requests (vmgate_connections_open - vmgate_connections_idle),
@@ -160,7 +140,9 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*e2eGuard)
 	defer cancel()
-	l := newLab(t, ctx, "4") // a live migration of VM 100 takes about 5 s: it runs through the stop
+	// The emulator's time stands still until the restart: the migration runs
+	// through the stop, and VM 104's shutdown waits, however busy the machine.
+	l := newLab(t, ctx, pvesim.Options{Speed: frozen})
 	c := l.client
 	upid, err := c.Migrate(ctx, l.cluster, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
 	if err != nil {
@@ -281,6 +263,7 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 
 	// The tasks stayed in the store: a restarted server follows the migration.
 	l.startServer(t)
+	l.sim.SetSpeed(20) // a live migration of VM 100: 20 s emulated, 1 s here
 	var tk cli.Task
 	testkit.Until(t, "the migration's end after the restart", func() bool {
 		if tk, err = c.Task(ctx, upid, 0, 10); err != nil {
@@ -306,7 +289,7 @@ func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
 	defer cancel()
-	l := newLab(t, ctx, "5", "VMGATE_KEY_LEASE=3s")
+	l := newLab(t, ctx, pvesim.Options{Speed: 5}, "VMGATE_KEY_LEASE=3s")
 	c := l.client
 	const route = "/nodes/{node}/qemu/{vmid}/status/shutdown"
 	path := cli.VMPath(l.cluster, "pve3", 104) + "/stop"
