@@ -78,6 +78,14 @@ func onTerminal(t *testing.T, cmd *exec.Cmd, prompt, input string) string {
 		}
 		return nil
 	})
+	// cli.ReadPassword prints its prompt, then turns echo off: what is typed in
+	// between is echoed (a person is never that quick; a loaded machine made this
+	// test that quick, and the password showed). Type once echo is off, as the
+	// terminal's settings say (on Linux the master's ioctl reads the slave's).
+	testkit.Until(t, "echo off on the terminal", func() bool {
+		tio, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS)
+		return err == nil && tio.Lflag&unix.ECHO == 0
+	})
 	if _, err := io.WriteString(master, input+"\r"); err != nil {
 		t.Fatal(err)
 	}
