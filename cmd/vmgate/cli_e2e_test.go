@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -332,9 +334,32 @@ func TestCLIServerPicksTheLogin(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback address nothing listens on right now.
+// freePort returns a loopback address with a port nothing listens on, for a
+// server that must listen on a known address (and again after a restart). The
+// port is below the kernel's ephemeral range, from which every listener on port
+// 0 (the other tests' servers, running in parallel) and every outgoing
+// connection takes its own: none of them can take it between now and its use,
+// or during a restart. (A port picked at random from the whole range could be.)
 func freePort(t *testing.T) string {
 	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if low > 11024 {
+		for range 100 {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000)))
+			if err == nil {
+				addr := ln.Addr().String()
+				ln.Close()
+				return addr
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
