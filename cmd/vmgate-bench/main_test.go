@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestMain lets the test binary act as the bare proxy when the bench re-executes it,
@@ -77,18 +80,14 @@ func assertNoChildren(t *testing.T) {
 		t.Log("pgrep not found: the bench's own /proc check stands alone")
 		return
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, "no process left behind", func() error {
 		out, err := exec.Command("pgrep", "-P", strconv.Itoa(os.Getpid())).Output()
 		// pgrep's own process is a child of this one too; it does not list itself.
 		if err != nil && len(bytes.TrimSpace(out)) == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left behind: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("processes left behind: %s", out)
+	})
 }
 
 func TestParseFlags(t *testing.T) {

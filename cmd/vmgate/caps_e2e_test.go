@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestConnectionCapsOnRealBinary (docs/security.md item 34): the real server with
@@ -52,11 +54,7 @@ func TestConnectionCapsOnRealBinary(t *testing.T) {
 	}
 	held := []net.Conn{dial(), dial()}
 	// Two held, and the metrics reader's own connection.
-	for deadline := time.Now().Add(30 * time.Second); metric("vmgate_connections_open") != "3"; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the two connections were never counted: %s open", metric("vmgate_connections_open"))
-		}
-	}
+	testkit.Until(t, "the two held connections counted (3 open)", func() bool { return metric("vmgate_connections_open") == "3" })
 	if _, err := bufio.NewReader(dial()).ReadByte(); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("the third connection of the network was not closed: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 // shell parses (bash -n, zsh -n, fish -n where the shell is installed) that names
 // every command of the model; bash's completes commands, flags and enum values.
 func TestCompletionScripts(t *testing.T) {
+	t.Parallel()
 	var commands []string
 	for _, leaf := range testModel(t).Leaves(true) {
 		commands = append(commands, strings.Fields(commandPath(leaf))...)

@@ -18,6 +18,7 @@ import (
 // start's error, `task watch` and `task log` show them escaped. No output of the
 // CLI holds a control character it did not make.
 func TestCLIEscapesWhatPVESays(t *testing.T) {
+	t.Parallel()
 	const (
 		title   = "\x1b]0;x\x07"
 		clear   = "\x1b[2J"

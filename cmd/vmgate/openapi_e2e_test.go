@@ -22,6 +22,7 @@ import (
 // operations, API tokens, the administration of users, clusters and grants. It fails if some
 // operation of the document was not seen succeeding.
 func TestEveryOperationOnRealBinary(t *testing.T) {
+	t.Parallel()
 	info := startSim(t, "--speed", "50", "--auth-delay", "0s")
 	dir := t.TempDir()
 	const adminPW, opPW, opPW2 = "walk every route please", "velvet tundra orchestra 42", "granite meadow lantern 77"

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/vmgate/vmgate/internal/pvesim"
 )
 
 var evacuated = regexp.MustCompile(`^operation (\d+) \(evacuation of pve1\): done — 2 ok, 0 failed, 0 skipped of 2 in \S+$`)
@@ -19,8 +21,10 @@ var evacuated = regexp.MustCompile(`^operation (\d+) \(evacuation of pve1\): don
 // resume; cancelling an ended operation is a conflict (exit 4); an evacuation of a
 // node whose local disk stays ends done with the VM skipped and named.
 func TestCLIOperations(t *testing.T) {
+	t.Parallel()
 	const pw = "many machines at once"
-	_, _, c, _ := startLab(t, pw, "--speed", "50", "--auth-delay", "0s")
+	sim, info := serveSim(t, pvesim.Options{Speed: 50})
+	_, _, c, _ := startLabOn(t, pw, info)
 	env := cliEnv(t)
 	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
 
@@ -41,14 +45,22 @@ func TestCLIOperations(t *testing.T) {
 		t.Fatalf("dry run piped is not the API's JSON: %v\n%s", err, r.stdout)
 	}
 
-	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--max-parallel", "2", "-o", "table").want(t, 0, "evacuate")
+	// The emulator's time stands still until the CLI has drawn both migrations
+	// running: drawn from the operation's events, a start could otherwise pass
+	// between two snapshots on a busy machine.
+	sim.SetSpeed(frozen)
+	ev := startCLI(t, env, "node", "evacuate", "lab", "pve1", "--max-parallel", "2", "-o", "table")
+	ev.waitStderr(t, "started  VM 100 web1 pve1 → ")
+	ev.waitStderr(t, "started  VM 101 db-staging pve1 → ")
+	sim.SetSpeed(50)
+	code := ev.wait(t)
+	r.stdout, r.stderr = ev.outputs()
 	m := evacuated.FindStringSubmatch(lastLine(r.stdout))
-	if m == nil {
-		t.Fatalf("the evacuation's last line: %q\nstderr:\n%s", lastLine(r.stdout), r.stderr)
+	if code != 0 || m == nil {
+		t.Fatalf("the evacuation: exit %d, last line %q\nstderr:\n%s", code, lastLine(r.stdout), r.stderr)
 	}
 	id := m[1]
-	for _, want := range []string{"started  VM 100 web1 pve1 → ", "ok       VM 100 web1 pve1 → ", "ok       VM 101 db-staging pve1 → ",
-		"operation " + id + " started"} {
+	for _, want := range []string{"ok       VM 100 web1 pve1 → ", "ok       VM 101 db-staging pve1 → ", "operation " + id + " started"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("the progress lacks %q:\n%s", want, r.stderr)
 		}

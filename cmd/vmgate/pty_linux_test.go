@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // openPTY opens a pseudo-terminal pair: what the test types goes to master, the
@@ -70,11 +72,20 @@ func onTerminal(t *testing.T, cmd *exec.Cmd, prompt, input string) string {
 		}
 	}()
 	shown := func() string { mu.Lock(); defer mu.Unlock(); return screen.String() }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(shown(), prompt); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no prompt on the terminal:\n%q", shown())
+	testkit.Eventually(t, "the prompt on the terminal", func() error {
+		if s := shown(); !strings.Contains(s, prompt) {
+			return fmt.Errorf("the terminal shows %q", s)
 		}
-	}
+		return nil
+	})
+	// cli.ReadPassword prints its prompt, then turns echo off: what is typed in
+	// between is echoed (a person is never that quick; a loaded machine made this
+	// test that quick, and the password showed). Type once echo is off, as the
+	// terminal's settings say (on Linux the master's ioctl reads the slave's).
+	testkit.Until(t, "echo off on the terminal", func() bool {
+		tio, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS)
+		return err == nil && tio.Lflag&unix.ECHO == 0
+	})
 	if _, err := io.WriteString(master, input+"\r"); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +103,7 @@ func onTerminal(t *testing.T, cmd *exec.Cmd, prompt, input string) string {
 // and reads it without echo: what the terminal shows holds the prompt, never the
 // password; the login works.
 func TestCLILoginWithoutEcho(t *testing.T) {
+	t.Parallel()
 	const pw = "never shown on screen"
 	srv := start(t, []string{"VMGATE_DEV_PASSWORD=" + pw}, "server", "--dev", "--listen", "127.0.0.1:0")
 	base := srv.line(t, listening)[1]
@@ -109,6 +121,7 @@ func TestCLILoginWithoutEcho(t *testing.T) {
 // terminal (a first install by hand, systemd-run --pty) reads the password without
 // echo, and the user it creates logs in with it.
 func TestAdminCreateWithoutEcho(t *testing.T) {
+	t.Parallel()
 	const pw = "typed once unseen"
 	dir := t.TempDir()
 	cmd := exec.Command(binary, "admin", "--data-dir", dir, "user", "create", "--email", "first@example.com",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // The README's walks, run as written: the README cannot drift from what vmgate
@@ -147,7 +148,8 @@ func needTools(t *testing.T, tools ...string) {
 }
 
 // walkEnv is the environment a walk runs in: the test's without vmgate's
-// variables, a fresh $HOME, the binary on the PATH as `vmgate`, and extra.
+// variables, a fresh $HOME, the binary on the PATH as `vmgate`, the servers'
+// --task-poll of every test, and extra.
 func walkEnv(t *testing.T, extra ...string) []string {
 	t.Helper()
 	bin := t.TempDir()
@@ -162,7 +164,8 @@ func walkEnv(t *testing.T, extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "HOME="+t.TempDir(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, "HOME="+t.TempDir(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"VMGATE_TASK_POLL="+e2eTaskPoll) // invisible to the walk: a task's end is seen sooner
 	return append(env, extra...)
 }
 
@@ -222,13 +225,16 @@ func endGroup(t *testing.T, pgid int) {
 	if err := syscall.Kill(-pgid, syscall.SIGTERM); errors.Is(err, syscall.ESRCH) {
 		return
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-			return
+	ended := false
+	defer func() {
+		if !ended { // the wait failed the test: kill what lingers
+			syscall.Kill(-pgid, syscall.SIGKILL)
 		}
-	}
-	t.Errorf("a process the walk started did not end on SIGTERM within 30 s; killed")
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	}()
+	testkit.Until(t, "the processes the walk started ended on SIGTERM", func() bool {
+		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	})
+	ended = true
 }
 
 // lastLines is the end of s, at most n lines.
@@ -274,6 +280,7 @@ func checkLog(t *testing.T, dir string, secrets ...string) {
 // answer must be a promised one, and the server's log holds no token. The server
 // must still answer after both walks.
 func TestREADMEDevWalks(t *testing.T) {
+	t.Parallel()
 	needTools(t, "bash", "curl", "jq")
 	walks := readmeWalks(t)
 	curlWalk, cliWalk := walks["curl"], walks["cli"]
@@ -286,7 +293,7 @@ func TestREADMEDevWalks(t *testing.T) {
 	addr := freePort(t)
 	script := strings.NewReplacer("go run ./cmd/vmgate", binary, "127.0.0.1:8080", addr).Replace(curlWalk + cliWalk)
 	dir := t.TempDir()
-	env := walkEnv(t, "VMGATE_LISTEN="+addr, "VMGATE_DEV_SPEED=10")
+	env := walkEnv(t, "VMGATE_LISTEN="+addr, "VMGATE_DEV_SPEED=50")
 	out := runWalk(t, "dev", dir, env, "", script)
 	checkPromises(t, "curl, then cli", out, append(promises(curlWalk), promises(cliWalk)...))
 	if len(promises(curlWalk)) < 5 || len(promises(cliWalk)) < 2 {
@@ -316,6 +323,7 @@ var realVars = []string{"DIR", "CERT", "KEY", "CA", "LISTEN", "SERVER", "PVE_URL
 // and a grant, an API token used by a "script" with curl and the client. Secrets
 // come on stdin, in the order the walk asks for them; none reaches the log.
 func TestREADMERealWalk(t *testing.T) {
+	t.Parallel()
 	needTools(t, "bash", "curl", "jq")
 	walk := readmeWalks(t)["real"]
 	if walk == "" {
@@ -374,6 +382,7 @@ func TestREADMERealWalk(t *testing.T) {
 // server` with its default, and each flag's variable is VMGATE_ and its name in
 // capitals, as the README says.
 func TestREADMEConfiguration(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(readmeFile)
 	if err != nil {
 		t.Fatal(err)

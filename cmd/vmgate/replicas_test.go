@@ -347,20 +347,45 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 	if op, _ := ae.Body["operation"].(map[string]any); op["id"] != float64(ids[won]) {
 		t.Errorf("the refusal's operation: %+v", ae.Body)
 	}
+	// An item counts as running once its task row is written, before its POST
+	// reaches PVE (vmops.runItem): waiting for "running 2" and then counting the
+	// POSTs raced (CI: 1 POST counted). Each item's UPID is stored only after PVE
+	// answered its POST, so once both items have one, every POST this evacuation
+	// makes has been counted, and the loser, refused, makes none.
 	var list []struct {
-		ID     int64  `json:"id"`
-		Status string `json:"status"`
+		ID int64 `json:"id"`
+	}
+	var op struct {
 		Counts struct {
+			Total   int `json:"total"`
 			Running int `json:"running"`
 		} `json:"counts"`
+		Items []struct {
+			VMID   int64   `json:"vmid"`
+			TaskID *string `json:"taskId"`
+		} `json:"items"`
 	}
 	r.eventually("the evacuation's two migrations at PVE", func() error {
-		r.must(clients[lost], http.MethodGet, "/api/v1/pve/operations", nil, &list)
-		if len(list) != 1 || list[0].ID != ids[won] || list[0].Counts.Running != 2 {
-			return fmt.Errorf("operations %+v", list)
+		r.must(clients[lost], http.MethodGet, fmt.Sprintf("/api/v1/pve/operations/%d", ids[won]), nil, &op)
+		if op.Counts.Total != 2 || op.Counts.Running != 2 {
+			return fmt.Errorf("operation %d: %+v", ids[won], op)
+		}
+		for _, it := range op.Items {
+			if it.TaskID == nil {
+				return fmt.Errorf("VM %d's migration has no task at PVE yet", it.VMID)
+			}
 		}
 		return nil
 	})
+	for _, it := range op.Items {
+		if tk, ok := r.sim.Task(*it.TaskID); !ok || tk.Type != "qmigrate" || !tk.Running {
+			t.Errorf("VM %d's task %s at PVE: %+v (known %v), want a running migration", it.VMID, *it.TaskID, tk, ok)
+		}
+	}
+	r.must(clients[lost], http.MethodGet, "/api/v1/pve/operations", nil, &list)
+	if len(list) != 1 || list[0].ID != ids[won] {
+		t.Errorf("operations %+v, want only %d", list, ids[won])
+	}
 	if n := r.sim.Requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 2 {
 		t.Errorf("PVE got %d migrate POSTs for pve1's two VMs", n)
 	}

@@ -93,6 +93,16 @@ type serverCmd struct {
 	// shorten it.
 	OperationLease time.Duration `hidden:"" default:"15s" env:"VMGATE_OPERATION_LEASE" help:"How long a dead process keeps its operations on many VMs before another takes them over."`
 
+	// TaskPoll is how often a running task is read from PVE (vmops.Config.PollInterval).
+	// Hidden: the end-to-end tests shorten it, so that they wait less for a task's
+	// end to be seen.
+	TaskPoll time.Duration `hidden:"" default:"1s" env:"VMGATE_TASK_POLL" help:"How often a running task is read from PVE, however many clients watch it."`
+
+	// KeyLease is how long an Idempotency-Key stays with a process that stops
+	// renewing it (killed) before another takes it over (docs/decisions/0020).
+	// Hidden: tests shorten it.
+	KeyLease time.Duration `hidden:"" default:"30s" env:"VMGATE_KEY_LEASE" help:"How long a dead process keeps the Idempotency-Keys it claimed before another takes them over."`
+
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
@@ -211,7 +221,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	}
 	// A key whose holder died, or whose outcome became known later, is finished
 	// with the answer the API would have given (httpapi.KeyAnswer).
-	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer})
+	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer,
+		KeyLease: c.KeyLease, PollInterval: c.TaskPoll})
 	a.ops = vmops.NewOperations(a.vms, vmops.OperationsConfig{Lease: c.OperationLease})
 	// One count of event streams for the API and the web UI: a user's cap holds
 	// across both.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/servertls"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestTLSOnRealBinary (docs/security.md item 27): vmgate serves HTTPS with a self-signed
@@ -27,6 +29,7 @@ import (
 // new connection sees the new certificate while a connection opened before keeps
 // working with the old one.
 func TestTLSOnRealBinary(t *testing.T) {
+	t.Parallel()
 	const pw = "tls e2e staple horse"
 	dir := t.TempDir()
 	first := servertlstest.Write(t, dir, "vmgate", "first")
@@ -117,19 +120,15 @@ func TestTLSOnRealBinary(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, "new connections see the second certificate after SIGHUP", func() error {
 		fresh := &http.Client{Transport: newTransport()}
 		_, leaf, _ := getTLS(t, ctx, fresh, base+"/healthz")
 		fresh.CloseIdleConnections()
-		if servertls.Fingerprint(leaf) == servertls.Fingerprint(second.Leaf) {
-			break
+		if servertls.Fingerprint(leaf) != servertls.Fingerprint(second.Leaf) {
+			return fmt.Errorf("new connections still see %s\n%s", leaf.Subject, p.log())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("new connections still see %s after SIGHUP\n%s", leaf.Subject, p.log())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if proto, leaf, reused := getTLS(t, ctx, old, base+"/healthz"); !reused || proto != 2 || !leaf.Equal(first.Leaf) {
 		t.Fatalf("the connection opened before the reload: reused %v, HTTP/%d, %s", reused, proto, leaf.Subject)
 	}
@@ -144,13 +143,12 @@ func TestTLSOnRealBinary(t *testing.T) {
 // waitLog waits until the process's log holds s.
 func (p *proc) waitLog(t *testing.T, s string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.log(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log never said %q:\n%s", s, p.log())
+	testkit.Eventually(t, fmt.Sprintf("%q in the log", s), func() error {
+		if log := p.log(); !strings.Contains(log, s) {
+			return fmt.Errorf("the log so far:\n%s", log)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // checkHSTS fails unless h carries Strict-Transport-Security for at least a year.

@@ -15,6 +15,7 @@ import (
 // makes its next call fail at once (exit 3, 3, 4); the secret is in no log and
 // no table.
 func TestScriptWithAPIToken(t *testing.T) {
+	t.Parallel()
 	const pw = "scripts use tokens now"
 	_, srv, c, _ := startLab(t, pw, "--speed", "8", "--auth-delay", "0s")
 	base := c.BaseURL

@@ -24,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // The web UI's tests in a real browser (issue 11, docs/history.md): Debian's Chromium, driven over
@@ -269,13 +270,12 @@ func (b *browser) axNodes(role, name string) []*accessibility.Node {
 // wait polls cond until it holds or the deadline passes.
 func (b *browser) wait(what string, cond func() bool) {
 	b.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out waiting for %s (page %s)", what, b.path())
+	testkit.Eventually(b.t, what, func() error {
+		if !cond() {
+			return fmt.Errorf("not yet (page %s)", b.path())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // find waits for exactly one element with the role and name.
@@ -439,6 +439,7 @@ func (b *browser) post(path string, withCSRF bool) (status int) {
 // without the CSRF token refused, and log out (the back button shows the log-in
 // page).
 func TestUIBrowserWalk(t *testing.T) {
+	t.Parallel()
 	base := uiServer(t)
 	b := newBrowser(t, base, 1280, 900)
 
@@ -619,6 +620,7 @@ func TestUIBrowserWalk(t *testing.T) {
 // screen in dark mode the pages still work (and are shot), none wider than the
 // screen. No console error, no CSP violation.
 func TestUIBrowserViewer(t *testing.T) {
+	t.Parallel()
 	base := uiServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

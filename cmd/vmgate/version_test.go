@@ -5,6 +5,7 @@ import "testing"
 // TestVersionString: the one-line version names the commit (shortened), keeps the
 // release script's "+modified" mark, and says why a commit is unknown.
 func TestVersionString(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		b    buildInfo
 		want string
