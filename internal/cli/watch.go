@@ -252,8 +252,11 @@ func (v *progressView) show(t Task) {
 				progressbar.OptionClearOnFinish(),
 			)
 		}
-		v.bar.Describe(Escape(fmt.Sprintf("VM %d → %s [%s] %s/s", t.VMID, t.Target, t.Progress.Phase,
-			HumanBytes(t.Progress.BytesPerSecond))))
+		rate := " " + HumanBytes(t.Progress.BytesPerSecond) + "/s"
+		if t.Progress.TotalBytes == 0 {
+			rate = "" // a container's move: PVE's log counts no bytes
+		}
+		v.bar.Describe(Escape(fmt.Sprintf("%s → %s [%s]%s", describeVM(t), t.Target, t.Progress.Phase, rate)))
 		v.bar.Set(int(t.Progress.Percent * 10))
 		return
 	}
@@ -261,9 +264,12 @@ func (v *progressView) show(t Task) {
 		step := int(t.Progress.Percent / 10)
 		if step != v.lastStep {
 			v.lastStep = step
-			writeLine(v.out, fmt.Sprintf("VM %d → %s: %3.0f%% %s, %s of %s at %s/s", t.VMID, t.Target, t.Progress.Percent,
-				t.Progress.Phase, HumanBytes(t.Progress.TransferredBytes), HumanBytes(t.Progress.TotalBytes),
-				HumanBytes(t.Progress.BytesPerSecond)))
+			line := fmt.Sprintf("%s → %s: %3.0f%% %s", describeVM(t), t.Target, t.Progress.Percent, t.Progress.Phase)
+			if t.Progress.TotalBytes > 0 {
+				line += fmt.Sprintf(", %s of %s at %s/s", HumanBytes(t.Progress.TransferredBytes),
+					HumanBytes(t.Progress.TotalBytes), HumanBytes(t.Progress.BytesPerSecond))
+			}
+			writeLine(v.out, line)
 		}
 		return
 	}

@@ -201,3 +201,17 @@ func newSSEServer(t *testing.T, body func(http.ResponseWriter, int32), conns *at
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
 }
+
+// TestProgressLineOfAContainer: a container's move names the CT and shows no
+// byte counts PVE's log does not give; a VM's keeps them.
+func TestProgressLineOfAContainer(t *testing.T) {
+	var b strings.Builder
+	v := newProgressView(&b, false, "UPID:x")
+	v.show(Task{VMID: 200, GuestKind: "lxc", Target: "pve2", Progress: &Progress{Percent: 0, Phase: "starting"}})
+	v.show(Task{VMID: 100, GuestKind: "qemu", Target: "pve3", Progress: &Progress{Percent: 50, Phase: "memory",
+		TransferredBytes: 1 << 30, TotalBytes: 2 << 30, BytesPerSecond: 100 << 20}})
+	want := "CT 200 → pve2:   0% starting\nVM 100 → pve3:  50% memory, 1.0 GiB of 2.0 GiB at 100.0 MiB/s\n"
+	if b.String() != want {
+		t.Errorf("progress lines:\n%q\nwant\n%q", b.String(), want)
+	}
+}
