@@ -70,7 +70,7 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 	if err != nil {
 		return Launched{}, readUpstream(err)
 	}
-	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != "qemu" })
+	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != string(pve.Qemu) })
 	chosen, missing := selectVMs(res, req)
 	if len(chosen)+len(missing) > MaxOperationItems {
 		return Launched{}, errs.R(errs.Invalid, "invalid_request", "the selection has %d VMs; one operation acts on at most %d",

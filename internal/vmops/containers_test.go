@@ -1,6 +1,7 @@
 package vmops
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,13 @@ func TestContainerPowerAndMigration(t *testing.T) {
 	if err != nil || out.Running || out.Task.Type != "vzshutdown" {
 		t.Fatalf("graceful stop of CT 201 on pve3: %+v, %v", out, err)
 	}
+	// An HA-managed container: PVE answers with the HA stand-in, and the view
+	// follows the container's own task the HA stack ran for it.
+	out, err = e.svc.Stop(ctx, e.actor, ct("pve1", 203), StopOptions{Wait: 30 * time.Second})
+	if err != nil || out.Running || out.Task.Type != "hastop" || !strings.Contains(out.Task.FollowTaskID, ":vzshutdown:203:") {
+		t.Fatalf("graceful stop of the HA container 203: %+v, %v", out, err)
+	}
+
 	// A VM's id under the container's kind is not found, and says where it is.
 	_, err = e.svc.Start(ctx, e.actor, ct("pve1", 100), PowerOptions{})
 	if err == nil {

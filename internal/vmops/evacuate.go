@@ -69,7 +69,7 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 	}
 	var vms []planVM
 	for _, r := range res {
-		if r.Type == "qemu" && r.Node == node {
+		if r.Type == string(pve.Qemu) && r.Node == node { // containers: not yet (docs/decisions/0080)
 			vms = append(vms, planVM{res: r})
 		}
 	}

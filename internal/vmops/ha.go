@@ -145,15 +145,15 @@ func (s *Service) reachedState(ctx context.Context, api pveAPI, t *tracker, targ
 		return false, "", readUpstream(err)
 	}
 	for _, r := range res {
-		if r.Type != "qemu" || r.VMID != vmid {
+		if (r.Type != string(pve.Qemu) && r.Type != string(pve.LXC)) || r.VMID != vmid {
 			continue
 		}
 		switch t.upid.Type {
 		case "hamigrate":
 			return target != "" && r.Node == target, r.HAState, nil
 		}
-		// /cluster/resources lags; the VM's own status is exact.
-		st, err := api.GuestStatus(ctx, pve.VMOn(r.Node, vmid))
+		// /cluster/resources lags; the guest's own status is exact.
+		st, err := api.GuestStatus(ctx, pve.Guest{Kind: pve.GuestKind(r.Type), Node: r.Node, VMID: vmid})
 		if err != nil {
 			return false, r.HAState, nil
 		}
