@@ -115,7 +115,7 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 		return nil, err
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, o.Timeout)
-	err = s.wdb.PingContext(pingCtx)
+	err = s.firstConnect(pingCtx)
 	cancel()
 	if err != nil {
 		s.Close()
@@ -148,8 +148,33 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 
 // dialect is what differs between the engines. The SQL in this package is otherwise
 // shared: plain $n placeholders, RETURNING and ON CONFLICT, which both accept.
+// firstConnect opens the writer's first connection. On SQLite that connection
+// switches a new file to WAL, which needs the file to itself: SQLite answers
+// SQLITE_BUSY at once, without waiting the busy timeout, while another process
+// (vmgate starting beside it, an admin command) writes to a file still in
+// rollback mode. So a busy first connection is retried, with a growing pause,
+// until ctx ends (the store's Timeout): replicas that start together both open.
+func (s *sqlStore) firstConnect(ctx context.Context) error {
+	pause := 5 * time.Millisecond
+	for {
+		err := s.wdb.PingContext(ctx)
+		if err == nil || s.d.busyAtConnect == nil || !s.d.busyAtConnect(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
 type dialect struct {
 	name string
+	// busyAtConnect reports an error a new connection may meet while another
+	// process holds the file (SQLite's switch to WAL); nil where none can.
+	busyAtConnect func(error) bool
 	// migrations holds NNNN_name.sql files, applied in order of NNNN.
 	migrations fs.FS
 	// migrationsTable is the DDL of schema_migrations(version, name, applied_at).

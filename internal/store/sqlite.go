@@ -65,6 +65,10 @@ var sqliteDialect = dialect{
 		}
 		return ""
 	},
+	busyAtConnect: func(err error) bool {
+		var e *sqlite.Error
+		return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
+	},
 	unavailable: func(err error) bool {
 		var e *sqlite.Error
 		if !errors.As(err, &e) {
