@@ -85,11 +85,13 @@ func TestEvacuateDevNode(t *testing.T) {
 		t.Errorf("the operation's audit record is not the request's: %+v", rec)
 	}
 	items := 0
+	e.audit.mu.Lock()
 	for _, r := range e.audit.recs {
 		if r.Action == "operation.item" && r.Result == ItemOK && r.UPID != "" {
 			items++
 		}
 	}
+	e.audit.mu.Unlock()
 	if items != 3 {
 		t.Errorf("%d operation.item records, want 3", items)
 	}
