@@ -10,6 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/store/storetest"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // feedSetup is where the cache test writes and where its fleet reads: one store
@@ -76,25 +77,14 @@ func TestCacheFollowsTheFeed(t *testing.T) {
 			// one store, else within a generous deadline (the figure is the bench's).
 			seen := func(what string, ok func() error) {
 				t.Helper()
-				start := time.Now()
 				if !setup.replica {
 					if err := ok(); err != nil {
 						t.Fatalf("%s: the next request does not see it: %v", what, err)
 					}
 					return
 				}
-				deadline := start.Add(10 * time.Second)
-				for {
-					err := ok()
-					if err == nil {
-						t.Logf("%s: in force on the other replica after %v", what, time.Since(start))
-						return
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s: not seen on the other replica: %v", what, err)
-					}
-					time.Sleep(time.Millisecond)
-				}
+				took := testkit.Eventually(t, what+": seen on the other replica", ok)
+				t.Logf("%s: in force on the other replica after %v", what, took)
 			}
 			kindIs := func(err error, k errs.Kind, reason string) error {
 				if e, ok := errs.As(err); ok && e.Kind == k && (reason == "" || e.Reason == reason) {

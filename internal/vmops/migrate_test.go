@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
@@ -34,8 +33,7 @@ func TestMigrateProgress(t *testing.T) {
 	var seen []float64
 	phases := map[string]bool{}
 	var final TaskView
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Until(t, "the migration's end", func() bool {
 		v, err := e.svc.Task(ctx, upid, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -48,15 +46,9 @@ func TestMigrateProgress(t *testing.T) {
 		}
 		seen = append(seen, v.Progress.Percent)
 		phases[v.Progress.Phase] = true
-		if v.Finished() {
-			final = v
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("migration did not end: %+v", v)
-		}
-		time.Sleep(testPoll)
-	}
+		final = v
+		return v.Finished()
+	})
 	if final.Result != ResultOK || final.ExitStatus != "OK" || final.Progress.Percent != 100 || final.Progress.Phase != PhaseDone {
 		t.Fatalf("final view %+v %+v", final, final.Progress)
 	}
