@@ -10,6 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/store/storetest"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // feedSetup is where the cache test writes and where its fleet reads: one store
@@ -76,25 +77,14 @@ func TestCacheFollowsTheFeed(t *testing.T) {
 			// one store, else within a generous deadline (the figure is the bench's).
 			seen := func(what string, ok func() error) {
 				t.Helper()
-				start := time.Now()
 				if !setup.replica {
 					if err := ok(); err != nil {
 						t.Fatalf("%s: the next request does not see it: %v", what, err)
 					}
 					return
 				}
-				deadline := start.Add(10 * time.Second)
-				for {
-					err := ok()
-					if err == nil {
-						t.Logf("%s: in force on the other replica after %v", what, time.Since(start))
-						return
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s: not seen on the other replica: %v", what, err)
-					}
-					time.Sleep(time.Millisecond)
-				}
+				took := testkit.Eventually(t, what+": seen on the other replica", ok)
+				t.Logf("%s: in force on the other replica after %v", what, took)
 			}
 			kindIs := func(err error, k errs.Kind, reason string) error {
 				if e, ok := errs.As(err); ok && e.Kind == k && (reason == "" || e.Reason == reason) {
@@ -184,25 +174,38 @@ func TestCacheFollowsTheFeed(t *testing.T) {
 
 // TestCacheReadsTheStoreOnlyAfterAChange: steady-state reads cost no store round
 // trip; a change costs one reload, shared by concurrent requests.
+//
+// The store's change feed hands this process's own writes to the cache at once,
+// and its reader would hand them over again at its next poll (every second by
+// default): on a busy machine that second delivery fell within the counted
+// requests and cost a reload more (issue 17, docs/history.md). So the cluster,
+// the user and the grant are written through a store of their own first; the
+// store the fleet then opens starts its feed after them, and its reader polls
+// once an hour: it hands over nothing the test does not write itself, once.
 func TestCacheReadsTheStoreOnlyAfterAChange(t *testing.T) {
 	t.Parallel()
-	inner, err := store.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	ctx := context.Background()
+	path := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	setup, st0 := newTestServiceAt(t, path)
+	c := storeCluster(t, setup, "one")
+	u := storeUser(t, st0, "v@example.com", store.RoleUser)
+	if _, err := st0.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantOperator}); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close()
+	st0.Close()
+
+	inner, err := store.OpenWith(ctx, path, store.Options{PollInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inner.Close() })
 	st := &countingStore{Store: inner}
-	svc, err := New(context.Background(), Config{Store: st, Sealer: testSealer(3)})
+	svc, err := New(ctx, Config{Store: st, Sealer: testSealer(3)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	c := storeCluster(t, svc, "one")
-	u := storeUser(t, inner, "v@example.com", store.RoleUser)
-	if _, err := inner.PutGrant(ctx, store.Grant{UserID: u.ID, ClusterID: c.ID, Role: store.GrantOperator}); err != nil {
-		t.Fatal(err)
-	}
 	viewer := Actor{UserID: u.ID, Role: store.RoleUser}
 	authorize := func() {
 		t.Helper()

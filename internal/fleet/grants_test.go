@@ -16,8 +16,14 @@ import (
 // newTestService returns a fleet on a fresh SQLite store.
 func newTestService(t testing.TB, opts ...func(*Config)) (*Service, store.Store) {
 	t.Helper()
+	return newTestServiceAt(t, "sqlite://"+filepath.Join(t.TempDir(), "t.db"), opts...)
+}
+
+// newTestServiceAt is newTestService on the store at dsn.
+func newTestServiceAt(t testing.TB, dsn string, opts ...func(*Config)) (*Service, store.Store) {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

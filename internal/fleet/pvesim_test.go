@@ -17,6 +17,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // sim is docs/design.md §7's dev cluster (pve1–pve3, VMs 100–105) served over HTTPS, each
@@ -50,11 +51,46 @@ func newSim(t testing.TB, extra int) *sim {
 }
 
 // registeredSim is a fleet with the dev cluster registered as "sim".
+//
+// It returns once the fleet has heard the registration's changes through both
+// of the change feed's paths: at once from the write, and again when the feed's
+// reader reaches them (every store.DefaultPollInterval). Each hearing drops the
+// cluster's list snapshots; had the test begun before the second, it would
+// drop a snapshot in the middle of the test, whenever the reader's tick came
+// (TestListersShareOneRead read PVE twice on a busy machine; issue 17,
+// docs/history.md).
 func registeredSim(t testing.TB, extra int, opts ...func(*Config)) (*sim, *Service, Cluster) {
 	t.Helper()
 	s := newSim(t, extra)
-	svc, _ := newTestService(t, opts...)
-	return s, svc, register(t, svc, s.spec("sim"))
+	svc, st := newTestService(t, opts...)
+	var mu sync.Mutex
+	fed := map[int64]bool{}
+	unsubscribe := st.Subscribe(func(c store.Change) {
+		if c.Kind == store.ChangeCluster {
+			mu.Lock()
+			fed[c.Seq] = true
+			mu.Unlock()
+		}
+	})
+	defer unsubscribe()
+	c := register(t, svc, s.spec("sim"))
+	// Every change the registration fed has been delivered once when Register
+	// returns (the write's own path); each delivery drops both snapshot sets'
+	// epoch once.
+	mu.Lock()
+	twice := 2 * uint64(len(fed))
+	mu.Unlock()
+	testkit.Until(t, "the change feed's reader delivering the registration's changes", func() bool {
+		return svc.vmSnaps.epochNow() >= twice && svc.nodeSnaps.epochNow() >= twice
+	})
+	return s, svc, c
+}
+
+// epochNow is how many drops the snapshots have had.
+func (c *snapshots[T]) epochNow() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
 }
 
 // requests counts every request the emulator received.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // control calls a test-only control with the env's token (or the headers
@@ -172,13 +174,7 @@ func TestRollingRebootOverHTTPS(t *testing.T) {
 	}
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		testkit.Until(t, what, cond)
 	}
 	type placement struct {
 		node, status string

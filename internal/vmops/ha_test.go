@@ -60,7 +60,7 @@ func TestHAFollowsRealTasks(t *testing.T) {
 	// still says running.
 	var sawRunningAfterStandIn bool
 	var v TaskView
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	testkit.Until(t, "the HA migration's end", func() bool {
 		v, err = e.svc.Task(ctx, upid, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -68,11 +68,8 @@ func TestHAFollowsRealTasks(t *testing.T) {
 		if st, ok := e.sim.Task(upid); ok && st.ExitStatus == "OK" && !v.Finished() {
 			sawRunningAfterStandIn = true
 		}
-		if v.Finished() || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(testPoll)
-	}
+		return v.Finished()
+	})
 	if !sawRunningAfterStandIn {
 		t.Error("the query never reported the HA migration running after its stand-in ended")
 	}

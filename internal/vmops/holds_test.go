@@ -44,7 +44,7 @@ func (e *opsEnv) finish(id int64) OperationView {
 	testkit.Until(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
 		e.sim.Advance(time.Minute)
 		v, _ = e.ops.Operation(context.Background(), id)
-		return v.Finished()
+		return v.Finished() && e.finishedRecord(id)
 	})
 	return v
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // Issue 13's benchmark: evacuating a node of 50 running VMs through the emulator
@@ -95,13 +96,16 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The evacuation takes as long as its migrations: each wait is for the next
+	// item's end, so the deadline guards against a hang (no item ends within
+	// testkit.Deadline), never against a slow machine's long run.
 	var v OperationView
-	for {
-		v, err = ops.Operation(ctx, l.OperationID)
-		if err == nil && v.Finished() {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	for ended, done := 0, false; !done; ended = v.Counts.OK + v.Counts.Failed + v.Counts.Skipped {
+		testkit.Until(b, fmt.Sprintf("operation %d: an item's end after %d of %d", l.OperationID, ended, benchVMs), func() bool {
+			v, err = ops.Operation(ctx, l.OperationID)
+			done = err == nil && v.Finished()
+			return done || err == nil && v.Counts.OK+v.Counts.Failed+v.Counts.Skipped > ended
+		})
 	}
 	wall := time.Since(began)
 	b.StopTimer()
