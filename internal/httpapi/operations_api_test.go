@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -44,17 +46,15 @@ func opJSON(t *testing.T, a answer) operationJSON {
 // waitOperation polls an operation as user until it ends.
 func (e *opsEnv) waitOperation(user, path string) operationJSON {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v := opJSON(e.t.(*testing.T), e.call(user, "GET", path, "").expect(e.t, 200, ""))
-		if v.Status != "planned" && v.Status != "running" {
-			return v
+	var v operationJSON
+	testkit.Eventually(e.t, "operation "+path+" ending", func() error {
+		v = opJSON(e.t.(*testing.T), e.call(user, "GET", path, "").expect(e.t, 200, ""))
+		if v.Status == "planned" || v.Status == "running" {
+			return fmt.Errorf("%+v", v)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("operation %s did not end: %+v", path, v)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return v
 }
 
 // TestSuspendResumeAPI pauses, resumes, hibernates and wakes a VM over HTTP, with
@@ -229,13 +229,10 @@ func TestEvacuateKeySurvivesItsHolder(t *testing.T) {
 	// The restarted process's sweep may be taking the key over just now: a retry
 	// meanwhile is 409 in_progress.
 	var r answer
-	for deadline := time.Now().Add(guard); ; {
+	testkit.Until(t, "the retry past the key's take-over", func() bool {
 		r = e.call("op", "POST", path, `{"maxParallel":1}`, key)
-		if r.status != http.StatusConflict || r.env.Reason != "in_progress" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return r.status != http.StatusConflict || r.env.Reason != "in_progress"
+	})
 	r.expect(t, 202, "")
 	if r.header.Get("Idempotent-Replayed") != "true" || r.header.Get("Location") != operationPath(started.OperationID) ||
 		string(r.env.Data) != string(a.env.Data) || r.env.Message != a.env.Message {
@@ -263,17 +260,13 @@ func TestOperationCancelAPI(t *testing.T) {
 	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve1/evacuate"
 	a := e.call("op", "POST", path, `{"maxParallel":1,"includeStopped":false}`).expect(t, 202, "")
 	loc := a.header.Get("Location")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Eventually(t, "a migration under way", func() error {
 		v := opJSON(t, e.call("op", "GET", loc, "").expect(t, 200, ""))
 		if v.Counts.Running == 1 && v.Items[0].TaskID != nil && v.Items[0].Progress != nil && v.Items[0].Progress.Phase == "memory" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no migration under way: %+v", v)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v", v)
+	})
 	e.call("op", "DELETE", loc+"?abort=maybe", "").expect(t, 400, "invalid_request")
 	v := opJSON(t, e.call("op", "DELETE", loc+"?abort=true", "").expect(t, 200, ""))
 	if !v.CancelRequested || !v.Abort {

@@ -3,15 +3,16 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 const (
@@ -140,7 +141,7 @@ func TestMigrationHTTP(t *testing.T) {
 
 	var percents []float64
 	var last taskJSON
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testkit.Until(t, "the migration's end", func() bool {
 		last = taskJSONOf(t, e.call("view", "GET", taskPath(upid), ""))
 		if last.Progress == nil {
 			t.Fatalf("a migration without progress: %+v", last)
@@ -149,11 +150,8 @@ func TestMigrationHTTP(t *testing.T) {
 			t.Fatalf("percent fell from %v to %v", percents[n-1], last.Progress.Percent)
 		}
 		percents = append(percents, last.Progress.Percent)
-		if last.Status == "stopped" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(vmPoll)
-	}
+		return last.Status == "stopped"
+	})
 	if last.Result != "ok" || last.Progress.Percent != 100 || last.Progress.Phase != "done" || last.EndTime == nil ||
 		last.Target == nil || *last.Target != "pve2" || last.Node != "pve1" || last.PVEUser == nil || *last.PVEUser != pvesim.DevTokenID {
 		t.Fatalf("final task %+v %+v", last, last.Progress)
@@ -374,17 +372,13 @@ func TestVMRestartReconciliationHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.svc.Run(ctx)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, "the new process finishing the row", func() error {
 		row, err := e.store.TaskByUPID(ctx, upid)
-		if err == nil && row.Status == store.TaskStopped {
-			break
+		if err == nil && row.Status != store.TaskStopped {
+			err = fmt.Errorf("%+v", row)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new process did not finish the row: %+v %v", row, err)
-		}
-		time.Sleep(vmPoll)
-	}
+		return err
+	})
 	v = taskJSONOf(t, e.call("view", "GET", taskPath(upid), ""))
 	if v.Status != "stopped" || v.Result != "ok" || v.Progress == nil || v.Progress.Percent != 100 {
 		t.Fatalf("after the restart: %+v", v)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/testkit"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -181,16 +183,14 @@ func taskJSONOf(t testing.TB, a answer) taskJSON {
 // waitTask long-polls a task until it ends.
 func (e *vmEnv) waitTask(user, upid string) taskJSON {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v := taskJSONOf(e.t, e.call(user, "GET", taskPath(upid)+"?wait=10", ""))
-		if v.Status == "stopped" {
-			return v
+	var v taskJSON
+	testkit.Eventually(e.t, "task "+upid+" ending", func() error {
+		if v = taskJSONOf(e.t, e.call(user, "GET", taskPath(upid)+"?wait=10", "")); v.Status != "stopped" {
+			return fmt.Errorf("%+v", v)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("task %s did not end: %+v", upid, v)
-		}
-	}
+		return nil
+	})
+	return v
 }
 
 // readEvents reads a server-sent event stream to its end: the event names and
