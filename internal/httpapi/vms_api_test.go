@@ -334,7 +334,8 @@ func TestMigrationRefusalsHTTP(t *testing.T) {
 	}
 
 	// PVE accepts; the target drops off the network; the task fails and says why.
-	e.dev.SetSpeed(20)
+	// The migration stands still until the target is off.
+	e.dev.SetSpeed(stillSpeed)
 	a = e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve3"}`).expect(t, 200, "")
 	if err := e.dev.SetNodeOnline("pve3", false); err != nil {
 		t.Fatal(err)
@@ -380,10 +381,11 @@ func TestHAVMHTTP(t *testing.T) {
 }
 
 // TestConcurrentMigrationsHTTP: several clients migrate one VM at once; exactly one
-// migration starts, every other client gets 409.
+// migration starts, every other client gets 409. The migration stands still until
+// every client has its answer: none comes after it ended.
 func TestConcurrentMigrationsHTTP(t *testing.T) {
 	t.Parallel()
-	e := newVMEnv(t, 20)
+	e := newVMEnv(t, stillSpeed)
 	const n = 6
 	var wg sync.WaitGroup
 	results := make(chan answer, n)
@@ -420,10 +422,11 @@ func TestConcurrentMigrationsHTTP(t *testing.T) {
 }
 
 // TestVMRestartReconciliationHTTP: vmgate stops during a migration (no follower, no
-// clean end); a new process on the same database shows the task finished.
+// clean end); a new process on the same database shows the task finished. The
+// migration stands still until vmgate has stopped.
 func TestVMRestartReconciliationHTTP(t *testing.T) {
 	t.Parallel()
-	e := newVMEnv(t, 20)
+	e := newVMEnv(t, stillSpeed)
 	a := e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve3"}`).expect(t, 200, "")
 	upid := a.header.Get("X-Task-Id")
 	v := taskJSONOf(t, e.call("view", "GET", taskPath(upid), ""))
