@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // syncBuffer is a bytes buffer safe to read while Watch writes it.
@@ -100,22 +102,17 @@ func TestWatchReconnectsWhileNothingListens(t *testing.T) {
 	first.Close()
 	// Refused for a while: the watcher keeps trying (its backoff is short), quietly.
 	var conns atomic.Int32
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		ln2, err := net.Listen("tcp", addr)
-		if err == nil {
-			second := &http.Server{Handler: sseHandler(func(w http.ResponseWriter, n int32) {
-				fmt.Fprint(w, taskEvent(100, "stopped"))
-				fmt.Fprint(w, "event: end\ndata: {}\n\n")
-			}, &conns)}
-			go second.Serve(ln2)
-			t.Cleanup(func() { second.Close() })
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cannot listen on %s again: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var ln2 net.Listener
+	testkit.Eventually(t, "listening on "+addr+" again", func() (err error) {
+		ln2, err = net.Listen("tcp", addr)
+		return err
+	})
+	second := &http.Server{Handler: sseHandler(func(w http.ResponseWriter, n int32) {
+		fmt.Fprint(w, taskEvent(100, "stopped"))
+		fmt.Fprint(w, "event: end\ndata: {}\n\n")
+	}, &conns)}
+	go second.Serve(ln2)
+	t.Cleanup(func() { second.Close() })
 	if err := <-done; err != nil || task.Status != "stopped" {
 		t.Fatalf("watch: %+v %v", task, err)
 	}
@@ -167,12 +164,12 @@ func TestSummary(t *testing.T) {
 
 func waitFor(t *testing.T, out *syncBuffer, s string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), s); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in:\n%s", s, out.String())
+	testkit.Eventually(t, fmt.Sprintf("%q in the progress", s), func() error {
+		if got := out.String(); !strings.Contains(got, s) {
+			return fmt.Errorf("progress so far:\n%s", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sseHandler serves the task's event stream with body (nil: 404), numbering the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // server is an HTTP server (plain or TLS) on loopback behind a Listener.
@@ -104,11 +107,12 @@ func isTimeout(err error) bool {
 // changes states on goroutines of its own); it fails past a deadline.
 func (s *server) until(what string, cond func(Stats) bool) {
 	s.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(s.l.Stats()); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: never (%+v)", what, s.l.Stats())
+	testkit.Eventually(s.t, what, func() error {
+		if st := s.l.Stats(); !cond(st) {
+			return fmt.Errorf("%+v", st)
 		}
-	}
+		return nil
+	})
 }
 
 // TestACapRefusesWhenNothingIsIdle (docs/security.md item 34): three connections of one

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // postgresDSN is the server of internal/store's tests: VMGATE_TEST_POSTGRES or
@@ -54,6 +56,14 @@ func via(t *testing.T, dsn string, p *Proxy) string {
 // query wait until its own deadline (never an error from the network), a
 // heal lets a new connection work, and a reset after forwarding loses the
 // answer of an INSERT that PostgreSQL committed.
+//
+// The reset goes through a proxy of its own. A counted fault strikes the next
+// request on any connection of its proxy, and the black-holed connection still
+// sends requests after the heal, when the test no longer waits for it: pgx
+// closes a connection whose query ran out of time in a goroutine of its own,
+// which sends a CancelRequest on a new connection and a Terminate on the old
+// one. Through one proxy either could take ResetAfterForwarding(1)'s only
+// strike and the INSERT's answer arrived (issue 17, docs/history.md).
 func TestPostgres(t *testing.T) {
 	t.Parallel()
 	dsn := postgresDSN(t)
@@ -95,19 +105,29 @@ func TestPostgres(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) && !pgconnTimeout(err) {
 		t.Fatalf("black-holed query: %v, want its deadline", err)
 	}
-	if p.Waiting() == 0 {
-		t.Error("nothing is held in the black hole")
-	}
+	// The query's bytes reach the proxy's gate on the proxy's goroutines, which
+	// the client's deadline does not wait for.
+	testkit.Until(t, "the query held in the black hole", func() bool { return p.Waiting() > 0 })
 	p.Heal()
 	c2, err := pgx.Connect(ctx, via(t, dsn, p))
 	if err != nil {
 		t.Fatalf("after the heal: %v", err)
 	}
 	defer c2.Close(ctx)
+	if err := c2.QueryRow(ctx, "SELECT 3").Scan(&one); err != nil || one != 3 {
+		t.Fatalf("after the heal: %d, %v", one, err)
+	}
 
-	// Reset after forwarding: PostgreSQL committed, the client got a reset.
-	p.ResetAfterForwarding(1)
-	_, err = c2.Exec(ctx, "INSERT INTO "+schema+".t VALUES (1)")
+	// Reset after forwarding: PostgreSQL committed, the client got a reset. The
+	// proxy's only client is c3, its startup done: the INSERT is the next request.
+	pr := newProxy(t, host, Options{})
+	c3, err := pgx.Connect(ctx, via(t, dsn, pr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close(ctx)
+	pr.ResetAfterForwarding(1)
+	_, err = c3.Exec(ctx, "INSERT INTO "+schema+".t VALUES (1)")
 	if err == nil {
 		t.Fatal("the INSERT's answer arrived through a reset")
 	}
@@ -115,7 +135,7 @@ func TestPostgres(t *testing.T) {
 	if err := direct.QueryRow(ctx, "SELECT count(*) FROM "+schema+".t").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("rows committed: %d, %v; want 1", n, err)
 	}
-	if s := p.Stats(); s.Resets != 1 {
+	if s := pr.Stats(); s.Resets != 1 {
 		t.Errorf("stats %+v", s)
 	}
 }

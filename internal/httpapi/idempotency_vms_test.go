@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestIdempotencyVMs: an Idempotency-Key replays the first answer of the same
@@ -56,29 +58,45 @@ func TestIdempotencyVMs(t *testing.T) {
 	if n := e.dev.Requests("POST", "/nodes/{node}/qemu/{vmid}/status/shutdown"); n != 1 {
 		t.Errorf("PVE got %d shutdowns", n)
 	}
+}
 
-	// While the first request still waits for its task, a repeat is 409 in_progress.
-	e.dev.SetSpeed(1)
-	k4 := "Idempotency-Key: slow-start"
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var slow answer
-	go func() {
-		defer wg.Done()
-		slow = e.call("op", "POST", e.vmPath("pve3", 105)+"/start?wait=2", "", k4)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.dev.Requests("POST", simStart) < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+// TestIdempotencyInProgress: while the first request still waits for its task, a
+// repeat under its key is 409 in_progress, and once the task has ended the repeat
+// replays the first answer. The emulator's clock moves only when the test says
+// so: the start's task cannot end, nor its wait run out (60 s), before the repeat
+// has had its answer, however slow the machine (issue 17, docs/history.md).
+func TestIdempotencyInProgress(t *testing.T) {
+	t.Parallel()
+	e := newVMEnvWith(t, pvesim.Options{ManualClock: true})
+	key := "Idempotency-Key: slow-start"
+	path := e.vmPath("pve3", 105) + "/start?wait=60"
+	slow := make(chan answer, 1)
+	go func() { slow <- e.call("op", "POST", path, "", key) }()
+	// The key is held from before the POST goes to PVE until the answer.
+	testkit.Until(t, "the first start's POST at PVE", func() bool { return e.dev.Requests("POST", simStart) == 1 })
+	e.call("op", "POST", path, "", key).expect(t, 409, "in_progress")
+
+	// The task ends when its emulated second has passed: move the clock until
+	// the first request has its answer.
+	var first answer
+	testkit.Until(t, "the first start's answer", func() bool {
+		select {
+		case first = <-slow:
+			return true
+		default:
+			e.dev.Advance(time.Second)
+			return false
+		}
+	})
+	if first.status != 200 {
+		t.Fatalf("the first start %d %s, want 200 (its task ended)", first.status, first.raw)
 	}
-	e.call("op", "POST", e.vmPath("pve3", 105)+"/start?wait=2", "", k4).expect(t, 409, "in_progress")
-	wg.Wait()
-	if slow.status != 200 && slow.status != 202 {
-		t.Fatalf("the slow start %d %s", slow.status, slow.raw)
+	replayed := e.call("op", "POST", path, "", key).expect(t, 200, "")
+	if replayed.header.Get("X-Task-Id") != first.header.Get("X-Task-Id") || replayed.header.Get("Idempotent-Replayed") != "true" ||
+		string(replayed.raw) != string(first.raw) {
+		t.Errorf("replay of the slow start %v %s, first %v %s", replayed.header, replayed.raw, first.header, first.raw)
 	}
-	replayed := e.call("op", "POST", e.vmPath("pve3", 105)+"/start?wait=2", "", k4)
-	if replayed.status != slow.status || replayed.header.Get("X-Task-Id") != slow.header.Get("X-Task-Id") ||
-		(slow.status == 202 && replayed.header.Get("Location") != slow.header.Get("Location")) {
-		t.Errorf("replay of the slow start %d %v, first %d %v", replayed.status, replayed.header, slow.status, slow.header)
+	if n := e.dev.Requests("POST", simStart); n != 1 {
+		t.Errorf("PVE got %d start POSTs, want 1", n)
 	}
 }

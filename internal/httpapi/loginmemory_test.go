@@ -6,12 +6,12 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // memoryHasher is an auth.Config.Hasher that takes, before it derives, as much
@@ -95,13 +95,12 @@ func TestLoginFloodMemoryIsBounded(t *testing.T) {
 	for i := range slots + queue {
 		go func() { admitted <- attempt(i) }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for running, waiting := e.auth.HashLoad(); running != slots || waiting != queue || h.running.Load() != slots; running, waiting = e.auth.HashLoad() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the flood did not fill the slots and the queue: %d running (%d hashing), %d waiting", running, h.running.Load(), waiting)
+	testkit.Eventually(t, "the flood filling the slots and the queue", func() error {
+		if running, waiting := e.auth.HashLoad(); running != slots || waiting != queue || h.running.Load() != slots {
+			return fmt.Errorf("%d running (%d hashing), %d waiting", running, h.running.Load(), waiting)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	for i := slots + queue; i < flood; i++ {
 		if code := attempt(i); code != http.StatusTooManyRequests {
 			t.Fatalf("attempt %d with the queue full: %d", i, code)

@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/sse"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // openStream opens the event stream at path as token and returns the answer with
@@ -119,11 +119,7 @@ func TestEventStreamsAreCappedByCount(t *testing.T) {
 	// One of the first session's streams ends: once the server has seen it go,
 	// the second session may open one again, and no more.
 	opened[0].Body.Close()
-	for deadline := time.Now().Add(10 * time.Second); limiter.Open() != 3; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the closed stream is still counted: %d open", limiter.Open())
-		}
-	}
+	testkit.Until(t, "the closed stream no longer counted", func() bool { return limiter.Open() == 3 })
 	if resp, body := openStream(t, srv.URL, srv.Client(), events, second); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after a stream ended: %d %s", resp.StatusCode, body)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/store/storetest"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // createdToken is the data of POST /api/v1/user/tokens.
@@ -242,14 +244,8 @@ func TestRevokedTokenFailsOnEveryReplica(t *testing.T) {
 	}
 	waitOnB := func(token string, want int, what string) {
 		t.Helper()
-		start := time.Now()
-		for onB(token) != want {
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("%s: replica B does not answer %d after 10 s", what, want)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		t.Logf("%s: %d on replica B after %v", what, want, time.Since(start).Round(time.Millisecond))
+		took := testkit.Until(t, what+": replica B answering "+strconv.Itoa(want), func() bool { return onB(token) == want })
+		t.Logf("%s: %d on replica B after %v", what, want, took.Round(time.Millisecond))
 	}
 	newToken := func(name string) (string, string) {
 		t.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // send serves r through the checked handler.
@@ -446,13 +447,12 @@ func TestLoginFloodIsBoundedAndQueued(t *testing.T) {
 	// Full means the slots taken and the queue full (HashLoad) and every slot's
 	// hash inside the hasher: a login holds its slot a moment before it gets
 	// there, and the peak below counts only hashes that did.
-	deadline := time.Now().Add(10 * time.Second)
-	for running, waiting := e.auth.HashLoad(); running != slots || waiting != queue || h.running.Load() != slots; running, waiting = e.auth.HashLoad() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the flood did not fill the slots and the queue: %d running (%d hashing), %d waiting", running, h.running.Load(), waiting)
+	testkit.Eventually(t, "the flood filling the slots and the queue", func() error {
+		if running, waiting := e.auth.HashLoad(); running != slots || waiting != queue || h.running.Load() != slots {
+			return fmt.Errorf("%d running (%d hashing), %d waiting", running, h.running.Load(), waiting)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	for i := slots + queue; i < 2*addresses; i++ {
 		w := attempt(i)
 		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {

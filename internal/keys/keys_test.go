@@ -15,6 +15,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // install is a vmgate installation on disk: a SQLite database and a key file,
@@ -187,20 +188,13 @@ func TestRotateSigning(t *testing.T) {
 	if len(keys) != 2 || keys[1].ID != r.KID || keys[0].ID != r.Previous || !sl.SealedWithCurrent(keys[1].Secret) {
 		t.Fatalf("keys after the rotation: %+v, rotation %+v", keys, r)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Until(t, "the running service signing with the new key", func() bool {
 		tok, _, err := a.Login(ctx, "alice@example.com", "correct horse battery", "192.0.2.1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(header(t, tok.Raw), `"kid":"`+r.KID+`"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the running service never signed with the new key")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(header(t, tok.Raw), `"kid":"`+r.KID+`"`)
+	})
 	if _, err := a.Authenticate(ctx, in.token); err != nil {
 		t.Fatalf("a token of the old key: %v", err)
 	}
