@@ -55,3 +55,49 @@ func TestSQLiteOpenWaitsForAWriterOfANewFile(t *testing.T) {
 		t.Fatalf("Open after the writer committed: %v", err)
 	}
 }
+
+// TestSQLiteMigrationWaitsForAnotherWriter: a store opening a file whose write
+// lock another process holds (as a replica migrating the same new file does, a
+// short transaction after another) waits for it, whatever the store's busy
+// timeout, instead of failing "migrate: database is locked".
+func TestSQLiteMigrationWaitsForAnotherWriter(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "vmgate.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec("PRAGMA journal_mode=WAL"); err != nil { // as an opened store leaves it
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// A busy timeout far shorter than the other writer's hold.
+		s, err := store.OpenWith(t.Context(), path, store.Options{Timeout: 20 * time.Millisecond})
+		if err == nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Open ended while another process held the write lock: %v", err)
+	case <-time.After(300 * time.Millisecond): // not a goal: a slow machine only sees less
+	}
+	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Open after the other writer let go: %v", err)
+	}
+}

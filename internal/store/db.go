@@ -158,7 +158,7 @@ func (s *sqlStore) firstConnect(ctx context.Context) error {
 	pause := 5 * time.Millisecond
 	for {
 		err := s.wdb.PingContext(ctx)
-		if err == nil || s.d.busyAtConnect == nil || !s.d.busyAtConnect(err) {
+		if err == nil || s.d.busy == nil || !s.d.busy(err) {
 			return err
 		}
 		select {
@@ -172,9 +172,10 @@ func (s *sqlStore) firstConnect(ctx context.Context) error {
 
 type dialect struct {
 	name string
-	// busyAtConnect reports an error a new connection may meet while another
-	// process holds the file (SQLite's switch to WAL); nil where none can.
-	busyAtConnect func(error) bool
+	// busy reports the error of a lock another process holds (SQLite's
+	// SQLITE_BUSY): met by a new connection's switch to WAL and by a migration
+	// while another process migrates; both are waited for. nil where none is.
+	busy func(error) bool
 	// migrations holds NNNN_name.sql files, applied in order of NNNN.
 	migrations fs.FS
 	// migrationsTable is the DDL of schema_migrations(version, name, applied_at).

@@ -59,8 +59,23 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 	if upToDate(ctx, db, all) {
 		return nil
 	}
+	start := time.Now()
+	pause := 5 * time.Millisecond
 	for {
 		done, err := migrateOne(ctx, db, d, all)
+		if err != nil && d.busy != nil && d.busy(err) && time.Since(start) < migrateWait {
+			// Another process holds the write lock, most likely migrating the same
+			// file (replicas starting together): each of its many short
+			// transactions may win the lock again before this one's busy timeout
+			// retries, so a busy lock is waited for here, not reported.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("migrate %s store: %w", d.name, err)
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 100*time.Millisecond)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("migrate %s store: %w", d.name, err)
 		}
@@ -69,6 +84,11 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 		}
 	}
 }
+
+// migrateWait bounds how long migrate waits for another process's write lock
+// (SQLite): far longer than any migration takes, short enough that a file held
+// by a stuck process fails the start with a reason.
+const migrateWait = 2 * time.Minute
 
 // upToDate reports, reading only, whether every migration of all is applied and
 // none newer: then migrate writes nothing, so that a process starts on a database

@@ -65,7 +65,7 @@ var sqliteDialect = dialect{
 		}
 		return ""
 	},
-	busyAtConnect: func(err error) bool {
+	busy: func(err error) bool {
 		var e *sqlite.Error
 		return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 	},
