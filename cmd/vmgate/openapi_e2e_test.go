@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // TestEveryOperationOnRealBinary starts an emulated cluster and a vmgate server in
@@ -171,6 +172,17 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	}{{"start", false}, {"reboot", false}, {"stop", true}} {
 		if _, running, err := op.Power(ctx, cl.ID, "pve1", 101, step.op, step.force, 60, nil); err != nil || running {
 			t.Fatalf("%s VM 101: running %v, %v", step.op, running, err)
+		}
+		if step.op == "reboot" {
+			// PVE's reboot task ends with the shutdown; the start is a task of its
+			// own (root@pam's qmstart), so the VM runs again a moment later.
+			testkit.Until(t, "VM 101 running after its reboot", func() bool {
+				var st struct {
+					Status string `json:"status"`
+				}
+				do(op, "GET", cli.VMPath(cl.ID, "pve1", 101), nil, nil, &st)
+				return st.Status == "running"
+			})
 		}
 	}
 
