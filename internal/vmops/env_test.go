@@ -16,6 +16,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // testPoll is the services' poll interval in tests.
@@ -216,6 +217,27 @@ func (e *env) waitTask(upid string) TaskView {
 			e.t.Fatalf("task %s did not end: %+v", upid, v)
 		}
 	}
+}
+
+// during runs call, which waits for something at PVE, and moves the manual
+// emulator clock a second at a time between looks until call returns. Call
+// must not fail the test itself: it runs on another goroutine.
+func (e *env) during(what string, call func()) {
+	e.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call()
+	}()
+	testkit.Until(e.t, what, func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			e.sim.Advance(time.Second)
+			return false
+		}
+	})
 }
 
 // wantReason checks an error's kind and reason.
