@@ -503,18 +503,27 @@ func TestConnectionReuse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after := cl.Stats()
-	requests := after.Requests - before.Requests
-	conns := after.NewConns - before.NewConns
-	closes := after.ServerCloses - before.ServerCloses
-	t.Logf("%d inventory reads: %d upstream requests, %d new connections, %d closed by the server", reads, requests, conns, closes)
-	if requests != reads {
+	if requests := cl.Stats().Requests - before.Requests; requests != reads {
 		t.Fatalf("%d upstream requests for %d reads", requests, reads)
 	}
-	// A new connection only where the server closed the last one (PVE closes after
-	// every 100th request), plus the first.
-	if conns > closes+1 {
-		t.Fatalf("%d new connections for %d server closes: connections are not reused", conns, closes)
+	// A new connection only where the last one was closed, plus the first:
+	// closed by the server (PVE closes after every 100th request) or dropped by
+	// net/http's transport on its own (its request writer late to report, see
+	// pve's countedConn), whose Close may come just after the last read.
+	var conns, closed, closes int64
+	testkit.Eventually(t, "each new connection replacing a closed one", func() error {
+		s := cl.Stats()
+		conns, closed, closes = s.NewConns-before.NewConns, s.ClosedConns-before.ClosedConns, s.ServerCloses-before.ServerCloses
+		if conns > closed+1 {
+			return fmt.Errorf("%d new connections for %d closed (%d by the server): connections are not reused", conns, closed, closes)
+		}
+		return nil
+	})
+	t.Logf("%d inventory reads: %d new connections, %d closed by the server, %d dropped by the transport", reads, conns, closes, closed-closes)
+	// The transport's drops are rare; a client that did not reuse connections
+	// would drop one per read.
+	if drops := closed - closes; drops > reads/10 {
+		t.Fatalf("%d of %d reads ended their connection without a Connection: close: connections are not reused", drops, reads)
 	}
 }
 

@@ -103,6 +103,7 @@ type Stats struct {
 	Requests     int64 // HTTP requests sent (attempts, including retries)
 	NewConns     int64 // TLS connections established
 	ServerCloses int64 // answers that closed the connection (PVE closes after every error and every 100th request)
+	ClosedConns  int64 // connections closed, whoever ended them: ServerCloses, idle ones, and the transport's own drops
 	Failovers    int64 // attempts abandoned for the next endpoint
 	Retries      int64 // extra read rounds
 	TLSFailures  int64 // handshakes refused by the pin or the CA
@@ -131,7 +132,7 @@ type Client struct {
 	offset    clockOffset // PVE's clock minus ours (clock.go)
 
 	stats struct {
-		requests, newConns, serverCloses, failovers, retries, tlsFailures atomic.Int64
+		requests, newConns, serverCloses, closedConns, failovers, retries, tlsFailures atomic.Int64
 	}
 }
 
@@ -302,6 +303,7 @@ func (c *Client) Stats() Stats {
 		Requests:     c.stats.requests.Load(),
 		NewConns:     c.stats.newConns.Load(),
 		ServerCloses: c.stats.serverCloses.Load(),
+		ClosedConns:  c.stats.closedConns.Load(),
 		Failovers:    c.stats.failovers.Load(),
 		Retries:      c.stats.retries.Load(),
 		TLSFailures:  c.stats.tlsFailures.Load(),

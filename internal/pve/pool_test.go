@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // poolRound sends n status reads through c from workers goroutines and
@@ -108,24 +109,48 @@ func TestConnectionPoolUnderPVELimit(t *testing.T) {
 			before := c.Stats()
 			poolRound(t, c, clients, measured)
 			after := c.Stats()
-			conns := after.NewConns - before.NewConns
 			closes := after.ServerCloses - before.ServerCloses
-			t.Logf("%d clients, %d requests: %d closed by the server, %d new connections", clients, measured, closes, conns)
 			if closes < measured/pvesim.PVEKeepAliveRequests-int64(clients) {
 				t.Errorf("the server closed %d connections in %d requests: the limit is not applied", closes, measured)
 			}
-			// One client: exactly a replacement for each close. More clients:
-			// a request that finds the pool empty while a replacement is being
-			// dialled dials too (net/http's dial race); the extra connections
-			// stay in the pool, which never grows beyond the cap.
-			limit := closes + 1
+			// One client: exactly a replacement for each closed connection.
+			// More clients: a request that finds the pool empty while a
+			// replacement is being dialled dials too (net/http's dial race);
+			// the extra connections stay in the pool, which never grows beyond
+			// the cap. A closed connection is one the server closed or one
+			// net/http's transport dropped on its own (its request writer late
+			// to report, see pve's countedConn): the drop is not the client's
+			// choice, and its Close may come just after the round, so the
+			// count is awaited.
+			slack := int64(1)
 			if clients > 1 {
-				limit = closes + pve.DefaultMaxConnsPerEndpoint
+				slack = pve.DefaultMaxConnsPerEndpoint
 			}
-			if conns > limit {
-				t.Errorf("%d new connections for %d server closes", conns, closes)
-			}
+			assertReplacements(t, c, before, measured, slack)
 		})
+	}
+}
+
+// assertReplacements checks what a round of measured requests did to c's
+// connections since before: every new connection beyond slack replaced a closed
+// one, and most requests reused a connection (the transport's own drops are
+// rare; a client that did not reuse connections, e.g. one that closed an
+// answer's body unread, would drop one per request).
+func assertReplacements(t *testing.T, c *pve.Client, before pve.Stats, measured, slack int64) {
+	t.Helper()
+	var conns, closed, closes int64
+	testkit.Eventually(t, "each new connection replacing a closed one", func() error {
+		s := c.Stats()
+		conns, closed, closes = s.NewConns-before.NewConns, s.ClosedConns-before.ClosedConns, s.ServerCloses-before.ServerCloses
+		if conns > closed+slack {
+			return fmt.Errorf("%d new connections, %d closed (%d by the server)", conns, closed, closes)
+		}
+		return nil
+	})
+	drops := closed - closes
+	t.Logf("%d requests: %d new connections, %d closed by the server, %d dropped by the transport", measured, conns, closes, drops)
+	if drops > measured/10 {
+		t.Errorf("%d of %d requests ended their connection without a Connection: close: connections are not reused", drops, measured)
 	}
 }
 
@@ -135,12 +160,30 @@ func TestConnectionCapConfigurable(t *testing.T) {
 	t.Parallel()
 	env := startSim(t, pvesim.Options{})
 	c := env.client(t, func(cfg *pve.Config) { cfg.MaxConnsPerEndpoint = 4 })
+	before := c.Stats()
 	poolRound(t, c, 32, 1000)
-	s := c.Stats()
-	// The emulator serves only this client, through one endpoint.
-	if peak := env.server.PeakConnections(); peak > 4 || s.NewConns < 1 {
-		t.Errorf("cap 4: %d connections open at once at the emulator; client stats %+v", peak, s)
+	// The emulator serves only this client, through one endpoint. A
+	// connection carries one request at a time, so the requests handled at
+	// once are the connections used at once. The emulator's count of open
+	// connections is not bounded by the cap: a connection the transport
+	// dropped (see pve's countedConn) stays open there until the emulator
+	// reads its end, and the replacement may come first.
+	if peak := env.server.PeakRequests(); peak > 4 {
+		t.Errorf("cap 4: %d requests handled at once by the emulator; client stats %+v", peak, c.Stats())
 	}
+	if c.Stats().NewConns < 1 {
+		t.Errorf("no connection counted: %+v", c.Stats())
+	}
+	// Clients beyond the cap wait instead of dialling: every connection
+	// beyond the 4th replaced a closed one, and the emulator never saw more
+	// open than 4 and those closed.
+	assertReplacements(t, c, before, 1000, 4)
+	testkit.Eventually(t, "the emulator's peak within the cap and the closed connections", func() error {
+		if peak, s := env.server.PeakConnections(), c.Stats(); peak > 4+s.ClosedConns {
+			return fmt.Errorf("%d connections open at once at the emulator, %d closed by the client", peak, s.ClosedConns)
+		}
+		return nil
+	})
 	if _, err := pve.New(pve.Config{Endpoints: env.eps, TokenID: simToken, TokenSecret: simSecret, MaxConnsPerEndpoint: -1}); err == nil {
 		t.Error("a negative cap was accepted")
 	}

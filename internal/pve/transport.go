@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -183,5 +185,22 @@ func (c *Client) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
 	c.stats.newConns.Add(1)
-	return conn, nil
+	return &countedConn{Conn: conn, closed: &c.stats.closedConns}, nil
+}
+
+// countedConn counts its first Close in Stats.ClosedConns. net/http's
+// transport closes a connection the server ended (Connection: close) and also,
+// on its own, one whose request writer has not reported "written" within 50 ms
+// of the answer being read (maxWriteWaitBeforeConnReuse, which a loaded
+// machine reaches): ClosedConns minus ServerCloses counts those drops, so a
+// new connection can be told apart from one that replaces a closed one.
+type countedConn struct {
+	net.Conn
+	once   sync.Once
+	closed *atomic.Int64
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.closed.Add(1) })
+	return c.Conn.Close()
 }

@@ -57,6 +57,8 @@ type Server struct {
 	connMu    sync.Mutex
 	open      int64 // connections open now (connMu)
 	peak      int64 // most connections open at once (connMu)
+	busy      int64 // requests being handled now (connMu)
+	peakBusy  int64 // most requests handled at once (connMu)
 	mu        sync.Mutex
 	eps       map[string]*endpoint
 	order     []string
@@ -197,6 +199,19 @@ func (s *Server) start(ep *endpoint, ln net.Listener) {
 			inner.ServeHTTP(w, r)
 		})
 	}
+	counted := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.connMu.Lock()
+		s.busy++
+		s.peakBusy = max(s.peakBusy, s.busy)
+		s.connMu.Unlock()
+		defer func() {
+			s.connMu.Lock()
+			s.busy--
+			s.connMu.Unlock()
+		}()
+		counted.ServeHTTP(w, r)
+	})
 	srv := &http.Server{
 		Handler: h,
 		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
@@ -296,6 +311,18 @@ func (s *Server) PeakConnections() int64 {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
 	return s.peak
+}
+
+// PeakRequests is the most requests the endpoints were handling at once
+// since Serve (all endpoints together). A connection carries one request at a
+// time and a small answer leaves only after its handler returned, so this is
+// also the most connections a client used at once, which PeakConnections is
+// not: a connection the client closed stays open here until the server reads
+// the end of it, and the client may already have dialled its replacement.
+func (s *Server) PeakRequests() int64 {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	return s.peakBusy
 }
 
 // Warnings says where the addresses differ from the requested ones.
