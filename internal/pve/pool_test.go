@@ -78,19 +78,29 @@ func TestConnectionPoolReuse(t *testing.T) {
 			requests := after.Requests - before.Requests
 			conns := after.NewConns - before.NewConns
 			accepted := acceptedAfter - acceptedBefore
-			t.Logf("%d clients: %d requests, %d new TLS connections (%d accepted by the emulator), %d in warm-up",
-				clients, requests, conns, accepted, before.NewConns)
+			// net/http's transport drops a connection by itself on a loaded
+			// machine (its writer not done 50 ms after the answer); a connection
+			// that replaces a closed one is no failure of reuse (see
+			// TestConnectionPoolUnderPVELimit). The server closes none here.
+			dropped := after.ClosedConns - before.ClosedConns
+			t.Logf("%d clients: %d requests, %d new TLS connections (%d accepted by the emulator, %d dropped by the transport), %d in warm-up (%d dropped)",
+				clients, requests, conns, accepted, dropped, before.NewConns, before.ClosedConns)
 			if requests != measured {
 				t.Fatalf("%d upstream requests for %d reads", requests, measured)
 			}
-			if limit := int64(measured / 1000); conns > limit || accepted > limit {
-				t.Errorf("%d new connections (emulator: %d) per %d requests, want at most %d", conns, accepted, measured, limit)
+			if limit := int64(measured / 1000); conns-dropped > limit || accepted-dropped > limit {
+				t.Errorf("%d new connections (emulator: %d, %d replacing dropped ones) per %d requests, want at most %d",
+					conns, accepted, dropped, measured, limit)
+			}
+			if dropped*10 > requests {
+				t.Errorf("%d of %d requests ended their connection: the client does not reuse them", dropped, requests)
 			}
 			// The warm-up may dial a few more than the clients (a request
 			// finding the pool empty dials while an answer is on its way
-			// back), never more than the cap.
-			if before.NewConns > pve.DefaultMaxConnsPerEndpoint {
-				t.Errorf("warm-up opened %d connections, cap %d", before.NewConns, pve.DefaultMaxConnsPerEndpoint)
+			// back), never more open at once than the cap.
+			if open := before.NewConns - before.ClosedConns; open > pve.DefaultMaxConnsPerEndpoint {
+				t.Errorf("warm-up left %d connections open (%d dialled, %d closed), cap %d",
+					open, before.NewConns, before.ClosedConns, pve.DefaultMaxConnsPerEndpoint)
 			}
 		})
 	}
