@@ -1091,29 +1091,42 @@ type vmStopCmd struct {
 }
 
 func (c *vmStopCmd) Run() error {
-	q := url.Values{}
-	if c.Timeout != nil {
-		q.Set("timeout", strconv.Itoa(*c.Timeout))
-	}
-	return power(c.conn, c.vmRef, "stop", c.Force, c.Wait, q)
+	return power(c.conn, c.vmRef, "stop", c.Force, c.Wait, timeoutQuery(c.Timeout))
 }
 
-func power(c conn, v vmRef, op string, force bool, wait int, extra url.Values) error {
+// guestArg is a command's guest, a VM (vmRef) or a container (ctRef): where the
+// API serves it, how a person names it, and the command that gets past an error.
+type guestArg interface {
+	target() (kind, noun, cluster, node string, vmid int64)
+	hint(err error, op string, target ...string) error
+}
+
+func (v vmRef) target() (kind, noun, cluster, node string, vmid int64) {
+	return cli.KindVM, "VM", v.Cluster, v.Node, v.VMID
+}
+
+func (v vmRef) hint(err error, op string, target ...string) error {
+	return vmHint(err, v, op, target...)
+}
+
+// power runs one power operation on a guest and prints its outcome.
+func power(c conn, g guestArg, op string, force bool, wait int, extra url.Values) error {
+	kind, noun, cluster, node, vmid := g.target()
 	return withSession(c, func(ctx context.Context, s *cli.Session) error {
-		cid, err := v.clusterID(ctx, s)
+		cid, err := clusterID(ctx, s, cluster)
 		if err != nil {
 			return err
 		}
-		upid, running, err := s.Power(ctx, cid, v.Node, v.VMID, op, force, wait, extra)
+		upid, running, err := s.PowerGuest(ctx, kind, cid, node, vmid, op, force, wait, extra)
 		if err != nil {
-			return vmHint(err, v, op)
+			return g.hint(err, op)
 		}
 		if running {
-			show("%s VM %d: still running in PVE (%s)", op, v.VMID, upid)
+			show("%s %s %d: still running in PVE (%s)", op, noun, vmid, upid)
 			say("follow it: vmgate task watch %s", upid)
 			return nil
 		}
-		show("%s VM %d: done (%s)", op, v.VMID, upid)
+		show("%s %s %d: done (%s)", op, noun, vmid, upid)
 		return nil
 	})
 }

@@ -64,7 +64,7 @@ type ctStartCmd struct {
 	Wait int `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
 }
 
-func (c *ctStartCmd) Run() error { return ctPower(c.conn, c.ctRef, "start", false, c.Wait, nil) }
+func (c *ctStartCmd) Run() error { return power(c.conn, c.ctRef, "start", false, c.Wait, nil) }
 
 type ctRebootCmd struct {
 	conn
@@ -74,7 +74,7 @@ type ctRebootCmd struct {
 }
 
 func (c *ctRebootCmd) Run() error {
-	return ctPower(c.conn, c.ctRef, "reboot", false, c.Wait, timeoutQuery(c.Timeout))
+	return power(c.conn, c.ctRef, "reboot", false, c.Wait, timeoutQuery(c.Timeout))
 }
 
 type ctStopCmd struct {
@@ -86,7 +86,7 @@ type ctStopCmd struct {
 }
 
 func (c *ctStopCmd) Run() error {
-	return ctPower(c.conn, c.ctRef, "stop", c.Force, c.Wait, timeoutQuery(c.Timeout))
+	return power(c.conn, c.ctRef, "stop", c.Force, c.Wait, timeoutQuery(c.Timeout))
 }
 
 func timeoutQuery(t *int) url.Values {
@@ -96,24 +96,12 @@ func timeoutQuery(t *int) url.Values {
 	return url.Values{"timeout": {strconv.Itoa(*t)}}
 }
 
-func ctPower(c conn, v ctRef, op string, force bool, wait int, extra url.Values) error {
-	return withSession(c, func(ctx context.Context, s *cli.Session) error {
-		cid, err := clusterID(ctx, s, v.Cluster)
-		if err != nil {
-			return err
-		}
-		upid, running, err := s.PowerGuest(ctx, cli.KindCT, cid, v.Node, v.VMID, op, force, wait, extra)
-		if err != nil {
-			return ctHint(err, v, op)
-		}
-		if running {
-			show("%s CT %d: still running in PVE (%s)", op, v.VMID, upid)
-			say("follow it: vmgate task watch %s", upid)
-			return nil
-		}
-		show("%s CT %d: done (%s)", op, v.VMID, upid)
-		return nil
-	})
+func (v ctRef) target() (kind, noun, cluster, node string, vmid int64) {
+	return cli.KindCT, "CT", v.Cluster, v.Node, v.VMID
+}
+
+func (v ctRef) hint(err error, op string, target ...string) error {
+	return ctHint(err, v, op, target...)
 }
 
 type ctMigrateCmd struct {
@@ -142,7 +130,7 @@ func (c *ctMigrateCmd) Run() error {
 				Hint: fmt.Sprintf("look for it: vmgate task list --vmid %d", c.VMID)}
 		}
 		if err != nil {
-			return ctHint(err, c.ctRef, "migrate", c.Target)
+			return c.hint(err, "migrate", c.Target)
 		}
 		if c.NoWatch {
 			show("%s", upid)
