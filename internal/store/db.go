@@ -155,20 +155,37 @@ func OpenWith(ctx context.Context, dsn string, o Options) (Store, error) {
 // rollback mode. So a busy first connection is retried, with a growing pause,
 // until ctx ends (the store's Timeout): replicas that start together both open.
 func (s *sqlStore) firstConnect(ctx context.Context) error {
-	pause := 5 * time.Millisecond
+	retry := busyRetry{max: 200 * time.Millisecond}
 	for {
 		err := s.wdb.PingContext(ctx)
-		if err == nil || s.d.busy == nil || !s.d.busy(err) {
+		if err == nil || !s.d.isBusy(err) || !retry.wait(ctx) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 200*time.Millisecond)
 	}
 }
+
+// busyRetry paces the waits for another process's lock (SQLite's SQLITE_BUSY
+// that its busy timeout does not cover): 5 ms, doubling up to max.
+type busyRetry struct {
+	pause, max time.Duration
+}
+
+// wait sleeps the next pause and reports true, or false when ctx ends first.
+func (b *busyRetry) wait(ctx context.Context) bool {
+	if b.pause == 0 {
+		b.pause = 5 * time.Millisecond
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(b.pause):
+	}
+	b.pause = min(2*b.pause, b.max)
+	return true
+}
+
+// isBusy reports whether err is the dialect's busy lock (never, without d.busy).
+func (d dialect) isBusy(err error) bool { return d.busy != nil && d.busy(err) }
 
 type dialect struct {
 	name string

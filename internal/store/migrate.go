@@ -60,20 +60,14 @@ func migrate(ctx context.Context, db *sql.DB, d dialect) error {
 		return nil
 	}
 	start := time.Now()
-	pause := 5 * time.Millisecond
+	retry := busyRetry{max: 100 * time.Millisecond}
 	for {
 		done, err := migrateOne(ctx, db, d, all)
-		if err != nil && d.busy != nil && d.busy(err) && time.Since(start) < migrateWait {
-			// Another process holds the write lock, most likely migrating the same
-			// file (replicas starting together): each of its many short
-			// transactions may win the lock again before this one's busy timeout
-			// retries, so a busy lock is waited for here, not reported.
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("migrate %s store: %w", d.name, err)
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, 100*time.Millisecond)
+		// Another process holding the write lock, most likely migrating the same
+		// file (replicas starting together), may win it again with each of its
+		// many short transactions before this one's busy timeout retries: a busy
+		// lock is waited for here, not reported.
+		if err != nil && d.isBusy(err) && time.Since(start) < migrateWait && retry.wait(ctx) {
 			continue
 		}
 		if err != nil {
