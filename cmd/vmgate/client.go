@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/errs"
 )
 
 // The client commands talk to a vmgate server over its API; the rules are the
@@ -1180,17 +1181,17 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 	}
 	e := cli.Explain(err, "")
 	switch ae.Reason {
-	case "shutdown_timeout":
+	case errs.ReasonShutdownTimeout:
 		e.Hint = "power it off: vmgate vm stop " + v.args() + " --force"
-	case "vm_paused":
+	case errs.ReasonVMPaused:
 		if op == "start" {
 			e.Hint = "resume it: vmgate vm resume " + v.args()
 		} else if op != "suspend" {
 			e.Hint = "resume it: vmgate vm resume " + v.args() + " (or power it off: vmgate vm stop " + v.args() + " --force)"
 		}
-	case "vm_locked", "in_progress":
+	case errs.ReasonVMLocked, errs.ReasonInProgress:
 		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %s --vmid %d", v.Cluster, v.VMID)
-	case "migration_blocked":
+	case errs.ReasonMigrationBlocked:
 		if _, ok := ae.Body["localDisks"]; ok {
 			t := "TARGET"
 			if len(target) > 0 {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/errs"
 )
 
 // `vmgate ct …`: LXC containers, through the API's /pve/ct/ routes (the same
@@ -149,13 +150,13 @@ func ctHint(err error, v ctRef, op string, target ...string) error {
 	}
 	e := cli.Explain(err, "")
 	switch ae.Reason {
-	case "shutdown_timeout":
+	case errs.ReasonShutdownTimeout:
 		e.Hint = "stop it at once: vmgate ct stop " + v.args() + " --force"
-	case "vm_running":
+	case errs.ReasonVMRunning:
 		if op == "migrate" && len(target) > 0 {
 			e.Hint = "move it by a restart: vmgate ct migrate " + v.args() + " --target " + target[0] + " --restart"
 		}
-	case "vm_locked", "in_progress":
+	case errs.ReasonVMLocked, errs.ReasonInProgress:
 		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %s --vmid %d", v.Cluster, v.VMID)
 	case "not_found":
 		node, _ := ae.Body["node"].(string)

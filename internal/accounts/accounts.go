@@ -123,7 +123,7 @@ func checkRole(role string) error {
 	if role == RoleAdmin || role == RoleUser {
 		return nil
 	}
-	return errs.R(errs.Invalid, "invalid_request", "role must be %q or %q", RoleAdmin, RoleUser)
+	return errs.E(errs.Invalid, "role must be %q or %q", RoleAdmin, RoleUser)
 }
 
 // Login checks an e-mail and password and starts a session (auth.Service.Login,
@@ -186,7 +186,7 @@ func (s *Service) ChangePassword(ctx context.Context, p auth.Principal, current,
 		return err
 	}
 	if current == "" || next == "" {
-		return errs.R(errs.Invalid, "invalid_request", "currentPassword and newPassword are required")
+		return errs.E(errs.Invalid, "currentPassword and newPassword are required")
 	}
 	err := s.auth.ChangePassword(ctx, p, current, next)
 	s.audit.Record(ctx, store.AuditRecord{Action: "user.password_change", Target: userTarget(p.UserID), Result: audit.Result(err),
@@ -202,7 +202,7 @@ func (s *Service) RequireAdmin(ctx context.Context, p auth.Principal, attempt st
 	if p.IsAdmin() {
 		return nil
 	}
-	err := errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
+	err := errs.E(errs.Forbidden, "this action needs the admin role")
 	s.audit.Record(ctx, store.AuditRecord{Action: "access.denied", Target: attempt, Result: "denied", Reason: err.Message})
 	return err
 }
@@ -401,5 +401,5 @@ func (s *Service) lastAdminGuard(ctx context.Context, u store.User) error {
 			return nil
 		}
 	}
-	return errs.R(errs.Conflict, "last_admin", "user %d is the last enabled admin", u.ID)
+	return errs.R(errs.Conflict, errs.ReasonLastAdmin, "user %d is the last enabled admin", u.ID)
 }

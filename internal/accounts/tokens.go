@@ -99,9 +99,9 @@ func (s *Service) withinOwnGrants(ctx context.Context, userID int64, want []Gran
 	for _, g := range want {
 		switch have := roles[g.ClusterID]; {
 		case have == "":
-			return errs.R(errs.Forbidden, "forbidden", "you hold no grant on cluster %d to give a token", g.ClusterID)
+			return errs.E(errs.Forbidden, "you hold no grant on cluster %d to give a token", g.ClusterID)
 		case have == store.GrantViewer && g.Role == store.GrantOperator:
-			return errs.R(errs.Forbidden, "forbidden",
+			return errs.E(errs.Forbidden,
 				"your viewer grant on cluster %d cannot give a token operator", g.ClusterID)
 		}
 	}

@@ -209,34 +209,34 @@ func checkTokenRequest(in *NewAPIToken) (time.Duration, error) {
 	in.Name = strings.TrimSpace(in.Name)
 	if in.Name == "" || utf8.RuneCountInString(in.Name) > maxTokenName ||
 		strings.IndexFunc(in.Name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return 0, errs.R(errs.Invalid, "invalid_request", "name must be 1 to %d printable characters", maxTokenName)
+		return 0, errs.E(errs.Invalid, "name must be 1 to %d printable characters", maxTokenName)
 	}
 	days := in.Days
 	if days == 0 {
 		days = DefaultAPITokenDays
 	}
 	if days < 1 || days > MaxAPITokenDays {
-		return 0, errs.R(errs.Invalid, "invalid_request", "expiresInDays must be from 1 to %d, not %d", MaxAPITokenDays, in.Days)
+		return 0, errs.E(errs.Invalid, "expiresInDays must be from 1 to %d, not %d", MaxAPITokenDays, in.Days)
 	}
 	if in.Grants != nil {
 		if len(in.Grants) == 0 {
-			return 0, errs.R(errs.Invalid, "invalid_request",
+			return 0, errs.E(errs.Invalid,
 				"grants must list at least one cluster; leave it out for a token with all of your grants")
 		}
 		if len(in.Grants) > maxTokenGrants {
-			return 0, errs.R(errs.Invalid, "invalid_request", "grants may list at most %d clusters", maxTokenGrants)
+			return 0, errs.E(errs.Invalid, "grants may list at most %d clusters", maxTokenGrants)
 		}
 		seen := map[int64]bool{}
 		for _, g := range in.Grants {
 			if g.ClusterID < 1 || g.ClusterID > 1<<53 {
-				return 0, errs.R(errs.Invalid, "invalid_request", "grants: clusterId must be a positive integer")
+				return 0, errs.E(errs.Invalid, "grants: clusterId must be a positive integer")
 			}
 			if g.Role != store.GrantOperator && g.Role != store.GrantViewer {
-				return 0, errs.R(errs.Invalid, "invalid_request", "grants: role must be %q or %q", store.GrantOperator,
+				return 0, errs.E(errs.Invalid, "grants: role must be %q or %q", store.GrantOperator,
 					store.GrantViewer)
 			}
 			if seen[g.ClusterID] {
-				return 0, errs.R(errs.Invalid, "invalid_request", "grants: cluster %d is listed twice", g.ClusterID)
+				return 0, errs.E(errs.Invalid, "grants: cluster %d is listed twice", g.ClusterID)
 			}
 			seen[g.ClusterID] = true
 		}
@@ -260,7 +260,7 @@ func (s *Service) CreateAPIToken(ctx context.Context, userID int64, in NewAPITok
 		return CreatedAPIToken{}, fmt.Errorf("create api token: %w", err)
 	}
 	if len(have) >= MaxAPITokensPerUser {
-		return CreatedAPIToken{}, errs.R(errs.Conflict, "conflict",
+		return CreatedAPIToken{}, errs.E(errs.Conflict,
 			"you hold %d API tokens, the most allowed: delete one first", len(have))
 	}
 	now := s.cfg.Now()
@@ -279,7 +279,7 @@ func (s *Service) CreateAPIToken(ctx context.Context, userID int64, in NewAPITok
 	params := map[string]any{"name": in.Name, "expiresAt": row.ExpiresAt.UTC(), "grants": row.Grants}
 	if err != nil {
 		if errs.Is(err, errs.Conflict) {
-			err = errs.R(errs.Conflict, "name_taken", "you have an API token named %q already", in.Name)
+			err = errs.R(errs.Conflict, errs.ReasonNameTaken, "you have an API token named %q already", in.Name)
 		}
 		s.audit(ctx, store.AuditRecord{Action: "token.create", Target: "user:" + strconv.FormatInt(userID, 10),
 			Result: audit.Result(err), Params: jsonParams(params)})
@@ -310,7 +310,7 @@ func (s *Service) APITokens(ctx context.Context, userID int64) ([]APITokenInfo, 
 func (s *Service) DeleteAPIToken(ctx context.Context, userID int64, id string) error {
 	err := s.st.DeleteAPIToken(ctx, userID, id)
 	if errs.Is(err, errs.NotFound) {
-		err = errs.R(errs.NotFound, "not_found", "API token not found")
+		err = errs.E(errs.NotFound, "API token not found")
 	}
 	s.audit(ctx, store.AuditRecord{Action: "token.delete", Target: apiTokenTarget(id), Result: audit.Result(err),
 		Params: jsonParams(map[string]any{"userId": userID})})

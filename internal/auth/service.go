@@ -200,7 +200,7 @@ func randomID(n int) string {
 // The errors a client sees. One message for every login failure and one for every
 // token failure (docs/security.md items 1, 14); the cause goes to the log only.
 func errCredentials() *errs.Error {
-	return errs.R(errs.Unauthenticated, "unauthenticated", "invalid credentials")
+	return errs.E(errs.Unauthenticated, "invalid credentials")
 }
 
 func errToken(cause error) *errs.Error {
@@ -472,7 +472,7 @@ func (s *Service) setHash(ctx context.Context, userID int64, old, hash string) (
 		return u, err
 	}
 	if old != "" && u.PasswordHash != old {
-		return u, errs.R(errs.Conflict, "conflict", "the password was changed meanwhile")
+		return u, errs.E(errs.Conflict, "the password was changed meanwhile")
 	}
 	u.PasswordHash = hash
 	return s.st.UpdateUser(ctx, u)
@@ -754,7 +754,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	release()
 	if !match {
 		s.passwordFailed(ctx, "", "", key, u.ID, addr, now) // the accounts use case audits the change itself
-		return errs.R(errs.Forbidden, "forbidden", "the current password is not correct")
+		return errs.E(errs.Forbidden, "the current password is not correct")
 	}
 	if err != nil {
 		return fmt.Errorf("change password: %w", err)

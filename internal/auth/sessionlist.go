@@ -45,7 +45,7 @@ func (s *Service) Sessions(ctx context.Context, userID int64) ([]SessionInfo, er
 
 // errNoSession is the one answer for a session that is not the user's, never
 // existed or has ended: which of them is nobody's business.
-func errNoSession() error { return errs.R(errs.NotFound, "not_found", "session not found") }
+func errNoSession() error { return errs.E(errs.NotFound, "session not found") }
 
 // EndSession ends session sid of user userID for why (WhyEnded when the user ends
 // one of theirs, WhyAdmin when an admin does): from now on its tokens fail on every

@@ -166,3 +166,36 @@ func TimedOut(ctx context.Context, err error) error {
 	return &Error{Kind: Unavailable, Reason: ReasonRequestTimeout, Err: err, RetryAfter: 1,
 		Message: "vmgate could not answer within the request's time limit; try again"}
 }
+
+// The reasons of guest actions, accounts and requests (docs/design.md §3). The API,
+// the web UI and the CLI branch on these words; they are written here once.
+const (
+	// ReasonVMRunning, ReasonVMStopped, ReasonVMPaused (kind Conflict): the guest's
+	// power state forbids the action (a container answers with the same words).
+	ReasonVMRunning = "vm_running"
+	ReasonVMStopped = "vm_stopped"
+	ReasonVMPaused  = "vm_paused"
+	// ReasonVMLocked (kind Conflict): PVE holds a lock on the guest (backup, migrate…).
+	ReasonVMLocked = "vm_locked"
+	// ReasonShutdownTimeout (kind Conflict): PVE's graceful shutdown ran out of its
+	// timeout; the guest ignored the request. A forced stop powers it off.
+	ReasonShutdownTimeout = "shutdown_timeout"
+	// ReasonNodeOffline (kind Conflict): the node the action needs is offline.
+	ReasonNodeOffline = "node_offline"
+	// ReasonMigrationBlocked (kind Conflict): PVE's pre-check refuses the migration.
+	ReasonMigrationBlocked = "migration_blocked"
+	// ReasonInProgress (kind Conflict): another action on the same thing is running
+	// (an action on the guest, or a request with the same Idempotency-Key).
+	ReasonInProgress = "in_progress"
+	// ReasonIdempotencyKeyReused (kind Unprocessable): one Idempotency-Key sent with
+	// another request.
+	ReasonIdempotencyKeyReused = "idempotency_key_reused"
+	// ReasonNameTaken (kind Conflict): the name belongs to another cluster, token...
+	ReasonNameTaken = "name_taken"
+	// ReasonLastAdmin (kind Conflict): the change would leave no active administrator.
+	ReasonLastAdmin = "last_admin"
+	// ReasonShuttingDown (kind Unavailable): this replica is draining.
+	ReasonShuttingDown = "shutting_down"
+	// ReasonNotReady (kind Unavailable): a readiness gate is not passed yet.
+	ReasonNotReady = "not_ready"
+)

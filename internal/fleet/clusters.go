@@ -80,7 +80,7 @@ func (s *Service) nameFree(ctx context.Context, name string, self int64) error {
 }
 
 func errNameTaken(name string) error {
-	return errs.R(errs.Conflict, "name_taken", "a cluster named %q already exists", name)
+	return errs.R(errs.Conflict, errs.ReasonNameTaken, "a cluster named %q already exists", name)
 }
 
 // nameTaken turns the store's unique-name conflict into errNameTaken.

@@ -49,7 +49,7 @@ func (s *Service) connect(ctx context.Context, t connectTarget) ([]store.Endpoin
 	for i, ep := range t.endpoints {
 		pin := t.pin(ep)
 		if t.trust.mode == TrustFingerprint && pin == "" {
-			failures = append(failures, errs.R(errs.Invalid, "invalid_request",
+			failures = append(failures, errs.E(errs.Invalid,
 				"no certificate fingerprint is known for %s; give tlsFingerprint", ep))
 			continue
 		}

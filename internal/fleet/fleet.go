@@ -171,7 +171,7 @@ func (s *Service) Close() {
 // clusterNotFound is the one answer for a cluster that does not exist and for one the
 // caller has no grant on (docs/security.md item 18): the two must not be told apart.
 func clusterNotFound() *errs.Error {
-	return errs.R(errs.NotFound, "not_found", "cluster not found")
+	return errs.E(errs.NotFound, "cluster not found")
 }
 
 // cluster reads one registered cluster's row from the store, for a change to it:

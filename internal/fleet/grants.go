@@ -51,10 +51,10 @@ func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need 
 	case role == store.GrantViewer && need == store.GrantViewer:
 		return role, nil
 	case role == store.GrantViewer:
-		return "", errs.R(errs.Forbidden, "forbidden", "your viewer grant on this cluster does not allow this action; it needs an operator grant")
+		return "", errs.E(errs.Forbidden, "your viewer grant on this cluster does not allow this action; it needs an operator grant")
 	default:
 		// A role this code does not know grants nothing.
-		return "", errs.R(errs.Forbidden, "forbidden", "your grant on this cluster does not allow this action")
+		return "", errs.E(errs.Forbidden, "your grant on this cluster does not allow this action")
 	}
 }
 
@@ -130,7 +130,7 @@ func (s *Service) requireAdminSession(ctx context.Context, a Actor, clusterID in
 	var err error
 	switch {
 	case !a.IsAdmin():
-		err = errs.R(errs.Forbidden, "forbidden", "this action needs the admin role")
+		err = errs.E(errs.Forbidden, "this action needs the admin role")
 	case a.APITokenID != "":
 		err = errs.R(errs.Forbidden, errs.ReasonSessionRequired,
 			"an API token cannot change grants: log in with your password for this")
@@ -188,7 +188,7 @@ func (s *Service) deleteGrant(ctx context.Context, userID, clusterID int64) erro
 	}
 	if err := s.store.DeleteGrant(ctx, userID, clusterID); err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return errs.R(errs.NotFound, "not_found", "user %d has no grant on cluster %d", userID, clusterID)
+			return errs.E(errs.NotFound, "user %d has no grant on cluster %d", userID, clusterID)
 		}
 		return err
 	}
@@ -203,7 +203,7 @@ func (s *Service) grantTargets(ctx context.Context, userID, clusterID int64) err
 	}
 	if _, err := s.store.UserByID(ctx, userID); err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return errs.R(errs.NotFound, "not_found", "user %d not found", userID)
+			return errs.E(errs.NotFound, "user %d not found", userID)
 		}
 		return err
 	}

@@ -63,7 +63,7 @@ var (
 )
 
 func invalid(format string, args ...any) *errs.Error {
-	return errs.R(errs.Invalid, "invalid_request", format, args...)
+	return errs.E(errs.Invalid, format, args...)
 }
 
 // validName checks a cluster name.

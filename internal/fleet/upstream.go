@@ -41,7 +41,7 @@ func UpstreamError(err error) error {
 	// (595s of other endpoints among them), and a timeout holds the last attempt's.
 	switch {
 	case errors.As(err, &offline):
-		return &errs.Error{Kind: errs.Conflict, Reason: "node_offline", Err: err,
+		return &errs.Error{Kind: errs.Conflict, Reason: errs.ReasonNodeOffline, Err: err,
 			Message: fmt.Sprintf("node %s is offline or unreachable from the cluster (PVE: %d %s)", offline.Node, offline.Err.StatusCode, pveText(offline.Err)),
 			Details: map[string]any{"node": offline.Node}}
 	case errors.Is(err, pve.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
@@ -119,7 +119,7 @@ func (s *Service) upstream(ctx context.Context, clusterID int64, err error) erro
 func ReadError(err error) error {
 	err = UpstreamError(err)
 	e, ok := errs.As(err)
-	if !ok || e.Kind != errs.Conflict || e.Reason != "node_offline" {
+	if !ok || e.Kind != errs.Conflict || e.Reason != errs.ReasonNodeOffline {
 		return err
 	}
 	out := *e

@@ -42,10 +42,10 @@ func queryString(r *http.Request, name string, pattern *regexp.Regexp) (string, 
 		return "", nil
 	}
 	if len(vs) != 1 {
-		return "", errs.R(errs.Invalid, "invalid_request", "%s given more than once", name)
+		return "", errs.E(errs.Invalid, "%s given more than once", name)
 	}
 	if len(vs[0]) > 64 || !pattern.MatchString(vs[0]) {
-		return "", errs.R(errs.Invalid, "invalid_request", "%s must match %s, not %q", name, pattern, safeText(vs[0]))
+		return "", errs.E(errs.Invalid, "%s must match %s, not %q", name, pattern, safeText(vs[0]))
 	}
 	return vs[0], nil
 }
@@ -57,11 +57,11 @@ func queryTime(r *http.Request, name string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if len(vs) != 1 {
-		return time.Time{}, errs.R(errs.Invalid, "invalid_request", "%s given more than once", name)
+		return time.Time{}, errs.E(errs.Invalid, "%s given more than once", name)
 	}
 	t, err := time.Parse(time.RFC3339Nano, vs[0])
 	if err != nil {
-		return time.Time{}, errs.R(errs.Invalid, "invalid_request", "%s must be an RFC 3339 time (2026-11-22T10:00:00Z), not %q",
+		return time.Time{}, errs.E(errs.Invalid, "%s must be an RFC 3339 time (2026-11-22T10:00:00Z), not %q",
 			name, safeText(vs[0]))
 	}
 	return t, nil
@@ -104,7 +104,7 @@ func auditFilter(r *http.Request) (audit.Filter, error) {
 		return f, err
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
-		return f, errs.R(errs.Invalid, "invalid_request", "from must be before to")
+		return f, errs.E(errs.Invalid, "from must be before to")
 	}
 	return f, nil
 }

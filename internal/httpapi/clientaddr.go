@@ -97,7 +97,7 @@ func (ps proxies) resolve(r *http.Request) (string, error) {
 			return peer.String(), errForwarded(h.name, err)
 		}
 		if client != "" && c != client {
-			return peer.String(), errs.R(errs.Invalid, "invalid_request",
+			return peer.String(), errs.E(errs.Invalid,
 				"X-Forwarded-For and Forwarded name different clients; a trusted proxy must write one of them")
 		}
 		client = c

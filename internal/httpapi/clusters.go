@@ -257,7 +257,7 @@ func vmQuery(r *http.Request) (fleet.VMQuery, error) {
 			return q, err
 		}
 		if _, given := query(r)[p.name]; given && v == "" {
-			return q, errs.R(errs.Invalid, "invalid_request", "%s must not be empty", p.name)
+			return q, errs.E(errs.Invalid, "%s must not be empty", p.name)
 		}
 		*p.dst = v
 	}

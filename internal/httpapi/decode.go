@@ -32,7 +32,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return bodyError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errs.R(errs.Invalid, "invalid_request", "the body must hold exactly one JSON object")
+		return errs.E(errs.Invalid, "the body must hold exactly one JSON object")
 	}
 	return checkKeys(body, reflect.TypeOf(dst))
 }
@@ -57,7 +57,7 @@ func requireJSON(r *http.Request) error {
 		ok = ok && k == "charset" && strings.EqualFold(v, "utf-8")
 	}
 	if !ok {
-		return errs.R(errs.UnsupportedMedia, "unsupported_media_type",
+		return errs.E(errs.UnsupportedMedia,
 			"the body must be JSON, sent with Content-Type: application/json")
 	}
 	return nil
@@ -73,7 +73,7 @@ func requireNoBody(w http.ResponseWriter, r *http.Request) error {
 	// An empty body or an empty JSON object is harmless; anything else is a mistake
 	// (perhaps a parameter meant for the query string) worth saying.
 	if t := strings.TrimSpace(string(b)); t != "" && t != "{}" {
-		return errs.R(errs.Invalid, "invalid_request", "this request takes no body")
+		return errs.E(errs.Invalid, "this request takes no body")
 	}
 	return nil
 }
@@ -84,22 +84,22 @@ func bodyError(err error) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooLarge):
-		return errs.R(errs.TooLarge, "payload_too_large", "the body is larger than %d bytes", maxBody)
+		return errs.E(errs.TooLarge, "the body is larger than %d bytes", maxBody)
 	case errors.Is(err, io.EOF):
-		return errs.R(errs.Invalid, "invalid_request", "the body is empty; a JSON object is required")
+		return errs.E(errs.Invalid, "the body is empty; a JSON object is required")
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
-		return errs.R(errs.Invalid, "invalid_request", "the body is not valid JSON")
+		return errs.E(errs.Invalid, "the body is not valid JSON")
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
-			return errs.R(errs.Invalid, "invalid_request", "the body must be a JSON object")
+			return errs.E(errs.Invalid, "the body must be a JSON object")
 		}
-		return errs.R(errs.Invalid, "invalid_request", "field %q must be of type %s", field, jsonType(typ.Type.Kind().String()))
+		return errs.E(errs.Invalid, "field %q must be of type %s", field, jsonType(typ.Type.Kind().String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
-		return errs.R(errs.Invalid, "invalid_request", "unknown field %s", name)
+		return errs.E(errs.Invalid, "unknown field %s", name)
 	default:
-		return errs.R(errs.Invalid, "invalid_request", "the body could not be read: %s", safeText(err.Error()))
+		return errs.E(errs.Invalid, "the body could not be read: %s", safeText(err.Error()))
 	}
 }
 
@@ -136,14 +136,14 @@ func parseBool(name, v string, def bool) (bool, error) {
 	case "false", "0":
 		return false, nil
 	}
-	return false, errs.R(errs.Invalid, "invalid_request", "%s must be true, false, 1 or 0, not %q", name, safeText(v))
+	return false, errs.E(errs.Invalid, "%s must be true, false, 1 or 0, not %q", name, safeText(v))
 }
 
 // parseIntParam reads an integer query or path value within [min, max].
 func parseIntParam(name, v string, min, max int64) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < min || n > max || strings.HasPrefix(v, "+") {
-		return 0, errs.R(errs.Invalid, "invalid_request", "%s must be an integer from %d to %d, not %q", name, min, max, safeText(v))
+		return 0, errs.E(errs.Invalid, "%s must be an integer from %d to %d, not %q", name, min, max, safeText(v))
 	}
 	return n, nil
 }
@@ -155,7 +155,7 @@ func queryInt(r *http.Request, name string, def, min, max int64) (int64, error) 
 		return def, nil
 	}
 	if len(vs) != 1 {
-		return 0, errs.R(errs.Invalid, "invalid_request", "%s given more than once", name)
+		return 0, errs.E(errs.Invalid, "%s given more than once", name)
 	}
 	return parseIntParam(name, vs[0], min, max)
 }
@@ -168,7 +168,7 @@ func checkQuery(r *http.Request, allowed ...string) error {
 			known = known || k == a
 		}
 		if !known {
-			return errs.R(errs.Invalid, "invalid_request", "unknown query parameter %q", safeText(k))
+			return errs.E(errs.Invalid, "unknown query parameter %q", safeText(k))
 		}
 	}
 	return nil

@@ -79,7 +79,7 @@ func isLoopback(host string) bool {
 
 // errNoRoute is the answer to a path vmgate does not serve.
 func errNoRoute(r *http.Request) error {
-	return errs.R(errs.NotFound, "not_found", "no such route: %s", safeText(r.URL.Path))
+	return errs.E(errs.NotFound, "no such route: %s", safeText(r.URL.Path))
 }
 
 // MetricsHandler serves /metrics alone, to every peer, for a listener of its own

@@ -31,15 +31,15 @@ func idempotencyKey(r *http.Request) (string, bool, error) {
 		return "", false, nil
 	}
 	if len(vs) > 1 {
-		return "", false, errs.R(errs.Invalid, "invalid_request", "Idempotency-Key given more than once")
+		return "", false, errs.E(errs.Invalid, "Idempotency-Key given more than once")
 	}
 	k := vs[0]
 	if k == "" || len(k) > maxIdempotencyKey {
-		return "", false, errs.R(errs.Invalid, "invalid_request", "Idempotency-Key must be 1 to %d characters", maxIdempotencyKey)
+		return "", false, errs.E(errs.Invalid, "Idempotency-Key must be 1 to %d characters", maxIdempotencyKey)
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x20 || k[i] > 0x7e {
-			return "", false, errs.R(errs.Invalid, "invalid_request", "Idempotency-Key must be printable ASCII")
+			return "", false, errs.E(errs.Invalid, "Idempotency-Key must be printable ASCII")
 		}
 	}
 	return k, true, nil
@@ -91,10 +91,10 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 	if !got.Claimed {
 		switch {
 		case got.RequestHash != hash:
-			return errs.R(errs.Unprocessable, "idempotency_key_reused",
+			return errs.R(errs.Unprocessable, errs.ReasonIdempotencyKeyReused,
 				"Idempotency-Key %q was used for a different request in the last 24 hours", safeText(key))
 		case !got.Done:
-			e := errs.R(errs.Conflict, "in_progress",
+			e := errs.R(errs.Conflict, errs.ReasonInProgress,
 				"the first request with Idempotency-Key %q is still running (since %s)", safeText(key), got.Since.UTC().Format(time.RFC3339))
 			if got.TaskRef != 0 {
 				e.Message += fmt.Sprintf("; follow it as task %d", got.TaskRef)

@@ -202,7 +202,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 	}
 	node := r.PathValue("node")
 	if !vmops.ValidNode(node) {
-		return errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
+		return errs.E(errs.Invalid, "node %q is not a PVE node name", safeText(node))
 	}
 	if err := checkQuery(r); err != nil {
 		return err
@@ -222,11 +222,11 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 	req := vmops.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
 	if len(in.Targets) > 64 {
-		return errs.R(errs.Invalid, "invalid_request", "targets lists at most 64 nodes")
+		return errs.E(errs.Invalid, "targets lists at most 64 nodes")
 	}
 	for _, t := range in.Targets {
 		if !vmops.ValidNode(t) {
-			return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(t))
+			return errs.E(errs.Invalid, "target %q is not a PVE node name", safeText(t))
 		}
 	}
 	req.Targets = in.Targets
@@ -250,7 +250,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 		known = known || a == action
 	}
 	if !known {
-		return errs.R(errs.Invalid, "invalid_request", "action must be start, stop, reboot, suspend or resume")
+		return errs.E(errs.Invalid, "action must be start, stop, reboot, suspend or resume")
 	}
 	if err := checkQuery(r); err != nil {
 		return err
@@ -293,7 +293,7 @@ func maxParallel(p *int64) (int, error) {
 		return 0, nil
 	}
 	if *p < 1 || *p > vmops.MaxParallelLimit {
-		return 0, errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
+		return 0, errs.E(errs.Invalid, "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
 	}
 	return int(*p), nil
 }
@@ -322,7 +322,7 @@ func (s *Server) authorizeOperation(r *http.Request, id int64, need string) erro
 	}
 	if err := s.authorize(r, clusterID, need); err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return errs.R(errs.NotFound, "not_found", "operation %d not found", id)
+			return errs.E(errs.NotFound, "operation %d not found", id)
 		}
 		return err
 	}

@@ -35,7 +35,7 @@ func (s *Server) readyChecks() []readyCheck {
 			check: s.writes.check})
 	}
 	for _, g := range s.gates {
-		checks = append(checks, readyCheck{name: g.Name, reason: "not_ready", check: g.Check, gate: true})
+		checks = append(checks, readyCheck{name: g.Name, reason: errs.ReasonNotReady, check: g.Check, gate: true})
 	}
 	return checks
 }
@@ -155,7 +155,7 @@ func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
 	if len(s.openapi) == 0 {
-		return errs.R(errs.NotFound, "not_found", "no API description is loaded")
+		return errs.E(errs.NotFound, "no API description is loaded")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(s.openapi)

@@ -70,7 +70,7 @@ func newMux(routes []route, wrap func(route) http.Handler, other func(http.Respo
 			if !ok {
 				setRoutePattern(r, pattern)
 				w.Header().Set("Allow", allowHeader)
-				writeError(w, r, errs.R(errs.MethodNotAllowed, "method_not_allowed",
+				writeError(w, r, errs.E(errs.MethodNotAllowed,
 					"method %s is not allowed here; allowed: %s", r.Method, allowHeader))
 				return
 			}

@@ -300,7 +300,7 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // errUnauthenticated is the one answer to every token failure (docs/security.md item 1).
-var errUnauthenticated = errs.R(errs.Unauthenticated, "unauthenticated", "invalid or expired token")
+var errUnauthenticated = errs.E(errs.Unauthenticated, "invalid or expired token")
 
 // bearer returns the token of an Authorization: Bearer header. Tokens in the query
 // string are ignored (docs/security.md item 4).

@@ -35,7 +35,7 @@ var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 func pathSessionID(r *http.Request, name string) (string, error) {
 	v := r.PathValue(name)
 	if !sessionIDPattern.MatchString(v) {
-		return "", errs.R(errs.Invalid, "invalid_request", "session id must be 1 to 128 characters of A-Z, a-z, 0-9, - and _, not %q", safeText(v))
+		return "", errs.E(errs.Invalid, "session id must be 1 to 128 characters of A-Z, a-z, 0-9, - and _, not %q", safeText(v))
 	}
 	return v, nil
 }

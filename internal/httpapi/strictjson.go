@@ -32,7 +32,7 @@ func checkKeys(body []byte, t reflect.Type) error {
 	err := scanValue(dec, t, "")
 	var ke *keyError
 	if errors.As(err, &ke) {
-		return errs.R(errs.Invalid, "invalid_request", "%s", ke.msg)
+		return errs.E(errs.Invalid, "%s", ke.msg)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 func pathTask(r *http.Request) (string, error) {
 	id := r.PathValue("taskId")
 	if !vmops.ValidTaskID(id) {
-		return "", errs.R(errs.Invalid, "invalid_request",
+		return "", errs.E(errs.Invalid,
 			"the task id is neither a PVE UPID (UPID:node:pid:pstart:starttime:type:id:user:) nor vmgate's task reference (a positive integer)")
 	}
 	return id, nil

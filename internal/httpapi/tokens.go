@@ -56,7 +56,7 @@ func apiTokensJSON(list []accounts.Token) []apiTokenJSON {
 func pathTokenID(r *http.Request, name string) (string, error) {
 	v := r.PathValue(name)
 	if !auth.ValidAPITokenID(v) {
-		return "", errs.R(errs.Invalid, "invalid_request", "token id must be 1 to 64 letters and digits, not %q", safeText(v))
+		return "", errs.E(errs.Invalid, "token id must be 1 to 64 letters and digits, not %q", safeText(v))
 	}
 	return v, nil
 }

@@ -47,7 +47,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if strings.TrimSpace(in.Email) == "" || in.Password == "" {
-		return errs.R(errs.Invalid, "invalid_request", "email and password are required")
+		return errs.E(errs.Invalid, "email and password are required")
 	}
 	tok, u, err := s.accounts.Login(r.Context(), in.Email, in.Password, clientAddr(r))
 	noStore(w)

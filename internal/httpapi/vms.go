@@ -101,7 +101,7 @@ func pathGuest(r *http.Request, kind vmops.GuestKind) (vmops.GuestRef, error) {
 	}
 	node := r.PathValue("node")
 	if !vmops.ValidNode(node) {
-		return vmops.GuestRef{}, errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", safeText(node))
+		return vmops.GuestRef{}, errs.E(errs.Invalid, "node %q is not a PVE node name", safeText(node))
 	}
 	vmid, err := parseIntParam("vmid", r.PathValue("vmid"), vmops.MinVMID, vmops.MaxVMID)
 	if err != nil {
@@ -114,7 +114,7 @@ func pathGuest(r *http.Request, kind vmops.GuestKind) (vmops.GuestRef, error) {
 func queryOne(r *http.Request, name string) (string, error) {
 	vs := query(r)[name]
 	if len(vs) > 1 {
-		return "", errs.R(errs.Invalid, "invalid_request", "%s given more than once", name)
+		return "", errs.E(errs.Invalid, "%s given more than once", name)
 	}
 	if len(vs) == 0 {
 		return "", nil
@@ -305,11 +305,11 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 	req := vmops.MigrateRequest{Online: in.Online}
 	switch {
 	case in.BWLimit != nil && (*in.BWLimit < 0 || *in.BWLimit > maxBWLimit):
-		return errs.R(errs.Invalid, "invalid_request", "bwlimit must be an integer from 0 to %d (KiB/s)", maxBWLimit)
+		return errs.E(errs.Invalid, "bwlimit must be an integer from 0 to %d (KiB/s)", maxBWLimit)
 	case in.Timeout != nil && (*in.Timeout < 0 || *in.Timeout > 86400):
-		return errs.R(errs.Invalid, "invalid_request", "timeout must be an integer from 0 to 86400 (seconds)")
+		return errs.E(errs.Invalid, "timeout must be an integer from 0 to 86400 (seconds)")
 	case in.TargetStorage != nil && (len(*in.TargetStorage) > 1024 || !storageMapPattern.MatchString(*in.TargetStorage)):
-		return errs.R(errs.Invalid, "invalid_request", "targetStorage must be a storage id or a map like src:dst,src2:dst2")
+		return errs.E(errs.Invalid, "targetStorage must be a storage id or a map like src:dst,src2:dst2")
 	}
 	if in.Target != nil {
 		req.Target = *in.Target
@@ -408,7 +408,7 @@ func (s *Server) migrateCheck(w http.ResponseWriter, r *http.Request, kind vmops
 		return err
 	}
 	if target != "" && !vmops.ValidNode(target) {
-		return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", safeText(target))
+		return errs.E(errs.Invalid, "target %q is not a PVE node name", safeText(target))
 	}
 	if err := s.authorize(r, vm.ClusterID, fleet.GrantViewer); err != nil {
 		return err

@@ -148,7 +148,7 @@ func scanItem(sc scanner) (int64, OperationItem, error) {
 }
 
 func operationMissing(id int64) error {
-	return errs.R(errs.NotFound, "not_found", "operation %d not found", id)
+	return errs.E(errs.NotFound, "operation %d not found", id)
 }
 
 // nullID is the parameter for a nullable id column: 0 is NULL.
@@ -558,7 +558,7 @@ func (s *sqlStore) RequestOperationCancel(ctx context.Context, id int64, abort b
 		return Operation{}, err
 	}
 	if n == 0 {
-		return o, errs.R(errs.Conflict, "conflict", "operation %d has already ended (%s)", id, o.Status)
+		return o, errs.E(errs.Conflict, "operation %d has already ended (%s)", id, o.Status)
 	}
 	return o, nil
 }

@@ -73,7 +73,7 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != string(pve.Qemu) })
 	chosen, missing := selectVMs(res, req)
 	if len(chosen)+len(missing) > MaxOperationItems {
-		return Launched{}, errs.R(errs.Invalid, "invalid_request", "the selection has %d VMs; one operation acts on at most %d",
+		return Launched{}, errs.E(errs.Invalid, "the selection has %d VMs; one operation acts on at most %d",
 			len(chosen)+len(missing), MaxOperationItems)
 	}
 	states := make([]pve.GuestStatus, len(chosen))
@@ -134,7 +134,7 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 // validBulk checks the request (400) and fills its defaults.
 func validBulk(clusterID int64, action string, req *BulkRequest) error {
 	bad := func(format string, args ...any) error {
-		return errs.R(errs.Invalid, "invalid_request", format, args...)
+		return errs.E(errs.Invalid, format, args...)
 	}
 	switch {
 	case clusterID <= 0:

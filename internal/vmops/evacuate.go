@@ -74,7 +74,7 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 		}
 	}
 	if len(vms) > MaxOperationItems {
-		return Launched{}, errs.R(errs.Invalid, "invalid_request", "node %s has %d VMs; one operation acts on at most %d",
+		return Launched{}, errs.E(errs.Invalid, "node %s has %d VMs; one operation acts on at most %d",
 			node, len(vms), MaxOperationItems)
 	}
 	if err := o.precheckAll(ctx, api, clusterID, node, vms); err != nil {
@@ -96,26 +96,26 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 // validEvacuation checks the request (400) and fills its defaults.
 func validEvacuation(clusterID int64, node string, req *EvacuateRequest) error {
 	if clusterID <= 0 {
-		return errs.R(errs.Invalid, "invalid_request", "clusterId must be a positive integer")
+		return errs.E(errs.Invalid, "clusterId must be a positive integer")
 	}
 	if !pve.ValidNode(node) {
-		return errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", node)
+		return errs.E(errs.Invalid, "node %q is not a PVE node name", node)
 	}
 	if req.MaxParallel == 0 {
 		req.MaxParallel = DefaultEvacParallel
 	}
 	if req.MaxParallel < 1 || req.MaxParallel > MaxParallelLimit {
-		return errs.R(errs.Invalid, "invalid_request", "maxParallel must be from 1 to %d", MaxParallelLimit)
+		return errs.E(errs.Invalid, "maxParallel must be from 1 to %d", MaxParallelLimit)
 	}
 	seen := map[string]bool{}
 	for _, t := range req.Targets {
 		switch {
 		case !pve.ValidNode(t):
-			return errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", t)
+			return errs.E(errs.Invalid, "target %q is not a PVE node name", t)
 		case t == node:
-			return errs.R(errs.Invalid, "invalid_request", "targets must not name the evacuated node (%s)", node)
+			return errs.E(errs.Invalid, "targets must not name the evacuated node (%s)", node)
 		case seen[t]:
-			return errs.R(errs.Invalid, "invalid_request", "target %s is named twice", t)
+			return errs.E(errs.Invalid, "target %s is named twice", t)
 		}
 		seen[t] = true
 	}
@@ -132,16 +132,16 @@ func checkEvacuationNodes(node string, nodes []pve.Node, targets []string) error
 	}
 	st, ok := status[node]
 	if !ok {
-		return errs.R(errs.NotFound, "not_found", "node %s is not a node of this cluster", node)
+		return errs.E(errs.NotFound, "node %s is not a node of this cluster", node)
 	}
 	if st != "online" {
-		e := errs.R(errs.Conflict, "node_offline", "node %s is %s; PVE can migrate VMs only off a node it reaches", node, orUnknown(st))
+		e := errs.R(errs.Conflict, errs.ReasonNodeOffline, "node %s is %s; PVE can migrate VMs only off a node it reaches", node, orUnknown(st))
 		e.Details = map[string]any{"node": node}
 		return e
 	}
 	for _, t := range targets {
 		if _, ok := status[t]; !ok {
-			return errs.R(errs.Invalid, "invalid_request", "target %s is not a node of this cluster", t)
+			return errs.E(errs.Invalid, "target %s is not a node of this cluster", t)
 		}
 	}
 	return nil
@@ -221,7 +221,7 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 			}
 			continue
 		case isHeld:
-			return Launched{}, errs.R(errs.Conflict, "conflict",
+			return Launched{}, errs.E(errs.Conflict,
 				"other operations on this cluster kept taking this operation's VMs while it was being stored; try again")
 		default:
 			return Launched{}, err

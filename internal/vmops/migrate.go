@@ -107,7 +107,7 @@ func (s *Service) MigrateCheck(ctx context.Context, vm GuestRef, target string) 
 		return Precheck{}, err
 	}
 	if target != "" && !pve.ValidNode(target) {
-		return Precheck{}, errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", target)
+		return Precheck{}, errs.E(errs.Invalid, "target %q is not a PVE node name", target)
 	}
 	api, err := s.connect(ctx, vm.ClusterID)
 	if err != nil {
@@ -174,21 +174,21 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 	}
 	switch {
 	case req.Target == "":
-		return "", errs.R(errs.Invalid, "invalid_request", "target is required")
+		return "", errs.E(errs.Invalid, "target is required")
 	case !pve.ValidNode(req.Target):
-		return "", errs.R(errs.Invalid, "invalid_request", "target %q is not a PVE node name", req.Target)
+		return "", errs.E(errs.Invalid, "target %q is not a PVE node name", req.Target)
 	case req.Target == vm.Node:
-		return "", errs.R(errs.Invalid, "invalid_request", "target must not be the %s's node (%s)", vm.Kind.Noun(), vm.Node)
+		return "", errs.E(errs.Invalid, "target must not be the %s's node (%s)", vm.Kind.Noun(), vm.Node)
 	case req.BWLimit != nil && *req.BWLimit < 0:
-		return "", errs.R(errs.Invalid, "invalid_request", "bwlimit must not be negative")
+		return "", errs.E(errs.Invalid, "bwlimit must not be negative")
 	case req.Timeout != nil && *req.Timeout < 0:
-		return "", errs.R(errs.Invalid, "invalid_request", "timeout must not be negative")
+		return "", errs.E(errs.Invalid, "timeout must not be negative")
 	case vm.Kind == GuestCT && req.WithLocalDisks:
-		return "", errs.R(errs.Invalid, "invalid_request", "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)")
+		return "", errs.E(errs.Invalid, "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)")
 	case vm.Kind == GuestCT && req.Online != nil && *req.Online:
-		return "", errs.R(errs.Invalid, "invalid_request", "PVE cannot migrate a container live; migrate it with restart=true, or stop it first")
+		return "", errs.E(errs.Invalid, "PVE cannot migrate a container live; migrate it with restart=true, or stop it first")
 	case vm.Kind != GuestCT && (req.Restart || req.Timeout != nil):
-		return "", errs.R(errs.Invalid, "invalid_request", "restart and timeout are for containers; a VM migrates live (online=true)")
+		return "", errs.E(errs.Invalid, "restart and timeout are for containers; a VM migrates live (online=true)")
 	}
 
 	// One migration of a VM at a time from this process, from the pre-check until
@@ -200,7 +200,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 	s.migrating[key] = true
 	s.mu.Unlock()
 	if busy {
-		return "", errs.R(errs.Conflict, "in_progress", "another request is starting a migration of %s", vm.name())
+		return "", errs.R(errs.Conflict, errs.ReasonInProgress, "another request is starting a migration of %s", vm.name())
 	}
 	defer func() {
 		s.mu.Lock()
@@ -234,11 +234,11 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 		// A container moves stopped, or by a restart; "online" is never sent.
 		online = req.Restart
 		if running && !online {
-			return "", errs.R(errs.Conflict, "vm_running", "%s is running; migrate it with restart=true (PVE shuts it down, moves it and starts it on %s) or stop it first", vm.name(), req.Target)
+			return "", errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running; migrate it with restart=true (PVE shuts it down, moves it and starts it on %s) or stop it first", vm.name(), req.Target)
 		}
 	}
 	if running && !online {
-		return "", errs.R(errs.Conflict, "vm_running", "%s is running; migrate it online (online=true) or stop it first", vm.name())
+		return "", errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running; migrate it online (online=true) or stop it first", vm.name())
 	}
 	if err := blocked(vm, req, running, pc); err != nil {
 		return "", err
@@ -284,7 +284,7 @@ func (s *Service) migrationUnderWay(ctx context.Context, vm GuestRef) error {
 		}
 		if r.UPID == "" {
 			if s.now().Sub(r.CreatedAt) < s.lost {
-				return errs.R(errs.Conflict, "in_progress", "another request is starting a migration of VM %d", vm.VMID)
+				return errs.R(errs.Conflict, errs.ReasonInProgress, "another request is starting a migration of VM %d", vm.VMID)
 			}
 			continue
 		}
@@ -315,13 +315,13 @@ func checkTarget(ctx context.Context, api pveAPI, target string) error {
 			continue
 		}
 		if n.Status != "online" {
-			e := errs.R(errs.Conflict, "node_offline", "target node %s is %s", target, orUnknown(n.Status))
+			e := errs.R(errs.Conflict, errs.ReasonNodeOffline, "target node %s is %s", target, orUnknown(n.Status))
 			e.Details = map[string]any{"node": target}
 			return e
 		}
 		return nil
 	}
-	return errs.R(errs.Invalid, "invalid_request", "target %s is not a node of this cluster", target)
+	return errs.E(errs.Invalid, "target %s is not a node of this cluster", target)
 }
 
 // localDiskNames names a pre-check's local disks as "volid (drive)", the CD-ROM
@@ -381,7 +381,7 @@ func blocked(vm GuestRef, req MigrateRequest, running bool, pc pve.MigratePreche
 		return nil
 	}
 	details["reasons"] = reasons
-	return &errs.Error{Kind: errs.Conflict, Reason: "migration_blocked", Details: details,
+	return &errs.Error{Kind: errs.Conflict, Reason: errs.ReasonMigrationBlocked, Details: details,
 		Message: fmt.Sprintf("%s cannot migrate to %s: %s", vm.name(), req.Target, strings.Join(reasons, "; "))}
 }
 

@@ -257,7 +257,7 @@ func paramsOf(op store.Operation) opParams {
 }
 
 func opNotFound(id int64) error {
-	return errs.R(errs.NotFound, "not_found", "operation %d not found", id)
+	return errs.E(errs.NotFound, "operation %d not found", id)
 }
 
 // OperationCluster says which cluster an operation belongs to, so that the
@@ -376,7 +376,7 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 	case errs.KindOf(err) == errs.NotFound:
 		return OperationView{}, opNotFound(id)
 	case err != nil && errs.KindOf(err) == errs.Conflict && op.ID != 0:
-		return o.view(op), errs.R(errs.Conflict, "conflict", "operation %d has already ended (%s)", id, op.Status)
+		return o.view(op), errs.E(errs.Conflict, "operation %d has already ended (%s)", id, op.Status)
 	case err != nil:
 		return OperationView{}, err
 	}

@@ -85,27 +85,27 @@ func checkPower(op string, vm GuestRef, st pve.GuestStatus) error {
 	switch op {
 	case OpStart:
 		if paused {
-			return errs.R(errs.Conflict, "vm_paused", "%s is %s; start does not resume it (resume it: POST …/resume, or stop it first)", vm.name(), st.QMPStatus)
+			return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is %s; start does not resume it (resume it: POST …/resume, or stop it first)", vm.name(), st.QMPStatus)
 		}
 		if st.Status == "running" {
-			return errs.R(errs.Conflict, "vm_running", "%s is already running", vm.name())
+			return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is already running", vm.name())
 		}
 	default:
 		if st.Status != "running" {
-			return errs.R(errs.Conflict, "vm_stopped", "%s is not running", vm.name())
+			return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is not running", vm.name())
 		}
 	}
 	if locked {
 		return lockedErr(vm.VMID, st.Lock)
 	}
 	if paused && op != OpStop {
-		return errs.R(errs.Conflict, "vm_paused", "%s is %s; PVE cannot %s a paused VM (resume it first: POST …/resume, or stop it with force=true)", vm.name(), st.QMPStatus, op)
+		return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is %s; PVE cannot %s a paused VM (resume it first: POST …/resume, or stop it with force=true)", vm.name(), st.QMPStatus, op)
 	}
 	return nil
 }
 
 func lockedErr(vmid int64, lock string) *errs.Error {
-	e := errs.R(errs.Conflict, "vm_locked", "VM %d is locked (%s)", vmid, lock)
+	e := errs.R(errs.Conflict, errs.ReasonVMLocked, "VM %d is locked (%s)", vmid, lock)
 	e.Details = map[string]any{"lock": lock}
 	return e
 }
@@ -132,7 +132,7 @@ func (s *Service) power(ctx context.Context, a Actor, vm GuestRef, op string, ti
 		return Outcome{}, err
 	}
 	if timeout != nil && *timeout < 0 {
-		return Outcome{}, errs.R(errs.Invalid, "invalid_request", "timeout must not be negative")
+		return Outcome{}, errs.E(errs.Invalid, "timeout must not be negative")
 	}
 	api, err := s.connect(ctx, vm.ClusterID)
 	if err != nil {
@@ -372,23 +372,23 @@ func stateError(op string, vm GuestRef, msg string) error {
 	switch {
 	case strings.Contains(low, "quit/powerdown failed - got timeout"):
 		if op == OpReboot {
-			return errs.R(errs.Conflict, "shutdown_timeout",
+			return errs.R(errs.Conflict, errs.ReasonShutdownTimeout,
 				"%s did not shut down for the reboot in time (the guest ignored the request); stop it with force=true, then start it", vm.name())
 		}
-		return errs.R(errs.Conflict, "shutdown_timeout",
+		return errs.R(errs.Conflict, errs.ReasonShutdownTimeout,
 			"%s did not shut down in time (the guest ignored the request); use force=true to power it off", vm.name())
 	case strings.Contains(low, "can't lock file") && strings.Contains(low, "got timeout"):
-		return errs.R(errs.Conflict, "vm_locked", "%s is locked by another task (PVE: %s)", vm.name(), msg)
+		return errs.R(errs.Conflict, errs.ReasonVMLocked, "%s is locked by another task (PVE: %s)", vm.name(), msg)
 	case strings.Contains(low, "vm is locked"):
 		return lockedErr(vm.VMID, lockName(msg))
 	case strings.Contains(low, "already running"):
-		return errs.R(errs.Conflict, "vm_running", "%s is already running", vm.name())
+		return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is already running", vm.name())
 	case strings.Contains(low, "not running"):
-		return errs.R(errs.Conflict, "vm_stopped", "%s is not running", vm.name())
+		return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is not running", vm.name())
 	case strings.Contains(low, "is paused"):
-		return errs.R(errs.Conflict, "vm_paused", "%s is paused; PVE cannot %s it", vm.name(), op)
+		return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is paused; PVE cannot %s it", vm.name(), op)
 	case strings.Contains(low, "can't migrate running vm without --online"):
-		return errs.R(errs.Conflict, "vm_running", "%s is running; migrate it online or stop it first", vm.name())
+		return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running; migrate it online or stop it first", vm.name())
 	}
 	return nil
 }
@@ -399,13 +399,13 @@ func taskFailure(op string, vm GuestRef, v TaskView) error {
 	if mapped := stateError(op, vm, v.ExitStatus); mapped != nil {
 		e, _ = errs.As(mapped)
 	} else if pve.MessageIsNotFound(v.ExitStatus) {
-		e = errs.R(errs.NotFound, "not_found", "%s not found on node %s (PVE: %s)", vm.name(), vm.Node, v.ExitStatus)
+		e = errs.E(errs.NotFound, "%s not found on node %s (PVE: %s)", vm.name(), vm.Node, v.ExitStatus)
 	} else {
 		msg := fmt.Sprintf("PVE task %s failed: %s", v.TaskID, v.ExitStatus)
 		if v.Error != "" && v.Error != v.ExitStatus {
 			msg += " (" + v.Error + ")"
 		}
-		e = errs.R(errs.Upstream, "upstream_error", "%s", msg)
+		e = errs.E(errs.Upstream, "%s", msg)
 	}
 	if e.Details == nil {
 		e.Details = map[string]any{}

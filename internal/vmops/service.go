@@ -433,16 +433,16 @@ func (s *Service) vmState(ctx context.Context, api pveAPI, vm GuestRef) (pve.Gue
 // validRef checks a GuestRef's syntax (the HTTP layer checks it too; other callers may not).
 func validRef(vm GuestRef) error {
 	if !vm.Kind.Valid() {
-		return errs.R(errs.Invalid, "invalid_request", "guest kind %q is neither qemu nor lxc", vm.Kind)
+		return errs.E(errs.Invalid, "guest kind %q is neither qemu nor lxc", vm.Kind)
 	}
 	if vm.ClusterID <= 0 {
-		return errs.R(errs.Invalid, "invalid_request", "clusterId must be a positive integer")
+		return errs.E(errs.Invalid, "clusterId must be a positive integer")
 	}
 	if !pve.ValidNode(vm.Node) {
-		return errs.R(errs.Invalid, "invalid_request", "node %q is not a PVE node name", vm.Node)
+		return errs.E(errs.Invalid, "node %q is not a PVE node name", vm.Node)
 	}
 	if vm.VMID < pve.MinVMID || vm.VMID > pve.MaxVMID {
-		return errs.R(errs.Invalid, "invalid_request", "vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
+		return errs.E(errs.Invalid, "vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
 	}
 	return nil
 }

@@ -73,9 +73,9 @@ func checkSuspend(op string, vm GuestRef, st pve.GuestStatus) error {
 		case hibernated(st):
 			return nil
 		case st.Status != "running":
-			return errs.R(errs.Conflict, "vm_stopped", "%s is not running and was not suspended to disk; start it instead", vm.name())
+			return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is not running and was not suspended to disk; start it instead", vm.name())
 		case !paused(st):
-			return errs.R(errs.Conflict, "vm_running", "%s is running and not paused; there is nothing to resume", vm.name())
+			return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running and not paused; there is nothing to resume", vm.name())
 		case st.Lock != "" && st.Lock != "backup":
 			return lockedErr(vm.VMID, st.Lock)
 		}
@@ -83,16 +83,16 @@ func checkSuspend(op string, vm GuestRef, st pve.GuestStatus) error {
 	default:
 		switch {
 		case hibernated(st):
-			return errs.R(errs.Conflict, "vm_stopped", "%s is suspended to disk already; resume it to bring it back", vm.name())
+			return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is suspended to disk already; resume it to bring it back", vm.name())
 		case st.Status != "running":
-			return errs.R(errs.Conflict, "vm_stopped", "%s is not running", vm.name())
+			return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is not running", vm.name())
 		case op == OpHibernate && st.HA.Managed:
-			return errs.R(errs.Conflict, "conflict",
+			return errs.E(errs.Conflict,
 				"%s is HA-managed: PVE cannot suspend it to disk (suspend without todisk pauses it)", vm.name())
 		case st.Lock != "" && (op == OpHibernate || st.Lock != "backup"):
 			return lockedErr(vm.VMID, st.Lock)
 		case op == OpSuspend && paused(st):
-			return errs.R(errs.Conflict, "vm_paused", "%s is %s already; resume it to continue", vm.name(), st.QMPStatus)
+			return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is %s already; resume it to continue", vm.name(), st.QMPStatus)
 		}
 		return nil
 	}

@@ -166,7 +166,7 @@ func parseTaskRef(s string) (taskRef, error) {
 	if len(s) > 0 && '1' <= s[0] && s[0] <= '9' {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			if n > maxTaskRef {
-				return taskRef{}, errs.R(errs.Invalid, "invalid_request", "a task reference is an integer from 1 to %d", int64(maxTaskRef))
+				return taskRef{}, errs.E(errs.Invalid, "a task reference is an integer from 1 to %d", int64(maxTaskRef))
 			}
 			return taskRef{row: n}, nil
 		}
@@ -190,11 +190,11 @@ func parseUPID(s string) (pve.UPID, error) {
 
 // taskRefNotFound is the 404 of a task reference no task row has.
 func taskRefNotFound(id int64) error {
-	return errs.R(errs.NotFound, "not_found", "task %d not found", id)
+	return errs.E(errs.NotFound, "task %d not found", id)
 }
 
 func taskNotFound(upid string) error {
-	return errs.R(errs.NotFound, "not_found", "task %s not found", upid)
+	return errs.E(errs.NotFound, "task %s not found", upid)
 }
 
 // logCursor reads a task's log incrementally: each read asks PVE only for the
@@ -741,7 +741,7 @@ func (s *Service) lookup(ctx context.Context, upid pve.UPID, clusterHint int64) 
 		return s.viewOf(ctx, s.track(upid, row.ClusterID, &row))
 	case errs.KindOf(err) == errs.NotFound:
 		if clusterHint <= 0 {
-			return TaskView{}, errs.R(errs.NotFound, "not_found",
+			return TaskView{}, errs.E(errs.NotFound,
 				"task %s not found; for a task vmgate did not start, give its cluster (?clusterId=)", key)
 		}
 		return s.viewOf(ctx, s.track(upid, clusterHint, nil))
@@ -797,7 +797,7 @@ func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64)
 	case errs.KindOf(err) == errs.NotFound && clusterHint > 0:
 		return clusterHint, nil
 	case errs.KindOf(err) == errs.NotFound:
-		return 0, errs.R(errs.NotFound, "not_found",
+		return 0, errs.E(errs.NotFound,
 			"task %s not found; for a task vmgate did not start, give its cluster (?clusterId=)", upid)
 	default:
 		return 0, err
@@ -854,7 +854,7 @@ func transient(err error) bool {
 		return true
 	case errs.Conflict:
 		e, _ := errs.As(err)
-		return e.Reason == "node_offline"
+		return e.Reason == errs.ReasonNodeOffline
 	}
 	return false
 }

@@ -59,7 +59,7 @@ func (u *UI) createToken(w http.ResponseWriter, r *http.Request) error {
 	if d := r.PostFormValue("days"); d != "" {
 		n, err := strconv.Atoi(d)
 		if err != nil || n < 1 {
-			return u.refused(w, r, "/account", errs.R(errs.Invalid, "invalid_request", "the lifetime is a number of days from 1 to %d", auth.MaxAPITokenDays))
+			return u.refused(w, r, "/account", errs.E(errs.Invalid, "the lifetime is a number of days from 1 to %d", auth.MaxAPITokenDays))
 		}
 		in.ExpiresInDays = n
 	}
@@ -78,7 +78,7 @@ func (u *UI) createToken(w http.ResponseWriter, r *http.Request) error {
 		}
 		slices.SortFunc(in.Grants, func(a, b accounts.Grant) int { return cmp.Compare(a.ClusterID, b.ClusterID) })
 		if len(in.Grants) == 0 {
-			return u.refused(w, r, "/account", errs.R(errs.Invalid, "invalid_request", "choose a role on at least one cluster, or all your clusters"))
+			return u.refused(w, r, "/account", errs.E(errs.Invalid, "choose a role on at least one cluster, or all your clusters"))
 		}
 	}
 	tok, err := u.accounts.CreateMyToken(r.Context(), principal(r), in)
@@ -104,7 +104,7 @@ func (u *UI) revokeToken(w http.ResponseWriter, r *http.Request) error {
 func pathToken(r *http.Request) (string, error) {
 	id := r.PathValue("tid")
 	if !auth.ValidAPITokenID(id) {
-		return "", errs.R(errs.NotFound, "not_found", "there is no such token")
+		return "", errs.E(errs.NotFound, "there is no such token")
 	}
 	return id, nil
 }
@@ -115,7 +115,7 @@ var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 func pathSession(r *http.Request) (string, error) {
 	sid := r.PathValue("sid")
 	if !sessionIDPattern.MatchString(sid) {
-		return "", errs.R(errs.NotFound, "not_found", "there is no such session")
+		return "", errs.E(errs.NotFound, "there is no such session")
 	}
 	return sid, nil
 }

@@ -71,7 +71,7 @@ func sentence(s string) string {
 func pathID(r *http.Request, name string) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
 	if err != nil || id < 1 {
-		return 0, errs.R(errs.NotFound, "not_found", "there is nothing at this address")
+		return 0, errs.E(errs.NotFound, "there is nothing at this address")
 	}
 	return id, nil
 }
@@ -203,7 +203,7 @@ func (u *UI) updateUser(w http.ResponseWriter, r *http.Request) error {
 		pw := r.PostFormValue("password")
 		ch.Password, said = &pw, "Password reset; the user's sessions have ended."
 	default:
-		return errs.R(errs.Invalid, "invalid_request", "the form asks for no known change")
+		return errs.E(errs.Invalid, "the form asks for no known change")
 	}
 	if _, err := u.accounts.UpdateUser(r.Context(), principal(r), id, ch); err != nil {
 		return u.refused(w, r, back, err)
@@ -217,7 +217,7 @@ func (u *UI) deleteUser(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if r.PostFormValue("confirm") != "yes" {
-		return u.refused(w, r, "/admin/users/"+itoa(id), errs.R(errs.Invalid, "invalid_request", "tick the box to confirm the deletion"))
+		return u.refused(w, r, "/admin/users/"+itoa(id), errs.E(errs.Invalid, "tick the box to confirm the deletion"))
 	}
 	usr, err := u.accounts.User(r.Context(), id)
 	if err != nil {
@@ -388,7 +388,7 @@ func (u *UI) deleteCluster(w http.ResponseWriter, r *http.Request) error {
 	}
 	back := "/admin/clusters/" + itoa(id)
 	if r.PostFormValue("confirm") != "yes" {
-		return u.refused(w, r, back, errs.R(errs.Invalid, "invalid_request", "tick the box to confirm the deletion"))
+		return u.refused(w, r, back, errs.E(errs.Invalid, "tick the box to confirm the deletion"))
 	}
 	if err := u.fleet.Delete(r.Context(), id); err != nil {
 		return u.refused(w, r, back, err)
@@ -446,7 +446,7 @@ func (u *UI) putGrant(w http.ResponseWriter, r *http.Request) error {
 	clusterID, _ := strconv.ParseInt(r.PostFormValue("cluster"), 10, 64)
 	role := r.PostFormValue("role")
 	if userID < 1 || clusterID < 1 {
-		return u.refused(w, r, "/admin/grants", errs.R(errs.Invalid, "invalid_request", "choose a user and a cluster"))
+		return u.refused(w, r, "/admin/grants", errs.E(errs.Invalid, "choose a user and a cluster"))
 	}
 	var err error
 	said := "Grant saved."

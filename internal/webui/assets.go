@@ -84,7 +84,7 @@ func (u *UI) assetURL(name string) (string, error) {
 func (u *UI) static(w http.ResponseWriter, r *http.Request) error {
 	as, ok := u.assets.byHashed[r.PathValue("file")]
 	if !ok {
-		return errs.R(errs.NotFound, "not_found", "no such file")
+		return errs.E(errs.NotFound, "no such file")
 	}
 	h := w.Header()
 	h.Set("Cache-Control", "public, max-age=31536000, immutable")

@@ -120,7 +120,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if !found {
-		return errs.R(errs.NotFound, "not_found", "the cluster has no node %s", name)
+		return errs.E(errs.NotFound, "the cluster has no node %s", name)
 	}
 	if cs, err := u.fleet.Clusters(r.Context(), actor(r)); err == nil {
 		if i := slices.IndexFunc(cs, func(c fleet.ClusterView) bool { return c.ID == clusterID }); i >= 0 {
@@ -194,7 +194,7 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 func (u *UI) pathOperation(r *http.Request, need string) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		return 0, errs.R(errs.NotFound, "not_found", "there is no operation at this address")
+		return 0, errs.E(errs.NotFound, "there is no operation at this address")
 	}
 	clusterID, err := u.ops.OperationCluster(r.Context(), id)
 	if err != nil {
@@ -202,7 +202,7 @@ func (u *UI) pathOperation(r *http.Request, need string) (int64, error) {
 	}
 	if err := u.fleet.Require(r.Context(), actor(r), clusterID, need, attempt(r)); err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return 0, errs.R(errs.NotFound, "not_found", "operation %d not found", id)
+			return 0, errs.E(errs.NotFound, "operation %d not found", id)
 		}
 		return 0, err
 	}

@@ -102,8 +102,8 @@ const vmRoute = "/vms/{clusterId}/{node}/{vmid}"
 const maxForm = 64 << 10
 
 var (
-	errCrossOrigin = errs.R(errs.Forbidden, "forbidden", "this form was sent from another site; vmgate refused it")
-	errCSRF        = errs.R(errs.Forbidden, "forbidden", "this form has expired or did not come from vmgate; reload the page and try again")
+	errCrossOrigin = errs.E(errs.Forbidden, "this form was sent from another site; vmgate refused it")
+	errCSRF        = errs.E(errs.Forbidden, "this form has expired or did not come from vmgate; reload the page and try again")
 )
 
 // Hold says how much longer than the server's request timeout the request r may
@@ -169,16 +169,16 @@ func parseForm(w http.ResponseWriter, r *http.Request) error {
 	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mt != "application/x-www-form-urlencoded" {
-			return errs.R(errs.Invalid, "invalid_request", "a form must be sent as application/x-www-form-urlencoded")
+			return errs.E(errs.Invalid, "a form must be sent as application/x-www-form-urlencoded")
 		}
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return errs.R(errs.TooLarge, "payload_too_large", "the form is larger than %d bytes", maxForm)
+			return errs.E(errs.TooLarge, "the form is larger than %d bytes", maxForm)
 		}
-		return errs.R(errs.Invalid, "invalid_request", "the form cannot be read")
+		return errs.E(errs.Invalid, "the form cannot be read")
 	}
 	return nil
 }
@@ -220,5 +220,5 @@ func (u *UI) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (u *UI) notFound(w http.ResponseWriter, r *http.Request) error {
-	return errs.R(errs.NotFound, "not_found", "there is no page at %s", clip(r.URL.Path, 200))
+	return errs.E(errs.NotFound, "there is no page at %s", clip(r.URL.Path, 200))
 }

@@ -85,7 +85,7 @@ func principal(r *http.Request) auth.Principal {
 	return p
 }
 
-var errUnauthenticated = errs.R(errs.Unauthenticated, "unauthenticated", "please log in")
+var errUnauthenticated = errs.E(errs.Unauthenticated, "please log in")
 
 // authenticate finds the caller from the session cookie and renews the token when
 // less than half of its life is left. The cookie of a failed request is left as it

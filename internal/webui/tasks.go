@@ -89,7 +89,7 @@ func (u *UI) tasksPage(w http.ResponseWriter, r *http.Request) error {
 func (u *UI) pathTask(r *http.Request) (upid string, hint int64, err error) {
 	upid = r.PathValue("taskId")
 	if !vmops.ValidTaskID(upid) {
-		return "", 0, errs.R(errs.NotFound, "not_found", "there is no task at this address")
+		return "", 0, errs.E(errs.NotFound, "there is no task at this address")
 	}
 	hint, _ = strconv.ParseInt(r.URL.Query().Get("cluster"), 10, 64)
 	hint = max(hint, 0)
@@ -328,7 +328,7 @@ func sessionStream[V any](u *UI, w http.ResponseWriter, r *http.Request, event s
 	case stream == nil && sessionEnded:
 		return errUnauthenticated
 	case stream == nil && errors.Is(err, vmops.ErrDraining):
-		return &errs.Error{Kind: errs.Unavailable, Reason: "shutting_down", Message: "vmgate is shutting down; try again",
+		return &errs.Error{Kind: errs.Unavailable, Reason: errs.ReasonShuttingDown, Message: "vmgate is shutting down; try again",
 			RetryAfter: int(shutdownRetry / time.Second), Err: err}
 	case stream == nil:
 		return err

@@ -189,10 +189,10 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 		n.TaskID = itoa(ref) // outcome unknown: the task page follows vmgate's task row until PVE's task is found
 	}
 	switch e.Reason {
-	case "shutdown_timeout":
+	case errs.ReasonShutdownTimeout:
 		n.Message = "VM " + itoa(vm.VMID) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
 			"Force stop powers it off at once."
-	case "vm_running", "vm_stopped", "vm_paused", "vm_locked":
+	case errs.ReasonVMRunning, errs.ReasonVMStopped, errs.ReasonVMPaused, errs.ReasonVMLocked:
 		n.Message = sentence(what + " was refused (" + e.Reason + "): " + e.Message)
 	}
 	return n

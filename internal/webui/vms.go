@@ -189,5 +189,5 @@ func sortMark(current, col string) string {
 
 // errVMPath is the answer to a VM path that cannot name a VM.
 func errVMPath(what string) error {
-	return errs.R(errs.NotFound, "not_found", "there is no VM at this address (%s)", what)
+	return errs.E(errs.NotFound, "there is no VM at this address (%s)", what)
 }
