@@ -12,7 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// `vmgate ct …`: LXC containers, through the API's /pve/ct/ routes (the same
+// `vmgate ct …`: LXC containers, through the API's /pve/lxc/ routes (the same
 // use cases as VMs, with PVE's container rules: docs/decisions/0080).
 
 type ctRef struct {

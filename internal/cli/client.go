@@ -248,7 +248,7 @@ func VMPath(clusterID int64, node string, vmid int64) string {
 // The API's path segments of the guest kinds.
 const (
 	KindVM = "vm" // QEMU virtual machines
-	KindCT = "ct" // LXC containers
+	KindCT = "lxc" // LXC containers
 )
 
 // GuestPath is the API path of a guest of kind (KindVM, KindCT).

@@ -8,7 +8,7 @@ import (
 
 // ctPath is the API path of a container of the env's cluster.
 func (e *vmEnv) ctPath(node string, vmid int) string {
-	return "/api/v1/pve/ct/" + itoa(e.cid) + "/" + node + "/" + itoa(int64(vmid))
+	return "/api/v1/pve/lxc/" + itoa(e.cid) + "/" + node + "/" + itoa(int64(vmid))
 }
 
 // TestContainersHTTP: the container routes are the VM routes' handlers with the

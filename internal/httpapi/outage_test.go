@@ -21,7 +21,7 @@ var outageBody = map[string]string{
 	"PATCH /api/v1/clusters/{clusterId}":                    `{"name":"renamed"}`,
 	"POST /api/v1/clusters":                                 `{"name":"x","endpoints":["https://127.0.0.1:1"],"tokenId":"a@pve!b","tokenSecret":"s","insecureSkipVerify":true}`,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2"}`,
-	"POST /api/v1/pve/ct/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2","restart":true}`,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2","restart":true}`,
 }
 
 // TestEveryRouteWithTheStoreClosed: with vmgate's database gone (closed, as

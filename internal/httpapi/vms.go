@@ -40,7 +40,7 @@ type VMs interface {
 }
 
 // guestKindRoutes are the kinds of guest the API serves, each under its own path
-// segment: /api/v1/pve/vm/… for QEMU VMs (the seed API), /api/v1/pve/ct/… for
+// segment: /api/v1/pve/vm/… for QEMU VMs (the seed API), /api/v1/pve/lxc/… for
 // LXC containers. A kind is a row here; the handlers are the same for every kind
 // and the use cases apply the kind's rules (docs/decisions/0080).
 var guestKindRoutes = []struct {
@@ -49,7 +49,7 @@ var guestKindRoutes = []struct {
 	suspend bool // suspend and resume: QEMU only (PVE's container suspend is experimental)
 }{
 	{"vm", vmops.GuestVM, true},
-	{"ct", vmops.GuestCT, false},
+	{"lxc", vmops.GuestCT, false},
 }
 
 // vmRoutes are the guest operations and the task queries. Every one needs a
