@@ -27,6 +27,7 @@ type Client struct {
 	userAgent string
 	strict    bool
 	renew     func(ctx context.Context) (string, bool)
+	header    http.Header
 
 	mu    sync.Mutex
 	token string
@@ -52,6 +53,17 @@ func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua
 // the new one in its config file).
 func WithRenew(renew func(ctx context.Context) (string, bool)) Option {
 	return func(c *Client) { c.renew = renew }
+}
+
+// WithHeader sends the header key: value with every request (a proxy's, or a
+// test's X-Forwarded-For).
+func WithHeader(key, value string) Option {
+	return func(c *Client) {
+		if c.header == nil {
+			c.header = http.Header{}
+		}
+		c.header.Add(key, value)
+	}
 }
 
 // WithStrictDecoding makes a field of an answer that the client's types do not
@@ -269,8 +281,11 @@ func (c *Client) doWith(ctx context.Context, method, path string, query url.Valu
 	}
 }
 
-// authorize sets the request's bearer token and User-Agent.
+// authorize sets the request's bearer token, User-Agent and WithHeader's headers.
 func (c *Client) authorize(req *http.Request) {
+	for k, vs := range c.header {
+		req.Header[k] = append(req.Header[k], vs...)
+	}
 	if tok := c.Token(); tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}

@@ -198,7 +198,7 @@ func TestCLIWalk(t *testing.T) {
 	t.Parallel()
 	const pw = "walk the command line"
 	_, srv, c, _ := startLab(t, pw, "--speed", "8", "--auth-delay", "0s")
-	base := c.BaseURL
+	base := c.BaseURL()
 	admin := cliEnv(t)
 
 	runCLI(t, admin, "", "me").want(t, 3, "me before login")

@@ -44,7 +44,7 @@ func TestCLIEscapesWhatPVESays(t *testing.T) {
 	const pw = "escape every control"
 	_, vmgate, c, _ := startLabOn(t, pw, simInfo{URL: ep.URL, Fingerprint: ep.Fingerprint, Token: sim.DevToken()})
 	env := cliEnv(t)
-	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
+	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
 
 	clean := func(what string, r result) {
 		t.Helper()

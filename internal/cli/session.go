@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // Options are the flags every client command takes.
@@ -21,13 +23,14 @@ type Options struct {
 // config file give it. A saved login's token is refreshed before it runs out and,
 // after an answer 401, once more while its session lives; the new token is saved.
 type Session struct {
-	*Client
+	*client.Client
 	Server string
 	// FromFlag is true when the token came from --token or $VMGATE_TOKEN: nothing is
 	// refreshed or saved then.
-	FromFlag bool
-	login    Login
-	now      func() time.Time
+	FromFlag  bool
+	login     Login
+	now       func() time.Time
+	userAgent string
 }
 
 // refreshBefore is how long before its end a saved token is refreshed: a command
@@ -54,7 +57,7 @@ func Connect(ctx context.Context, o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Token == "" {
+	if s.Token() == "" {
 		return nil, &ExitError{Code: ExitAuth, Msg: "not logged in to " + s.Server,
 			Hint: "log in: vmgate login --server " + s.Server + " (or give an API token with --token)"}
 	}
@@ -74,7 +77,7 @@ func Open(o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now}
+	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now, userAgent: o.UserAgent}
 	token := s.login.Token
 	if o.Token != "" {
 		token, s.FromFlag = o.Token, true
@@ -83,15 +86,15 @@ func Open(o Options) (*Session, error) {
 	if ca == "" {
 		ca = s.login.CAFile
 	}
-	s.Client = NewClient(server, token)
-	s.Client.UserAgent = o.UserAgent
+	opts := []client.Option{client.WithToken(token), client.WithUserAgent(o.UserAgent)}
+	if !s.FromFlag && !s.login.APIToken() {
+		opts = append(opts, client.WithRenew(s.renew))
+	}
+	s.Client = client.New(server, opts...)
 	if err := s.Client.TrustCAFile(ca); err != nil {
 		return nil, UsageErrorf("%v", err)
 	}
 	s.login.CAFile = ca
-	if !s.FromFlag && !s.login.APIToken() {
-		s.Client.Renew = s.renew
-	}
 	return s, nil
 }
 
@@ -107,9 +110,8 @@ func (s *Session) refreshIfDue(ctx context.Context) error {
 	if left > refreshBefore || left <= 0 {
 		return nil // fresh enough, or over: the server will say 401
 	}
-	tok, ok := s.renew(ctx)
-	if ok {
-		s.Token = tok
+	if tok, ok := s.renew(ctx); ok {
+		s.SetToken(tok)
 	}
 	return nil
 }
@@ -124,12 +126,12 @@ func (s *Session) renew(ctx context.Context) (string, bool) {
 	var fresh string
 	err := UpdateConfig(func(c *Config) error {
 		cur := c.Servers[s.Server]
-		if cur.Token != "" && cur.Token != s.Token {
+		if cur.Token != "" && cur.Token != s.Token() {
 			fresh, s.login = cur.Token, cur
 			return errUnchanged
 		}
-		probe := NewClient(s.BaseURL, s.Token)
-		probe.HTTP, probe.UserAgent = s.HTTP, s.UserAgent
+		probe := client.New(s.BaseURL(), client.WithToken(s.Token()), client.WithHTTPClient(s.HTTPClient()),
+			client.WithUserAgent(s.userAgent))
 		t, err := probe.Refresh(ctx)
 		if err != nil {
 			return err
@@ -152,7 +154,7 @@ var errUnchanged = errors.New("unchanged")
 // credential.
 func (s *Session) Explain(err error) *ExitError {
 	e := Explain(err, s.Server)
-	var ae *APIError
+	var ae *client.APIError
 	if e != nil && e.Code == ExitAuth && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 		switch {
 		case s.FromFlag || s.login.APIToken():

@@ -40,15 +40,15 @@ func TestConfigKeepsALoginPerServer(t *testing.T) {
 	}
 	// --server picks its own login; no --server the last one's.
 	s, err := Open(Options{Server: "https://a.example:8443/"})
-	if err != nil || s.Token != "ta" || s.Server != "https://a.example:8443" {
+	if err != nil || s.Token() != "ta" || s.Server != "https://a.example:8443" {
 		t.Fatalf("--server a: %+v %v", s, err)
 	}
 	s, err = Open(Options{})
-	if err != nil || s.Token != "tb" {
+	if err != nil || s.Token() != "tb" {
 		t.Fatalf("the last login: %+v %v", s, err)
 	}
 	s, err = Open(Options{Server: "https://a.example:8443", Token: "vmg_flag"})
-	if err != nil || s.Token != "vmg_flag" || !s.FromFlag {
+	if err != nil || s.Token() != "vmg_flag" || !s.FromFlag {
 		t.Fatalf("--token: %+v %v", s, err)
 	}
 	if _, err := Connect(context.Background(), Options{Server: "https://c.example"}); Explain(err, "").Code != ExitAuth {
@@ -67,7 +67,7 @@ func TestConfigReadsTheOlderSessionFile(t *testing.T) {
 	os.MkdirAll(strings.TrimSuffix(p, "/config.json"), 0o700)
 	os.WriteFile(p, []byte(`{"server":"http://127.0.0.1:9999","token":"old"}`), 0o600)
 	s, err := Open(Options{})
-	if err != nil || s.Server != "http://127.0.0.1:9999" || s.Token != "old" {
+	if err != nil || s.Server != "http://127.0.0.1:9999" || s.Token() != "old" {
 		t.Fatalf("older file: %+v %v", s, err)
 	}
 }
