@@ -169,8 +169,12 @@ func checkedClient(t *testing.T, base, token string) *client.Client {
 // checkedClientVia is checkedClient with requests through tr (nil: a transport
 // of its own) and more options.
 func checkedClientVia(t *testing.T, base, token string, tr *http.Transport, opts ...client.Option) *client.Client {
+	var via http.RoundTripper // not a nil *http.Transport: apitest.Transport takes nil for its own
+	if tr != nil {
+		via = tr
+	}
 	opts = append([]client.Option{client.WithToken(token), client.WithStrictDecoding(),
-		client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, tr), Timeout: 6 * time.Minute})}, opts...)
+		client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, via), Timeout: 6 * time.Minute})}, opts...)
 	return client.New(base, opts...)
 }
 

@@ -121,6 +121,11 @@ func launch(ctx context.Context, s *cli.Session, o output, st opStart, targets b
 		if err := plan.Write(os.Stdout); err != nil {
 			return err
 		}
+		if f != cli.Wide {
+			for _, n := range cli.SkipNotes(l.Plan) {
+				show("%s", n)
+			}
+		}
 		if targets && len(l.Plan.Targets) > 0 {
 			show("")
 			tt := cli.TargetsTable(l.Plan)

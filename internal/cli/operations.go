@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vmgate/vmgate/client"
 )
@@ -51,6 +52,42 @@ func PlanTable(p client.Plan) TableOf {
 		t.Add(strconv.FormatInt(it.VMID, 10), it.Name, it.Node, action, it.TargetNode(), Size(it.MemBytes), plan, it.Why())
 	}
 	return t
+}
+
+// SkipNotes are the reasons of a plan's skipped guests in full, a guest a
+// paragraph wrapped to TableWidth: the plan's table cuts its REASON column short
+// to fit, and the reason (which disk, which node) is what a person acts on.
+func SkipNotes(p client.Plan) []string {
+	var out []string
+	for _, it := range p.Items {
+		if it.State != "skipped" || it.Why() == "" {
+			continue
+		}
+		out = append(out, Wrap(fmt.Sprintf("%s %d skipped: %s", it.Type.Noun(), it.VMID, CLIWords(it.Why())), TableWidth, "  ")...)
+	}
+	return out
+}
+
+// Wrap breaks s into lines of at most width runes at spaces, the lines after
+// the first indented with indent; a word longer than a line stands alone.
+func Wrap(s string, width int, indent string) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) <= width:
+			line += " " + w
+		default:
+			lines = append(lines, line)
+			line = indent + w
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // TargetsTable is an evacuation plan's targets: memory now and after the plan.

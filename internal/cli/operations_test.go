@@ -107,3 +107,21 @@ func TestOperationViewTerminal(t *testing.T) {
 		t.Fatalf("second drawing %q", second)
 	}
 }
+
+// TestSkipNotesWrap: a skipped guest's reason, cut short in the plan's table,
+// is told whole below it, in the CLI's words, in lines that fit the table's width.
+func TestSkipNotesWrap(t *testing.T) {
+	why := "local disk needs withLocalDisks=true: local-lvm:vm-102-disk-0 (scsi0), local-lvm:vm-102-disk-1 (scsi1), local-lvm:vm-102-disk-2 (scsi2)"
+	notes := SkipNotes(client.Plan{Items: []client.OperationItem{
+		{VMID: 102, State: "skipped", Error: &why}, {VMID: 100, State: "pending"}}})
+	all := strings.Join(notes, "\n")
+	if len(notes) < 2 || !strings.HasPrefix(notes[0], "VM 102 skipped: local disk needs --with-local-disks: ") ||
+		!strings.Contains(all, "local-lvm:vm-102-disk-2 (scsi2)") {
+		t.Fatalf("notes:\n%s", all)
+	}
+	for _, n := range notes {
+		if len([]rune(n)) > TableWidth {
+			t.Errorf("a note of %d columns: %q", len([]rune(n)), n)
+		}
+	}
+}

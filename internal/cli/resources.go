@@ -177,7 +177,7 @@ func UsersTable(list []client.User) TableOf {
 // -o wide adds the session or API token and the full date.
 func AuditTable(list []client.AuditRecord, names ClusterNames) TableOf {
 	t := TableOf{Header: []string{"ID", "AT", "ACTOR", "ACTION", "TARGET", "RESULT", "ADDRESS", "VIA", "DATE", "REASON"},
-		Flex: []string{"ACTOR", "ACTION", "TARGET", "ADDRESS", "REASON"}, WideOnly: []string{"VIA", "DATE"}}
+		Flex: []string{"ACTOR", "TARGET", "RESULT", "ADDRESS", "REASON"}, WideOnly: []string{"VIA", "DATE"}}
 	for _, a := range list {
 		via := ""
 		if strings.HasPrefix(a.SessionID, "token:") {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/vmgate/vmgate/client"
@@ -27,7 +28,11 @@ type Session struct {
 	Server string
 	// FromFlag is true when the token came from --token or $VMGATE_TOKEN: nothing is
 	// refreshed or saved then.
-	FromFlag  bool
+	FromFlag bool
+	// Defaulted is true when nothing named the server (no --server, no
+	// $VMGATE_SERVER, no login ever): Server is DefaultServer then.
+	Defaulted bool
+	others    []string // the other servers with a saved login
 	login     Login
 	now       func() time.Time
 	userAgent string
@@ -58,13 +63,27 @@ func Connect(ctx context.Context, o Options) (*Session, error) {
 		return nil, err
 	}
 	if s.Token() == "" {
-		return nil, &ExitError{Code: ExitAuth, Msg: "not logged in to " + s.Server,
-			Hint: "log in: vmgate login --server " + s.Server + " (or give an API token with --token)"}
+		return nil, s.notLoggedIn()
 	}
 	if err := s.refreshIfDue(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// notLoggedIn says that there is no credential for the server, naming the
+// server the user used (issue 19 item 7), never a default they did not choose.
+func (s *Session) notLoggedIn() *ExitError {
+	if s.Defaulted {
+		return &ExitError{Code: ExitAuth, Msg: "not logged in to any vmgate server",
+			Hint: "log in: vmgate login --server URL --email YOU (or give --server and an API token with --token)"}
+	}
+	e := &ExitError{Code: ExitAuth, Msg: "not logged in to " + s.Server,
+		Hint: "log in: vmgate login --server " + s.Server + " (or give an API token with --token)"}
+	if len(s.others) > 0 {
+		e.Hint += "\nlogged in elsewhere: --server " + strings.Join(s.others, ", --server ")
+	}
+	return e
 }
 
 // Open builds the session without requiring a credential (login uses it).
@@ -77,7 +96,13 @@ func Open(o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now, userAgent: o.UserAgent}
+	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now, userAgent: o.UserAgent,
+		Defaulted: o.Server == "" && cfg.Current == ""}
+	for _, name := range cfg.ServerNames() {
+		if name != server {
+			s.others = append(s.others, name)
+		}
+	}
 	token := s.login.Token
 	if o.Token != "" {
 		token, s.FromFlag = o.Token, true
@@ -180,17 +205,12 @@ func SaveLogin(server string, login Login) error {
 	})
 }
 
-// ForgetLogin removes the login of server; the default moves to another saved
-// server, if any.
+// ForgetLogin removes the login of server. The server stays the one commands
+// talk to when it was: the next command says it is not logged in to that server
+// (the one the user used), instead of silently talking to another.
 func ForgetLogin(server string) error {
 	return UpdateConfig(func(c *Config) error {
 		delete(c.Servers, server)
-		if c.Current == server {
-			c.Current = ""
-			if names := c.ServerNames(); len(names) > 0 {
-				c.Current = names[0]
-			}
-		}
 		return nil
 	})
 }

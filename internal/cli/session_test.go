@@ -57,8 +57,25 @@ func TestConfigKeepsALoginPerServer(t *testing.T) {
 	if err := ForgetLogin("http://127.0.0.1:8080"); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, _ := LoadConfig(); cfg.Current != "https://a.example:8443" || len(cfg.Servers) != 1 {
+	if cfg, _ := LoadConfig(); cfg.Current != "http://127.0.0.1:8080" || len(cfg.Servers) != 1 {
 		t.Fatalf("after forgetting: %+v", cfg)
+	}
+	// The next command names the server the user logged out of, and where they
+	// are still logged in (issue 19 item 7).
+	_, err = Connect(context.Background(), Options{})
+	if e := Explain(err, ""); e.Code != ExitAuth || e.Msg != "not logged in to http://127.0.0.1:8080" ||
+		!strings.Contains(e.Hint, "--server https://a.example:8443") {
+		t.Fatalf("after logout: %+v", e)
+	}
+}
+
+// TestNotLoggedInAnywhere: without any login nor --server, the CLI says so
+// instead of naming a default server the user never chose.
+func TestNotLoggedInAnywhere(t *testing.T) {
+	useConfig(t)
+	_, err := Connect(context.Background(), Options{})
+	if e := Explain(err, ""); e.Code != ExitAuth || e.Msg != "not logged in to any vmgate server" || strings.Contains(e.Error(), DefaultServer) {
+		t.Fatalf("no login at all: %+v", e)
 	}
 }
 

@@ -42,6 +42,9 @@ const (
 // where it was: the task runs on in PVE and vmgate whatever happens to the stream.
 // Errors are vmgate's answers (401, 404) or the context's end.
 func Watch(ctx context.Context, c *client.Client, upid string, o WatchOptions) (client.Task, error) {
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
 	view := newProgressView(o.Progress, o.Terminal, upid)
 	var last client.Task
 	err := follow(ctx, o, "vmgate task watch "+upid, view.notice, func(ctx context.Context, seen func()) (client.StreamEnd, error) {
