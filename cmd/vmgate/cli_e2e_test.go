@@ -35,7 +35,8 @@ import (
 var notClient = map[string]bool{"server": true, "admin": true, "pvesim": true, "version": true, "completion": true}
 
 // reads are the client commands that print something read, and so take -o.
-var reads = []string{"me", "cluster list", "cluster show", "cluster add", "node list", "vm list", "vm status", "ct list", "task list",
+var reads = []string{"me", "cluster list", "cluster show", "cluster add", "node list", "vm list", "vm status", "ct list", "ct status",
+	"guest list", "task list",
 	"task show", "token create", "token list", "user list", "user add", "audit",
 	"node evacuate", "bulk", "op list", "op show", "op watch"}
 
@@ -90,8 +91,8 @@ func TestEveryClientCommandTakesServerAndToken(t *testing.T) {
 			}
 		}
 		if slices.Contains(reads, path) {
-			if f, ok := flags["output"]; !ok || f.Short != 'o' || !slices.Equal(f.EnumSlice(), []string{"auto", "table", "json"}) {
-				t.Errorf("vmgate %s: no -o table|json", path)
+			if f, ok := flags["output"]; !ok || f.Short != 'o' || !slices.Equal(f.EnumSlice(), []string{"auto", "table", "wide", "json"}) {
+				t.Errorf("vmgate %s: no -o table|wide|json", path)
 			}
 		}
 	}

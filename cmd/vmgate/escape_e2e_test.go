@@ -54,7 +54,8 @@ func TestCLIEscapesWhatPVESays(t *testing.T) {
 			}
 		}
 	}
-	r := runCLI(t, env, "", "vm", "list", "--cluster", "lab", "--node", "pve1", "-o", "table").want(t, 0, "vm list")
+	// -o wide: whole values (a table cuts a long name short to fit 100 columns).
+	r := runCLI(t, env, "", "vm", "list", "--cluster", "lab", "--node", "pve1", "-o", "wide").want(t, 0, "vm list")
 	clean("vm list", r)
 	if !strings.Contains(r.stdout, "web"+titleEs+clearEs+linkEs) || !strings.Contains(r.stdout, "prod,"+clearEs+",bell\\x07") {
 		t.Fatalf("vm list does not show the name and tags escaped:\n%s", r.stdout)
