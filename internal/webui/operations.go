@@ -18,6 +18,7 @@ import (
 // *vmops.OperationService is one.
 type Operations interface {
 	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
+	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
 	OperationCluster(ctx context.Context, id int64) (int64, error)
 	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
 	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 //go:embed templates
@@ -124,6 +125,9 @@ func (u *UI) funcs() template.FuncMap {
 		"uptime":   humanDuration,
 		"when":     when,
 		"vmURL":    vmURL,
+		"guestURL": guestURL,
+		"refURL":   refURL,
+		"kindNoun": func(kind string) string { return vmops.GuestKind(kind).Noun() },
 		"taskURL":  taskURL,
 		"nodeURL":  nodeURL,
 		"addBytes": func(a, b int64) int64 { return a + b },
