@@ -48,7 +48,9 @@ func guestURL(kind string, clusterID int64, node string, vmid int64) string {
 }
 
 // refURL is the UI page of the guest ref names.
-func refURL(ref vmops.GuestRef) string { return guestURL(string(ref.Kind), ref.ClusterID, ref.Node, ref.VMID) }
+func refURL(ref vmops.GuestRef) string {
+	return guestURL(string(ref.Kind), ref.ClusterID, ref.Node, ref.VMID)
+}
 
 // noun is "VM" or "CT".
 func noun(ref vmops.GuestRef) string { return ref.Kind.Noun() }

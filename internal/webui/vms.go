@@ -93,8 +93,8 @@ func readVMQuery(q url.Values) vmQuery {
 // vmsView is the guest list page's data.
 type vmsView struct {
 	Query    vmQuery
-	Filtered bool // a filter is set (the bulk form's "all matching")
-	CanBulk  bool // bulk actions are served and the caller may act on a cluster shown
+	Filtered bool       // a filter is set (the bulk form's "all matching")
+	CanBulk  bool       // bulk actions are served and the caller may act on a cluster shown
 	Values   url.Values // the query as asked, for the links that change one part
 	Clusters []fleet.ClusterView
 	Nodes    []string
