@@ -97,6 +97,8 @@ func (u *UI) routes() []route {
 	}...)
 	if u.ops != nil {
 		rs = append(rs, []route{
+			{"GET", "/vms/bulk", authed, u.bulkPreview},
+			{"POST", "/vms/bulk", authed, u.bulkStart},
 			{"GET", "/nodes/{clusterId}/{node}", authed, u.nodePage},
 			{"POST", "/nodes/{clusterId}/{node}/evacuate", authed, u.evacuate},
 			{"GET", "/operations/{id}", authed, u.operationPage},
