@@ -128,6 +128,10 @@ func (u *UI) funcs() template.FuncMap {
 		"guestURL": guestURL,
 		"refURL":   refURL,
 		"kindNoun": func(kind string) string { return vmops.GuestKind(kind).Noun() },
+		"opBadge": func(op vmops.OperationView) struct{ Text, Class string } {
+			t, c := opBadge(op)
+			return struct{ Text, Class string }{t, c}
+		},
 		"taskURL":  taskURL,
 		"nodeURL":  nodeURL,
 		"addBytes": func(a, b int64) int64 { return a + b },
