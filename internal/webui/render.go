@@ -124,6 +124,13 @@ func (u *UI) funcs() template.FuncMap {
 		"barWidth": func(part, whole float64) string { return strconv.FormatFloat(ratio(part, whole)*100, 'f', 1, 64) },
 		"uptime":   humanDuration,
 		"when":     when,
+		"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"compactWhen": func(t time.Time) string {
+			if t.IsZero() {
+				return "–"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05")
+		},
 		"vmURL":    vmURL,
 		"guestURL": guestURL,
 		"refURL":   refURL,
