@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -126,21 +127,12 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 			slog.String("network", network), slog.String("error", err.Error()))
 	}
 
-	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
-		RotatedAt: now, Address: addr, UserAgent: userAgent(ctx)}
-	if err := s.st.CreateSession(ctx, sess); err != nil {
-		giveBack(s.cfg.Now()) // the store failed, not the client
-		return Token{}, store.User{}, fmt.Errorf("login: create session: %w", err)
-	}
-	tok, err := s.issue(u.ID, sess.ID, 0, sess.ExpiresAt, now)
+	tok, err := s.StartSession(ctx, u, MethodPassword, Client{Address: addr, UserAgent: audit.FactsFrom(ctx).UserAgent})
 	if err != nil {
-		return Token{}, store.User{}, err
+		giveBack(s.cfg.Now()) // vmgate failed, not the client
+		return Token{}, store.User{}, fmt.Errorf("login: %w", err)
 	}
-	s.cache.put(sess.ID, newSessionEntry(sess, u, now))
-	s.seen.seen(sess.ID, now)
 	s.cfg.LoginOutcome(OutcomeOK)
-	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
-		Address: addr, Target: "session:" + sess.ID, Result: "ok"})
 	return tok, u, nil
 }
 

@@ -18,6 +18,59 @@ func errToken(cause error) *errs.Error {
 	return &errs.Error{Kind: errs.Unauthenticated, Reason: "unauthenticated", Message: "invalid or expired token", Err: cause}
 }
 
+// Method names how the user of a session proved who they are. Every login method
+// starts its sessions through StartSession; a password is the only one so far
+// (issue 23 adds single sign-on and second factors).
+type Method string
+
+// The login methods.
+const (
+	MethodPassword Method = "password" // Login: an e-mail and its password
+)
+
+// Client is what is known of the client a session starts for; it is kept with the
+// session and shown in its owner's list (docs/security.md item 29).
+type Client struct {
+	// Address is the client's address after trusted-proxy resolution, or an
+	// RFC 7239 obfuscated identifier.
+	Address string
+	// UserAgent is the client's User-Agent as sent: StartSession keeps it
+	// printable and bounded.
+	UserAgent string
+}
+
+// StartSession starts a session for u, who has just proved who they are by method,
+// and returns its first token. It is the one way into a session: a login method
+// checks its own proof (Login a password, with its throttling; later an identity
+// provider's answer) and hands over here, so that what a session is — its absolute
+// end (SessionMax), the cache, the last-seen writes, the auth.login record with the
+// method — is the same whatever the method. A disabled user is refused with the
+// same 401 as any failed login; the caller read u just before.
+func (s *Service) StartSession(ctx context.Context, u store.User, method Method, c Client) (Token, error) {
+	if method == "" || u.ID == 0 {
+		return Token{}, fmt.Errorf("start session: no login method or no user (%q, %d)", method, u.ID)
+	}
+	if u.Disabled {
+		return Token{}, errCredentials()
+	}
+	now := s.cfg.Now()
+	sess := store.Session{ID: randomID(32), UserID: u.ID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionMax),
+		RotatedAt: now, Address: c.Address, UserAgent: cleanUserAgent(c.UserAgent)}
+	if err := s.st.CreateSession(ctx, sess); err != nil {
+		return Token{}, fmt.Errorf("start session of user %d: %w", u.ID, err)
+	}
+	tok, err := s.issue(u.ID, sess.ID, 0, sess.ExpiresAt, now)
+	if err != nil {
+		return Token{}, err
+	}
+	s.cache.put(sess.ID, newSessionEntry(sess, u, now))
+	s.seen.seen(sess.ID, now)
+	s.audit(ctx, store.AuditRecord{Action: "auth.login", UserID: u.ID, UserEmail: u.Email, SessionID: sess.ID,
+		Address: c.Address, Target: "session:" + sess.ID, Result: "ok",
+		Params: jsonParams(map[string]any{"method": string(method)})})
+	return tok, nil
+}
+
 // Refresh exchanges a valid token for the next generation of its session; the
 // presented token stops working at once. A token one generation behind, presented
 // within ReuseGrace of the rotation, is refused without further harm (a double
