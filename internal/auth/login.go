@@ -61,7 +61,7 @@ func errBusy(wait time.Duration) *errs.Error {
 // Config.Argon2 is replaced.
 func (s *Service) Login(ctx context.Context, email, password, addr string) (Token, store.User, error) {
 	now := s.cfg.Now()
-	email = normalizeEmail(email)
+	email = NormalizeEmail(email)
 	network := s.network(addr)
 	ok, wait, giveBack := s.addrs.allow(network, now)
 	if !ok {
@@ -264,7 +264,10 @@ func (s *Service) rehash(ctx context.Context, u store.User, password string) (st
 	return s.setHash(ctx, u.ID, u.PasswordHash, h)
 }
 
-func normalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+// NormalizeEmail is the form of an e-mail as a login name: trimmed and
+// lower-cased. Login looks users up and counts their failures by it, and
+// internal/accounts stores every user's e-mail in it.
+func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // auditEmail keeps what was typed as the e-mail of a failed login only if it looks
 // like one: people type their password into the wrong field.

@@ -3,10 +3,6 @@ package auth
 import (
 	"context"
 	"fmt"
-	"net/mail"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
@@ -30,7 +26,7 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 		return err
 	}
 	now := s.cfg.Now()
-	key := normalizeEmail(u.Email)
+	key := NormalizeEmail(u.Email)
 	addr := audit.FactsFrom(ctx).Address
 	if wait, _ := s.throttle.wait(key, s.network(addr), now); wait > 0 {
 		return errDelayed(wait)
@@ -56,7 +52,8 @@ func (s *Service) ChangePassword(ctx context.Context, p Principal, current, next
 	if _, err := s.setHash(ctx, u.ID, u.PasswordHash, hash); err != nil {
 		return fmt.Errorf("change password: %w", err)
 	}
-	return s.revokeUserSessions(ctx, u.ID, p.SessionID, WhyPassword)
+	_, err = s.revokeUserSessions(ctx, u.ID, p.SessionID, WhyPassword)
+	return err
 }
 
 // SetPassword is an admin's reset of a user's password: the policy holds, the
@@ -76,36 +73,19 @@ func (s *Service) SetPassword(ctx context.Context, userID int64, password string
 	if _, err := s.setHash(ctx, userID, "", hash); err != nil {
 		return fmt.Errorf("set password: %w", err)
 	}
-	s.throttle.reset(normalizeEmail(u.Email))
-	return s.revokeUserSessions(ctx, userID, "", WhyPassword)
+	s.throttle.reset(NormalizeEmail(u.Email))
+	_, err = s.revokeUserSessions(ctx, userID, "", WhyPassword)
+	return err
 }
 
-// CreateUser adds a user after checking the e-mail, nickname, role and password
-// policy. The e-mail is stored trimmed and lower-cased; a duplicate is Conflict.
-func (s *Service) CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error) {
-	email = normalizeEmail(email)
-	if err := checkEmail(email); err != nil {
-		return store.User{}, err
+// HashNewPassword checks the password of a new account (its e-mail, as the policy
+// refuses a password made of it) against the policy and hashes it in a hashing
+// slot, waiting its turn like a login: internal/accounts creates the user with it.
+func (s *Service) HashNewPassword(ctx context.Context, email, password string) (string, error) {
+	if err := CheckPasswordPolicy(NormalizeEmail(email), password); err != nil {
+		return "", err
 	}
-	nickname = strings.TrimSpace(nickname)
-	if err := checkNickname(nickname); err != nil {
-		return store.User{}, err
-	}
-	if role != store.RoleAdmin && role != store.RoleUser {
-		return store.User{}, errs.E(errs.Invalid, "role must be %q or %q", store.RoleAdmin, store.RoleUser)
-	}
-	if err := CheckPasswordPolicy(email, password); err != nil {
-		return store.User{}, err
-	}
-	hash, err := s.hash(ctx, password)
-	if err != nil {
-		return store.User{}, err
-	}
-	u, err := s.st.CreateUser(ctx, store.User{Email: email, Nickname: nickname, PasswordHash: hash, Role: role})
-	if err != nil {
-		return store.User{}, fmt.Errorf("create user %s: %w", email, err)
-	}
-	return u, nil
+	return s.hash(ctx, password)
 }
 
 // hash makes a new password hash in a hashing slot.
@@ -142,20 +122,3 @@ func (s *Service) setHash(ctx context.Context, userID int64, old, hash string) (
 // HashLoad returns the password hashes running now and the logins queued for a
 // slot, for tests and gauges.
 func (s *Service) HashLoad() (running, queued int) { return s.hashes.stats() }
-
-// checkEmail accepts a plain address (no display name), at most 254 bytes.
-func checkEmail(email string) error {
-	a, err := mail.ParseAddress(email)
-	if err != nil || a.Name != "" || a.Address != email || len(email) > 254 {
-		return errs.E(errs.Invalid, "email must be a plain e-mail address")
-	}
-	return nil
-}
-
-// checkNickname accepts up to 100 printable characters.
-func checkNickname(nick string) error {
-	if utf8.RuneCountInString(nick) > 100 || strings.IndexFunc(nick, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return errs.E(errs.Invalid, "nickname must be at most 100 printable characters")
-	}
-	return nil
-}

@@ -19,7 +19,6 @@ import (
 
 // Store is the part of store.Store this package uses; every store.Store is one.
 type Store interface {
-	CreateUser(ctx context.Context, u store.User) (store.User, error)
 	UserByID(ctx context.Context, id int64) (store.User, error)
 	UserByEmail(ctx context.Context, email string) (store.User, error)
 	UpdateUser(ctx context.Context, u store.User) (store.User, error)

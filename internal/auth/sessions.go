@@ -222,23 +222,37 @@ func (s *Service) Logout(ctx context.Context, p Principal) error {
 }
 
 // RevokeUser ends every session of a user, for why (WhyDisabled, WhyDeleted,
-// WhyAdmin, ...): call it after disabling, demoting or before deleting a user.
-func (s *Service) RevokeUser(ctx context.Context, userID int64, why string) error {
-	return s.revokeUserSessions(ctx, userID, "", why)
+// WhyAdmin, ...): call it after disabling, demoting or before deleting a user. It
+// returns how many sessions ended.
+func (s *Service) RevokeUser(ctx context.Context, userID int64, why string) (int, error) {
+	ids, err := s.revokeUserSessions(ctx, userID, "", why)
+	return len(ids), err
 }
 
-func (s *Service) revokeUserSessions(ctx context.Context, userID int64, keep, why string) error {
-	ids, err := s.st.RevokeUserSessions(ctx, userID, keep, s.cfg.Now(), why)
-	if err != nil {
-		return fmt.Errorf("revoke sessions of user %d: %w", userID, err)
-	}
+// revokeUserSessions ends the sessions of userID but keep, and drops them from this
+// process's cache at once (the other replicas drop them from the change feed).
+func (s *Service) revokeUserSessions(ctx context.Context, userID int64, keep, why string) ([]string, error) {
+	ids, err := endUserSessions(ctx, s.st, s.audit, s.cfg.Now(), userID, keep, why)
 	s.cache.revoke(ids...)
+	return ids, err
+}
+
+// endUserSessions ends the sessions of userID but keep in the store, and audits
+// it as auth.sessions_revoked when there were any: the one way a user's sessions
+// end together, in a server (Service) or in the administration commands (Offline).
+func endUserSessions(ctx context.Context, st interface {
+	RevokeUserSessions(ctx context.Context, userID int64, keep string, at time.Time, why string) ([]string, error)
+}, audit func(context.Context, store.AuditRecord), now time.Time, userID int64, keep, why string) ([]string, error) {
+	ids, err := st.RevokeUserSessions(ctx, userID, keep, now, why)
+	if err != nil {
+		return nil, fmt.Errorf("revoke sessions of user %d: %w", userID, err)
+	}
 	if len(ids) > 0 {
 		// The actor is whoever asked (ctx): the user's sessions are the target.
-		s.audit(ctx, store.AuditRecord{Action: "auth.sessions_revoked", Target: "user:" + strconv.FormatInt(userID, 10),
+		audit(ctx, store.AuditRecord{Action: "auth.sessions_revoked", Target: "user:" + strconv.FormatInt(userID, 10),
 			Result: "ok", Reason: why, Params: jsonParams(map[string]any{"why": why, "sessions": len(ids)})})
 	}
-	return nil
+	return ids, nil
 }
 
 // ActiveSessions counts live sessions in the store, for a gauge; 0 when the store
