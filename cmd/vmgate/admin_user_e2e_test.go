@@ -12,7 +12,7 @@ import (
 // TestAdminUserRules: `vmgate admin user create` and `disable` go through the
 // rules the API goes through (issue 18, docs/history.md; internal/accounts): a
 // malformed e-mail, a display name, a control character in the nickname and a
-// password the policy refuses (docs/security.md item 16) are refused; the last
+// password the policy refuses (docs/security.md item 13) are refused; the last
 // enabled admin cannot be disabled (last_admin: somebody must still manage
 // vmgate), and once another admin exists it can; each change is audited with
 // via "cli". That disable ends the user's sessions on a running server is

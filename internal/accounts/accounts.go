@@ -14,6 +14,11 @@
 // and deletion end the user's sessions at once (docs/security.md item 11); every change is
 // audited, attributed through internal/audit to whoever asked.
 //
+// A new user's rules — a plain e-mail address, a printable nickname, one of two
+// roles, auth's password policy — hold whoever creates it: an admin (Service) or the
+// host's administrator (Host: `vmgate admin user`, which checks no caller but keeps
+// every other rule, the last-admin guard included; docs/decisions/0081).
+//
 // Credentials and sessions themselves — password hashing and policy, login
 // throttling, tokens, revocation — are internal/auth's: accounts calls it and adds
 // what a change of an account means. Values leave this package as its own view

@@ -13,7 +13,7 @@ import (
 // The rules of a new user hold whoever creates it — an admin through the API or
 // the web UI, or the host's administrator (`vmgate admin user create`): the e-mail
 // is a plain address stored trimmed and lower-cased, the nickname printable, the
-// role one of two, the password the policy's (docs/security.md item 16), and a
+// role one of two, the password the policy's (docs/security.md item 13), and a
 // taken e-mail is Conflict (issue 18, docs/history.md: CreateUser and the e-mail
 // rules live in accounts).
 func TestCreateUserValidation(t *testing.T) {

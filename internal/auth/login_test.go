@@ -367,7 +367,7 @@ func TestLoginRehashesWhenParamsChange(t *testing.T) {
 	old.login("alice@example.com", alicePassword) // a replica still on the old params moves it back
 }
 
-// A new account's password meets the policy (docs/security.md item 16), the
+// A new account's password meets the policy (docs/security.md item 13), the
 // e-mail's local part included whatever its case and spaces, and its hash
 // verifies, on a Service (in a hashing slot) and Offline alike. The rules of the
 // e-mail and the nickname are internal/accounts'.
