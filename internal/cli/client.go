@@ -247,7 +247,7 @@ func VMPath(clusterID int64, node string, vmid int64) string {
 
 // The API's path segments of the guest kinds.
 const (
-	KindVM = "vm" // QEMU virtual machines
+	KindVM = "vm"  // QEMU virtual machines
 	KindCT = "lxc" // LXC containers
 )
 
