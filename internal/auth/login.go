@@ -47,15 +47,16 @@ func errBusy(wait time.Duration) *errs.Error {
 		RetryAfter: retrySeconds(wait)}
 }
 
-// Login checks an e-mail and password and starts a session. addr is the client's
+// Login is the password method: it checks an e-mail and password and starts a
+// session through StartSession (MethodPassword). addr is the client's
 // address (or an RFC 7239 obfuscated identifier); throttling counts its network
 // (Config.IPv4Prefix, IPv6Prefix). In order: the network's token bucket, the
 // delay of the (account, network) pair and the account's block on networks it has
 // not logged in from (all 429, the right password too: a delayed login is not
 // verified, so the delay is no oracle), a hashing slot (waiting its turn in the FIFO queue; 429 with Retry-After when the
 // queue is full), then one argon2id verification, against the dummy hash for an
-// unknown e-mail. A login that fails on vmgate's store (reading the user,
-// writing the session) gives its attempt back to the network's bucket: the
+// unknown e-mail. A login that fails on vmgate's side (reading the user,
+// starting the session) gives its attempt back to the network's bucket: the
 // store's failure is not the client's. Every failure — unknown e-mail, wrong password, disabled user — is
 // the same 401 "invalid credentials". A hash made with other parameters than
 // Config.Argon2 is replaced.
