@@ -292,7 +292,7 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	// A VM on the offline node: PVE cannot reach the node (595); for a read that
 	// is 503 naming the node, never 409.
 	_, err = svc.VMStatus(ctx, c.ID, "pve1", 100)
-	if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable || e.Reason != "cluster_unavailable" || e.Details["node"] != "pve1" {
+	if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable || e.ReasonOrDefault() != "cluster_unavailable" || e.Details["node"] != "pve1" {
 		t.Fatalf("VM on an offline node: %v", err)
 	}
 	// Every node down: the cluster is unavailable.

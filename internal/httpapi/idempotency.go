@@ -108,9 +108,9 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 
 	cw := &captureWriter{header: http.Header{}}
-	// The task row the request writes names the key, so that whoever finishes the
-	// key later learns what it asked (vmops.WithIdempotencyKey).
-	actErr := act(cw, r.WithContext(vmops.WithIdempotencyKey(r.Context(), key)))
+	// The task row the request writes names the key (vmActor hands it to the use
+	// case), so that whoever finishes the key later learns what it asked.
+	actErr := act(cw, r)
 	if actErr != nil {
 		writeError(cw, r, actErr)
 	}

@@ -83,11 +83,13 @@ func (s *Server) vmRoutes() []route {
 	)
 }
 
-// vmActor is the caller as vmops records it (the audit trail takes the rest of the
-// request from the context).
+// vmActor is the caller as the use cases take it, with the request's
+// Idempotency-Key (validated by then; "" when none). The audit trail takes the
+// rest of the request from the context.
 func vmActor(r *http.Request) vmops.Actor {
 	p := principal(r)
-	return vmops.Actor{UserID: p.UserID, Email: p.Email}
+	key, _, _ := idempotencyKey(r)
+	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants, APITokenID: p.APITokenID, Key: key}
 }
 
 // pathVM reads and validates {clusterId}/{node}/{vmid} of a VM's route.

@@ -215,7 +215,7 @@ func (w *claimWorld) logf(format string, args ...any) {
 // begin runs request r's use case up to its POST: the row is written and the
 // call is under way.
 func (w *claimWorld) begin(r *claimRequest) {
-	ctx := WithIdempotencyKey(audit.WithActor(context.Background(), w.user, "ops@example.com", "s"), r.key)
+	ctx := audit.WithActor(context.Background(), w.user, "ops@example.com", "s")
 	claim, err := w.svc.ClaimKey(ctx, w.user, r.key, "h")
 	if err != nil || !claim.Claimed {
 		w.t.Fatalf("claim %s: %+v %v", r.key, claim, err)
@@ -223,7 +223,7 @@ func (w *claimWorld) begin(r *claimRequest) {
 	r.began = w.clock.Now()
 	go func() {
 		defer close(r.done)
-		_, row, err := w.svc.startTask(ctx, w.pve, Actor{UserID: w.user, Email: "ops@example.com"}, GuestRef{ClusterID: 1,
+		_, row, err := w.svc.startTask(ctx, w.pve, Actor{UserID: w.user, Email: "ops@example.com", Key: r.key}, GuestRef{ClusterID: 1,
 			Node: "pve1", VMID: w.vmid}, OpMigrate, "pve2", map[string]any{}, func(context.Context) (pve.UPID, error) {
 			close(r.entered)
 			<-r.reach

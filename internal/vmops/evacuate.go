@@ -187,7 +187,7 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 	// plan it answers, in the same write that creates it: if this process dies
 	// before the key holds the answer, whoever takes the key over answers it from
 	// the operation instead of letting a retry start a second one (settleHeld).
-	op.IdemKey = idempotencyKeyOf(ctx)
+	op.IdemKey = a.Key
 	defer func() {
 		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
 			Node: op.Node, Target: fmt.Sprintf("operation:%d", out.OperationID), Params: op.Params,

@@ -370,7 +370,8 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 		return &hookAPI{pveAPI: api, beforeWrite: func() { close(sent); <-release }}
 	})
 	const key = "retry-me"
-	ctx := WithIdempotencyKey(e.request(), key)
+	ctx := e.request()
+	e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
 	claim, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "hash")
 	if err != nil || !claim.Claimed {
 		t.Fatalf("claim %+v %v", claim, err)
@@ -426,7 +427,8 @@ func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 	withUser(t, e)
 	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
 	const key = "unknown-outcome"
-	ctx := WithIdempotencyKey(e.request(), key)
+	ctx := e.request()
+	e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
 	if c, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "h"); err != nil || !c.Claimed {
 		t.Fatalf("claim %+v %v", c, err)
 	}

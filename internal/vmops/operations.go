@@ -405,15 +405,13 @@ type itemBinding struct {
 	row     *store.Task // the row once written
 }
 
-type itemKey struct{}
-
 // createTaskRow writes the task row of an operation, before PVE is called: as
-// an operation's item when ctx carries one (the item moves to running in the same
+// an operation's item when the actor carries one (the item moves to running in the same
 // transaction, and an item that is not pending any more gets Conflict and no row),
 // else as a row of its own.
-func (s *Service) createTaskRow(ctx context.Context, t store.Task) (store.Task, error) {
-	b, ok := ctx.Value(itemKey{}).(*itemBinding)
-	if !ok {
+func (s *Service) createTaskRow(ctx context.Context, a Actor, t store.Task) (store.Task, error) {
+	b := a.item
+	if b == nil {
 		return s.store.CreateTask(ctx, t)
 	}
 	var params map[string]any

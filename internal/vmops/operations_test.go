@@ -681,7 +681,8 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 			e := newOpsEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }}, OperationsConfig{})
 			withUser(t, e.env)
 			const key = "once-only"
-			ctx := WithIdempotencyKey(e.request(), key)
+			ctx := e.request()
+			e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
 			if claim, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "hash"); err != nil || !claim.Claimed {
 				t.Fatalf("claim %+v %v", claim, err)
 			}

@@ -209,9 +209,9 @@ func (s *Service) startTask(ctx context.Context, api pveAPI, a Actor, vm GuestRe
 		pveNow = time.Time{} // the search falls back on the row's creation (claim.go)
 	}
 	// As an operation's item when ctx carries one (operations.go), else a row of its own.
-	row, err := s.createTaskRow(ctx, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
+	row, err := s.createTaskRow(ctx, a, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
 		Op: op, GuestKind: vm.rowKind(), Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
-		IdemKey: idempotencyKeyOf(ctx), PVECreatedAt: pveNow})
+		IdemKey: a.Key, PVECreatedAt: pveNow})
 	if err != nil {
 		return pve.UPID{}, store.Task{}, fmt.Errorf("record the %s task: %w", op, err)
 	}

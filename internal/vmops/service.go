@@ -93,12 +93,32 @@ type Config struct {
 	MaxFollowers int
 }
 
-// Actor is the vmgate user an operation is done for; the task row keeps it. The
-// audit trail takes the rest of the request (session, client address, request id)
-// from the facts the context carries (internal/audit).
+// Actor is the caller of a use case and what its request carries, handed over by
+// the adapter explicitly (never in the context): who it is (the task row keeps
+// UserID and Email; Role, Limit and APITokenID are what a grant check reads), the
+// Idempotency-Key the request runs under, and, for an action an operation runs,
+// the operation's item it carries out. The audit trail takes the rest of the
+// request (session, client address, request id) from the facts the context
+// carries (internal/audit).
 type Actor struct {
-	UserID int64
-	Email  string
+	UserID     int64
+	Email      string
+	Role       string           // store.RoleAdmin or store.RoleUser
+	Limit      map[int64]string // an API token's grants (fleet.Actor.Limit); nil: the user's own
+	APITokenID string           // the API token the caller authenticated with; "" for a session
+	// Key is the request's Idempotency-Key ("" when none): the task row or the
+	// operation the request writes names it, so that whoever finishes the key later
+	// (the holder died, the outcome became known later) learns what the request
+	// asked and what became of it (docs/decisions/0020).
+	Key string
+	// item, set by the operations' driver, binds the task row the action writes to
+	// an operation's item (createTaskRow).
+	item *itemBinding
+}
+
+// Fleet is the caller as internal/fleet checks grants.
+func (a Actor) Fleet() fleet.Actor {
+	return fleet.Actor{UserID: a.UserID, Email: a.Email, Role: a.Role, Limit: a.Limit, APITokenID: a.APITokenID}
 }
 
 // GuestKind is the kind of a guest: a QEMU VM or an LXC container (PVE's names,

@@ -20,7 +20,7 @@ func actor(r *http.Request) fleet.Actor {
 // vmActor is the caller as internal/vmops records it.
 func vmActor(r *http.Request) vmops.Actor {
 	p := principal(r)
-	return vmops.Actor{UserID: p.UserID, Email: p.Email}
+	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role}
 }
 
 // clusterRead bounds the inventory reads of one page, so that one slow cluster
