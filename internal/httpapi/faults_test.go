@@ -231,14 +231,14 @@ type longPolls struct {
 	entered chan struct{}
 }
 
-func (l longPolls) Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error) {
+func (l longPolls) Task(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error) {
 	if wait > 0 {
 		select {
 		case l.entered <- struct{}{}:
 		default:
 		}
 	}
-	return l.VMs.Task(ctx, upid, clusterHint, wait)
+	return l.VMs.Task(ctx, a, upid, clusterHint, wait)
 }
 
 // TestShutdownDrainOverHTTP: the drain answers an open long-poll at once with the

@@ -13,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
@@ -55,6 +56,13 @@ type envOpts struct {
 type clientsFunc func(ctx context.Context, id int64) (*pve.Client, error)
 
 func (f clientsFunc) Client(ctx context.Context, id int64) (*pve.Client, error) { return f(ctx, id) }
+
+// allowAll is a Grants that lets every caller do everything: the tests that are
+// not about grants (grants_test.go is) act as an admin would.
+type allowAll struct{}
+
+func (allowAll) Require(context.Context, fleet.Actor, int64, string, string) error { return nil }
+func (allowAll) Readable(context.Context, fleet.Actor) ([]int64, bool, error)      { return nil, true, nil }
 
 // auditLog keeps what the service's audit trail writes (an audit.Store).
 type auditLog struct {
@@ -174,6 +182,7 @@ func (e *env) newService(tweak func(*Config)) *Service {
 			}
 			return e.client, nil
 		}),
+		Grants:       allowAll{},
 		PollInterval: testPoll,
 		Audit:        audit.New(e.audit, audit.Options{}),
 		HAGrace:      5 * time.Second,
@@ -206,7 +215,7 @@ func (e *env) waitTask(upid string) TaskView {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
-		v, err := e.svc.Task(ctx, upid, 0, MaxTaskWait)
+		v, err := e.svc.Task(ctx, e.actor, upid, 0, MaxTaskWait)
 		if err != nil {
 			e.t.Fatalf("task %s: %v", upid, err)
 		}

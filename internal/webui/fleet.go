@@ -11,16 +11,18 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// actor is the caller as internal/fleet sees it.
+// actor is the caller as internal/fleet sees it, with the request as it was
+// made (attempt) for the audit record of a refused grant.
 func actor(r *http.Request) fleet.Actor {
 	p := principal(r)
-	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role}
+	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Via: attempt(r)}
 }
 
-// vmActor is the caller as internal/vmops records it.
+// vmActor is the caller as the use cases of internal/vmops take it: they check
+// its grant themselves and record it.
 func vmActor(r *http.Request) vmops.Actor {
 	p := principal(r)
-	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role}
+	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Via: attempt(r)}
 }
 
 // clusterRead bounds the inventory reads of one page, so that one slow cluster

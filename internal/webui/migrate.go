@@ -1,12 +1,12 @@
 package webui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -39,9 +39,10 @@ func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
 	}
 	target := r.URL.Query().Get("target")
 	if target != "" && (!validNode(target) || target == vm.Node) {
-		target = ""
+		target = "" // only preselects a node in the form
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+	// The form is a step of the migration: it is offered to whoever may migrate.
+	if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 		return err
 	}
 	v := migrateView{VM: vm, Target: target}
@@ -54,7 +55,7 @@ func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	pc, err := u.vms.MigrateCheck(r.Context(), vm, "")
+	pc, err := u.vms.MigrateCheck(r.Context(), vmActor(r), vm, "")
 	if err != nil {
 		if k := errs.KindOf(err); k == errs.Internal || k == errs.NotFound {
 			return err
@@ -99,8 +100,9 @@ func sortedKeysOf[V any](m map[string]V) []string {
 	return out
 }
 
-// vmMigrate starts a migration (vmops.Migrate: pre-check, task, audit) and goes to
-// its live view; a refusal goes back to the form with PVE's reason.
+// vmMigrate starts a migration (vmops.Migrate: the request, the grant, pre-check,
+// task, audit) and goes to its live view; a refusal goes back to the form with
+// the reason (a refused grant is the error page).
 func (u *UI) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	vm, err := pathVM(r)
 	if err != nil {
@@ -108,21 +110,18 @@ func (u *UI) vmMigrate(w http.ResponseWriter, r *http.Request) error {
 	}
 	back := vmURL(vm.ClusterID, vm.Node, vm.VMID) + "/migrate"
 	target := r.PostFormValue("target")
-	switch {
-	case target == "":
+	if target == "" {
 		return u.backWith(w, r, back, "Choose a target node.")
-	case !validNode(target):
-		return u.backWith(w, r, back, "The target is not a node name.")
-	case target == vm.Node:
-		return u.backWith(w, r, back, "The target must be another node than the VM's.")
 	}
-	back += "?target=" + url.QueryEscape(target)
 	online := r.PostFormValue("mode") != "offline"
 	req := vmops.MigrateRequest{Target: target, Online: &online, WithLocalDisks: r.PostFormValue("withLocalDisks") == "on"}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+	upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
+	if errors.Is(err, vmops.ErrDenied) {
 		return err
 	}
-	upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
+	if errs.KindOf(err) != errs.Invalid {
+		back += "?target=" + url.QueryEscape(target) // the form again, the node still chosen
+	}
 	if ref, ok := vmops.TaskRefOf(err); ok {
 		// The outcome is unknown: the task page follows vmgate's task row until
 		// PVE's task is found (or known never to have started).

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -88,7 +89,7 @@ func (u *UI) vmPage(w http.ResponseWriter, r *http.Request) error {
 			v.ClusterName = cs[i].Name
 		}
 	}
-	v.Tasks, err = u.vms.Tasks(r.Context(), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
+	v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
 	if err != nil {
 		v.TasksErr = errorText(err)
 	}
@@ -114,9 +115,9 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 	return err == nil
 }
 
-// The power actions: each checks the operator grant (audited when refused), runs
-// the operation through vmops (state checks, task, audit, wait) and goes back to
-// the VM's page, which shows the outcome from the task.
+// The power actions: each runs the operation through vmops (the operator grant,
+// audited when refused; state checks, task, audit, wait) and goes back to the
+// VM's page, which shows the outcome from the task.
 
 func (u *UI) vmStart(w http.ResponseWriter, r *http.Request) error {
 	return u.power(w, r, "start", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
@@ -152,10 +153,10 @@ func (u *UI) power(w http.ResponseWriter, r *http.Request, action string,
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+	out, err := op(r.Context(), vm)
+	if errors.Is(err, vmops.ErrDenied) {
 		return err
 	}
-	out, err := op(r.Context(), vm)
 	n := outcomeNotice(action, vm, out, err)
 	if n.Kind == "" {
 		return err
@@ -199,13 +200,13 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 }
 
 // forceStopPage asks before a forced stop: it powers the VM off like pulling the
-// plug.
+// plug. It is offered to whoever may act (vmops.MayAct), as the stop is.
 func (u *UI) forceStopPage(w http.ResponseWriter, r *http.Request) error {
 	vm, err := pathVM(r)
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+	if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 		return err
 	}
 	u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop VM "+itoa(vm.VMID), "vms", vm))

@@ -106,14 +106,14 @@ type VMs interface {
 	Suspend(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.SuspendOptions) (vmops.Outcome, error)
 	Resume(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.ResumeOptions) (vmops.Outcome, error)
 	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
-	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
+	MigrateCheck(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, target string) (vmops.Precheck, error)
+	MayAct(ctx context.Context, a vmops.Actor, clusterID int64) error
 
-	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
-	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
-	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
-	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
-	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
-	TaskPage(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, int64, error)
+	Task(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
+	TaskLog(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
+	Events(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
+	Tasks(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, error)
+	TaskPage(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, int64, error)
 }
 
 // AuditTrail is what the admin's audit page reads; *audit.Trail is one.
