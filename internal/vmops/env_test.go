@@ -35,6 +35,9 @@ type env struct {
 	svc    *Service
 	audit  *auditLog
 	actor  Actor
+	// pveURL and pveFingerprint are pve1's API, pveToken the emulator's
+	// "id=secret": what registering the cluster in a fleet takes.
+	pveURL, pveFingerprint, pveToken string
 }
 
 type envOpts struct {
@@ -103,6 +106,19 @@ func (a *auditLog) last(action string) (store.AuditRecord, bool) {
 	return store.AuditRecord{}, false
 }
 
+// all lists the records of action, oldest first.
+func (a *auditLog) all(action string) []store.AuditRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []store.AuditRecord
+	for _, r := range a.recs {
+		if r.Action == action {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	if o.speed == 0 {
@@ -118,7 +134,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 	t.Cleanup(func() { srv.Close() })
 	ep := srv.Endpoints()[0]
 	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
-	e := &env{t: t, sim: sim, audit: &auditLog{}, actor: Actor{UserID: 7, Email: "ops@example.com"}}
+	e := &env{t: t, sim: sim, audit: &auditLog{}, actor: Actor{UserID: 7, Email: "ops@example.com"},
+		pveURL: ep.URL, pveFingerprint: ep.Fingerprint, pveToken: sim.DevToken()}
 	url := ep.URL
 	if o.proxy {
 		p, err := faultproxy.New(strings.TrimPrefix(ep.URL, "https://"), faultproxy.Options{})
