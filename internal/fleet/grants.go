@@ -74,6 +74,18 @@ func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, a
 	return err
 }
 
+// requireRead checks the actor's viewer grant on a cluster before one of the
+// fleet's reads, audited when refused with the request as the actor made it
+// (Actor.Via): the reads check their caller's grant themselves, like every use
+// case (issue 18 (docs/history.md)).
+func (s *Service) requireRead(ctx context.Context, a Actor, clusterID int64) error {
+	attempt := a.Via
+	if attempt == "" {
+		attempt = "read cluster " + strconv.FormatInt(clusterID, 10)
+	}
+	return s.Require(ctx, a, clusterID, GrantViewer, attempt)
+}
+
 // Grant roles on one cluster.
 const (
 	GrantOperator = store.GrantOperator // power, migrate, read

@@ -40,12 +40,6 @@ func pathClusterID(r *http.Request) (int64, error) {
 	return parseIntParam("clusterId", r.PathValue("clusterId"), 1, 1<<53)
 }
 
-// authorize checks the caller's grant on a cluster for the fleet's reads, which
-// do not check it themselves yet; fleet audits a denial, naming the request.
-func (s *Server) authorize(r *http.Request, clusterID int64, need string) error {
-	return s.fleet.Require(r.Context(), actor(r), clusterID, need, via(r))
-}
-
 // operatorWrite ends a guest write handler once its path, query and body are
 // decoded, in the order of every request's checks: the Idempotency-Key header
 // (400), then the use case under the key (its own checks: the request, the

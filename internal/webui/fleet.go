@@ -63,16 +63,16 @@ func (u *UI) fleetPage(w http.ResponseWriter, r *http.Request) error {
 	for i, cv := range views {
 		cv.Status = statusWord(cv.Status)
 		out[i] = fleetCluster{ClusterView: cv}
-		wg.Go(func() { u.readCluster(r.Context(), &out[i]) })
+		wg.Go(func() { u.readCluster(r.Context(), actor(r), &out[i]) })
 	}
 	wg.Wait()
 	u.render(w, r, http.StatusOK, "fleet", u.page(w, r, "Fleet", "fleet", out))
 	return nil
 }
 
-// readCluster fills a cluster's nodes and VM counts (the caller holds a grant:
-// Clusters lists only those).
-func (u *UI) readCluster(ctx context.Context, c *fleetCluster) {
+// readCluster fills a cluster's nodes and VM counts as a may read them (it holds
+// a grant: Clusters lists only those).
+func (u *UI) readCluster(ctx context.Context, a fleet.Actor, c *fleetCluster) {
 	ctx, cancel := context.WithTimeout(ctx, clusterRead)
 	defer cancel()
 	var (
@@ -82,8 +82,8 @@ func (u *UI) readCluster(ctx context.Context, c *fleetCluster) {
 		vErr  error
 		wg    sync.WaitGroup
 	)
-	wg.Go(func() { nodes, nErr = u.fleet.Nodes(ctx, c.ID) })
-	wg.Go(func() { vms, vErr = u.fleet.VMs(ctx, c.ID) })
+	wg.Go(func() { nodes, nErr = u.fleet.Nodes(ctx, a, c.ID) })
+	wg.Go(func() { vms, vErr = u.fleet.VMs(ctx, a, c.ID) })
 	wg.Wait()
 	if err := firstErr(nErr, vErr); err != nil {
 		c.Err = errorText(err)

@@ -46,7 +46,7 @@ func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v := migrateView{VM: vm, Target: target}
-	if st, err := u.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID); err == nil {
+	if st, err := u.fleet.VMStatus(r.Context(), actor(r), vm.ClusterID, vm.Node, vm.VMID); err == nil {
 		v.Name = st.Name
 	} else if e, ok := errs.As(err); ok && e.Kind == errs.NotFound {
 		if node, _ := e.Details["node"].(string); node != "" && validNode(node) {

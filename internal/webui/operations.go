@@ -103,10 +103,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantViewer, attempt(r)); err != nil {
-		return err
-	}
-	nodes, err := u.fleet.Nodes(r.Context(), clusterID)
+	nodes, err := u.fleet.Nodes(r.Context(), actor(r), clusterID)
 	if err != nil {
 		return err
 	}
@@ -127,7 +124,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 			v.ClusterName = cs[i].Name
 		}
 	}
-	if vms, err := u.fleet.VMs(r.Context(), clusterID); err == nil {
+	if vms, err := u.fleet.VMs(r.Context(), actor(r), clusterID); err == nil {
 		for _, vm := range vms {
 			if vm.Node == name {
 				v.VMs = append(v.VMs, vm)

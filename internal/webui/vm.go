@@ -56,10 +56,7 @@ func (u *UI) vmPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantViewer, attempt(r)); err != nil {
-		return err
-	}
-	st, err := u.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID)
+	st, err := u.fleet.VMStatus(r.Context(), actor(r), vm.ClusterID, vm.Node, vm.VMID)
 	if err != nil {
 		if e, ok := errs.As(err); ok && e.Kind == errs.NotFound {
 			if node, _ := e.Details["node"].(string); node != "" && validNode(node) {

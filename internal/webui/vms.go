@@ -86,7 +86,8 @@ func (u *UI) vmsPage(w http.ResponseWriter, r *http.Request) error {
 		vq.VMQuery = fleet.VMQuery{}
 	}
 	v.Query = vq
-	clusters, err := u.fleet.Clusters(r.Context(), actor(r))
+	a := actor(r)
+	clusters, err := u.fleet.Clusters(r.Context(), a)
 	if err != nil {
 		return err
 	}
@@ -107,8 +108,8 @@ func (u *UI) vmsPage(w http.ResponseWriter, r *http.Request) error {
 			defer cancel()
 			// Both from the same snapshot: the whole list for the counts and the
 			// choices, the matches for the page.
-			if results[i].all, results[i].err = u.fleet.VMList(ctx, c.ID, fleet.VMQuery{}); results[i].err == nil {
-				results[i].match, results[i].err = u.fleet.VMList(ctx, c.ID, vq.VMQuery)
+			if results[i].all, results[i].err = u.fleet.VMList(ctx, a, c.ID, fleet.VMQuery{}); results[i].err == nil {
+				results[i].match, results[i].err = u.fleet.VMList(ctx, a, c.ID, vq.VMQuery)
 			}
 		})
 	}

@@ -75,11 +75,9 @@ type Accounts interface {
 
 // Fleet is what the UI needs of internal/fleet; *fleet.Service is one.
 type Fleet interface {
-	// Require checks the actor's grant and audits a refusal; Authorize only
-	// answers (the UI asks it which buttons to show, which is no attempt).
-	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+	// Authorize only answers (the UI asks it which buttons to show, which is
+	// no attempt); the use cases check the caller's grant themselves.
 	Authorize(ctx context.Context, a fleet.Actor, clusterID int64, need string) (string, error)
-	Readable(ctx context.Context, a fleet.Actor) (ids []int64, all bool, err error)
 
 	Register(ctx context.Context, spec fleet.ClusterSpec) (fleet.Cluster, error)
 	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (fleet.Cluster, error)
@@ -92,10 +90,10 @@ type Fleet interface {
 	UserGrants(ctx context.Context, userID int64) ([]fleet.Grant, error)
 
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
-	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
-	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
-	VMList(ctx context.Context, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
-	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
+	Nodes(ctx context.Context, a fleet.Actor, clusterID int64) ([]fleet.NodeView, error)
+	VMs(ctx context.Context, a fleet.Actor, clusterID int64) ([]fleet.VMView, error)
+	VMList(ctx context.Context, a fleet.Actor, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
+	VMStatus(ctx context.Context, a fleet.Actor, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
 // VMs is what the UI needs of internal/vmops; *vmops.Service is one.
