@@ -29,6 +29,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
@@ -227,7 +228,7 @@ func TestStaleReadsWhileNodeCutOff(t *testing.T) {
 // longPolls is the VM service with a word when a task query that may wait (a
 // long-poll) has reached it.
 type longPolls struct {
-	VMs
+	frontend.VMs
 	entered chan struct{}
 }
 

@@ -15,22 +15,6 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Operations is what the HTTP layer needs of vmops' operations on many VMs
-// (issue 13 (docs/history.md)): evacuating a node, bulk power actions, and reading, following and
-// cancelling the operations. *vmops.OperationService implements it. The handlers
-// decode; the use cases judge the request and check the caller's grant.
-type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
-	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
-	Operation(ctx context.Context, a vmops.Actor, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, a vmops.Actor, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(vmops.OperationView) error) error
-	Stats() vmops.OperationStats
-}
-
-var _ Operations = (*vmops.OperationService)(nil)
-
 // operationRoutes start, read, follow and cancel operations. Starting and
 // cancelling need an operator grant on the cluster, reading a viewer grant.
 func (s *Server) operationRoutes() []route {

@@ -14,29 +14,6 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// VMs is what the HTTP layer needs of internal/vmops: the VM operations and the
-// task queries (docs/design.md §3.2, §3.3). *vmops.Service implements it. The handlers
-// decode; the use cases judge the request and check the caller's grant.
-type VMs interface {
-	Start(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Stop(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.StopOptions) (vmops.Outcome, error)
-	Reboot(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Suspend(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.SuspendOptions) (vmops.Outcome, error)
-	Resume(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.ResumeOptions) (vmops.Outcome, error)
-	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
-	MigrateCheck(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, target string) (vmops.Precheck, error)
-
-	Task(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
-	TaskLog(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
-	Events(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
-	Tasks(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, error)
-
-	ClaimKey(ctx context.Context, userID int64, key, requestHash string) (vmops.KeyClaim, error)
-	KeepAnswer(ctx context.Context, userID int64, key string, a vmops.Answer) error
-	ReleaseKey(ctx context.Context, userID int64, key string) error
-	HoldKey(ctx context.Context, userID int64, key string)
-}
-
 // guestKindRoutes are the kinds of guest the API serves, each under its own path
 // segment: /api/v1/pve/vm/… for QEMU VMs (the seed API), /api/v1/pve/lxc/… for
 // LXC containers. A kind is a row here; the handlers are the same for every kind

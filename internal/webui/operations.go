@@ -14,19 +14,6 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Operations is what the UI needs of vmops' operations on many VMs (issue 13 (docs/history.md)):
-// the node page's evacuation, the operation's page and its live view.
-// *vmops.OperationService is one.
-type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
-	Operation(ctx context.Context, a vmops.Actor, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, a vmops.Actor, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(vmops.OperationView) error) error
-}
-
-var _ Operations = (*vmops.OperationService)(nil)
-
 // nodeURL is the UI page of a node.
 func nodeURL(clusterID int64, node string) string {
 	return "/nodes/" + strconv.FormatInt(clusterID, 10) + "/" + url.PathEscape(node)
