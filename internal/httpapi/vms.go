@@ -28,8 +28,9 @@ var guestKindRoutes = []struct {
 }
 
 // vmRoutes are the guest operations and the task queries. Every one needs a
-// token; each handler checks the grant on the cluster (operator for writes,
-// viewer for reads) after validating the request and before anything touches PVE.
+// token; each use case checks the caller's grant on the cluster (operator for
+// writes, viewer for reads) after judging the request and before anything
+// touches PVE.
 func (s *Server) vmRoutes() []route {
 	var out []route
 	for _, k := range guestKindRoutes {
@@ -159,8 +160,8 @@ func (s *Server) vmReboot(kind vmops.GuestKind) handler {
 	}
 }
 
-// power is the common handler of start, stop and reboot: validate, authorize
-// (operator), run once per Idempotency-Key, answer 200 when the task ended well,
+// power is the common handler of start, stop and reboot: decode, run the use case
+// (which checks the operator grant) once per Idempotency-Key, answer 200 when the task ended well,
 // 202 with Location while it runs, the mapped error when it failed. Every answer
 // that started a task carries X-Task-Id.
 func (s *Server) power(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind, withForce bool,

@@ -770,8 +770,8 @@ func (s *Service) lookupRef(ctx context.Context, ref taskRef, clusterHint int64)
 	return s.lookup(ctx, u, 0)
 }
 
-// TaskCluster says which cluster a task belongs to, so that the caller can be
-// authorized before the task is read: the cluster vmgate recorded for a task it
+// TaskCluster says which cluster a task belongs to, whose grant the task's
+// readers need (requireTask): the cluster vmgate recorded for a task it
 // started (by UPID or task reference), else clusterHint (0 = none given →
 // NotFound).
 func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64) (int64, error) {
