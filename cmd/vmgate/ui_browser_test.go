@@ -493,7 +493,7 @@ func TestUIBrowserWalk(t *testing.T) {
 
 	// VMs 100–105.
 	b.open("/vms")
-	b.waitText("6 of 6 VMs")
+	b.waitText("10 of 10 guests")
 	for vmid := 100; vmid <= 105; vmid++ {
 		if !b.has("link", strconv.Itoa(vmid)) {
 			t.Errorf("the VM list has no link to VM %d", vmid)
@@ -667,7 +667,7 @@ func TestUIBrowserViewer(t *testing.T) {
 		t.Errorf("VM 100 after the viewer's POST: %s", got)
 	}
 	b.open("/vms")
-	b.waitText("6 of 6 VMs")
+	b.waitText("10 of 10 guests")
 	b.shot("phone-vms")
 	b.open("/")
 	b.waitText("pve1")

@@ -5,7 +5,7 @@
 //
 // The services that implement them — auth, accounts, fleet, vmops and its
 // operations, the audit trail — hold every rule: each use case takes its caller and
-// checks the grant itself (docs/decisions/0081). A front end decodes, calls one use
+// checks the grant itself (docs/decisions/0088). A front end decodes, calls one use
 // case and renders. Tests fake an interface by embedding it and overriding a
 // method. This package, like the front ends, imports neither internal/store nor
 // internal/pve (internal/httpapi/layers_test.go).
@@ -91,6 +91,9 @@ type Fleet interface {
 	VMList(ctx context.Context, a fleet.Actor, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
 	GuestList(ctx context.Context, a fleet.Actor, clusterID int64, kind string, q fleet.VMQuery) (fleet.VMList, error)
 	VMStatus(ctx context.Context, a fleet.Actor, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
+	// GuestList and GuestStatus take the guest's kind as PVE names it: "qemu"
+	// (VMs) or "lxc" (containers).
+	GuestStatus(ctx context.Context, a fleet.Actor, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
 var _ Fleet = (*fleet.Service)(nil)
