@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/testkit"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // TestTaskPageAndStreamAgreeOnPercent: a migration's task page opened half-way
@@ -31,7 +32,7 @@ func TestTaskPageAndStreamAgreeOnPercent(t *testing.T) {
 
 	// PVE's log, read past vmgate's cache, says the VM's memory is being sent.
 	testkit.Until(t, "the memory phase in PVE's log", func() bool {
-		lg, err := e.vms.TaskLog(t.Context(), upid, 0, 0, 0)
+		lg, err := e.vms.TaskLog(t.Context(), vmops.Actor{UserID: e.users[opEmail].ID, Email: opEmail}, upid, 0, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
