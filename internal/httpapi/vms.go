@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -33,10 +31,10 @@ type VMs interface {
 	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
 	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
 
-	ClaimKey(ctx context.Context, userID int64, key, requestHash string) (vmops.KeyClaim, error)
-	KeepAnswer(ctx context.Context, userID int64, key string, a vmops.Answer) error
-	ReleaseKey(ctx context.Context, userID int64, key string) error
-	HoldKey(ctx context.Context, userID int64, key string)
+	// What a request made under an Idempotency-Key came to (KeyOutcomes), and
+	// the task row it wrote while it runs.
+	KeyOutcome(ctx context.Context, userID int64, key string, since time.Time) (vmops.KeyOutcome, error)
+	KeyTaskRef(ctx context.Context, userID int64, key string, since time.Time) int64
 }
 
 // guestKindRoutes are the kinds of guest the API serves, each under its own path
@@ -55,23 +53,24 @@ var guestKindRoutes = []struct {
 // vmRoutes are the guest operations and the task queries. Every one needs a
 // token; each handler checks the grant on the cluster (operator for writes,
 // viewer for reads) after validating the request and before anything touches PVE.
+// Every write takes an Idempotency-Key (keyed).
 func (s *Server) vmRoutes() []route {
 	var out []route
 	for _, k := range guestKindRoutes {
 		g := "/api/v1/pve/" + k.segment + "/{clusterId}/{node}/{vmid}"
 		out = append(out,
-			route{"POST", g + "/start", authed, s.vmStart(k.kind)},
-			route{"POST", g + "/stop", authed, s.vmStop(k.kind)},
-			route{"POST", g + "/reboot", authed, s.vmReboot(k.kind)},
+			route{"POST", g + "/start", authed, s.keyed(s.vmStart(k.kind))},
+			route{"POST", g + "/stop", authed, s.keyed(s.vmStop(k.kind))},
+			route{"POST", g + "/reboot", authed, s.keyed(s.vmReboot(k.kind))},
 		)
 		if k.suspend {
 			out = append(out,
-				route{"POST", g + "/suspend", authed, s.vmSuspend(k.kind)}, // suspend.go
-				route{"POST", g + "/resume", authed, s.vmResume(k.kind)},
+				route{"POST", g + "/suspend", authed, s.keyed(s.vmSuspend(k.kind))}, // suspend.go
+				route{"POST", g + "/resume", authed, s.keyed(s.vmResume(k.kind))},
 			)
 		}
 		out = append(out,
-			route{"POST", g + "/migrate", authed, s.vmMigrate(k.kind)},
+			route{"POST", g + "/migrate", authed, s.keyed(s.vmMigrate(k.kind))},
 			route{"GET", g + "/migrate", authed, s.vmMigrateCheck(k.kind)},
 		)
 	}
@@ -216,7 +215,7 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, kind vmops.Gu
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, vm.ClusterID, nil, func(w http.ResponseWriter, r *http.Request) error {
+	return s.operatorWrite(w, r, vm.ClusterID, func(w http.ResponseWriter, r *http.Request) error {
 		out, err := op(r.Context(), vmActor(r), vm, q)
 		return renderPower(w, out, err)
 	})
@@ -286,12 +285,6 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	// The body is read once: decoded strictly, and hashed for the Idempotency-Key.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		return bodyError(err)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var in struct {
 		Target         *string `json:"target"`
 		Online         *bool   `json:"online"`
@@ -333,7 +326,7 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 		n := int(*in.BWLimit)
 		req.BWLimit = &n
 	}
-	return s.operatorWrite(w, r, vm.ClusterID, body, func(w http.ResponseWriter, r *http.Request) error {
+	return s.operatorWrite(w, r, vm.ClusterID, func(w http.ResponseWriter, r *http.Request) error {
 		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
 		return renderMigrate(w, upid, err)
 	})
