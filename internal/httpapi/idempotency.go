@@ -80,7 +80,7 @@ func requestHash(r *http.Request, body []byte) string {
 }
 
 // keyed is the Idempotency-Key middleware of a write route (docs/design.md §3.2,
-// docs/decisions/0081): it runs next once per (caller, key) within
+// docs/decisions/0085): it runs next once per (caller, key) within
 // idempotency.TTL. A malformed key is 400 before anything else the route checks.
 // With no key it just runs next. With a key it claims the key first: a repeat of
 // the same request replays the first answer (status, body, X-Task-Id, Location)

@@ -85,7 +85,7 @@ var layerRules = []struct {
 	why    string
 }{
 	// The keeper of Idempotency-Keys keeps answers as opaque bytes and asks its
-	// Settle what a request came to (docs/decisions/0081).
+	// Settle what a request came to (docs/decisions/0085).
 	{"../idempotency", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
 		"github.com/vmgate/vmgate/internal/vmops", "github.com/vmgate/vmgate/internal/pve"},
 		"the keeper knows neither HTTP nor the use cases"},

@@ -11,7 +11,7 @@ import (
 )
 
 // What a request made under an Idempotency-Key did is a use case's question,
-// answered here in the domain's terms (docs/decisions/0020, 0081): the keys
+// answered here in the domain's terms (docs/decisions/0020, 0085): the keys
 // themselves — claims, leases, kept answers — are internal/idempotency's, and
 // the answers the front end's.
 
