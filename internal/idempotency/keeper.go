@@ -148,6 +148,7 @@ type heldKey struct {
 	// was taken over from a holder that died), and is settled then.
 	awaiting bool
 	settling bool // settleHeld is asking Config.Settle about it
+	again    bool // news came while settling: ask once more
 }
 
 // New builds a keeper. Call Run to take over the keys of dead holders, and

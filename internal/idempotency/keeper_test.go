@@ -265,3 +265,41 @@ func TestHeartbeatKeepsTheKey(t *testing.T) {
 		t.Errorf("the holder's answer: %v", err)
 	}
 }
+
+// TestNewsWhileSettling: news of a request's outcome (Settle) that comes while
+// the key is being settled on an older view is not lost: the keeper asks once
+// more when that settling ends unsettled.
+func TestNewsWhileSettling(t *testing.T) {
+	t.Parallel()
+	st, user := openStore(t)
+	ctx := context.Background()
+	key := Key{UserID: user, Name: "late-news"}
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	calls := 0
+	settle := func(context.Context, Key, time.Time) (Settlement, error) {
+		calls++ // only ever one settling at a time: no lock needed, the race detector would tell
+		if calls == 1 {
+			close(entered)
+			<-proceed
+			return Settlement{Verdict: Unsettled}, nil
+		}
+		return Settlement{Verdict: Answered, Answer: Answer{Status: 200}}, nil
+	}
+	k := New(Config{Store: st, Settle: settle, After: func(time.Duration) <-chan time.Time { return nil }})
+	t.Cleanup(k.Close)
+	if got, err := k.Claim(ctx, key, "h"); err != nil || !got.Claimed {
+		t.Fatalf("claim: %+v %v", got, err)
+	}
+	awaited := make(chan struct{})
+	go func() {
+		defer close(awaited)
+		k.Await(ctx, key) // the request answered outcome_unknown
+	}()
+	<-entered
+	k.Settle(ctx, key) // the search found the task meanwhile
+	close(proceed)
+	<-awaited
+	if got, err := k.Claim(ctx, key, "h"); err != nil || !got.Done || got.Answer.Status != 200 || calls != 2 {
+		t.Fatalf("the retry: %+v %v after %d questions, want the answer after 2", got, err, calls)
+	}
+}

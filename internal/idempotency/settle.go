@@ -96,36 +96,44 @@ func (k *Keeper) takeOver(ctx context.Context, rec store.IdempotencyRecord) (sto
 // what Config.Settle says its request came to: kept with its answer, released,
 // or held on (unsettled, or Settle failed: asked again at the next renewal or
 // news). It returns the answer kept, or released when the key was released. A
-// key held for a running request, or being settled already, is left alone.
+// key held for a running request is left alone; news for a key being settled
+// already has it asked once more when that ends unsettled.
 func (k *Keeper) settleHeld(ctx context.Context, key Key) (*Answer, bool) {
 	k.mu.Lock()
 	h := k.held[key]
-	if h == nil || !h.awaiting || h.settling || k.settle == nil {
+	switch {
+	case h == nil || !h.awaiting || k.settle == nil:
+		k.mu.Unlock()
+		return nil, false
+	case h.settling:
+		h.again = true
 		k.mu.Unlock()
 		return nil, false
 	}
 	h.settling = true
 	k.mu.Unlock()
-	defer func() {
-		k.mu.Lock()
-		h.settling = false
-		k.mu.Unlock()
-	}()
-	s, err := k.settle(ctx, key, h.since)
-	if err != nil {
-		if ctx.Err() == nil {
-			k.log.Warn("settling an idempotency key failed; it is held and asked again", slog.Int64("user", key.UserID),
-				slog.String("error", err.Error()))
+	for {
+		s, err := k.settle(ctx, key, h.since)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				k.log.Warn("settling an idempotency key failed; it is held and asked again", slog.Int64("user", key.UserID),
+					slog.String("error", err.Error()))
+			}
+		case s.Verdict == StartedNothing:
+			return nil, k.release(ctx, h)
+		case s.Verdict == Answered:
+			return k.finish(ctx, h, s.Answer)
 		}
-		return nil, false
+		k.mu.Lock()
+		again := h.again && err == nil
+		h.again = false
+		h.settling = again
+		k.mu.Unlock()
+		if !again {
+			return nil, false
+		}
 	}
-	switch s.Verdict {
-	case StartedNothing:
-		return nil, k.release(ctx, h)
-	case Answered:
-		return k.finish(ctx, h, s.Answer)
-	}
-	return nil, false
 }
 
 // finish keeps a as the answer of a key this process holds.
