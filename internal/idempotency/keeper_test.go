@@ -14,24 +14,6 @@ import (
 // t0 is the keepers' clock at the first claim.
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 // openStore is a fresh SQLite store with one user, whose id it returns.
 func openStore(t *testing.T) (store.Store, int64) {
 	t.Helper()
@@ -152,7 +134,7 @@ func TestTakeOverOfADeadHolder(t *testing.T) {
 
 			// Within the lease the key is still the dead holder's.
 			s := &settler{result: c.verdict}
-			clk := &clock{now: t0.Add(29 * time.Second)}
+			clk := testkit.NewClock(t0.Add(29 * time.Second))
 			alive := New(Config{Store: st, Now: clk.Now, Lease: 30 * time.Second, Settle: s.settle})
 			t.Cleanup(alive.Close)
 			got, err := alive.Claim(ctx, key, "h")
@@ -236,7 +218,7 @@ func TestHeartbeatKeepsTheKey(t *testing.T) {
 	st, user := openStore(t)
 	ctx := context.Background()
 	key := Key{UserID: user, Name: "long"}
-	clk := &clock{now: t0}
+	clk := testkit.NewClock(t0)
 	beat := make(chan time.Time)
 	holder := New(Config{Store: st, Now: clk.Now, Lease: 30 * time.Second,
 		After: func(d time.Duration) <-chan time.Time {
