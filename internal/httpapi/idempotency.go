@@ -122,13 +122,21 @@ func (s *Server) keyed(next handler) handler {
 		}
 
 		cw := &captureWriter{header: http.Header{}}
+		ctx := context.WithoutCancel(r.Context())
+		defer func() {
+			if p := recover(); p != nil {
+				// A bug (outer answers 500): what the request did is settled from
+				// what it wrote, as for an unknown outcome.
+				s.keys.Await(ctx, key)
+				panic(p)
+			}
+		}()
 		// The task row the request writes names the key (vmActor hands it to the
 		// use case), so that whoever settles the key later learns what it asked.
 		actErr := next(cw, r)
 		if actErr != nil {
 			writeError(cw, r, timedOut(r, actErr))
 		}
-		ctx := context.WithoutCancel(r.Context())
 		switch {
 		case errors.Is(actErr, vmops.ErrMaybeStarted):
 			// Its outcome is unknown: the key stays in progress until vmgate has

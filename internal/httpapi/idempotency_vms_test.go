@@ -2,13 +2,17 @@ package httpapi
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -150,5 +154,32 @@ func TestRefusedRequestReleasesItsKey(t *testing.T) {
 	}
 	if n := e.dev.Requests("POST", simStart); n != 1 {
 		t.Errorf("PVE got %d start POSTs, want 1", n)
+	}
+}
+
+// TestKeyOfAPanickingRequest: a handler that panics under a key (a bug: outer
+// answers 500) does not leave its key in progress for the life of the process:
+// the key is settled from what the request wrote — here nothing, so it is
+// released and a retry runs.
+func TestKeyOfAPanickingRequest(t *testing.T) {
+	t.Parallel()
+	e := newVMEnv(t, 1000)
+	op := e.users["op"]
+	bug := e.api.keyed(func(http.ResponseWriter, *http.Request) error { panic("a bug") })
+	r := httptest.NewRequest("POST", e.vmPath("pve1", 101)+"/start", nil)
+	r.Header.Set("Idempotency-Key", "panics")
+	r = r.WithContext(context.WithValue(r.Context(), infoKey, &reqInfo{base: slog.Default(),
+		principal: &auth.Principal{UserID: op.ID}}))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the handler's panic did not pass through the middleware")
+			}
+		}()
+		bug(httptest.NewRecorder(), r)
+	}()
+	got, err := e.keys.Claim(context.Background(), idempotency.Key{UserID: op.ID, Name: "panics"}, "any")
+	if err != nil || !got.Claimed {
+		t.Errorf("the key after the panic: %+v %v, want it released", got, err)
 	}
 }
