@@ -24,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
 
@@ -493,7 +494,7 @@ func TestUIBrowserWalk(t *testing.T) {
 
 	// VMs 100–105.
 	b.open("/vms")
-	b.waitText("6 of 6 VMs")
+	b.waitText("10 of 10 guests")
 	for vmid := 100; vmid <= 105; vmid++ {
 		if !b.has("link", strconv.Itoa(vmid)) {
 			t.Errorf("the VM list has no link to VM %d", vmid)
@@ -629,15 +630,12 @@ func TestUIBrowserViewer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const viewerPassword = "quiet harbour 9 willows"
-	var u struct {
-		ID int64 `json:"id"`
-	}
-	if _, err := admin.Do(ctx, "POST", "/api/v1/users", nil, map[string]string{"email": "vera@example.com",
-		"nickname": "Vera", "password": viewerPassword, "role": "user"}, &u); err != nil {
+	u, err := admin.CreateUser(ctx, client.UserCreate{Email: "vera@example.com", Nickname: "Vera", Password: viewerPassword,
+		Role: "user"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Do(ctx, "PUT", fmt.Sprintf("/api/v1/clusters/1/grants/%d", u.ID), nil,
-		map[string]string{"role": "viewer"}, nil); err != nil {
+	if _, err := admin.PutGrant(ctx, 1, u.ID, "viewer"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -667,7 +665,7 @@ func TestUIBrowserViewer(t *testing.T) {
 		t.Errorf("VM 100 after the viewer's POST: %s", got)
 	}
 	b.open("/vms")
-	b.waitText("6 of 6 VMs")
+	b.waitText("10 of 10 guests")
 	b.shot("phone-vms")
 	b.open("/")
 	b.waitText("pve1")

@@ -54,6 +54,11 @@ type VMView struct {
 	HAState string
 	MaxMem  int64
 	MaxCPU  float64 // a CPU limit may be fractional
+	// What /cluster/resources says the guest uses now: the share of its CPUs
+	// (0–1), its memory in bytes and its uptime in seconds (0 when stopped).
+	CPU    float64
+	Mem    int64
+	Uptime int64
 }
 
 // HAView is a VM's high-availability state.
@@ -222,6 +227,8 @@ func guestViews(res []pve.Resource, kind pve.GuestKind) []VMView {
 		tags = appendTags(tags, r.Tags)
 		out = append(out, VMView{VMID: k.vmid, Name: r.Name, Node: r.Node, Status: r.Status, Lock: r.Lock,
 			Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, MaxMem: r.MaxMem, MaxCPU: r.MaxCPU})
+		now := &out[len(out)-1]
+		now.CPU, now.Mem, now.Uptime = r.CPU, r.Mem, r.Uptime
 	}
 	return out
 }
@@ -264,6 +271,17 @@ func appendTags(dst []string, s string) []string {
 // process read answers, marked stale; without one the read is 503 (504 on a
 // timeout), never 409. The caller has authorized.
 func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
+	return s.GuestStatus(ctx, clusterID, string(pve.Qemu), node, vmid)
+}
+
+// GuestStatus is VMStatus for a guest of kind, PVE's name of it ("qemu" or
+// "lxc"): a container's status, or a VM's. A vmid of the other kind is NotFound
+// saying which kind it is (NotOnNodeOf).
+func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
+	kind := pve.GuestKind(kindName)
+	if kind != pve.Qemu && kind != pve.LXC {
+		return VMStatusView{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(kindName))
+	}
 	if !pve.ValidNode(node) {
 		return VMStatusView{}, invalid("node %q is not a PVE node name", quoteSafe(node))
 	}
@@ -274,13 +292,13 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 	if err != nil {
 		return VMStatusView{}, err
 	}
-	// While the VM's node cannot be reached, its last known status answers, marked
-	// stale (lastknown.go).
+	// While the guest's node cannot be reached, its last known status answers,
+	// marked stale (lastknown.go).
 	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, vmid}, func(ctx context.Context) (VMStatusView, error) {
-		st, err := cl.GuestStatus(ctx, pve.VMOn(node, int(vmid)))
+		st, err := cl.GuestStatus(ctx, pve.Guest{Kind: kind, Node: node, VMID: int(vmid)})
 		if err != nil {
 			if pve.IsNotFound(err) {
-				return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)
+				return VMStatusView{}, s.guestNotOn(ctx, clusterID, kind, node, vmid, err)
 			}
 			return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
 		}
@@ -290,11 +308,11 @@ func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vm
 	})
 }
 
-// vmNotOn is the 404 for a VM PVE says is not on node, from a fresh look at where
-// the cluster's resources show it.
-func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmid int64, cause error) error {
+// guestNotOn is the 404 for a guest PVE says is not on node, from a fresh look at
+// where the cluster's resources show it.
+func (s *Service) guestNotOn(ctx context.Context, clusterID int64, kind pve.GuestKind, node string, vmid int64, cause error) error {
 	res, _ := s.guestResources(ctx, clusterID) // without them the answer just names no node
-	return NotOnNode(vmid, node, res, cause)
+	return NotOnNodeOf(kind, vmid, node, res, cause)
 }
 
 // NotOnNode is the one 404 for a VM that is not on node (docs/design.md §3.2): it names the

@@ -18,6 +18,7 @@ import (
 // *vmops.OperationService is one.
 type Operations interface {
 	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
+	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
 	OperationCluster(ctx context.Context, id int64) (int64, error)
 	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
 	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)
@@ -54,12 +55,17 @@ type nodeView struct {
 	ClusterName string
 	Node        fleet.NodeView
 	VMs         []fleet.VMView
+	CTs         []fleet.VMView   // the node's containers
 	Others      []fleet.NodeView // the other nodes: the evacuation's possible targets
 	CanAct      bool             // operator: the evacuation form
 	Form        evacuateForm
 	Plan        *vmops.Plan // a preview (dry run), when asked for
 	PlanErr     string
 	Operations  []vmops.OperationView // recent operations on this node
+	// NotEmpty: the node's last evacuation ended and guests are still on the
+	// node (issue 19 item 6); LastEvacuation is that operation.
+	NotEmpty       bool
+	LastEvacuation *vmops.OperationView
 }
 
 // evacuateForm is the evacuation form's values.
@@ -127,12 +133,11 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 			v.ClusterName = cs[i].Name
 		}
 	}
-	if vms, err := u.fleet.VMs(r.Context(), clusterID); err == nil {
-		for _, vm := range vms {
-			if vm.Node == name {
-				v.VMs = append(v.VMs, vm)
-			}
-		}
+	if vms, err := u.fleet.GuestList(r.Context(), clusterID, string(vmops.GuestVM), fleet.VMQuery{Node: name}); err == nil {
+		v.VMs = vms.VMs
+	}
+	if cts, err := u.fleet.GuestList(r.Context(), clusterID, string(vmops.GuestCT), fleet.VMQuery{Node: name}); err == nil {
+		v.CTs = cts.VMs
 	}
 	v.CanAct = u.ops != nil && u.canAct(r.Context(), r, clusterID)
 	var req vmops.EvacuateRequest
@@ -157,6 +162,10 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 				}
 			}
 		}
+	}
+	if len(v.Operations) > 0 && v.Operations[0].Kind == vmops.KindEvacuate && v.Operations[0].Finished() {
+		v.LastEvacuation = &v.Operations[0]
+		v.NotEmpty = len(v.VMs)+len(v.CTs) > 0
 	}
 	u.render(w, r, http.StatusOK, "node", u.page(w, r, "Node "+name, "fleet", v))
 	return nil
@@ -219,12 +228,61 @@ type operationView struct {
 
 // liveOperation is an operation as its page and event stream show it.
 type liveOperation struct {
-	Status   string     `json:"status"`
-	Finished bool       `json:"finished"`
-	Counts   string     `json:"counts"`
-	Ended    string     `json:"ended,omitempty"`
-	Cancel   bool       `json:"cancelRequested"`
-	Items    []liveItem `json:"items"`
+	Status string `json:"status"`
+	// StatusText and StatusClass are the status's badge: an operation that ended
+	// with guests left is amber "done with skips", whatever word the view carries
+	// (done_with_skips, or done with skipped items).
+	StatusText  string     `json:"statusText"`
+	StatusClass string     `json:"statusClass"`
+	Finished    bool       `json:"finished"`
+	Counts      string     `json:"counts"`
+	Ended       string     `json:"ended,omitempty"`
+	Cancel      bool       `json:"cancelRequested"`
+	Items       []liveItem `json:"items"`
+	// Left names, once the operation ended, each guest it did not act on (skipped
+	// or failed) and why, in a sentence.
+	Left []string `json:"left,omitempty"`
+}
+
+// opStatusDoneWithSkips is the status of an operation that ended with guests
+// left (issue 19 item 6).
+const opStatusDoneWithSkips = "done_with_skips"
+
+// opBadge is the badge of an operation's status.
+func opBadge(op vmops.OperationView) (text, class string) {
+	switch {
+	case op.Status == opStatusDoneWithSkips, op.Status == vmops.OperationDone && op.Counts.Skipped > 0:
+		return "done with skips", "badge-warn"
+	case op.Status == vmops.OperationDone:
+		return "done", "badge-ok"
+	case op.Status == vmops.OperationPartial:
+		return "partial", "badge-warn"
+	case op.Status == vmops.OperationFailed:
+		return "failed", "badge-bad"
+	case op.Status == vmops.OperationCancelled:
+		return "cancelled", "badge-stopped"
+	}
+	return op.Status, "badge-running"
+}
+
+// leftSentence says why an operation left a guest where it was.
+func leftSentence(op vmops.OperationView, it vmops.ItemView) string {
+	who := "VM " + itoa(it.VMID)
+	if it.Name != "" {
+		who += " (" + it.Name + ")"
+	}
+	where := ""
+	if op.Kind == vmops.KindEvacuate && it.Node != "" {
+		where = " is still on " + it.Node
+	}
+	why := it.Error
+	if why == "" {
+		why = "no reason was given"
+	}
+	if it.State == vmops.ItemFailed {
+		return sentence(who + where + ": it failed: " + why)
+	}
+	return sentence(who + where + ": skipped, " + why)
 }
 
 // liveItem is one VM of an operation as its row shows it.
@@ -253,6 +311,7 @@ func liveOp(op vmops.OperationView) liveOperation {
 	l := liveOperation{Status: op.Status, Finished: op.Finished(), Cancel: op.CancelRequested,
 		Counts: strconv.Itoa(c.OK) + " ok · " + strconv.Itoa(c.Running) + " running · " + strconv.Itoa(c.Pending) +
 			" waiting · " + strconv.Itoa(c.Failed) + " failed · " + strconv.Itoa(c.Skipped) + " skipped, of " + strconv.Itoa(c.Total)}
+	l.StatusText, l.StatusClass = opBadge(op)
 	if op.Finished() && !op.EndedAt.IsZero() {
 		l.Ended = when(op.EndedAt)
 	}
@@ -277,6 +336,9 @@ func liveOp(op vmops.OperationView) liveOperation {
 		}
 		li.PercentText = strconv.FormatFloat(li.Percent, 'f', 0, 64) + "%"
 		l.Items = append(l.Items, li)
+		if op.Finished() && (it.State == vmops.ItemSkipped || it.State == vmops.ItemFailed) {
+			l.Left = append(l.Left, leftSentence(op, it))
+		}
 	}
 	return l
 }

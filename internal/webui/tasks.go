@@ -158,7 +158,7 @@ func (u *UI) taskPage(w http.ResponseWriter, r *http.Request) error {
 
 func taskTitle(t vmops.TaskView) string {
 	if t.VMID != 0 {
-		return t.Type + " of VM " + itoa(t.VMID)
+		return t.Type + " of " + vmops.GuestKind(t.GuestKind()).Noun() + " " + itoa(t.VMID)
 	}
 	return "Task " + t.Type
 }
@@ -243,7 +243,7 @@ func live(t vmops.TaskView, now time.Time) liveTask {
 		}
 	}
 	if l.Migration && t.VMID != 0 && t.Target != "" && (t.Result == vmops.ResultOK || t.Result == vmops.ResultWarnings) {
-		l.NewNode, l.VMURL = t.Target, vmURL(t.ClusterID, t.Target, t.VMID)
+		l.NewNode, l.VMURL = t.Target, guestURL(t.GuestKind(), t.ClusterID, t.Target, t.VMID)
 	}
 	return l
 }

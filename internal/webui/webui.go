@@ -94,8 +94,10 @@ type Fleet interface {
 	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
 	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
 	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
-	VMList(ctx context.Context, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
-	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
+	// GuestList and GuestStatus take the guest's kind as PVE names it: "qemu"
+	// (VMs) or "lxc" (containers).
+	GuestList(ctx context.Context, clusterID int64, kind string, q fleet.VMQuery) (fleet.VMList, error)
+	GuestStatus(ctx context.Context, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
 // VMs is what the UI needs of internal/vmops; *vmops.Service is one.
