@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
@@ -190,7 +191,7 @@ func (s *Server) keyTaskRef(ctx context.Context, key idempotency.Key, since time
 // the request came to, asked of the use cases — the operation on many VMs it
 // created, else its task — and rendered as its handler renders it. For an
 // evacuation or a bulk action that is 202 with the operation and its plan.
-func KeyOutcomes(vms VMs, ops Operations) idempotency.SettleFunc {
+func KeyOutcomes(vms frontend.VMs, ops frontend.Operations) idempotency.SettleFunc {
 	return func(ctx context.Context, k idempotency.Key, since time.Time) (idempotency.Settlement, error) {
 		if ops != nil {
 			l, ok, err := ops.OperationByKey(ctx, k.UserID, k.Name, since)

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 
@@ -41,10 +42,7 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantViewer, attempt(r)); err != nil {
-			return err
-		}
-		st, err := u.fleet.GuestStatus(r.Context(), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
+		st, err := u.fleet.GuestStatus(r.Context(), actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
 		if err != nil {
 			if to := movedTo(vm, err); to != "" {
 				u.carryNotice(w, r)
@@ -74,7 +72,7 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 				v.ClusterName = cs[i].Name
 			}
 		}
-		v.Tasks, err = u.vms.Tasks(r.Context(), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
+		v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
 		if err != nil {
 			v.TasksErr = errorText(err)
 		}
@@ -101,9 +99,9 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 	return err == nil
 }
 
-// The power actions: each checks the operator grant (audited when refused), runs
-// the operation through vmops (state checks, task, audit, wait) and goes back to
-// the guest's page, which shows the outcome from the task.
+// The power actions: each runs the operation through vmops (the operator grant,
+// audited when refused; state checks, task, audit, wait) and goes back to the
+// guest's page, which shows the outcome from the task.
 
 func (u *UI) guestStart(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "start", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
@@ -140,10 +138,10 @@ func (u *UI) power(k guestKind, action string,
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-			return err
-		}
 		out, err := op(r.Context(), vmActor(r), vm)
+		if errors.Is(err, vmops.ErrDenied) {
+			return err // the error page's 404 or 403, as for any refused grant
+		}
 		n := outcomeNotice(action, vm, out, err)
 		if n.Kind == "" {
 			return err
@@ -188,14 +186,14 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 }
 
 // forceStopPage asks before a forced stop: it powers the guest off like pulling
-// the plug.
+// the plug. It is offered to whoever may act (vmops.MayAct), as the stop is.
 func (u *UI) forceStopPage(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		vm, err := pathGuest(r, k.kind)
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 			return err
 		}
 		u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop "+guestName(vm), "vms", vm))
