@@ -99,8 +99,9 @@ type Fleet interface {
 var _ Fleet = (*fleet.Service)(nil)
 
 // VMs is internal/vmops' single-guest use cases: the power actions, migration
-// and its pre-check, the task reads (docs/design.md §3.2, §3.3), and the
-// Idempotency-Keys of the API's writes. *vmops.Service is one.
+// and its pre-check, the task reads (docs/design.md §3.2, §3.3), and what a
+// request under an Idempotency-Key came to (the API's keyed writes:
+// docs/decisions/0085). *vmops.Service is one.
 type VMs interface {
 	Start(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
 	Stop(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.StopOptions) (vmops.Outcome, error)
@@ -119,10 +120,9 @@ type VMs interface {
 	Tasks(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, error)
 	TaskPage(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, int64, error)
 
-	ClaimKey(ctx context.Context, userID int64, key, requestHash string) (vmops.KeyClaim, error)
-	KeepAnswer(ctx context.Context, userID int64, key string, a vmops.Answer) error
-	ReleaseKey(ctx context.Context, userID int64, key string) error
-	HoldKey(ctx context.Context, userID int64, key string)
+	KeyOutcome(ctx context.Context, userID int64, key string, since time.Time) (vmops.KeyOutcome, error)
+	// KeyTaskRef is the task row a request under a key still in progress wrote.
+	KeyTaskRef(ctx context.Context, userID int64, key string, since time.Time) int64
 }
 
 var _ VMs = (*vmops.Service)(nil)
@@ -139,6 +139,8 @@ type Operations interface {
 	OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(vmops.OperationView) error) error
 	// Stats are this process's operation figures, for the metrics.
 	Stats() vmops.OperationStats
+	// OperationByKey is the operation a request under an Idempotency-Key created.
+	OperationByKey(ctx context.Context, userID int64, key string, since time.Time) (vmops.Launched, bool, error)
 }
 
 var _ Operations = (*vmops.OperationService)(nil)

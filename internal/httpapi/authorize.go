@@ -39,15 +39,3 @@ func vmActor(r *http.Request) vmops.Actor {
 func pathClusterID(r *http.Request) (int64, error) {
 	return parseIntParam("clusterId", r.PathValue("clusterId"), 1, 1<<53)
 }
-
-// operatorWrite ends a guest write handler once its path, query and body are
-// decoded, in the order of every request's checks: the Idempotency-Key header
-// (400), then the use case under the key (its own checks: the request, the
-// caller's grant with 404/403, then PVE).
-func (s *Server) operatorWrite(w http.ResponseWriter, r *http.Request, body []byte,
-	act func(w http.ResponseWriter, r *http.Request) error) error {
-	if _, _, err := idempotencyKey(r); err != nil {
-		return err
-	}
-	return s.idempotent(w, r, body, act)
-}

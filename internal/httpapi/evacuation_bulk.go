@@ -1,10 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,8 +17,8 @@ import (
 // cancelling need an operator grant on the cluster, reading a viewer grant.
 func (s *Server) operationRoutes() []route {
 	return []route{
-		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate", authed, s.evacuate},
-		{"POST", "/api/v1/pve/clusters/{clusterId}/bulk/{action}", authed, s.bulk},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate", authed, s.keyed(s.evacuate)},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/bulk/{action}", authed, s.keyed(s.bulk)},
 		{"GET", "/api/v1/pve/operations", authed, s.listOperations},
 		{"GET", "/api/v1/pve/operations/{id}", authed, s.getOperation},
 		{"GET", "/api/v1/pve/operations/{id}/events", authed, s.operationEvents},
@@ -147,20 +145,6 @@ func toPlanJSON(p vmops.Plan) planJSON {
 	return out
 }
 
-// readBody reads a POST's body once: decoded strictly into dst, and returned for
-// the Idempotency-Key's hash.
-func readBody(w http.ResponseWriter, r *http.Request, dst any) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		return nil, bodyError(err)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err := decodeJSON(w, r, dst); err != nil {
-		return nil, err
-	}
-	return body, nil
-}
-
 // launched answers a started operation 202 with its id and plan (Location: the
 // operation), a dry run 200 with the plan alone.
 func launched(w http.ResponseWriter, l vmops.Launched, err error) error {
@@ -197,8 +181,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 		StopOnError    *bool    `json:"stopOnError"`
 		DryRun         *bool    `json:"dryRun"`
 	}
-	body, err := readBody(w, r, &in)
-	if err != nil {
+	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
 	req := vmops.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
@@ -215,10 +198,8 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
-		l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
-		return launched(w, l, err)
-	})
+	l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
+	return launched(w, l, err)
 }
 
 func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
@@ -250,8 +231,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 		StopOnError *bool  `json:"stopOnError"`
 		DryRun      *bool  `json:"dryRun"`
 	}
-	body, err := readBody(w, r, &in)
-	if err != nil {
+	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
 	req := vmops.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
@@ -262,10 +242,8 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
-		l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
-		return launched(w, l, err)
-	})
+	l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
+	return launched(w, l, err)
 }
 
 // maxParallel reads an operation's optional maxParallel: 1 to

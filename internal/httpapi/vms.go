@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -30,24 +28,24 @@ var guestKindRoutes = []struct {
 // vmRoutes are the guest operations and the task queries. Every one needs a
 // token; each use case checks the caller's grant on the cluster (operator for
 // writes, viewer for reads) after judging the request and before anything
-// touches PVE.
+// touches PVE. Every write takes an Idempotency-Key (keyed).
 func (s *Server) vmRoutes() []route {
 	var out []route
 	for _, k := range guestKindRoutes {
 		g := "/api/v1/pve/" + k.segment + "/{clusterId}/{node}/{vmid}"
 		out = append(out,
-			route{"POST", g + "/start", authed, s.vmStart(k.kind)},
-			route{"POST", g + "/stop", authed, s.vmStop(k.kind)},
-			route{"POST", g + "/reboot", authed, s.vmReboot(k.kind)},
+			route{"POST", g + "/start", authed, s.keyed(s.vmStart(k.kind))},
+			route{"POST", g + "/stop", authed, s.keyed(s.vmStop(k.kind))},
+			route{"POST", g + "/reboot", authed, s.keyed(s.vmReboot(k.kind))},
 		)
 		if k.suspend {
 			out = append(out,
-				route{"POST", g + "/suspend", authed, s.vmSuspend(k.kind)}, // suspend.go
-				route{"POST", g + "/resume", authed, s.vmResume(k.kind)},
+				route{"POST", g + "/suspend", authed, s.keyed(s.vmSuspend(k.kind))}, // suspend.go
+				route{"POST", g + "/resume", authed, s.keyed(s.vmResume(k.kind))},
 			)
 		}
 		out = append(out,
-			route{"POST", g + "/migrate", authed, s.vmMigrate(k.kind)},
+			route{"POST", g + "/migrate", authed, s.keyed(s.vmMigrate(k.kind))},
 			route{"GET", g + "/migrate", authed, s.vmMigrateCheck(k.kind)},
 		)
 	}
@@ -183,10 +181,8 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, kind vmops.Gu
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, nil, func(w http.ResponseWriter, r *http.Request) error {
-		out, err := op(r.Context(), vmActor(r), vm, q)
-		return renderPower(w, out, err)
-	})
+	out, err := op(r.Context(), vmActor(r), vm, q)
+	return renderPower(w, out, err)
 }
 
 // renderPower answers a power operation: 200 when its task ended well, 202 with
@@ -250,12 +246,6 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	// The body is read once: decoded strictly, and hashed for the Idempotency-Key.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		return bodyError(err)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var in struct {
 		Target         *string `json:"target"`
 		Online         *bool   `json:"online"`
@@ -289,10 +279,8 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 		n := clampInt(*in.BWLimit)
 		req.BWLimit = &n
 	}
-	return s.operatorWrite(w, r, body, func(w http.ResponseWriter, r *http.Request) error {
-		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
-		return renderMigrate(w, upid, err)
-	})
+	upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
+	return renderMigrate(w, upid, err)
 }
 
 // precheckJSON is PVE's migration pre-check as vmgate shows it. The node lists are

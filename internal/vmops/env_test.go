@@ -206,7 +206,6 @@ func (e *env) newService(tweak func(*Config)) *Service {
 		LostGrace:    time.Minute,
 		Sweep:        50 * time.Millisecond,
 		SearchEvery:  10 * time.Millisecond,
-		KeySweep:     10 * time.Millisecond,
 	}
 	if tweak != nil {
 		tweak(&cfg)

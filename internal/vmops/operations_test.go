@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
@@ -678,12 +679,13 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newOpsEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }}, OperationsConfig{})
+			e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+			keys := keysFor(t, e.svc, e.ops, nil)
 			withUser(t, e.env)
-			const key = "once-only"
+			key := idempotency.Key{UserID: e.actor.UserID, Name: "once-only"}
 			ctx := e.request()
-			e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
-			if claim, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "hash"); err != nil || !claim.Claimed {
+			e.actor.Key = key.Name // the request runs under the key (vmops.Actor.Key)
+			if claim, err := keys.Claim(ctx, key, "hash"); err != nil || !claim.Claimed {
 				t.Fatalf("claim %+v %v", claim, err)
 			}
 			l, err := c.launch(ctx, e)
@@ -693,15 +695,18 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 			// The process dies before its answer is kept: no heartbeat of the key,
 			// no driver, no lease given up.
 			e.ops.die()
+			keys.Close()
 			e.svc.Close()
 
 			later := func() time.Time { return time.Now().Add(31 * time.Second) }
-			other := e.newService(func(c *Config) { c.Answers, c.Now = testAnswers, later })
-			go other.Run(t.Context()) // its sweep takes the key over
+			other := e.newService(func(c *Config) { c.Now = later })
 			e.ops = e.newOps(other, OperationsConfig{})
-			var got KeyClaim
+			otherKeys := keysFor(t, other, e.ops, nil)
+			go other.Run(t.Context())
+			go otherKeys.Run(t.Context()) // its sweep takes the key over
+			var got idempotency.Claim
 			testkit.Until(t, "the key to hold the operation's answer", func() bool {
-				got, err = other.ClaimKey(e.request(), e.actor.UserID, key, "hash")
+				got, err = otherKeys.Claim(e.request(), key, "hash")
 				return err == nil && got.Done
 			})
 			var body struct {

@@ -25,7 +25,6 @@ const (
 	DefaultHAGrace      = 3 * time.Minute
 	DefaultLostGrace    = 5 * time.Minute // how long vmgate looks for the task of an unknown outcome
 	DefaultSearchEvery  = 3 * time.Second // how often it looks meanwhile
-	DefaultKeySweep     = 5 * time.Second // how often it looks for Idempotency-Keys whose holder died
 	DefaultSweep        = 30 * time.Second
 	DefaultMaxFollowers = 64
 	DefaultWait         = 60 * time.Second // power operations' wait when the caller gives none
@@ -73,22 +72,15 @@ type Config struct {
 	// StaleAfter is how long a task query waits for PVE when it holds a view it
 	// may answer with, marked stale, instead [fleet.StaleAfter].
 	StaleAfter time.Duration
-	// Owner names this process as the holder of the Idempotency-Keys it claims
-	// (store.IdempotencyRecord.Owner) [a random id per Service].
+	// Owner names this process as the holder of the operations it drives
+	// (store.Operation.Owner) [store.NewOwner].
 	Owner string
-	// KeyLease is how long a claimed key's lease lasts without a heartbeat; the
-	// holder renews it every third of that [store.IdempotencyLease].
-	KeyLease time.Duration
-	// KeySweep is how often Run looks for keys whose holder's lease ran out, to
-	// take them over and finish them with the real answer [DefaultKeySweep].
-	KeySweep time.Duration
-	// Answers renders the answer a request with an Idempotency-Key would have
-	// given, for a key this process finishes on another's behalf (its holder
-	// died, or the outcome became known later). The front end's renderer
-	// (httpapi.KeyAnswer). Nil: such keys are left to their lease.
-	Answers func(KeyOutcome) Answer
-	// After is the clock the searches and heartbeats wait on [time.After]; tests
-	// drive it.
+	// KeySettled is told when what a request made under an Idempotency-Key did
+	// becomes known after its request answered (its task was found, or given
+	// up): the key's holder settles the key then (internal/idempotency's
+	// Keeper.Settle, through KeyOutcome). Nil: nobody is told.
+	KeySettled func(ctx context.Context, userID int64, key string)
+	// After is the clock the searches wait on [time.After]; tests drive it.
 	After func(time.Duration) <-chan time.Time
 	// Sweep is how often Run looks for unfinished tasks nobody follows [DefaultSweep].
 	Sweep time.Duration
@@ -249,12 +241,11 @@ type Service struct {
 	writeBound  time.Duration
 	staleAfter  time.Duration
 	owner       string
-	keyLease    time.Duration
-	keySweep    time.Duration
-	answers     func(KeyOutcome) Answer
 	after       func(time.Duration) <-chan time.Time
 	draining    chan struct{} // closed by Drain
 	drainOnce   sync.Once
+
+	onKeySettled func(ctx context.Context, userID int64, key string) // Config.KeySettled
 
 	reads singleflight.Group // one PVE read per task at a time
 
@@ -269,7 +260,6 @@ type Service struct {
 	recording map[int64]bool      // task rows whose answer waits for the store (recordLater)
 	following map[string]bool     // UPIDs with a background follower
 	searching map[int64]bool      // task rows whose task this process looks for (outcome.go)
-	held      map[keyID]*heldKey  // Idempotency-Keys this process holds (idempotency.go)
 	versions  map[int64]knownVersion
 }
 
@@ -314,9 +304,9 @@ func New(cfg Config) *Service {
 		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, trail: cfg.Audit,
 		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
 		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{}, recording: map[int64]bool{},
-		following: map[string]bool{}, searching: map[int64]bool{}, held: map[keyID]*heldKey{}, versions: map[int64]knownVersion{},
-		searchEvery: cfg.SearchEvery, writeBound: cfg.WriteBound, staleAfter: cfg.StaleAfter, owner: cfg.Owner, keyLease: cfg.KeyLease,
-		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
+		following: map[string]bool{}, searching: map[int64]bool{}, versions: map[int64]knownVersion{},
+		searchEvery: cfg.SearchEvery, writeBound: cfg.WriteBound, staleAfter: cfg.StaleAfter, owner: cfg.Owner,
+		onKeySettled: cfg.KeySettled, after: cfg.After, draining: make(chan struct{}),
 	}
 	clients := cfg.Clients
 	s.grants = cfg.Grants
@@ -361,13 +351,7 @@ func New(cfg Config) *Service {
 		s.staleAfter = fleet.StaleAfter
 	}
 	if s.owner == "" {
-		s.owner = newOwner()
-	}
-	if s.keyLease <= 0 {
-		s.keyLease = store.IdempotencyLease
-	}
-	if s.keySweep <= 0 {
-		s.keySweep = DefaultKeySweep
+		s.owner = store.NewOwner()
 	}
 	if s.after == nil {
 		s.after = time.After
