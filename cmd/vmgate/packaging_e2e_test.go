@@ -196,8 +196,8 @@ type serviceLayout struct {
 // host is where an absolute path of the unit or of its docs is in the layout.
 func (l *serviceLayout) host(path string) string { return filepath.Join(l.root, path) }
 
-// layOut makes the layout of u with the admin's files (unitFiles, made by the
-// test) and the environment file envFile (written to root when it is not empty).
+// layOut makes the layout of u with the admin's files (unitTestFiles) and the
+// environment file envFile (written to root when it is not empty).
 func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serviceLayout {
 	t.Helper()
 	root := t.TempDir()
@@ -216,9 +216,23 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 			t.Fatal(err)
 		}
 	}
+	l.loadCredentials(t, u, files)
+	// StateDirectory=vmgate: %S/vmgate, made with StateDirectoryMode=.
+	for _, d := range u.service("StateDirectory") {
+		if err := os.MkdirAll(filepath.Join(l.state, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.environment(t, u, l.listenNotify(t), envFile)
+	l.execStart(t, u)
+	return l
+}
 
-	// LoadCredential=ID:PATH: systemd reads PATH as root and gives the service a
-	// copy in $CREDENTIALS_DIRECTORY/ID, mode 0400, in a directory of mode 0500.
+// loadCredentials does what LoadCredential=ID:PATH does: systemd reads PATH as root
+// and gives the service a copy in $CREDENTIALS_DIRECTORY/ID, mode 0400, in a
+// directory of mode 0500. The unit must load exactly the admin's files.
+func (l *serviceLayout) loadCredentials(t *testing.T, u unit, files map[string][]byte) {
+	t.Helper()
 	if err := os.MkdirAll(l.creds, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -245,16 +259,13 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 	if !slices.Equal(loaded, want) {
 		t.Fatalf("the unit loads the credentials %v, the install steps make %v", loaded, want)
 	}
+}
 
-	// StateDirectory=vmgate: %S/vmgate, made with StateDirectoryMode=.
-	for _, d := range u.service("StateDirectory") {
-		if err := os.MkdirAll(filepath.Join(l.state, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// The notification socket of Type=notify, on a short path (a socket's name is
-	// at most 108 bytes).
+// listenNotify opens the notification socket of Type=notify, on a short path (a
+// socket's name is at most 108 bytes), and returns its name; what the service
+// sends arrives on l.notify.
+func (l *serviceLayout) listenNotify(t *testing.T) string {
+	t.Helper()
 	sockDir, err := os.MkdirTemp("", "sd-")
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +276,7 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sock.Close() })
-	l.notify = make(chan string, 16)
+	l.notify = make(chan string, 64)
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -273,13 +284,26 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 			if err != nil {
 				return
 			}
-			l.notify <- string(buf[:n])
+			select {
+			case l.notify <- string(buf[:n]):
+			default: // nobody waits for more than the first few
+			}
 		}
 	}()
+	return sock.LocalAddr().String()
+}
 
-	// The environment: what systemd sets for every service, then Environment= in
-	// order, then EnvironmentFile=, whose settings win (systemd.exec(5)).
-	spec := map[byte]string{'d': l.creds, 'S': l.state}
+// specifiers are the unit specifiers the layout gives a value.
+func (l *serviceLayout) specifiers() map[byte]string {
+	return map[byte]string{'d': l.creds, 'S': l.state}
+}
+
+// environment sets l.env as systemd does: what it sets for every service, then
+// Environment= in order, then EnvironmentFile=, whose settings win
+// (systemd.exec(5)).
+func (l *serviceLayout) environment(t *testing.T, u unit, notifySocket, envFile string) {
+	t.Helper()
+	spec := l.specifiers()
 	for k, v := range map[string]string{
 		"PATH":                  "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME":                  "/",
@@ -287,7 +311,7 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 		"LOGNAME":               u.last(t, "User"),
 		"INVOCATION_ID":         "0123456789abcdef0123456789abcdef",
 		"CREDENTIALS_DIRECTORY": l.creds,
-		"NOTIFY_SOCKET":         sock.LocalAddr().String(),
+		"NOTIFY_SOCKET":         notifySocket,
 	} {
 		l.env[k] = v
 	}
@@ -340,10 +364,13 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 			l.env[k] = v
 		}
 	}
+}
 
-	// ExecStart=: specifiers, then the service's variables; a leading "-", "@",
-	// ":", "+" or "!" is systemd's, not the command's.
-	execStart, err := expandSpecifiers(u.last(t, "ExecStart"), spec)
+// execStart sets l.argv from ExecStart=: specifiers, then the service's
+// variables; a leading "-", "@", ":", "+" or "!" is systemd's, not the command's.
+func (l *serviceLayout) execStart(t *testing.T, u unit) {
+	t.Helper()
+	execStart, err := expandSpecifiers(u.last(t, "ExecStart"), l.specifiers())
 	if err != nil {
 		t.Fatalf("ExecStart=: %v", err)
 	}
@@ -360,7 +387,6 @@ func layOut(t *testing.T, u unit, files map[string][]byte, envFile string) *serv
 		t.Fatalf("ExecStart= runs %s, the install steps put vmgate at %s", words[0], installedPath)
 	}
 	l.argv = append([]string{binary}, words[1:]...)
-	return l
 }
 
 // installedPath is where the unit's install steps put the binary.
@@ -646,6 +672,20 @@ func runDocumentedAdmin(t *testing.T, u unit, l *serviceLayout, password string)
 	words, err := splitWords(line)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// docs/deploy.md shows the same command.
+	doc, err := os.ReadFile(deployDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := false
+	for _, l := range strings.Split(strings.ReplaceAll(string(doc), "\\\n", " "), "\n") {
+		if w, err := splitWords(l); err == nil && slices.Equal(w, words) {
+			same = true
+		}
+	}
+	if !same {
+		t.Fatalf("docs/deploy.md does not show the unit's first-admin command %q", line)
 	}
 	at := slices.Index(words, installedPath)
 	if at < 0 {
