@@ -12,7 +12,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,9 +50,15 @@ func readUnit(t *testing.T, path string) unit {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseUnit(t, path, string(b))
+}
+
+// parseUnit parses the text of a unit file or a drop-in; path names it in errors.
+func parseUnit(t *testing.T, path, text string) unit {
+	t.Helper()
 	u := unit{sections: map[string]map[string][]string{}}
 	section := ""
-	lines := strings.Split(string(b), "\n")
+	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		line := strings.TrimSpace(lines[i])
 		switch {
@@ -64,7 +69,9 @@ func readUnit(t *testing.T, path string) unit {
 			continue
 		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
 			section = line[1 : len(line)-1]
-			u.sections[section] = map[string][]string{}
+			if u.sections[section] == nil {
+				u.sections[section] = map[string][]string{}
+			}
 			continue
 		}
 		for strings.HasSuffix(line, `\`) && i+1 < len(lines) {
@@ -79,6 +86,31 @@ func readUnit(t *testing.T, path string) unit {
 		u.sections[section][key] = append(u.sections[section][key], strings.TrimSpace(value))
 	}
 	return u
+}
+
+// withDropIn returns u with the drop-in d applied as systemd applies one: each
+// setting is added to the unit's, and an empty assignment clears the list before
+// it (systemd.unit(5)).
+func (u unit) withDropIn(d unit) unit {
+	out := unit{sections: map[string]map[string][]string{}, comments: u.comments}
+	for name, keys := range u.sections {
+		out.sections[name] = maps.Clone(keys)
+	}
+	for name, keys := range d.sections {
+		if out.sections[name] == nil {
+			out.sections[name] = map[string][]string{}
+		}
+		for k, values := range keys {
+			for _, v := range values {
+				if v == "" {
+					out.sections[name][k] = nil
+					continue
+				}
+				out.sections[name][k] = append(slices.Clip(out.sections[name][k]), v)
+			}
+		}
+	}
+	return out
 }
 
 // service returns the values of key in [Service].
@@ -596,11 +628,7 @@ func TestSystemdUnitStartsTheBinary(t *testing.T) {
 		t.Fatalf("the service listens on %s, want https://", base)
 	}
 	l.waitNotify(t, "READY=1", p)
-	bu, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base = "https://127.0.0.1:" + bu.Port()
+	base = localBase(t, base)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	checkReady(t, client, base)
 
@@ -724,4 +752,36 @@ func runDocumentedAdmin(t *testing.T, u unit, l *serviceLayout, password string)
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return email
+}
+
+// TestSystemdUnitBehindAProxy (docs/deploy.md, "As a systemd service"): with
+// docs/deploy.md's drop-in for a TLS-terminating proxy in front, the unit loads only
+// the key file, and vmgate serves plain HTTP on every interface because the
+// drop-in says so.
+func TestSystemdUnitBehindAProxy(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(deployDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "**Behind a TLS-terminating proxy**")
+	_, block, ok2 := strings.Cut(after, "```ini\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/deploy.md shows no ```ini drop-in for a TLS-terminating proxy")
+	}
+	u := readUnit(t, unitFile).withDropIn(parseUnit(t, deployDoc+" (the drop-in)", block))
+	files, _ := unitTestFiles(t)
+	delete(files, "/etc/vmgate/tls/cert.pem")
+	delete(files, "/etc/vmgate/tls/key.pem")
+	l := layOut(t, u, files, "VMGATE_LISTEN=0.0.0.0:0\n")
+	cmd := exec.Command(l.argv[0], l.argv[1:]...)
+	cmd.Env, cmd.Dir = l.environ(), "/"
+	p := startCmd(t, cmd)
+	base := p.line(t, listening)[1]
+	if !strings.HasPrefix(base, "http://") {
+		t.Fatalf("behind a proxy the service listens on %s, want http://", base)
+	}
+	l.waitNotify(t, "READY=1", p)
+	checkReady(t, http.DefaultClient, localBase(t, base))
 }
