@@ -293,7 +293,11 @@ func TestContainerImage(t *testing.T) {
 	// docs/deploy.md's one-liner for the first admin, on the same data volume.
 	const pw = "image first admin pass"
 	admin := documentedPodmanRun(t, "admin user create")
-	email := admin[slices.Index(admin, "--email")+1]
+	at := slices.Index(admin, "--email")
+	if at < 0 || at+1 == len(admin) || !slices.Contains(admin, "--password-stdin") {
+		t.Fatalf("docs/deploy.md's first admin %q names no --email or no --password-stdin", admin)
+	}
+	email := admin[at+1]
 	if b, err := run(ctx, strings.NewReader(pw+"\n"), nil, admin).CombinedOutput(); err != nil {
 		t.Fatalf("the documented first admin: %v\n%s", err, b)
 	}
