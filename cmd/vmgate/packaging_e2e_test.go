@@ -601,7 +601,7 @@ func TestSystemdUnitStartsTheBinary(t *testing.T) {
 		t.Fatalf("Type=%s, want notify: vmgate says READY=1 once it listens", got)
 	}
 	if u.last(t, "DynamicUser") != "yes" {
-		t.Fatal("the unit no longer runs as a dynamic user: update this test and decision 0081")
+		t.Fatal("the unit no longer runs as a dynamic user: update this test and decision 0082")
 	}
 	files, roots := unitTestFiles(t)
 	// The admin's environment file moves the listener to a free port; on every
