@@ -45,6 +45,7 @@ func (u *UI) routes() []route {
 
 		{"GET", "/{$}", authed, u.fleetPage},
 		{"GET", "/vms", authed, u.vmsPage},
+		{"GET", "/live", authed, u.liveEvents},
 	}
 	for _, k := range guestKinds {
 		g := k.route()
@@ -126,7 +127,7 @@ var (
 func (u *UI) Hold(r *http.Request) (extra time.Duration, stream bool) {
 	route := u.Route(r)
 	switch route {
-	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events":
+	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events", "GET /live":
 		return 0, true
 	}
 	for _, k := range guestKinds {

@@ -98,6 +98,8 @@ type Fleet interface {
 	// (VMs) or "lxc" (containers).
 	GuestList(ctx context.Context, clusterID int64, kind string, q fleet.VMQuery) (fleet.VMList, error)
 	GuestStatus(ctx context.Context, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error)
+	// Watch follows a cluster's inventory for the live pages (live.go).
+	Watch(clusterID int64) (<-chan fleet.Tick, func())
 }
 
 // VMs is what the UI needs of internal/vmops; *vmops.Service is one.
@@ -177,9 +179,10 @@ type UI struct {
 	csrfKey    []byte
 	noticeKey  []byte
 
-	pages  map[string]*template.Template
-	assets *assets
-	mux    *http.ServeMux
+	pages   map[string]*template.Template
+	assets  *assets
+	mux     *http.ServeMux
+	liveMux *http.ServeMux // the live pages, for their stream (live.go)
 
 	renewMu  sync.Mutex
 	renewals map[string]renewal // by the replaced token's hash: renewals shared with stragglers
@@ -227,7 +230,9 @@ func New(cfg Config) (*UI, error) {
 	if u.pages, err = u.parsePages(); err != nil {
 		return nil, err
 	}
+	u.fleet = liveFleet{Fleet: cfg.Fleet, status: &liveStatus{known: map[liveGuest]liveStatusEntry{}}, now: u.now}
 	u.mux = http.NewServeMux()
+	u.buildLive(u.routes())
 	for _, rt := range u.routes() {
 		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
 	}
