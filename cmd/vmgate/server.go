@@ -499,7 +499,9 @@ func (c *serverCmd) startDev(ctx, serveCtx context.Context, a *app, log *slog.Lo
 	}
 	pw, generated := devPassword()
 	if _, err = a.store.UserByEmail(ctx, devAdmin); errs.Is(err, errs.NotFound) {
-		if _, err = a.auth.CreateUser(ctx, devAdmin, "Dev Admin", pw, store.RoleAdmin); err != nil {
+		host := accounts.NewHost(accounts.HostConfig{Store: a.store, Auth: a.auth, Audit: a.trail, Via: "dev"})
+		if _, err = host.CreateUser(ctx, accounts.NewUser{Email: devAdmin, Nickname: "Dev Admin", Password: pw,
+			Role: accounts.RoleAdmin}); err != nil {
 			return nil, fmt.Errorf("create the dev admin: %w", err)
 		}
 		c.devPassword, c.devPasswordShown = pw, generated
