@@ -27,6 +27,7 @@ type VMs interface {
 	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
 	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
 
+	Abort(ctx context.Context, a vmops.Actor, id string, clusterHint int64) (vmops.TaskView, error)
 	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
 	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
 	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
@@ -77,6 +78,7 @@ func (s *Server) vmRoutes() []route {
 	}
 	return append(out,
 		route{"GET", "/api/v1/pve/task/{taskId}", authed, s.task},
+		route{"DELETE", "/api/v1/pve/task/{taskId}", authed, s.abortTask}, // abort.go
 		route{"GET", "/api/v1/pve/task/{taskId}/log", authed, s.taskLog},
 		route{"GET", "/api/v1/pve/task/{taskId}/events", authed, s.taskEvents},
 		route{"GET", "/api/v1/pve/tasks", authed, s.tasks},

@@ -1,5 +1,16 @@
 package vmops
 
+import (
+	"context"
+	"fmt"
+
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
 // Draining is closed when the service drains for a shutdown (Drain): a front
 // end's live stream that follows no task ends then with a word to its client.
 func (s *Service) Draining() <-chan struct{} { return s.draining }
@@ -16,4 +27,74 @@ func TaskError(v TaskView) error {
 	}
 	vm := GuestRef{ClusterID: v.ClusterID, Node: v.Node, Kind: GuestKind(v.GuestKind()), VMID: v.VMID}
 	return taskFailure(v.Op(), vm, v)
+}
+
+// grantChecker is how Abort checks its caller's grant; *fleet.Service is one
+// (the Clients of every wiring).
+type grantChecker interface {
+	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+}
+
+// Abort stops a running task in PVE, as PVE's own Stop button does (DELETE
+// /nodes/{node}/tasks/{upid}: PVE signals the worker, which ends the way the
+// task's code ends on a signal — a migration "migration aborted" after
+// "interrupted by signal", a shutdown "received interrupt"). The task is named
+// as a task read names it (a UPID or vmgate's task reference; clusterHint for a
+// task vmgate did not start), and answers NotFound, never Forbidden, to a caller
+// without a grant on its cluster, as the reads do; a viewer is Forbidden. The
+// caller needs the operator grant on the task's cluster. A task that has ended
+// is 409 task_finished; one whose UPID vmgate does not know yet (its request's
+// outcome is unknown) is 409 in_progress. Audited as task.abort. It answers the
+// task's view as it was before PVE was asked: the task's end follows on its
+// reads and streams.
+func (s *Service) Abort(ctx context.Context, a Actor, id string, clusterHint int64) (v TaskView, err error) {
+	ref, err := parseTaskRef(id)
+	if err != nil {
+		return TaskView{}, err
+	}
+	clusterID, err := s.TaskCluster(ctx, id, clusterHint)
+	if err != nil {
+		return TaskView{}, err
+	}
+	g, ok := s.clients.(grantChecker)
+	if !ok {
+		return TaskView{}, errs.E(errs.Internal, "vmops: no grant checker configured")
+	}
+	if err := g.Require(ctx, a.Fleet(), clusterID, fleet.GrantOperator, "task.abort "+id); err != nil {
+		return TaskView{}, err
+	}
+	defer func() {
+		rec := store.AuditRecord{Action: "task.abort", ClusterID: clusterID, Node: v.Node, VMID: v.VMID, UPID: v.TaskID,
+			Target: v.Target, Params: jsonText(map[string]any{"task": id, "type": v.Type}), Result: audit.Result(err)}
+		s.audit(ctx, a, rec)
+	}()
+	v, err = s.lookupRef(ctx, ref, clusterHint)
+	if err != nil {
+		return TaskView{}, err
+	}
+	if v.ClusterID != clusterID {
+		return TaskView{}, taskNotFound(id)
+	}
+	switch {
+	case v.Finished():
+		return v, errs.R(errs.Conflict, errs.ReasonTaskFinished, "task %s has ended already (%s)", v.TaskID, v.ExitStatus)
+	case v.TaskID == "":
+		return v, errs.R(errs.Conflict, errs.ReasonInProgress,
+			"vmgate does not know this request's PVE task yet; abort it once the task is found")
+	}
+	upid, err := pve.ParseUPID(v.TaskID)
+	if err != nil {
+		return v, fmt.Errorf("abort task %s: %w", v.TaskID, err)
+	}
+	api, err := s.connect(ctx, clusterID)
+	if err != nil {
+		return v, err
+	}
+	if err := api.StopTask(ctx, upid); err != nil {
+		if pve.IsNotFound(err) {
+			return v, taskNotFound(v.TaskID)
+		}
+		return v, fmt.Errorf("abort task %s: %w", v.TaskID, upstream(err))
+	}
+	return v, nil
 }

@@ -219,6 +219,7 @@ var ErrMaybeStarted = errors.New("the PVE task may have started")
 // background work.
 type Service struct {
 	store   store.Store
+	clients Clients // the grant checks of the use cases that check them here (abort.go)
 	connect func(ctx context.Context, clusterID int64) (pveAPI, error)
 	log     *slog.Logger
 	now     func() time.Time
@@ -303,6 +304,7 @@ func New(cfg Config) *Service {
 		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
 	}
 	clients := cfg.Clients
+	s.clients = clients
 	s.connect = func(ctx context.Context, clusterID int64) (pveAPI, error) {
 		c, err := clients.Client(ctx, clusterID)
 		if err != nil {

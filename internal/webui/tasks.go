@@ -114,6 +114,7 @@ type taskView struct {
 	LogURL   string // the whole log, as text
 	Events   string // the address of the page's event stream
 	CanAct   bool
+	CanAbort bool // a running shutdown or migration the caller may abort (abort.go)
 }
 
 // taskPage shows a task: its state, the migration's progress, the whole log; while
@@ -152,6 +153,7 @@ func (u *UI) taskPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	v.Events = taskURL(upid) + "/events?" + ev.Encode()
 	v.CanAct = t.VMID != 0 && u.canAct(r.Context(), r, t.ClusterID)
+	v.CanAbort = v.CanAct && abortable(t.Op()) && !t.Finished() && t.TaskID != ""
 	u.render(w, r, http.StatusOK, "task", u.page(w, r, taskTitle(t), "tasks", v))
 	return nil
 }

@@ -112,6 +112,8 @@ type VMs interface {
 	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
 	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
 
+	Abort(ctx context.Context, a vmops.Actor, id string, clusterHint int64) (vmops.TaskView, error)
+
 	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
 	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
 	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
@@ -146,9 +148,6 @@ type Config struct {
 	TokenTTL time.Duration
 	// Status is the HTTP status of an error: httpapi.StatusOf, the one table.
 	Status func(error) int
-	// PowerWait is how long a start, stop or reboot waits for its task before the
-	// page says it still runs (default 15 s).
-	PowerWait time.Duration
 	// NoteCaller, when set, names the authenticated caller of a request in its
 	// log line (httpapi.NoteCaller).
 	NoteCaller func(r *http.Request, userID int64, session string)
@@ -174,7 +173,6 @@ type UI struct {
 	now      func() time.Time
 
 	ttl        time.Duration
-	powerWait  time.Duration
 	noteCaller func(*http.Request, int64, string)
 	csrfKey    []byte
 	noticeKey  []byte
@@ -197,7 +195,7 @@ func New(cfg Config) (*UI, error) {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
 	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
-		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
+		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
 		u.streams = sse.NewLimiter(sse.Limits{})
@@ -210,9 +208,6 @@ func New(cfg Config) (*UI, error) {
 	}
 	if u.ttl <= 0 {
 		u.ttl = time.Hour
-	}
-	if u.powerWait <= 0 {
-		u.powerWait = 15 * time.Second
 	}
 	if u.noteCaller == nil {
 		u.noteCaller = func(*http.Request, int64, string) {}

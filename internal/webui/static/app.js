@@ -141,6 +141,8 @@
     }
     setText("task-exit", t.exitStatus || "–");
     if (t.ended) { setText("task-ended", t.ended); }
+    var abort = byId("task-abort");
+    if (abort && t.finished) { abort.hidden = true; }
     var errEl = byId("task-error");
     if (errEl) {
       errEl.textContent = t.error || "";
