@@ -241,7 +241,8 @@ type Service struct {
 	draining    chan struct{} // closed by Drain
 	drainOnce   sync.Once
 
-	reads singleflight.Group // one PVE read per task at a time
+	reads   singleflight.Group // one PVE read per task at a time
+	outside outsideTasks       // PVE's cluster task lists, shared (outside.go)
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc

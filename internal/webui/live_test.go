@@ -3,13 +3,17 @@ package webui
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"html"
+	"regexp"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
 
@@ -153,4 +157,40 @@ func TestLivePagesFollowTheEmulator(t *testing.T) {
 			t.Errorf("the live stream of %q: %d, want 404", bad, p.status)
 		}
 	}
+}
+
+// TestOutsideTasksAreListed (issue 19 item 4): a start made in PVE itself,
+// with another PVE user's token, is on the task list and on the guest's page,
+// marked "started in PVE by" that user, for a viewer of the cluster; its link
+// names the cluster, and its page opens for the viewer.
+func TestOutsideTasksAreListed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	if err := e.sim.AddToken("root@pam!cli", "outside-secret", pvesim.TokenOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.fleet.Cluster(context.Background(), e.cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", c.Endpoints[0].URL+"/api2/json/nodes/pve1/qemu/101/status/start", nil)
+	req.Header.Set("Authorization", "PVEAPIToken=root@pam!cli=outside-secret")
+	pc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the emulator's own certificate
+	resp, err := pc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("the start in PVE: %d", resp.StatusCode)
+	}
+	v := e.browser()
+	v.login(viewerEmail)
+	p := v.awaitPage(t, "/tasks", "started in PVE by root@pam!cli")
+	m := regexp.MustCompile(`href="(/tasks/UPID[^"]*qmstart[^"]*\?cluster=1)"`).FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("the outside task has no link naming its cluster:\n%s", clip(p.body, 4000))
+	}
+	v.get(html.UnescapeString(m[1])).expect(t, 200)
+	v.awaitPage(t, "/vms/1/pve1/101", "started in PVE by root@pam!cli")
 }

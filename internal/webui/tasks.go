@@ -74,6 +74,9 @@ func (u *UI) tasksPage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v.Tasks, v.Next = tasks, next
+	if before == 0 && !v.Mine {
+		v.Tasks = u.withOutside(r.Context(), v.Tasks, u.outsideClusters(r, v.Cluster), v.VMID, v.Result)
+	}
 	if next != 0 {
 		v.Older = queryWith(q, "before", strconv.FormatInt(next, 10))
 	}

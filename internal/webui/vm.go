@@ -80,6 +80,8 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 		if err != nil {
 			v.TasksErr = errorText(err)
 		}
+		v.Tasks = u.withOutside(r.Context(), v.Tasks, []int64{vm.ClusterID}, vm.VMID, "")
+		v.Tasks = v.Tasks[:min(len(v.Tasks), 8)]
 		title := guestName(vm)
 		if st.Name != "" {
 			title += " " + st.Name

@@ -113,6 +113,7 @@ type VMs interface {
 	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
 
 	Abort(ctx context.Context, a vmops.Actor, id string, clusterHint int64) (vmops.TaskView, error)
+	OutsideTasks(ctx context.Context, clusterID, vmid int64) ([]vmops.TaskView, error)
 
 	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
 	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
