@@ -14,7 +14,7 @@ import (
 // with every other reader through the snapshot, snapshot.go) and tells each
 // subscriber after every read, saying whether the inventory changed. 500 open
 // pages on one cluster therefore cost PVE what one costs: one inventory read per
-// SnapshotMaxAge (issue 19, docs/decisions/0085). The watcher stops once its
+// SnapshotMaxAge (issue 19, docs/decisions/0089). The watcher stops once its
 // last subscriber leaves.
 
 // Tick is what a watcher tells its subscribers after each read of the

@@ -47,7 +47,7 @@ func (m *manualAfter) release() {
 }
 
 // 500 subscribers of one cluster cost one /cluster/resources read per
-// snapshot age: the watcher's (issue 19 item 1, docs/decisions/0085). A change
+// snapshot age: the watcher's (issue 19 item 1, docs/decisions/0089). A change
 // made on the emulator reaches every subscriber as a Changed tick at the next
 // read, and the watcher ends with its last subscriber.
 func TestWatchersShareOneReadPerSnapshotAge(t *testing.T) {

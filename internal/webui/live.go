@@ -18,7 +18,7 @@ import (
 	"github.com/vmgate/vmgate/internal/sse"
 )
 
-// Every page is live (issue 19 item 1, docs/decisions/0085): the fleet, the
+// Every page is live (issue 19 item 1, docs/decisions/0089): the fleet, the
 // guest list, a guest's page, the task list and the audit page. Such a page
 // names its stream in <main data-live>; the script opens it (no polling from
 // the browser) and the stream sends the page's live regions again, as HTML
