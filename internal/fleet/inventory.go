@@ -139,8 +139,11 @@ type NodeList struct {
 
 // NodeList returns a cluster's nodes by name, from a snapshot younger than
 // SnapshotMaxAge or one /nodes read shared by every request meanwhile
-// (snapshot.go). The caller has authorized.
-func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, error) {
+// (snapshot.go). It needs a viewer grant.
+func (s *Service) NodeList(ctx context.Context, a Actor, clusterID int64) (NodeList, error) {
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return NodeList{}, err
+	}
 	sn, err := s.nodeSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]NodeView, error) {
 		cl, err := s.Client(ctx, clusterID)
 		if err != nil {
@@ -164,17 +167,17 @@ func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, erro
 	return NodeList{Nodes: sn.items[:len(sn.items):len(sn.items)], AsOf: sn.at}, nil
 }
 
-// Nodes lists a cluster's nodes by name (NodeList's, a copy). The caller has
-// authorized.
-func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error) {
-	l, err := s.NodeList(ctx, clusterID)
+// Nodes lists a cluster's nodes by name (NodeList's, a copy). It needs a viewer
+// grant.
+func (s *Service) Nodes(ctx context.Context, a Actor, clusterID int64) ([]NodeView, error) {
+	l, err := s.NodeList(ctx, a, clusterID)
 	return slices.Clone(l.Nodes), err
 }
 
-// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). The
-// caller has authorized.
-func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
-	l, err := s.VMList(ctx, clusterID, VMQuery{})
+// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). It
+// needs a viewer grant.
+func (s *Service) VMs(ctx context.Context, a Actor, clusterID int64) ([]VMView, error) {
+	l, err := s.VMList(ctx, a, clusterID, VMQuery{})
 	return slices.Clone(l.VMs), err
 }
 
@@ -269,15 +272,15 @@ func appendTags(dst []string, s string) []string {
 // NotFound, saying on which node it is when the cluster shows it elsewhere. When PVE
 // cannot be asked (the node is cut off, no endpoint answers) the last status this
 // process read answers, marked stale; without one the read is 503 (504 on a
-// timeout), never 409. The caller has authorized.
-func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
-	return s.GuestStatus(ctx, clusterID, string(pve.Qemu), node, vmid)
+// timeout), never 409. It needs a viewer grant.
+func (s *Service) VMStatus(ctx context.Context, a Actor, clusterID int64, node string, vmid int64) (VMStatusView, error) {
+	return s.GuestStatus(ctx, a, clusterID, string(pve.Qemu), node, vmid)
 }
 
 // GuestStatus is VMStatus for a guest of kind, PVE's name of it ("qemu" or
 // "lxc"): a container's status, or a VM's. A vmid of the other kind is NotFound
-// saying which kind it is (NotOnNodeOf).
-func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
+// saying which kind it is (NotOnNodeOf). It needs a viewer grant.
+func (s *Service) GuestStatus(ctx context.Context, a Actor, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
 	kind := pve.GuestKind(kindName)
 	if kind != pve.Qemu && kind != pve.LXC {
 		return VMStatusView{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(kindName))
@@ -287,6 +290,9 @@ func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, no
 	}
 	if vmid < pve.MinVMID || vmid > pve.MaxVMID {
 		return VMStatusView{}, invalid("vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
+	}
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return VMStatusView{}, err
 	}
 	cl, err := s.Client(ctx, clusterID)
 	if err != nil {

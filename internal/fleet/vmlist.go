@@ -133,15 +133,15 @@ func containsFold(s, sub string) bool {
 // a snapshot younger than SnapshotMaxAge or one /cluster/resources?type=vm read
 // shared by every request meanwhile (snapshot.go). Filters and paging are applied
 // here, on the snapshot: PVE is read the same way whatever the query. A bad value
-// of q is invalid_request. The caller has authorized.
-func (s *Service) VMList(ctx context.Context, clusterID int64, q VMQuery) (VMList, error) {
-	return s.GuestList(ctx, clusterID, string(pve.Qemu), q)
+// of q is invalid_request. It needs a viewer grant.
+func (s *Service) VMList(ctx context.Context, a Actor, clusterID int64, q VMQuery) (VMList, error) {
+	return s.GuestList(ctx, a, clusterID, string(pve.Qemu), q)
 }
 
 // GuestList is VMList for the guests of kind, PVE's name of it: "qemu" are
 // VMList, "lxc" a cluster's containers, from the same snapshot: one read of
 // /cluster/resources?type=vm answers both kinds.
-func (s *Service) GuestList(ctx context.Context, clusterID int64, kindName string, q VMQuery) (VMList, error) {
+func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindName string, q VMQuery) (VMList, error) {
 	kind := pve.GuestKind(kindName)
 	after, err := q.validate()
 	if err != nil {
@@ -149,6 +149,9 @@ func (s *Service) GuestList(ctx context.Context, clusterID int64, kindName strin
 	}
 	if kind != pve.Qemu && kind != pve.LXC {
 		return VMList{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(string(kind)))
+	}
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return VMList{}, err
 	}
 	sn, err := s.guests(ctx, clusterID)
 	if err != nil {

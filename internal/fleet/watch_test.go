@@ -96,7 +96,7 @@ func TestWatchersShareOneReadPerSnapshotAge(t *testing.T) {
 		t.Fatalf("%d subscribers over 6 snapshot ages read /cluster/resources %d times, want 6", pages, got)
 	}
 	// Meanwhile a page's own list read is answered from the watcher's snapshot.
-	if _, err := svc.GuestList(context.Background(), c.ID, "lxc", VMQuery{}); err != nil {
+	if _, err := svc.GuestList(context.Background(), testReader, c.ID, "lxc", VMQuery{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := reads() - r0; got != 6 {
@@ -113,7 +113,7 @@ func TestWatchersShareOneReadPerSnapshotAge(t *testing.T) {
 			t.Fatalf("subscriber %d did not hear the lock set on the emulator: %+v", i, tk)
 		}
 	}
-	l, err := svc.VMList(context.Background(), c.ID, VMQuery{Q: "101"})
+	l, err := svc.VMList(context.Background(), testReader, c.ID, VMQuery{Q: "101"})
 	if err != nil || len(l.VMs) != 1 || l.VMs[0].Lock != "backup" {
 		t.Fatalf("VM 101 after the change: %+v, %v", l.VMs, err)
 	}

@@ -70,9 +70,9 @@ func requestHash(r *http.Request, body []byte) string {
 // starts nothing; a different request under the key is 422; a repeat while the first
 // still runs is 409 in_progress. The key never reaches PVE.
 //
-// It runs after validation and authorization: a request that would be refused anyway
-// claims nothing. An answer that started nothing (a 4xx before PVE was asked, a 503
-// because the cluster is down) releases the key so that a retry runs again; an answer
+// It runs after the request is decoded; the use case under the key checks the
+// rest (the request, the caller's grant). An answer that started nothing (a 4xx
+// before PVE was asked, a 503 because the cluster is down) releases the key so that a retry runs again; an answer
 // that started a task, or may have (an ambiguous write), is kept.
 func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte, act func(w http.ResponseWriter, r *http.Request) error) error {
 	key, present, err := idempotencyKey(r)

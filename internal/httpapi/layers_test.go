@@ -13,9 +13,10 @@ import (
 )
 
 // adapterDirs are the front ends, relative to this package: each decodes, calls one
-// use case and renders (docs/design.md §2, docs/decisions/0009). A directory that does not
-// exist yet (the web UI) is checked once it does.
-var adapterDirs = []string{".", "../webui"}
+// use case and renders (docs/design.md §2, docs/decisions/0009), and the one
+// declaration of the use cases both call (internal/frontend). A directory that does
+// not exist yet is checked once it does.
+var adapterDirs = []string{".", "../webui", "../frontend"}
 
 // adapterMayNotImport are the packages below the use cases. A front end that
 // imports them can read the store or call PVE around the rules.

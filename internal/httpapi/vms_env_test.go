@@ -25,8 +25,6 @@ import (
 // real server, SQLite store, auth and fleet, and the emulator's dev cluster
 // (docs/design.md §7) registered through the fleet over HTTPS.
 
-var _ VMs = (*vmops.Service)(nil)
-
 // vmPoll is the task poll interval in these tests.
 const vmPoll = 10 * time.Millisecond
 

@@ -29,12 +29,6 @@ func TaskError(v TaskView) error {
 	return taskFailure(v.Op(), vm, v)
 }
 
-// grantChecker is how Abort checks its caller's grant; *fleet.Service is one
-// (the Clients of every wiring).
-type grantChecker interface {
-	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
-}
-
 // Abort stops a running task in PVE, as PVE's own Stop button does (DELETE
 // /nodes/{node}/tasks/{upid}: PVE signals the worker, which ends the way the
 // task's code ends on a signal — a migration "migration aborted" after
@@ -56,11 +50,7 @@ func (s *Service) Abort(ctx context.Context, a Actor, id string, clusterHint int
 	if err != nil {
 		return TaskView{}, err
 	}
-	g, ok := s.clients.(grantChecker)
-	if !ok {
-		return TaskView{}, errs.E(errs.Internal, "vmops: no grant checker configured")
-	}
-	if err := g.Require(ctx, a.Fleet(), clusterID, fleet.GrantOperator, "task.abort "+id); err != nil {
+	if err := s.require(ctx, a, clusterID, fleet.GrantOperator, "task.abort "+id); err != nil {
 		return TaskView{}, err
 	}
 	defer func() {

@@ -433,7 +433,7 @@ func (e *claimEnv) world(seed uint64) *claimWorld {
 		errOff: time.Duration(rng.IntN(1800)-900) * time.Millisecond}
 	svc := New(Config{Store: e.st, Clients: clientsFunc(func(context.Context, int64) (*pve.Client, error) {
 		return nil, errors.New("not used")
-	}), Now: e.clock.Now, Answers: testAnswers, Audit: audit.New(&auditLog{}, audit.Options{})})
+	}), Grants: allowAll{}, Now: e.clock.Now, Answers: testAnswers, Audit: audit.New(&auditLog{}, audit.Options{})})
 	svc.connect = func(context.Context, int64) (pveAPI, error) { return p, nil }
 	// Nothing in the background: every search, follower and heartbeat is a step
 	// of the test's own.

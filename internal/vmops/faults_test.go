@@ -132,12 +132,12 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 
 	// The first search ran at once and found nothing; the next waits one interval.
 	testkit.Until(t, "the search to wait for its next round", func() bool { return clock.waiting(DefaultSearchEvery) == 1 })
-	v, err := e.svc.Task(ctx, refID, 0, 0)
+	v, err := e.svc.Task(ctx, e.actor, refID, 0, 0)
 	if err != nil || v.Status != StatusPending || v.Result != ResultUnknown || v.TaskID != "" || v.TaskRef != ref ||
 		v.Type != "qmstart" {
 		t.Fatalf("the row while unknown: %+v %v", v, err)
 	}
-	list, err := e.svc.Tasks(ctx, TaskFilter{})
+	list, err := e.svc.Tasks(ctx, e.actor, TaskFilter{})
 	if err != nil || len(list) != 1 || list[0].TaskRef != ref || list[0].Status != StatusPending {
 		t.Fatalf("listed while unknown: %+v %v", list, err)
 	}
@@ -155,7 +155,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.UPID == upid.String()
 	})
-	v, err = e.svc.Task(ctx, refID, 0, 0)
+	v, err = e.svc.Task(ctx, e.actor, refID, 0, 0)
 	if err != nil || v.TaskID != upid.String() || v.TaskRef != ref || v.Status == StatusPending {
 		t.Fatalf("the row once found: %+v %v", v, err)
 	}
@@ -183,15 +183,15 @@ func TestOutcomeUnknownGivenUp(t *testing.T) {
 		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.Status == store.TaskLost
 	})
-	v, err := e.svc.Task(ctx, strconv.FormatInt(ref, 10), 0, 0)
+	v, err := e.svc.Task(ctx, e.actor, strconv.FormatInt(ref, 10), 0, 0)
 	if err != nil || v.Status != StatusStopped || v.Result != ResultLost || v.TaskID != "" || v.Error == "" ||
 		v.Progress == nil || v.Progress.Phase != PhaseFailed {
 		t.Fatalf("a lost row: %+v %v", v, err)
 	}
-	if list, _ := e.svc.Tasks(ctx, TaskFilter{}); len(list) != 1 || list[0].Result != ResultLost {
+	if list, _ := e.svc.Tasks(ctx, e.actor, TaskFilter{}); len(list) != 1 || list[0].Result != ResultLost {
 		t.Errorf("listed: %+v", list)
 	}
-	if lg, err := e.svc.TaskLog(ctx, strconv.FormatInt(ref, 10), 0, 0, 0); err != nil || len(lg.Lines) != 0 {
+	if lg, err := e.svc.TaskLog(ctx, e.actor, strconv.FormatInt(ref, 10), 0, 0, 0); err != nil || len(lg.Lines) != 0 {
 		t.Errorf("log of a lost row: %+v %v", lg, err)
 	}
 }
@@ -279,11 +279,11 @@ func TestDrainEndsEveryWait(t *testing.T) {
 	results := make(chan result, 3)
 	streaming := make(chan struct{}, 1)
 	go func() {
-		v, err := e.svc.Task(ctx, upid, 0, MaxTaskWait)
+		v, err := e.svc.Task(ctx, e.actor, upid, 0, MaxTaskWait)
 		results <- result{"long-poll", err, err == nil && v.Status == StatusRunning}
 	}()
 	go func() {
-		err := e.svc.Events(ctx, upid, 0, func(TaskView) error {
+		err := e.svc.Events(ctx, e.actor, upid, 0, func(TaskView) error {
 			select {
 			case streaming <- struct{}{}:
 			default:
@@ -327,7 +327,7 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := e.svc.Task(ctx, upid, 0, 0)
+	fresh, err := e.svc.Task(ctx, e.actor, upid, 0, 0)
 	if err != nil || fresh.Stale || fresh.Status != StatusRunning {
 		t.Fatalf("fresh view %+v %v", fresh, err)
 	}
@@ -338,19 +338,19 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 	e.proxy.BlackHole()
 	var v TaskView
 	testkit.Until(t, "a stale answer", func() bool {
-		v, err = e.svc.Task(ctx, upid, 0, 0)
+		v, err = e.svc.Task(ctx, e.actor, upid, 0, 0)
 		return err == nil && v.Stale
 	})
 	if v.Status != StatusRunning || v.TaskID != upid || v.StaleSince.IsZero() || v.StaleSince.After(time.Now()) {
 		t.Fatalf("stale view %+v", v)
 	}
-	_, err = e.svc.Task(ctx, foreign.String(), 1, 0)
+	_, err = e.svc.Task(ctx, e.actor, foreign.String(), 1, 0)
 	if k := errs.KindOf(err); k != errs.Unavailable && k != errs.Timeout {
 		t.Errorf("a task never read, with PVE cut off: %v, want 503 or 504", err)
 	}
 	e.proxy.Heal()
 	testkit.Until(t, "a fresh answer after the heal", func() bool {
-		v, err = e.svc.Task(ctx, upid, 0, 0)
+		v, err = e.svc.Task(ctx, e.actor, upid, 0, 0)
 		return err == nil && !v.Stale
 	})
 }

@@ -345,7 +345,7 @@ func (o *OperationService) startItem(ctx context.Context, op store.Operation, it
 	ref := GuestRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
 	if it.Action == OpMigrate {
 		online := it.Online
-		_, err := o.svc.Migrate(ctx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
+		_, err := o.svc.migrate(ctx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
 		return err
 	}
 	_, err := o.svc.power(ctx, a, ref, it.Action, nil, 0)

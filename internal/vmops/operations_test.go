@@ -306,7 +306,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			// being started), so moving the clock now moves migrations only,
 			// never ahead of a start the machine's load delayed.
 			settled := func() bool {
-				v, err := e.ops.Operation(context.Background(), l.OperationID)
+				v, err := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				if err != nil || v.Counts.Running != min(2, v.Counts.Running+v.Counts.Pending) {
 					return false
 				}
@@ -327,7 +327,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			})
 			// The clock held, vmgate sees it there too.
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
-				v, _ := e.ops.Operation(context.Background(), l.OperationID)
+				v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				for _, it := range v.Items {
 					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
 						return true
@@ -413,7 +413,7 @@ func TestOperationCancel(t *testing.T) {
 			// settled: the driver's one slot is filled at PVE (no item is being
 			// started), so moving the clock moves that migration only.
 			settled := func() bool {
-				v, err := e.ops.Operation(context.Background(), l.OperationID)
+				v, err := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				if err != nil || v.Counts.Running != 1 {
 					return false
 				}
@@ -434,7 +434,7 @@ func TestOperationCancel(t *testing.T) {
 			})
 			var first ItemView
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
-				v, _ := e.ops.Operation(context.Background(), l.OperationID)
+				v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				for _, it := range v.Items {
 					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
 						first = it
@@ -510,7 +510,7 @@ func TestOperationTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Until(t, "two migrations under way", func() bool {
-		v, _ := e.ops.Operation(context.Background(), l.OperationID)
+		v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 		return v.Counts.Running == 2 && v.Counts.OK >= 1
 	})
 	e.ops.die()

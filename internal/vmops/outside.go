@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 )
 
@@ -40,8 +41,11 @@ type outsideList struct {
 // first, from PVE's cluster task list: those of one guest when vmid is not 0.
 // A task vmgate started (its UPID's user is vmgate's API token) is left out:
 // its row lists it. Each view has no TaskRef and no StartedBy; PVEUser says who
-// started it in PVE. The caller has authorized the viewer grant.
-func (s *Service) OutsideTasks(ctx context.Context, clusterID, vmid int64) ([]TaskView, error) {
+// started it in PVE. It needs a viewer grant on the cluster.
+func (s *Service) OutsideTasks(ctx context.Context, a Actor, clusterID, vmid int64) ([]TaskView, error) {
+	if err := s.require(ctx, a, clusterID, fleet.GrantViewer, "read the tasks of cluster "+strconv.FormatInt(clusterID, 10)); err != nil {
+		return nil, err
+	}
 	all, err := s.outsideList(ctx, clusterID)
 	if err != nil {
 		return nil, err

@@ -42,8 +42,12 @@ type Clients interface {
 type Config struct {
 	Store   store.Store
 	Clients Clients
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Grants checks the caller's grant at the start of every use case. Nil:
+	// Clients, when it checks grants too (*fleet.Service does); without either
+	// every use case that needs a grant is refused.
+	Grants Grants
+	Logger *slog.Logger
+	Now    func() time.Time
 	// PollInterval is how often a running task is read from PVE, however many
 	// clients watch it [DefaultPollInterval].
 	PollInterval time.Duration
@@ -95,8 +99,9 @@ type Config struct {
 
 // Actor is the caller of a use case and what its request carries, handed over by
 // the adapter explicitly (never in the context): who it is (the task row keeps
-// UserID and Email; Role, Limit and APITokenID are what a grant check reads), the
-// Idempotency-Key the request runs under, and, for an action an operation runs,
+// UserID and Email; Role, Limit and APITokenID are what a grant check reads), how
+// it asked (Via), the Idempotency-Key the request runs under, and, for an action
+// an operation runs,
 // the operation's item it carries out. The audit trail takes the rest of the
 // request (session, client address, request id) from the facts the context
 // carries (internal/audit).
@@ -106,6 +111,10 @@ type Actor struct {
 	Role       string           // store.RoleAdmin or store.RoleUser
 	Limit      map[int64]string // an API token's grants (fleet.Actor.Limit); nil: the user's own
 	APITokenID string           // the API token the caller authenticated with; "" for a session
+	// Via names the request as the caller made it ("POST /api/v1/pve/vm/1/pve1/100/start",
+	// the web UI's "UI POST /vms/1/pve1/100/start"): a refused grant is audited
+	// with it as the attempt. "": the use case names what it was asked.
+	Via string
 	// Key is the request's Idempotency-Key ("" when none): the task row or the
 	// operation the request writes names it, so that whoever finishes the key later
 	// (the holder died, the outcome became known later) learns what the request
@@ -118,7 +127,7 @@ type Actor struct {
 
 // Fleet is the caller as internal/fleet checks grants.
 func (a Actor) Fleet() fleet.Actor {
-	return fleet.Actor{UserID: a.UserID, Email: a.Email, Role: a.Role, Limit: a.Limit, APITokenID: a.APITokenID}
+	return fleet.Actor{UserID: a.UserID, Email: a.Email, Role: a.Role, Limit: a.Limit, APITokenID: a.APITokenID, Via: a.Via}
 }
 
 // GuestKind is the kind of a guest: a QEMU VM or an LXC container (PVE's names,
@@ -170,6 +179,12 @@ func (r GuestRef) auditPrefix() string {
 	return "vm."
 }
 
+// attempt names use case op on the guest for the audit record of a refused
+// grant when the caller gave no Via: "vm.start VM 100 on pve1".
+func (r GuestRef) attempt(op string) string {
+	return r.auditPrefix() + op + " " + r.name() + " on " + r.Node
+}
+
 // name is "VM 100" or "CT 200".
 func (r GuestRef) name() string { return r.Kind.Noun() + " " + strconv.FormatInt(r.VMID, 10) }
 
@@ -219,8 +234,8 @@ var ErrMaybeStarted = errors.New("the PVE task may have started")
 // background work.
 type Service struct {
 	store   store.Store
-	clients Clients // the grant checks of the use cases that check them here (abort.go)
 	connect func(ctx context.Context, clusterID int64) (pveAPI, error)
+	grants  Grants
 	log     *slog.Logger
 	now     func() time.Time
 	poll    time.Duration
@@ -305,7 +320,10 @@ func New(cfg Config) *Service {
 		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
 	}
 	clients := cfg.Clients
-	s.clients = clients
+	s.grants = cfg.Grants
+	if g, ok := clients.(Grants); ok && s.grants == nil {
+		s.grants = g
+	}
 	s.connect = func(ctx context.Context, clusterID int64) (pveAPI, error) {
 		c, err := clients.Client(ctx, clusterID)
 		if err != nil {

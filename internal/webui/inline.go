@@ -1,7 +1,7 @@
 package webui
 
 import (
-	"context"
+	"net/http"
 	"net/url"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -43,11 +43,11 @@ func abortable(op string) bool { return op == "shutdown" || op == "migrate" || o
 
 // inline reads the task id of a guest's page and describes it; nil when the id
 // names no task of this guest (a stale link, another guest's task).
-func (u *UI) inline(ctx context.Context, vm vmops.GuestRef, id string, canAct bool, back string) *inlineTask {
+func (u *UI) inline(r *http.Request, vm vmops.GuestRef, id string, canAct bool, back string) *inlineTask {
 	if id == "" || !vmops.ValidTaskID(id) {
 		return nil
 	}
-	t, err := u.vms.Task(ctx, id, vm.ClusterID, 0)
+	t, err := u.vms.Task(r.Context(), vmActor(r), id, vm.ClusterID, 0)
 	if err != nil || t.ClusterID != vm.ClusterID || t.VMID != vm.VMID {
 		return nil
 	}

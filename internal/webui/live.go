@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/sse"
 )
 
@@ -378,17 +379,22 @@ const maxLiveStatuses = 10000
 // (liveStatus); every other call, and every call outside a live render, is
 // the fleet's own.
 type liveFleet struct {
-	Fleet
+	frontend.Fleet
 	status *liveStatus
 	now    func() time.Time
 }
 
-func (f liveFleet) GuestStatus(ctx context.Context, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error) {
+func (f liveFleet) GuestStatus(ctx context.Context, a fleet.Actor, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error) {
 	if !isLive(ctx) {
-		return f.Fleet.GuestStatus(ctx, clusterID, kind, node, vmid)
+		return f.Fleet.GuestStatus(ctx, a, clusterID, kind, node, vmid)
 	}
 	g := liveGuest{clusterID, kind, node, vmid}
-	state, row, ok := f.snapshotState(ctx, g)
+	// The caller's grant is checked by this read of the snapshot, which every
+	// render makes; the shared status is read with the first caller's.
+	state, row, ok, err := f.snapshotState(ctx, a, g)
+	if err != nil {
+		return fleet.VMStatusView{}, err
+	}
 	ls := f.status
 	ls.mu.Lock()
 	e, have := ls.known[g]
@@ -399,7 +405,7 @@ func (f liveFleet) GuestStatus(ctx context.Context, clusterID int64, kind, node 
 		return st, nil
 	}
 	v, err, _ := ls.reads.Do(liveKeyOf(g), func() (any, error) {
-		st, err := f.Fleet.GuestStatus(context.WithoutCancel(ctx), clusterID, kind, node, vmid)
+		st, err := f.Fleet.GuestStatus(context.WithoutCancel(ctx), a, clusterID, kind, node, vmid)
 		if err != nil {
 			return nil, err
 		}
@@ -423,15 +429,18 @@ func liveKeyOf(g liveGuest) string {
 
 // snapshotState is the guest's state as the inventory snapshot shows it, and
 // its row; ok is false when the snapshot does not show it on the node.
-func (f liveFleet) snapshotState(ctx context.Context, g liveGuest) (string, fleet.VMView, bool) {
-	l, err := f.Fleet.GuestList(ctx, g.cluster, g.kind, fleet.VMQuery{Q: itoa(g.vmid)})
+func (f liveFleet) snapshotState(ctx context.Context, a fleet.Actor, g liveGuest) (string, fleet.VMView, bool, error) {
+	l, err := f.Fleet.GuestList(ctx, a, g.cluster, g.kind, fleet.VMQuery{Q: itoa(g.vmid)})
 	if err != nil {
-		return "", fleet.VMView{}, false
+		if k := errs.KindOf(err); k == errs.NotFound || k == errs.Forbidden {
+			return "", fleet.VMView{}, false, err // refused: as the page's own read would be
+		}
+		return "", fleet.VMView{}, false, nil
 	}
 	for _, v := range l.VMs {
 		if v.VMID == g.vmid && v.Node == g.node {
-			return v.Status + "|" + v.Lock + "|" + v.HAState + "|" + v.Name, v, true
+			return v.Status + "|" + v.Lock + "|" + v.HAState + "|" + v.Name, v, true, nil
 		}
 	}
-	return "", fleet.VMView{}, false
+	return "", fleet.VMView{}, false, nil
 }

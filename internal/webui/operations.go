@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"net/url"
@@ -12,21 +13,6 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// Operations is what the UI needs of vmops' operations on many VMs (issue 13 (docs/history.md)):
-// the node page's evacuation, the operation's page and its live view.
-// *vmops.OperationService is one.
-type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
-	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
-	OperationCluster(ctx context.Context, id int64) (int64, error)
-	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, id int64, emit func(vmops.OperationView) error) error
-}
-
-var _ Operations = (*vmops.OperationService)(nil)
 
 // nodeURL is the UI page of a node.
 func nodeURL(clusterID int64, node string) string {
@@ -109,10 +95,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantViewer, attempt(r)); err != nil {
-		return err
-	}
-	nodes, err := u.fleet.Nodes(r.Context(), clusterID)
+	nodes, err := u.fleet.Nodes(r.Context(), actor(r), clusterID)
 	if err != nil {
 		return err
 	}
@@ -133,10 +116,10 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 			v.ClusterName = cs[i].Name
 		}
 	}
-	if vms, err := u.fleet.GuestList(r.Context(), clusterID, string(vmops.GuestVM), fleet.VMQuery{Node: name}); err == nil {
+	if vms, err := u.fleet.GuestList(r.Context(), actor(r), clusterID, string(vmops.GuestVM), fleet.VMQuery{Node: name}); err == nil {
 		v.VMs = vms.VMs
 	}
-	if cts, err := u.fleet.GuestList(r.Context(), clusterID, string(vmops.GuestCT), fleet.VMQuery{Node: name}); err == nil {
+	if cts, err := u.fleet.GuestList(r.Context(), actor(r), clusterID, string(vmops.GuestCT), fleet.VMQuery{Node: name}); err == nil {
 		v.CTs = cts.VMs
 	}
 	v.CanAct = u.ops != nil && u.canAct(r.Context(), r, clusterID)
@@ -155,7 +138,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if u.ops != nil {
-		if ops, err := u.ops.ListOperations(r.Context(), vmops.OperationFilter{ClusterID: clusterID, Limit: 50}); err == nil {
+		if ops, err := u.ops.ListOperations(r.Context(), vmActor(r), vmops.OperationFilter{ClusterID: clusterID, Limit: 50}); err == nil {
 			for _, op := range ops {
 				if op.Node == name && len(v.Operations) < 8 {
 					v.Operations = append(v.Operations, op)
@@ -179,14 +162,11 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantOperator, attempt(r)); err != nil {
-		return err
-	}
 	_, req := readEvacuateForm(r.PostForm)
 	l, err := u.ops.Evacuate(r.Context(), vmActor(r), clusterID, name, req)
 	if err != nil {
 		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
+		if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
 			return err
 		}
 		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence("The evacuation of " + name + " was refused: " + e.Message)})
@@ -198,22 +178,12 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pathOperation reads {id} and checks the caller's grant on the operation's
-// cluster; an operation on a cluster without a grant is "no such operation".
-func (u *UI) pathOperation(r *http.Request, need string) (int64, error) {
+// pathOperation reads {id}; the use cases check the caller's grant on the
+// operation's cluster.
+func pathOperation(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
 		return 0, errs.E(errs.NotFound, "there is no operation at this address")
-	}
-	clusterID, err := u.ops.OperationCluster(r.Context(), id)
-	if err != nil {
-		return 0, err
-	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, need, attempt(r)); err != nil {
-		if errs.KindOf(err) == errs.NotFound {
-			return 0, errs.E(errs.NotFound, "operation %d not found", id)
-		}
-		return 0, err
 	}
 	return id, nil
 }
@@ -347,11 +317,11 @@ func liveOp(op vmops.OperationView) liveOperation {
 // its state, target, progress and task; while it runs the page's script follows
 // it on the UI's own event stream.
 func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantViewer)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
-	op, err := u.ops.Operation(r.Context(), id)
+	op, err := u.ops.Operation(r.Context(), vmActor(r), id)
 	if err != nil {
 		return err
 	}
@@ -370,14 +340,14 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
 // cancelOperation cancels an operation (with abort=1 its running migrations are
 // stopped too) and goes back to its page.
 func (u *UI) cancelOperation(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantOperator)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
 	abort := r.PostForm.Get("abort") == "1"
 	if _, err := u.ops.CancelOperation(r.Context(), vmActor(r), id, abort); err != nil {
 		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
+		if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
 			return err
 		}
 		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence(e.Message)})
@@ -395,12 +365,13 @@ func (u *UI) cancelOperation(w http.ResponseWriter, r *http.Request) error {
 // it changes, until it ends ("end"), the session does ("session") or vmgate shuts
 // down ("shutdown").
 func (u *UI) operationEvents(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantViewer)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
+	a := vmActor(r)
 	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
-		return u.ops.OperationEvents(ctx, id, emit)
+		return u.ops.OperationEvents(ctx, a, id, emit)
 	}
 	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op vmops.OperationView) any {
 		return liveOp(op)

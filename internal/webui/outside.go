@@ -1,7 +1,6 @@
 package webui
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -15,10 +14,10 @@ import (
 
 // withOutside merges the outside tasks of the clusters (of one guest when vmid
 // is not 0, of one result when result is not "") into tasks, newest first.
-func (u *UI) withOutside(ctx context.Context, tasks []vmops.TaskView, clusters []int64, vmid int64, result string) []vmops.TaskView {
+func (u *UI) withOutside(r *http.Request, tasks []vmops.TaskView, clusters []int64, vmid int64, result string) []vmops.TaskView {
 	var outside []vmops.TaskView
 	for _, id := range clusters {
-		l, err := u.vms.OutsideTasks(ctx, id, vmid)
+		l, err := u.vms.OutsideTasks(r.Context(), vmActor(r), id, vmid)
 		if err != nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 
@@ -42,10 +43,7 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantViewer, attempt(r)); err != nil {
-			return err
-		}
-		st, err := u.fleet.GuestStatus(r.Context(), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
+		st, err := u.fleet.GuestStatus(r.Context(), actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
 		if err != nil {
 			if to := movedTo(vm, err); to != "" {
 				u.carryNotice(w, r)
@@ -75,12 +73,12 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 				v.ClusterName = cs[i].Name
 			}
 		}
-		v.Inline = u.inline(r.Context(), vm, r.URL.Query().Get("task"), v.CanAct, r.URL.RequestURI())
-		v.Tasks, err = u.vms.Tasks(r.Context(), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
+		v.Inline = u.inline(r, vm, r.URL.Query().Get("task"), v.CanAct, r.URL.RequestURI())
+		v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
 		if err != nil {
 			v.TasksErr = errorText(err)
 		}
-		v.Tasks = u.withOutside(r.Context(), v.Tasks, []int64{vm.ClusterID}, vm.VMID, "")
+		v.Tasks = u.withOutside(r, v.Tasks, []int64{vm.ClusterID}, vm.VMID, "")
 		v.Tasks = v.Tasks[:min(len(v.Tasks), 8)]
 		title := guestName(vm)
 		if st.Name != "" {
@@ -105,10 +103,10 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 	return err == nil
 }
 
-// The power actions: each checks the operator grant (audited when refused),
-// starts the operation through vmops (state checks, task, audit) without
-// waiting for it, and goes back at once to the guest's page, which follows the
-// task to its outcome (inline.go); a refusal is a notice there.
+// The power actions: each starts the operation through vmops (the operator
+// grant, audited when refused; state checks, task, audit) without waiting for
+// it, and goes back at once to the guest's page, which follows the task to its
+// outcome (inline.go); a refusal is a notice there.
 
 func (u *UI) guestStart(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "start", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
@@ -145,10 +143,10 @@ func (u *UI) power(k guestKind, action string,
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-			return err
-		}
 		out, err := op(r.Context(), vmActor(r), vm)
+		if errors.Is(err, vmops.ErrDenied) {
+			return err // the error page's 404 or 403, as for any refused grant
+		}
 		if err == nil && out.TaskID != "" {
 			// Answered at once: the guest's page follows the task (inline.go).
 			redirect(w, r, withTask(refURL(vm), out.TaskID))
@@ -198,14 +196,14 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 }
 
 // forceStopPage asks before a forced stop: it powers the guest off like pulling
-// the plug.
+// the plug. It is offered to whoever may act (vmops.MayAct), as the stop is.
 func (u *UI) forceStopPage(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		vm, err := pathGuest(r, k.kind)
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 			return err
 		}
 		u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop "+guestName(vm), "vms", vm))
