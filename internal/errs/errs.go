@@ -198,4 +198,6 @@ const (
 	ReasonShuttingDown = "shutting_down"
 	// ReasonNotReady (kind Unavailable): a readiness gate is not passed yet.
 	ReasonNotReady = "not_ready"
+	// ReasonTaskFinished (kind Conflict): the task to abort has ended already.
+	ReasonTaskFinished = "task_finished"
 )

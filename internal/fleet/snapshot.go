@@ -20,7 +20,7 @@ const SnapshotMaxAge = 2 * time.Second
 // request it answers and never changed.
 type snapshot[T any] struct {
 	at    time.Time // when the read began: the data is at least this old
-	items []T
+	items T
 }
 
 // snapshots holds the latest list of each cluster. A request is answered from a
@@ -53,7 +53,7 @@ func (c *snapshots[T]) fresh(id int64, now time.Time) (*snapshot[T], uint64) {
 // with load when there is none. The read goes on if the request that started it
 // goes away (the others waiting for it may still want it); each request stops
 // waiting when its own ctx ends.
-func (c *snapshots[T]) get(ctx context.Context, id int64, now func() time.Time, load func(context.Context) ([]T, error)) (*snapshot[T], error) {
+func (c *snapshots[T]) get(ctx context.Context, id int64, now func() time.Time, load func(context.Context) (T, error)) (*snapshot[T], error) {
 	sn, epoch := c.fresh(id, now())
 	if sn != nil {
 		return sn, nil

@@ -139,34 +139,28 @@ func (s *Service) VMList(ctx context.Context, a Actor, clusterID int64, q VMQuer
 }
 
 // GuestList is VMList for the guests of kind, PVE's name of it: "qemu" are
-// VMList, "lxc" a cluster's containers, from a snapshot of their own (the same
-// read of /cluster/resources?type=vm, shared by the containers' listers).
+// VMList, "lxc" a cluster's containers, from the same snapshot: one read of
+// /cluster/resources?type=vm answers both kinds.
 func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindName string, q VMQuery) (VMList, error) {
 	kind := pve.GuestKind(kindName)
 	after, err := q.validate()
 	if err != nil {
 		return VMList{}, err
 	}
-	snaps := s.vmSnaps
-	if kind == pve.LXC {
-		snaps = s.ctSnaps
-	} else if kind != pve.Qemu {
+	if kind != pve.Qemu && kind != pve.LXC {
 		return VMList{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(string(kind)))
 	}
 	if err := s.requireRead(ctx, a, clusterID); err != nil {
 		return VMList{}, err
 	}
-	sn, err := snaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]VMView, error) {
-		res, err := s.guestResources(ctx, clusterID)
-		if err != nil {
-			return nil, err
-		}
-		return guestViews(res, kind), nil
-	})
+	sn, err := s.guests(ctx, clusterID)
 	if err != nil {
 		return VMList{}, err
 	}
-	all := sn.items
+	all := sn.items.vms
+	if kind == pve.LXC {
+		all = sn.items.cts
+	}
 	start := 0
 	if q.Cursor != "" {
 		start = sort.Search(len(all), func(i int) bool { return all[i].VMID > after })
@@ -193,4 +187,23 @@ func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindN
 		out.VMs = append(out.VMs, all[i])
 	}
 	return out, nil
+}
+
+// guestSet is one read of a cluster's guests: its VMs and its containers, each
+// by VMID.
+type guestSet struct {
+	vms, cts []VMView
+}
+
+// guests returns the cluster's guest snapshot, younger than SnapshotMaxAge, or
+// reads it: one /cluster/resources?type=vm for both kinds, shared by every
+// request meanwhile and by the cluster's watcher (watch.go).
+func (s *Service) guests(ctx context.Context, clusterID int64) (*snapshot[guestSet], error) {
+	return s.vmSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) (guestSet, error) {
+		res, err := s.guestResources(ctx, clusterID)
+		if err != nil {
+			return guestSet{}, err
+		}
+		return guestSet{vms: guestViews(res, pve.Qemu), cts: guestViews(res, pve.LXC)}, nil
+	})
 }
