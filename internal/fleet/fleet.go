@@ -61,11 +61,9 @@ type Service struct {
 	// cache holds clusters and grants, kept true by the store's change feed.
 	cache       *cache
 	unsubscribe func()
-	// vmSnaps and nodeSnaps are each cluster's latest VM and node lists.
-	vmSnaps *snapshots[VMView]
-	ctSnaps *snapshots[VMView] // the containers'
-
-	nodeSnaps *snapshots[NodeView]
+	// guestSnaps and nodeSnaps are each cluster's latest guest and node lists.
+	guestSnaps *snapshots[guestSet]
+	nodeSnaps  *snapshots[[]NodeView]
 
 	mu      sync.Mutex
 	clients map[int64]*cachedClient
@@ -105,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.cache = newCache(cfg.Store)
 	s.cache.loaded = s.closeGone
-	s.vmSnaps, s.ctSnaps, s.nodeSnaps = newSnapshots[VMView](), newSnapshots[VMView](), newSnapshots[NodeView]()
+	s.guestSnaps, s.nodeSnaps = newSnapshots[guestSet](), newSnapshots[[]NodeView]()
 	s.unsubscribe = cfg.Store.Subscribe(s.changed)
 	return s, nil
 }
@@ -147,12 +145,10 @@ func (s *Service) changed(c store.Change) {
 	s.cache.apply(c)
 	switch c.Kind {
 	case store.ChangeCluster:
-		s.vmSnaps.drop(c.ClusterID)
-		s.ctSnaps.drop(c.ClusterID)
+		s.guestSnaps.drop(c.ClusterID)
 		s.nodeSnaps.drop(c.ClusterID)
 	case store.ChangeResync:
-		s.vmSnaps.dropAll()
-		s.ctSnaps.dropAll()
+		s.guestSnaps.dropAll()
 		s.nodeSnaps.dropAll()
 	}
 }

@@ -43,17 +43,25 @@ type NodeView struct {
 	Uptime int64
 }
 
-// VMView is one QEMU guest of a cluster.
+// VMView is one guest of a cluster, as /cluster/resources shows it (its name
+// is older than containers in vmgate: a VMList holds QEMU guests only).
 type VMView struct {
 	VMID    int64
+	Type    pve.GuestKind // pve.Qemu or pve.LXC
 	Name    string
 	Node    string
 	Status  string
 	Lock    string
 	Tags    []string
 	HAState string
+	Pool    string // the resource pool it is a member of; "" for none
 	MaxMem  int64
 	MaxCPU  float64 // a CPU limit may be fractional
+	// Mem, CPU (the share of MaxCPU in use, 0–1) and Uptime (seconds) are PVE's
+	// statistics, which lag by up to about 10 s.
+	Mem    int64
+	CPU    float64
+	Uptime int64
 }
 
 // HAView is a VM's high-availability state.
@@ -156,7 +164,7 @@ func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, erro
 	if err != nil {
 		return NodeList{}, err
 	}
-	return NodeList{Nodes: sn.items[:len(sn.items):len(sn.items)], AsOf: sn.at}, nil
+	return NodeList{Nodes: sn.val[:len(sn.val):len(sn.val)], AsOf: sn.at}, nil
 }
 
 // Nodes lists a cluster's nodes by name (NodeList's, a copy). The caller has
@@ -187,43 +195,72 @@ func (s *Service) guestResources(ctx context.Context, clusterID int64) ([]pve.Re
 	return res, nil
 }
 
-// vmViews turns a /cluster/resources?type=vm answer into the cluster's VMs by
-// VMID, containers left out, without an allocation per VM: the tags of every VM
-// share one backing array (each VM's capped, so that no append reaches its
-// neighbour's).
-func vmViews(res []pve.Resource) []VMView { return guestViews(res, pve.Qemu) }
+// guestSet is one read of a cluster's guests: all of them by vmid, and each
+// kind's by vmid (copies, so that a list of one kind is a sub-slice too).
+type guestSet struct {
+	all, qemu, lxc []VMView
+}
 
-// guestViews is vmViews for the guests of kind (containers: pve.LXC).
-func guestViews(res []pve.Resource, kind pve.GuestKind) []VMView {
+// of returns the guests of kind, every guest for "".
+func (g guestSet) of(kind pve.GuestKind) []VMView {
+	switch kind {
+	case pve.Qemu:
+		return g.qemu
+	case pve.LXC:
+		return g.lxc
+	}
+	return g.all
+}
+
+// guestViews turns a /cluster/resources?type=vm answer into the cluster's
+// guests by vmid, without an allocation per guest: the tags of every guest
+// share one backing array (each guest's capped, so that no append reaches its
+// neighbour's). A type vmgate does not know is left out.
+func guestViews(res []pve.Resource) guestSet {
 	// Sorted by a compact key first, so the sort moves 16 bytes per swap, not
 	// a whole view (PVE orders /cluster/resources by id as text: qemu/1000 before
-	// qemu/101).
+	// qemu/101, every VM before every container).
 	type key struct {
 		vmid int64
 		at   int
 	}
 	keys := make([]key, 0, len(res))
-	ntags := 0
+	ntags, nqemu := 0, 0
 	for i := range res {
-		if res[i].Type == string(kind) {
+		if k := pve.GuestKind(res[i].Type); k.Valid() {
 			keys = append(keys, key{int64(res[i].VMID), i})
 			ntags += countTags(res[i].Tags)
+			if k == pve.Qemu {
+				nqemu++
+			}
 		}
 	}
 	byVMID := func(x, y key) int { return cmp.Compare(x.vmid, y.vmid) }
 	if !slices.IsSortedFunc(keys, byVMID) {
 		slices.SortFunc(keys, byVMID)
 	}
-	out := make([]VMView, 0, len(keys))
+	// One backing array for the three lists: all, then the VMs, then the
+	// containers.
+	views := make([]VMView, 2*len(keys))
+	g := guestSet{all: views[:len(keys):len(keys)]}
+	g.qemu = views[len(keys) : len(keys) : len(keys)+nqemu]
+	g.lxc = views[len(keys)+nqemu : len(keys)+nqemu : 2*len(keys)]
 	tags := make([]string, 0, ntags)
-	for _, k := range keys {
+	for i, k := range keys {
 		r := &res[k.at]
 		start := len(tags)
 		tags = appendTags(tags, r.Tags)
-		out = append(out, VMView{VMID: k.vmid, Name: r.Name, Node: r.Node, Status: r.Status, Lock: r.Lock,
-			Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, MaxMem: r.MaxMem, MaxCPU: r.MaxCPU})
+		v := VMView{VMID: k.vmid, Type: pve.GuestKind(r.Type), Name: r.Name, Node: r.Node, Status: r.Status,
+			Lock: r.Lock, Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, Pool: r.Pool,
+			MaxMem: r.MaxMem, MaxCPU: r.MaxCPU, Mem: r.Mem, CPU: r.CPU, Uptime: r.Uptime}
+		g.all[i] = v
+		if v.Type == pve.Qemu {
+			g.qemu = append(g.qemu, v)
+		} else {
+			g.lxc = append(g.lxc, v)
+		}
 	}
-	return out
+	return g
 }
 
 // isTagSep says what separates PVE's tags: ';' in /cluster/resources; ',' and
