@@ -70,18 +70,23 @@ type HAView struct {
 	State   string
 }
 
-// VMStatusView is a VM's current status on its node.
+// VMStatusView is a guest's current status on its node (PVE's status/current);
+// its name is from before containers.
 type VMStatusView struct {
 	VMID      int64
+	Type      pve.GuestKind // pve.Qemu or pve.LXC
 	Node      string
 	Name      string
 	Status    string // running or stopped
-	QMPStatus string // running, paused, prelaunch, ...
+	QMPStatus string // running, paused, prelaunch, ... (QEMU only)
 	Lock      string
 	HA        HAView
 	Uptime    int64
 	CPUs      float64 // a CPU limit may be fractional
 	MaxMem    int64
+	MaxDisk   int64 // the boot disk's size (QEMU), the root volume's (LXC)
+	MaxSwap   int64 // LXC only
+	Tags      []string
 	CPU       float64 // the share of CPUs in use now (0–1)
 	Mem       int64   // memory in use now
 	// Stale is set when PVE could not be asked and this is the last status vmgate
@@ -295,43 +300,50 @@ func appendTags(dst []string, s string) []string {
 	return dst
 }
 
-// VMStatus reads a VM's current status on a node. A VM that is not on that node is
-// NotFound, saying on which node it is when the cluster shows it elsewhere. When PVE
-// cannot be asked (the node is cut off, no endpoint answers) the last status this
-// process read answers, marked stale; without one the read is 503 (504 on a
-// timeout), never 409. The caller has authorized.
+// VMStatus reads a VM's current status on a node (GuestStatus of a QEMU guest).
 func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
-	if !pve.ValidNode(node) {
+	return s.GuestStatus(ctx, clusterID, string(pve.Qemu), node, vmid)
+}
+
+// GuestStatus reads a guest's current status on a node: kindName is PVE's name
+// of its kind, "qemu" or "lxc". A guest that is not on that node is NotFound,
+// saying on which node it is when the cluster shows it elsewhere, and what it
+// is when the vmid is a guest of the other kind. When PVE cannot be asked (the
+// node is cut off, no endpoint answers) the last status this process read
+// answers, marked stale; without one the read is 503 (504 on a timeout), never
+// 409. The caller has authorized.
+func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
+	kind := pve.GuestKind(kindName)
+	switch {
+	case !kind.Valid():
+		return VMStatusView{}, invalid("type must be %s or %s", pve.Qemu, pve.LXC)
+	case !pve.ValidNode(node):
 		return VMStatusView{}, invalid("node %q is not a PVE node name", quoteSafe(node))
-	}
-	if vmid < pve.MinVMID || vmid > pve.MaxVMID {
+	case vmid < pve.MinVMID || vmid > pve.MaxVMID:
 		return VMStatusView{}, invalid("vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
 	}
 	cl, err := s.Client(ctx, clusterID)
 	if err != nil {
 		return VMStatusView{}, err
 	}
-	// While the VM's node cannot be reached, its last known status answers, marked
-	// stale (lastknown.go).
-	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, vmid}, func(ctx context.Context) (VMStatusView, error) {
-		st, err := cl.GuestStatus(ctx, pve.VMOn(node, int(vmid)))
+	// While the guest's node cannot be reached, its last known status answers,
+	// marked stale (lastknown.go).
+	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, kind, vmid}, func(ctx context.Context) (VMStatusView, error) {
+		st, err := cl.GuestStatus(ctx, pve.Guest{Kind: kind, Node: node, VMID: int(vmid)})
 		if err != nil {
 			if pve.IsNotFound(err) {
-				return VMStatusView{}, s.vmNotOn(ctx, clusterID, node, vmid, err)
+				// A fresh look at where the cluster shows it; without one the
+				// answer just names no node.
+				res, _ := s.guestResources(ctx, clusterID)
+				return VMStatusView{}, NotOnNodeOf(kind, vmid, node, res, err)
 			}
 			return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
 		}
-		return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+		return VMStatusView{VMID: vmid, Type: kind, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
 			Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,
-			CPUs: st.CPUs, MaxMem: st.MaxMem, CPU: st.CPU, Mem: st.Mem}, nil
+			CPUs: st.CPUs, MaxMem: st.MaxMem, MaxDisk: st.MaxDisk, MaxSwap: st.MaxSwap, Tags: appendTags(nil, st.Tags),
+			CPU: st.CPU, Mem: st.Mem}, nil
 	})
-}
-
-// vmNotOn is the 404 for a VM PVE says is not on node, from a fresh look at where
-// the cluster's resources show it.
-func (s *Service) vmNotOn(ctx context.Context, clusterID int64, node string, vmid int64, cause error) error {
-	res, _ := s.guestResources(ctx, clusterID) // without them the answer just names no node
-	return NotOnNode(vmid, node, res, cause)
 }
 
 // NotOnNode is the one 404 for a VM that is not on node (docs/design.md §3.2): it names the

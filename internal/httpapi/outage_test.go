@@ -13,14 +13,14 @@ import (
 // outageBody is a well-formed body for each route that takes one, so that the
 // request gets past decoding to the store.
 var outageBody = map[string]string{
-	"POST /api/v1/user/login":                               `{"email":"root@example.org","password":"` + envPassword + `"}`,
-	"POST /api/v1/user/password":                            `{"currentPassword":"` + envPassword + `","newPassword":"another-Fine-passphrase-43"}`,
-	"POST /api/v1/users":                                    `{"email":"new@example.org","nickname":"n","password":"another-Fine-passphrase-43","role":"user"}`,
-	"PATCH /api/v1/users/{id}":                              `{"nickname":"x"}`,
-	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":      `{"role":"viewer"}`,
-	"PATCH /api/v1/clusters/{clusterId}":                    `{"name":"renamed"}`,
-	"POST /api/v1/clusters":                                 `{"name":"x","endpoints":["https://127.0.0.1:1"],"tokenId":"a@pve!b","tokenSecret":"s","insecureSkipVerify":true}`,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2"}`,
+	"POST /api/v1/user/login":                                `{"email":"root@example.org","password":"` + envPassword + `"}`,
+	"POST /api/v1/user/password":                             `{"currentPassword":"` + envPassword + `","newPassword":"another-Fine-passphrase-43"}`,
+	"POST /api/v1/users":                                     `{"email":"new@example.org","nickname":"n","password":"another-Fine-passphrase-43","role":"user"}`,
+	"PATCH /api/v1/users/{id}":                               `{"nickname":"x"}`,
+	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":       `{"role":"viewer"}`,
+	"PATCH /api/v1/clusters/{clusterId}":                     `{"name":"renamed"}`,
+	"POST /api/v1/clusters":                                  `{"name":"x","endpoints":["https://127.0.0.1:1"],"tokenId":"a@pve!b","tokenSecret":"s","insecureSkipVerify":true}`,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate":  `{"target":"pve2"}`,
 	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/migrate": `{"target":"pve2","restart":true}`,
 }
 
