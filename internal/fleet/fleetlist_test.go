@@ -79,7 +79,9 @@ func TestGuestListBothKinds(t *testing.T) {
 }
 
 // fleetKey names one guest of the fleet: cluster and vmid.
-func fleetKey(cluster int64, v VMView) string { return fmt.Sprintf("%d/%s/%d", cluster, v.Type, v.VMID) }
+func fleetKey(cluster int64, v VMView) string {
+	return fmt.Sprintf("%d/%s/%d", cluster, v.Type, v.VMID)
+}
 
 // TestFleetGuestsMergeAndCursor (issue 18 (docs/history.md), the fleet-wide
 // list): the guests of every cluster the actor may read, by cluster and vmid,
