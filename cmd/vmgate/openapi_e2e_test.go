@@ -189,7 +189,9 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	// Container 201 (pve2, stopped): started, rebooted, its pre-check read, moved
 	// by a restart and stopped (docs/decisions/0080).
 	ct := func(node string) string { return cli.GuestPath(cli.KindCT, cl.ID, node, 201) }
-	do(op, "GET", inv+"/cts", url.Values{"node": {"pve2"}}, nil, nil)
+	do(op, "GET", inv+"/guests", url.Values{"node": {"pve2"}, "type": {"lxc"}}, nil, nil)
+	do(op, "GET", "/api/v1/pve/guests", url.Values{"limit": {"3"}}, nil, nil)
+	do(op, "GET", ct("pve2"), nil, nil, nil)
 	for _, step := range []string{"start", "reboot"} {
 		if _, running, err := op.PowerGuest(ctx, cli.KindCT, cl.ID, "pve2", 201, step, false, 60, nil); err != nil || running {
 			t.Fatalf("%s CT 201: running %v, %v", step, running, err)

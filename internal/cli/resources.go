@@ -217,9 +217,12 @@ func (c *Client) VMItems(ctx context.Context, clusterID int64, f VMFilter) (Item
 	return c.List(ctx, ClusterPath(clusterID)+"/vms", f.Query())
 }
 
-// CTItems reads a cluster's containers as VMItems reads its VMs (the same shape).
+// CTItems reads a cluster's containers as VMItems reads its VMs (the guest
+// list of type lxc: the VM list's shape, and a type).
 func (c *Client) CTItems(ctx context.Context, clusterID int64, f VMFilter) (Items, error) {
-	return c.List(ctx, ClusterPath(clusterID)+"/cts", f.Query())
+	q := f.Query()
+	q.Set("type", "lxc")
+	return c.List(ctx, ClusterPath(clusterID)+"/guests", q)
 }
 
 // The tables. Each takes what the API answered and the time to show ages from.

@@ -198,4 +198,7 @@ const (
 	ReasonShuttingDown = "shutting_down"
 	// ReasonNotReady (kind Unavailable): a readiness gate is not passed yet.
 	ReasonNotReady = "not_ready"
+	// ReasonNotOffered (kind Invalid): vmgate does not offer this action for this
+	// kind of guest (a container's suspend: PVE marks it experimental).
+	ReasonNotOffered = "not_offered"
 )

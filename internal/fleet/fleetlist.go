@@ -26,8 +26,7 @@ type FleetGuestList struct {
 	// with no guest on the page is left out. Their guests are shared with other
 	// answers: read only.
 	Clusters []ClusterGuests
-	// AsOf is the oldest of the parts' snapshots (zero when the page is empty
-	// and no cluster was read).
+	// AsOf is the oldest of the snapshots the page read (now when it read none).
 	AsOf time.Time
 	// NextCursor continues with the next page (FleetQuery.Cursor); "" on the last.
 	NextCursor string
@@ -191,6 +190,9 @@ func (s *Service) FleetGuests(ctx context.Context, a Actor, q FleetQuery) (Fleet
 				break
 			}
 		}
+	}
+	if out.AsOf.IsZero() {
+		out.AsOf = now
 	}
 	return out, nil
 }

@@ -29,7 +29,8 @@ type Fleet interface {
 	NodeList(ctx context.Context, clusterID int64) (fleet.NodeList, error)
 	VMList(ctx context.Context, clusterID int64, q fleet.VMQuery) (fleet.VMList, error)
 	GuestList(ctx context.Context, clusterID int64, kind string, q fleet.VMQuery) (fleet.VMList, error)
-	VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (fleet.VMStatusView, error)
+	FleetGuests(ctx context.Context, a fleet.Actor, q fleet.FleetQuery) (fleet.FleetGuestList, error)
+	GuestStatus(ctx context.Context, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error)
 }
 
 // fleetRoutes are the cluster administration (docs/design.md §3.4, admins only; grants
@@ -47,8 +48,10 @@ func (s *Server) fleetRoutes() []route {
 
 		{"GET", "/api/v1/pve/clusters", authed, s.inventoryClusters},
 		{"GET", "/api/v1/pve/clusters/{clusterId}/nodes", authed, s.clusterNodes},
-		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterGuests(vmops.GuestVM)},
-		{"GET", "/api/v1/pve/clusters/{clusterId}/cts", authed, s.clusterGuests(vmops.GuestCT)},
-		{"GET", "/api/v1/pve/vm/{clusterId}/{node}/{vmid}", authed, s.vmStatus},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterVMs},
+		{"GET", "/api/v1/pve/vm/{clusterId}/{node}/{vmid}", authed, s.guestStatus(vmops.GuestVM)},
+		{"GET", "/api/v1/pve/lxc/{clusterId}/{node}/{vmid}", authed, s.guestStatus(vmops.GuestCT)},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/guests", authed, s.listClusterGuests},
+		{"GET", "/api/v1/pve/guests", authed, s.listFleetGuests},
 	}
 }

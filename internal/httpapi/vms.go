@@ -69,6 +69,12 @@ func (s *Server) vmRoutes() []route {
 				route{"POST", g + "/suspend", authed, s.vmSuspend(k.kind)}, // suspend.go
 				route{"POST", g + "/resume", authed, s.vmResume(k.kind)},
 			)
+		} else {
+			why := "PVE marks a container's suspend experimental (CRIU); stop it instead"
+			out = append(out,
+				route{"POST", g + "/suspend", authed, notOffered(k.kind, "suspend", why)}, // guests.go
+				route{"POST", g + "/resume", authed, notOffered(k.kind, "resume", why)},
+			)
 		}
 		out = append(out,
 			route{"POST", g + "/migrate", authed, s.vmMigrate(k.kind)},
@@ -216,7 +222,7 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, kind vmops.Gu
 	}
 	return s.operatorWrite(w, r, vm.ClusterID, nil, func(w http.ResponseWriter, r *http.Request) error {
 		out, err := op(r.Context(), vmActor(r), vm, q)
-		return renderPower(w, out, err)
+		return renderPower(w, out, withRightPath(r, vm, err))
 	})
 }
 
@@ -333,7 +339,7 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 	}
 	return s.operatorWrite(w, r, vm.ClusterID, body, func(w http.ResponseWriter, r *http.Request) error {
 		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
-		return renderMigrate(w, upid, err)
+		return renderMigrate(w, upid, withRightPath(r, vm, err))
 	})
 }
 
@@ -415,7 +421,7 @@ func (s *Server) migrateCheck(w http.ResponseWriter, r *http.Request, kind vmops
 	}
 	pc, err := s.vms.MigrateCheck(r.Context(), vm, target)
 	if err != nil {
-		return err
+		return withRightPath(r, vm, err)
 	}
 	writeData(w, toPrecheckJSON(pc))
 	return nil
