@@ -67,8 +67,16 @@ func TestContainersHTTP(t *testing.T) {
 	// The pre-check and PVE's rules for moving a container.
 	e.call("view", "GET", e.ctPath("pve2", 201)+"/migrate?target=pve3", "").expect(t, 200, "")
 	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3"}`).expect(t, 409, "vm_running")
-	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3","online":true}`).expect(t, 400, "invalid_request")
-	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3","withLocalDisks":true}`).expect(t, 400, "invalid_request")
+	for _, tc := range []struct{ path, body, field string }{
+		{e.ctPath("pve2", 201), `{"target":"pve3","online":true}`, "online"},
+		{e.ctPath("pve2", 201), `{"target":"pve3","withLocalDisks":true}`, "withLocalDisks"},
+		{e.vmPath("pve1", 100), `{"target":"pve2","timeout":0}`, "timeout"},
+	} {
+		a := e.call("op", "POST", tc.path+"/migrate", tc.body).expect(t, 400, "invalid_request")
+		if !strings.Contains(string(a.raw), `"field":"`+tc.field+`"`) || !strings.HasPrefix(a.env.Message, tc.field+" is for") {
+			t.Errorf("%s: %s", tc.body, a.raw)
+		}
+	}
 	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve2","restart":true}`).expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve2","restart":true}`).expect(t, 400, "invalid_request")
 	a = e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3","restart":true,"timeout":30}`).expect(t, 200, "")

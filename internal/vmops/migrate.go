@@ -31,6 +31,28 @@ type MigrateRequest struct {
 	Timeout *int
 }
 
+// kindFields refuses a field of the other kind's migration that asks for
+// something (docs/decisions/0081): online=true and withLocalDisks=true for a
+// container, restart=true and a timeout for a VM. A false asks for nothing
+// (a client may send one body for both kinds). The error names the field, also
+// as its "field" detail.
+func kindFields(kind GuestKind, req MigrateRequest) error {
+	field, why := "", ""
+	switch {
+	case kind == GuestCT && req.Online != nil && *req.Online:
+		field, why = "online", "online is for VMs: PVE cannot migrate a container live; migrate it with restart=true, or stop it first"
+	case kind == GuestCT && req.WithLocalDisks:
+		field, why = "withLocalDisks", "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)"
+	case kind != GuestCT && req.Restart:
+		field, why = "restart", "restart is for containers: a running VM migrates live (online=true)"
+	case kind != GuestCT && req.Timeout != nil:
+		field, why = "timeout", "timeout is for containers (the restart's shutdown timeout): a running VM migrates live (online=true)"
+	default:
+		return nil
+	}
+	return &errs.Error{Kind: errs.Invalid, Message: why, Details: map[string]any{"field": field}}
+}
+
 // Precheck is PVE's migration pre-check of a VM, as vmgate shows it.
 type Precheck struct {
 	Running bool
@@ -183,12 +205,9 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 		return "", errs.E(errs.Invalid, "bwlimit must not be negative")
 	case req.Timeout != nil && *req.Timeout < 0:
 		return "", errs.E(errs.Invalid, "timeout must not be negative")
-	case vm.Kind == GuestCT && req.WithLocalDisks:
-		return "", errs.E(errs.Invalid, "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)")
-	case vm.Kind == GuestCT && req.Online != nil && *req.Online:
-		return "", errs.E(errs.Invalid, "PVE cannot migrate a container live; migrate it with restart=true, or stop it first")
-	case vm.Kind != GuestCT && (req.Restart || req.Timeout != nil):
-		return "", errs.E(errs.Invalid, "restart and timeout are for containers; a VM migrates live (online=true)")
+	}
+	if err := kindFields(vm.Kind, req); err != nil {
+		return "", err
 	}
 
 	// One migration of a VM at a time from this process, from the pre-check until
