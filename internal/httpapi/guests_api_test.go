@@ -3,6 +3,8 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -177,5 +179,34 @@ func TestGuestListsHTTP(t *testing.T) {
 	if len(l.Unavailable) != 1 || l.Unavailable[0].ClusterID != d.id || l.Unavailable[0].ClusterName != "D" ||
 		l.Unavailable[0].Reason != "cluster_unavailable" || len(l.Data) != 12 {
 		t.Fatalf("D down: %s, unavailable %+v", keys(l), l.Unavailable)
+	}
+}
+
+// TestStreamedGuestListIsTheBufferedOne: the fleet's list written out in chunks
+// is byte for byte the buffered answer (several chunks of it), and a number JSON
+// cannot hold is still a 500 with nothing of the list sent.
+func TestStreamedGuestListIsTheBufferedOne(t *testing.T) {
+	t.Parallel()
+	var parts guestItems
+	for c := range 3 {
+		var gs []fleet.VMView
+		for i := range 400 {
+			gs = append(gs, fleet.VMView{VMID: int64(100 + i), Type: "lxc", Name: fmt.Sprintf("g<%d>", i), Node: "pve1",
+				Status: "running", Tags: []string{"a", "b"}, MaxMem: 1 << 30, MaxCPU: 1.5, CPU: 0.25, Uptime: int64(i)})
+		}
+		parts = append(parts, fleet.ClusterGuests{ClusterID: int64(c + 1), Name: fmt.Sprintf("c&%d", c), Guests: gs})
+	}
+	extra := func(e *jsonEnc) { e.raw(`,"x":1`) }
+	buffered, streamed := httptest.NewRecorder(), httptest.NewRecorder()
+	writeEncoded(buffered, 200, "success", parts, extra)
+	writeGuestsStreamed(streamed, parts, extra)
+	if buffered.Body.Len() < 3*streamChunk || buffered.Body.String() != streamed.Body.String() || streamed.Code != 200 {
+		t.Fatalf("streamed %d bytes (%d), buffered %d", streamed.Body.Len(), streamed.Code, buffered.Body.Len())
+	}
+	parts[2].Guests[399].CPU = math.Inf(1)
+	bad := httptest.NewRecorder()
+	writeGuestsStreamed(bad, parts, extra)
+	if bad.Code != 500 || strings.Contains(bad.Body.String(), `"data"`) || !strings.Contains(bad.Body.String(), `"reason":"internal"`) {
+		t.Fatalf("a non-finite number: %d %.200s", bad.Code, bad.Body)
 	}
 }
