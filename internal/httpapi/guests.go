@@ -54,11 +54,17 @@ func (s *Server) guestStatus(kind vmops.GuestKind) handler {
 }
 
 // notOffered answers an action vmgate does not offer for a kind of guest, once
-// the path is valid and before anything else: nothing of the cluster is
-// looked at (docs/decisions/0081).
+// the request is valid (path, no query, no body) and before anything else:
+// nothing of the cluster is looked at (docs/decisions/0081).
 func notOffered(kind vmops.GuestKind, action, why string) handler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := pathGuest(r, kind); err != nil {
+			return err
+		}
+		if err := checkQuery(r); err != nil {
+			return err
+		}
+		if err := requireNoBody(w, r); err != nil {
 			return err
 		}
 		return errs.R(errs.Invalid, errs.ReasonNotOffered, "vmgate does not offer %s for a %s: %s", action, kind.Noun(), why)
