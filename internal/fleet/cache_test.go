@@ -87,13 +87,13 @@ func TestCacheFollowsTheFeed(t *testing.T) {
 				t.Logf("%s: in force on the other replica after %v", what, took)
 			}
 			kindIs := func(err error, k errs.Kind, reason string) error {
-				if e, ok := errs.As(err); ok && e.Kind == k && (reason == "" || e.Reason == reason) {
+				if e, ok := errs.As(err); ok && e.Kind == k && (reason == "" || e.ReasonOrDefault() == reason) {
 					return nil
 				}
 				return errs.E(errs.Internal, "got %v, want %s %s", err, k, reason)
 			}
 			readVM := func() error {
-				_, err := svc.VMStatus(ctx, c.ID, "pve1", 100)
+				_, err := svc.VMStatus(ctx, testReader, c.ID, "pve1", 100)
 				return err
 			}
 

@@ -50,7 +50,7 @@ func TestGuestListBothKinds(t *testing.T) {
 		{"", VMQuery{Limit: 5, Cursor: "105"}, "qemu/150 lxc/200 lxc/201 lxc/202 lxc/203"},
 	}
 	for _, tc := range cases {
-		l, err := svc.GuestList(ctx, c.ID, tc.kind, tc.q)
+		l, err := svc.GuestList(ctx, testReader, c.ID, tc.kind, tc.q)
 		if err != nil || ids(l) != tc.want {
 			t.Errorf("%q %+v: %q, %v; want %q", tc.kind, tc.q, ids(l), err, tc.want)
 		}
@@ -58,7 +58,7 @@ func TestGuestListBothKinds(t *testing.T) {
 	if n := s.c.Requests("GET", "/cluster/resources") - reads0; n != 1 {
 		t.Errorf("every kind and filter read /cluster/resources %d times, want once (one snapshot)", n)
 	}
-	l, err := svc.GuestList(ctx, c.ID, "lxc", VMQuery{Q: "200"})
+	l, err := svc.GuestList(ctx, testReader, c.ID, "lxc", VMQuery{Q: "200"})
 	if err != nil || len(l.VMs) != 1 {
 		t.Fatalf("CT 200: %+v %v", l, err)
 	}
@@ -67,12 +67,12 @@ func TestGuestListBothKinds(t *testing.T) {
 		t.Errorf("CT 200's view %+v", v)
 	}
 	for _, bad := range []string{"vm", "ct", "QEMU", "lxc "} {
-		if _, err := svc.GuestList(ctx, c.ID, bad, VMQuery{}); errs.KindOf(err) != errs.Invalid {
+		if _, err := svc.GuestList(ctx, testReader, c.ID, bad, VMQuery{}); errs.KindOf(err) != errs.Invalid {
 			t.Errorf("kind %q: %v, want invalid_request", bad, err)
 		}
 	}
 	for _, bad := range []string{"a b", "-x", "a//b", "/a", strings.Repeat("p", 129), "a;b"} {
-		if _, err := svc.GuestList(ctx, c.ID, "", VMQuery{Pool: bad}); errs.KindOf(err) != errs.Invalid {
+		if _, err := svc.GuestList(ctx, testReader, c.ID, "", VMQuery{Pool: bad}); errs.KindOf(err) != errs.Invalid {
 			t.Errorf("pool %q: %v, want invalid_request", bad, err)
 		}
 	}
@@ -115,7 +115,7 @@ func TestFleetGuestsMergeAndCursor(t *testing.T) {
 	want := func(cs []Cluster, kind string, q VMQuery) []string {
 		var out []string
 		for _, c := range cs {
-			l, err := svc.GuestList(ctx, c.ID, kind, q)
+			l, err := svc.GuestList(ctx, testReader, c.ID, kind, q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,12 +253,12 @@ func TestGuestStatus(t *testing.T) {
 	t.Parallel()
 	_, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	st, err := svc.GuestStatus(ctx, c.ID, "lxc", "pve1", 200)
+	st, err := svc.GuestStatus(ctx, testReader, c.ID, "lxc", "pve1", 200)
 	if err != nil || st.Type != "lxc" || st.Name != "proxy" || st.Status != "running" || st.MaxSwap != 512<<20 ||
 		st.MaxMem != 1<<30 || st.MaxDisk != 8<<30 || st.CPUs != 2 || strings.Join(st.Tags, ",") != "web,prod" || st.Uptime <= 0 {
 		t.Fatalf("CT 200: %+v %v", st, err)
 	}
-	vm, err := svc.GuestStatus(ctx, c.ID, "qemu", "pve1", 100)
+	vm, err := svc.GuestStatus(ctx, testReader, c.ID, "qemu", "pve1", 100)
 	if err != nil || vm.Type != "qemu" || vm.QMPStatus != "running" || vm.MaxDisk <= 0 || vm.MaxSwap != 0 {
 		t.Fatalf("VM 100: %+v %v", vm, err)
 	}
@@ -272,13 +272,13 @@ func TestGuestStatus(t *testing.T) {
 		{"lxc", "pve2", 100, "CT 100 not found: 100 is a VM (on node pve1)", map[string]any{"node": "pve1", "kind": "qemu"}},
 		{"lxc", "pve2", 200, "CT 200 is not on node pve2; it is on node pve1", map[string]any{"node": "pve1"}},
 	} {
-		_, err := svc.GuestStatus(ctx, c.ID, tc.kind, tc.node, tc.vmid)
+		_, err := svc.GuestStatus(ctx, testReader, c.ID, tc.kind, tc.node, tc.vmid)
 		e, ok := errs.As(err)
 		if !ok || e.Kind != errs.NotFound || e.Message != tc.msg || fmt.Sprint(e.Details) != fmt.Sprint(tc.details) {
 			t.Errorf("%s %d on %s: %v (%+v)", tc.kind, tc.vmid, tc.node, err, e)
 		}
 	}
-	if _, err := svc.GuestStatus(ctx, c.ID, "vm", "pve1", 100); errs.KindOf(err) != errs.Invalid {
+	if _, err := svc.GuestStatus(ctx, testReader, c.ID, "vm", "pve1", 100); errs.KindOf(err) != errs.Invalid {
 		t.Errorf("kind vm: %v", err)
 	}
 }

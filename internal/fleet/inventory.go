@@ -57,10 +57,10 @@ type VMView struct {
 	Pool    string // the resource pool it is a member of; "" for none
 	MaxMem  int64
 	MaxCPU  float64 // a CPU limit may be fractional
-	// Mem, CPU (the share of MaxCPU in use, 0–1) and Uptime (seconds) are PVE's
-	// statistics, which lag by up to about 10 s.
-	Mem    int64
+	// What /cluster/resources says the guest uses now: the share of its CPUs
+	// (0–1), its memory in bytes and its uptime in seconds (0 when stopped).
 	CPU    float64
+	Mem    int64
 	Uptime int64
 }
 
@@ -147,8 +147,11 @@ type NodeList struct {
 
 // NodeList returns a cluster's nodes by name, from a snapshot younger than
 // SnapshotMaxAge or one /nodes read shared by every request meanwhile
-// (snapshot.go). The caller has authorized.
-func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, error) {
+// (snapshot.go). It needs a viewer grant.
+func (s *Service) NodeList(ctx context.Context, a Actor, clusterID int64) (NodeList, error) {
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return NodeList{}, err
+	}
 	sn, err := s.nodeSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]NodeView, error) {
 		cl, err := s.Client(ctx, clusterID)
 		if err != nil {
@@ -172,17 +175,17 @@ func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, erro
 	return NodeList{Nodes: sn.val[:len(sn.val):len(sn.val)], AsOf: sn.at}, nil
 }
 
-// Nodes lists a cluster's nodes by name (NodeList's, a copy). The caller has
-// authorized.
-func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error) {
-	l, err := s.NodeList(ctx, clusterID)
+// Nodes lists a cluster's nodes by name (NodeList's, a copy). It needs a viewer
+// grant.
+func (s *Service) Nodes(ctx context.Context, a Actor, clusterID int64) ([]NodeView, error) {
+	l, err := s.NodeList(ctx, a, clusterID)
 	return slices.Clone(l.Nodes), err
 }
 
-// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). The
-// caller has authorized.
-func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
-	l, err := s.VMList(ctx, clusterID, VMQuery{})
+// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). It
+// needs a viewer grant.
+func (s *Service) VMs(ctx context.Context, a Actor, clusterID int64) ([]VMView, error) {
+	l, err := s.VMList(ctx, a, clusterID, VMQuery{})
 	return slices.Clone(l.VMs), err
 }
 
@@ -300,19 +303,20 @@ func appendTags(dst []string, s string) []string {
 	return dst
 }
 
-// VMStatus reads a VM's current status on a node (GuestStatus of a QEMU guest).
-func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
-	return s.GuestStatus(ctx, clusterID, string(pve.Qemu), node, vmid)
+// VMStatus reads a VM's current status on a node (GuestStatus of a QEMU
+// guest). It needs a viewer grant.
+func (s *Service) VMStatus(ctx context.Context, a Actor, clusterID int64, node string, vmid int64) (VMStatusView, error) {
+	return s.GuestStatus(ctx, a, clusterID, string(pve.Qemu), node, vmid)
 }
 
 // GuestStatus reads a guest's current status on a node: kindName is PVE's name
 // of its kind, "qemu" or "lxc". A guest that is not on that node is NotFound,
 // saying on which node it is when the cluster shows it elsewhere, and what it
-// is when the vmid is a guest of the other kind. When PVE cannot be asked (the
-// node is cut off, no endpoint answers) the last status this process read
-// answers, marked stale; without one the read is 503 (504 on a timeout), never
-// 409. The caller has authorized.
-func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
+// is when the vmid is a guest of the other kind (NotOnNodeOf). When PVE cannot
+// be asked (the node is cut off, no endpoint answers) the last status this
+// process read answers, marked stale; without one the read is 503 (504 on a
+// timeout), never 409. It needs a viewer grant.
+func (s *Service) GuestStatus(ctx context.Context, a Actor, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
 	kind := pve.GuestKind(kindName)
 	switch {
 	case !kind.Valid():
@@ -321,6 +325,9 @@ func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, no
 		return VMStatusView{}, invalid("node %q is not a PVE node name", quoteSafe(node))
 	case vmid < pve.MinVMID || vmid > pve.MaxVMID:
 		return VMStatusView{}, invalid("vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
+	}
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return VMStatusView{}, err
 	}
 	cl, err := s.Client(ctx, clusterID)
 	if err != nil {
@@ -332,10 +339,7 @@ func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, no
 		st, err := cl.GuestStatus(ctx, pve.Guest{Kind: kind, Node: node, VMID: int(vmid)})
 		if err != nil {
 			if pve.IsNotFound(err) {
-				// A fresh look at where the cluster shows it; without one the
-				// answer just names no node.
-				res, _ := s.guestResources(ctx, clusterID)
-				return VMStatusView{}, NotOnNodeOf(kind, vmid, node, res, err)
+				return VMStatusView{}, s.guestNotOn(ctx, clusterID, kind, node, vmid, err)
 			}
 			return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
 		}
@@ -344,6 +348,13 @@ func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, no
 			CPUs: st.CPUs, MaxMem: st.MaxMem, MaxDisk: st.MaxDisk, MaxSwap: st.MaxSwap, Tags: appendTags(nil, st.Tags),
 			CPU: st.CPU, Mem: st.Mem}, nil
 	})
+}
+
+// guestNotOn is the 404 for a guest PVE says is not on node, from a fresh look at
+// where the cluster's resources show it.
+func (s *Service) guestNotOn(ctx context.Context, clusterID int64, kind pve.GuestKind, node string, vmid int64, cause error) error {
+	res, _ := s.guestResources(ctx, clusterID) // without them the answer just names no node
+	return NotOnNodeOf(kind, vmid, node, res, cause)
 }
 
 // NotOnNode is the one 404 for a VM that is not on node (docs/design.md §3.2): it names the

@@ -160,22 +160,26 @@ func containsFold(s, sub string) bool {
 // a snapshot younger than SnapshotMaxAge or one /cluster/resources?type=vm read
 // shared by every request meanwhile (snapshot.go). Filters and paging are applied
 // here, on the snapshot: PVE is read the same way whatever the query. A bad value
-// of q is invalid_request. The caller has authorized.
-func (s *Service) VMList(ctx context.Context, clusterID int64, q VMQuery) (VMList, error) {
-	return s.GuestList(ctx, clusterID, string(pve.Qemu), q)
+// of q is invalid_request. It needs a viewer grant.
+func (s *Service) VMList(ctx context.Context, a Actor, clusterID int64, q VMQuery) (VMList, error) {
+	return s.GuestList(ctx, a, clusterID, string(pve.Qemu), q)
 }
 
 // GuestList is VMList for the guests of kind, PVE's name of it: "qemu" are
 // VMList, "lxc" a cluster's containers, "" every guest of both kinds by vmid
 // (each with its Type). Every kind is answered from the one snapshot of the
-// cluster's guests (one read of /cluster/resources?type=vm answers both).
-func (s *Service) GuestList(ctx context.Context, clusterID int64, kindName string, q VMQuery) (VMList, error) {
+// cluster's guests (one read of /cluster/resources?type=vm answers both). It
+// needs a viewer grant.
+func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindName string, q VMQuery) (VMList, error) {
 	kind := pve.GuestKind(kindName)
 	if kind != "" && !kind.Valid() {
 		return VMList{}, invalid("type must be %s or %s", pve.Qemu, pve.LXC)
 	}
 	after, err := q.validate()
 	if err != nil {
+		return VMList{}, err
+	}
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
 		return VMList{}, err
 	}
 	sn, err := s.guests(ctx, clusterID)

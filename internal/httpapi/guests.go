@@ -37,10 +37,7 @@ func (s *Server) guestStatus(kind vmops.GuestKind) handler {
 		if err := checkQuery(r); err != nil {
 			return err
 		}
-		if err := s.authorize(r, g.ClusterID, fleet.GrantViewer); err != nil {
-			return err
-		}
-		st, err := s.fleet.GuestStatus(r.Context(), g.ClusterID, string(g.Kind), g.Node, g.VMID)
+		st, err := s.fleet.GuestStatus(r.Context(), actor(r), g.ClusterID, string(g.Kind), g.Node, g.VMID)
 		if err != nil {
 			return withRightPath(r, g, err)
 		}
@@ -146,7 +143,7 @@ func (s *Server) listClusterGuests(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	l, err := s.fleet.GuestList(r.Context(), id, kind, q)
+	l, err := s.fleet.GuestList(r.Context(), actor(r), id, kind, q)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -38,9 +39,12 @@ const preReads = 8
 // task); never more than MaxParallel at once. It returns the operation's id and
 // the plan. The operation holds the node until it ends: while another one holds
 // it, an evacuation is 409 operation_in_progress naming that one, a dry run too
-// (holds.go). The caller has authorized (operator on the cluster).
+// (holds.go). It needs an operator grant on the cluster, a dry run too.
 func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
 	if err := validEvacuation(clusterID, node, &req); err != nil {
+		return Launched{}, err
+	}
+	if err := o.svc.require(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
 		return Launched{}, err
 	}
 	api, err := o.svc.connect(ctx, clusterID)
@@ -187,7 +191,7 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 	// plan it answers, in the same write that creates it: if this process dies
 	// before the key holds the answer, whoever takes the key over answers it from
 	// the operation instead of letting a retry start a second one (settleHeld).
-	op.IdemKey = idempotencyKeyOf(ctx)
+	op.IdemKey = a.Key
 	defer func() {
 		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
 			Node: op.Node, Target: fmt.Sprintf("operation:%d", out.OperationID), Params: op.Params,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -136,7 +137,7 @@ type Launched struct {
 
 // OperationFilter selects operations for ListOperations.
 type OperationFilter struct {
-	ClusterIDs []int64 // only these clusters; nil = all (an empty non-nil list matches nothing)
+	ClusterIDs []int64 // only these clusters, of those the caller may read; nil = all of those (an empty non-nil list matches nothing)
 	ClusterID  int64   // 0 = any
 	BeforeID   int64   // paging; 0 = from the newest
 	Limit      int     // default 50, max 200
@@ -260,8 +261,8 @@ func opNotFound(id int64) error {
 	return errs.E(errs.NotFound, "operation %d not found", id)
 }
 
-// OperationCluster says which cluster an operation belongs to, so that the
-// caller can be authorized before it is shown.
+// OperationCluster says which cluster an operation belongs to: the grant every
+// use case on an existing operation checks is on that cluster.
 func (o *OperationService) OperationCluster(ctx context.Context, id int64) (int64, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
@@ -275,8 +276,16 @@ func (o *OperationService) OperationCluster(ctx context.Context, id int64) (int6
 
 // Operation returns an operation with its items: their states from the store,
 // a running migration's progress as this process last read it (else as its task
-// row keeps it). The caller has authorized on OperationCluster's answer.
-func (o *OperationService) Operation(ctx context.Context, id int64) (OperationView, error) {
+// row keeps it). It needs a viewer grant on the operation's cluster.
+func (o *OperationService) Operation(ctx context.Context, a Actor, id int64) (OperationView, error) {
+	if err := o.requireOperation(ctx, a, id, fleet.GrantViewer); err != nil {
+		return OperationView{}, err
+	}
+	return o.operation(ctx, id)
+}
+
+// operation is Operation once the grant is checked.
+func (o *OperationService) operation(ctx context.Context, id int64) (OperationView, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
@@ -287,8 +296,13 @@ func (o *OperationService) Operation(ctx context.Context, id int64) (OperationVi
 	return o.view(op), nil
 }
 
-// ListOperations lists operations, newest first.
-func (o *OperationService) ListOperations(ctx context.Context, f OperationFilter) ([]OperationView, error) {
+// ListOperations lists operations, newest first, of the clusters a may read; a
+// cluster asked for (f.ClusterID) needs a viewer grant.
+func (o *OperationService) ListOperations(ctx context.Context, a Actor, f OperationFilter) ([]OperationView, error) {
+	var err error
+	if f.ClusterIDs, err = o.svc.readScope(ctx, a, f.ClusterID, f.ClusterIDs, "list operations"); err != nil {
+		return nil, err
+	}
 	ops, err := o.st.ListOperations(ctx, store.OperationFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
 		BeforeID: f.BeforeID, Limit: f.Limit})
 	if err != nil {
@@ -363,8 +377,12 @@ func (c *Counts) add(state string) {
 // ones finish; with abort its running migrations are stopped through PVE (DELETE
 // on the task; an HA migration once the HA stack's task is known). It returns
 // the operation as it is then (the driver acts within a poll interval). An
-// operation that has ended is 409 conflict. The caller has authorized (operator).
+// operation that has ended is 409 conflict. It needs an operator grant on the
+// operation's cluster.
 func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int64, abort bool) (v OperationView, err error) {
+	if err := o.requireOperation(ctx, a, id, fleet.GrantOperator); err != nil {
+		return OperationView{}, err
+	}
 	var op store.Operation
 	defer func() {
 		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation.cancel", ClusterID: op.ClusterID, Node: op.Node,
@@ -387,9 +405,13 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 // OperationEvents calls emit with the operation now and whenever it changes, until
 // it ends (after emitting its final view), ctx ends, or emit fails. When the
 // service drains for a shutdown it returns ErrDraining at once (the operation
-// goes on: its lease passes to the next process).
-func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit func(OperationView) error) error {
-	return follow(ctx, o.svc, func() (OperationView, error) { return o.Operation(ctx, id) }, emit)
+// goes on: its lease passes to the next process). It needs a viewer grant on the
+// operation's cluster.
+func (o *OperationService) OperationEvents(ctx context.Context, a Actor, id int64, emit func(OperationView) error) error {
+	if err := o.requireOperation(ctx, a, id, fleet.GrantViewer); err != nil {
+		return err
+	}
+	return follow(ctx, o.svc, func() (OperationView, error) { return o.operation(ctx, id) }, emit)
 }
 
 // itemBinding ties the task row a use case writes to an operation's item: the
@@ -405,15 +427,13 @@ type itemBinding struct {
 	row     *store.Task // the row once written
 }
 
-type itemKey struct{}
-
 // createTaskRow writes the task row of an operation, before PVE is called: as
-// an operation's item when ctx carries one (the item moves to running in the same
+// an operation's item when the actor carries one (the item moves to running in the same
 // transaction, and an item that is not pending any more gets Conflict and no row),
 // else as a row of its own.
-func (s *Service) createTaskRow(ctx context.Context, t store.Task) (store.Task, error) {
-	b, ok := ctx.Value(itemKey{}).(*itemBinding)
-	if !ok {
+func (s *Service) createTaskRow(ctx context.Context, a Actor, t store.Task) (store.Task, error) {
+	b := a.item
+	if b == nil {
 		return s.store.CreateTask(ctx, t)
 	}
 	var params map[string]any

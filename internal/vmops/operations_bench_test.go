@@ -82,17 +82,18 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	svc := New(Config{Store: st, PollInterval: benchPoll, Audit: audit.New(&auditLog{}, audit.Options{}),
+	svc := New(Config{Store: st, Grants: allowAll{}, PollInterval: benchPoll, Audit: audit.New(&auditLog{}, audit.Options{}),
 		Clients: clientsFunc(func(context.Context, int64) (*pve.Client, error) { return cl, nil })})
 	defer svc.Close()
 	ops := NewOperations(svc, OperationsConfig{})
 	defer ops.Close()
 	go svc.Run(ctx)
 	before := totalRequests(sim)
+	benchActor := Actor{UserID: 1, Email: "bench@example.com"}
 
 	b.StartTimer()
 	began := time.Now()
-	l, err := ops.Evacuate(ctx, Actor{UserID: 1, Email: "bench@example.com"}, 1, "pve1", EvacuateRequest{MaxParallel: maxParallel})
+	l, err := ops.Evacuate(ctx, benchActor, 1, "pve1", EvacuateRequest{MaxParallel: maxParallel})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 	var v OperationView
 	for ended, done := 0, false; !done; ended = v.Counts.OK + v.Counts.Failed + v.Counts.Skipped {
 		testkit.Until(b, fmt.Sprintf("operation %d: an item's end after %d of %d", l.OperationID, ended, benchVMs), func() bool {
-			v, err = ops.Operation(ctx, l.OperationID)
+			v, err = ops.Operation(ctx, benchActor, l.OperationID)
 			done = err == nil && v.Finished()
 			return done || err == nil && v.Counts.OK+v.Counts.Failed+v.Counts.Skipped > ended
 		})

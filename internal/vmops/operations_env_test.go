@@ -58,7 +58,7 @@ func (e *opsEnv) waitOp(id int64) OperationView {
 	var v OperationView
 	testkit.Until(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
 		var err error
-		v, err = e.ops.Operation(context.Background(), id)
+		v, err = e.ops.Operation(context.Background(), e.actor, id)
 		return err == nil && v.Finished() && e.finishedRecord(id)
 	})
 	return v

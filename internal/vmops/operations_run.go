@@ -341,15 +341,14 @@ func (o *OperationService) runItem(ctx context.Context, op store.Operation, it s
 
 // startItem runs the item's use case once, its task row bound to the item by b.
 func (o *OperationService) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *itemBinding) error {
-	ictx := context.WithValue(ctx, itemKey{}, b)
-	a := Actor{UserID: op.UserID, Email: op.UserEmail}
+	a := Actor{UserID: op.UserID, Email: op.UserEmail, item: b}
 	ref := GuestRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
 	if it.Action == OpMigrate {
 		online := it.Online
-		_, err := o.svc.Migrate(ictx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
+		_, err := o.svc.migrate(ctx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
 		return err
 	}
-	_, err := o.svc.power(ictx, a, ref, it.Action, nil, 0)
+	_, err := o.svc.power(ctx, a, ref, it.Action, nil, 0)
 	return err
 }
 

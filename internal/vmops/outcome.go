@@ -52,22 +52,6 @@ func undecided(row store.Task) error {
 		Details: map[string]any{"taskRef": row.ID}}
 }
 
-// idemKey is the context key of the Idempotency-Key a request runs under.
-type idemKeyCtx struct{}
-
-// WithIdempotencyKey tells the operations that the request runs under key (the
-// caller's own): the task row it writes names the key, so that whoever finishes
-// the key later (the holder died, the outcome became known later) learns what the
-// request asked and what became of it.
-func WithIdempotencyKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, idemKeyCtx{}, key)
-}
-
-func idempotencyKeyOf(ctx context.Context) string {
-	k, _ := ctx.Value(idemKeyCtx{}).(string)
-	return k
-}
-
 // searchResult is what one look at PVE's task list found for a pending row.
 type searchResult int
 
@@ -127,12 +111,12 @@ func (s *Service) searchOnce(ctx context.Context, id int64) searchResult {
 		if u, err := pve.ParseUPID(r.UPID); err == nil && !r.Finished() {
 			s.startFollower(s.track(u, r.ClusterID, &r))
 		}
-		s.settleKeyOf(ctx, r)
+		s.keySettled(ctx, r)
 		return searchDone
 	}
 	res, settled := s.resolvePending(ctx, r)
 	if res != searchAgain {
-		s.settleKeyOf(ctx, settled)
+		s.keySettled(ctx, settled)
 	}
 	return res
 }

@@ -41,14 +41,6 @@ var (
 // cases on SQLite, the emulator's dev cluster over HTTPS, httpapi with the UI
 // mounted, over real HTTP on loopback.
 
-var (
-	_ Fleet      = (*fleet.Service)(nil)
-	_ VMs        = (*vmops.Service)(nil)
-	_ Accounts   = (*accounts.Service)(nil)
-	_ Sessions   = (*auth.Service)(nil)
-	_ AuditTrail = (*audit.Trail)(nil)
-)
-
 // password is every test user's password.
 const password = "lunar-tulip-granite-47"
 

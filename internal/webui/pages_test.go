@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -61,7 +63,7 @@ func TestVMPageOffersWhatRoleAndStateAllow(t *testing.T) {
 	if p := v.get("/vms/1/pve1/101/migrate"); p.status != http.StatusForbidden {
 		t.Errorf("viewer's migrate page: %d", p.status)
 	}
-	st, err := e.fleet.VMStatus(context.Background(), e.cid, "pve1", 101)
+	st, err := e.fleet.VMStatus(context.Background(), fleet.Actor{UserID: e.users[adminEmail].ID, Role: accounts.RoleAdmin}, e.cid, "pve1", 101)
 	if err != nil || st.Status != "stopped" {
 		t.Fatalf("VM 101 after the viewer's attempts: %+v %v", st, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 //go:embed templates
@@ -123,7 +124,21 @@ func (u *UI) funcs() template.FuncMap {
 		"barWidth": func(part, whole float64) string { return strconv.FormatFloat(ratio(part, whole)*100, 'f', 1, 64) },
 		"uptime":   humanDuration,
 		"when":     when,
+		"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"compactWhen": func(t time.Time) string {
+			if t.IsZero() {
+				return "–"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05")
+		},
 		"vmURL":    vmURL,
+		"guestURL": guestURL,
+		"refURL":   refURL,
+		"kindNoun": func(kind string) string { return vmops.GuestKind(kind).Noun() },
+		"opBadge": func(op vmops.OperationView) struct{ Text, Class string } {
+			t, c := opBadge(op)
+			return struct{ Text, Class string }{t, c}
+		},
 		"taskURL":  taskURL,
 		"nodeURL":  nodeURL,
 		"addBytes": func(a, b int64) int64 { return a + b },

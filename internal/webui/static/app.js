@@ -193,16 +193,25 @@
     });
   }
 
-  var opClass = { done: "badge-ok", partial: "badge-warn", failed: "badge-bad", cancelled: "badge-stopped" };
-
   function showOperation(o) {
     var st = byId("op-status");
     if (st) {
       var badge = st.querySelector(".badge");
-      if (badge && badge.textContent !== o.status) {
-        badge.textContent = o.status;
-        badge.className = "badge " + (opClass[o.status] || "badge-running");
+      if (badge && badge.textContent !== o.statusText) {
+        badge.textContent = o.statusText;
+        badge.className = "badge " + o.statusClass;
       }
+    }
+    var left = byId("op-left");
+    var leftList = byId("op-left-list");
+    if (left && leftList && o.left && o.left.length) {
+      leftList.textContent = "";
+      o.left.forEach(function (s) {
+        var li = document.createElement("li");
+        li.textContent = s;
+        leftList.appendChild(li);
+      });
+      left.hidden = false;
     }
     setText("op-counts", o.counts);
     if (o.ended) { setText("op-ended", o.ended); }
