@@ -34,6 +34,9 @@ type bench struct {
 	vg         *vmgateProc
 	bare       *proc
 	bareURL    string
+	constant   *proc  // the constant-answer server (constserver.go)
+	constURL   string //
+	constSize  int    // the bytes of the body it repeats
 
 	adminToken, readerToken string
 	readerEmail, readerPass string
@@ -42,10 +45,11 @@ type bench struct {
 	listersID               int64   // the large emulator's cluster for the concurrent listers
 	taskUPID                string  // a finished task (VM 101's start)
 
-	toVmgate, toBare, toSmall, toBig *http.Client
+	toVmgate, toBare, toSmall, toBig, toConst *http.Client
 
 	goals     []*goal
-	statusMax float64 // vmgate's status-read throughput, for the latency goal's load
+	statusMax float64    // vmgate's status-read throughput, for the latency goal's load
+	statusCPU [2]float64 // vmgate's and the bare proxy's CPU per status read (median), for the floors' reasons
 }
 
 // emulator is a `vmgate pvesim` process.
@@ -66,6 +70,8 @@ type goal struct {
 	id, measurement, what, want string
 	state                       string // PASS, FAIL, SKIP, ERROR or "not run"
 	value, detail               string
+	floor                       bool   // one of issue 19's floors (floors.go)
+	reason                      string // why a floor was missed, in a sentence
 }
 
 // Goal states.
@@ -130,6 +136,7 @@ func goalList(c config) []*goal {
 		&goal{id: "replica.change", measurement: "replica", what: fmt.Sprintf("a change on replica A in force on replica B, p99 of %d", c.replicaTrials), want: "≤ 100 ms"},
 	)
 	g = append(g, fleetGoals(c)...)
+	g = append(g, floorGoals(c)...)
 	for _, x := range g {
 		x.state = stateNotRun
 	}
@@ -315,6 +322,15 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.cfg.selected("task") {
+		a, err := captureAnswer(ctx, b.readerTarget("/api/v1/pve/task/"+url.PathEscape(b.taskUPID)))
+		if err != nil {
+			return fmt.Errorf("read the finished task for the constant server: %w", err)
+		}
+		if err := b.startConstServer(ctx, a); err != nil {
+			return err
+		}
+	}
 	if b.cfg.selected("status") || b.cfg.selected("latency") {
 		exe, err := os.Executable()
 		if err != nil {
@@ -334,6 +350,9 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	if b.bare != nil {
 		b.printf(", bare proxy pid %d", b.bare.pid())
+	}
+	if b.constant != nil {
+		b.printf(", constant server pid %d (%d bytes)", b.constant.pid(), b.constSize)
 	}
 	b.printf("\n")
 	return nil

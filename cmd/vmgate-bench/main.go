@@ -8,8 +8,10 @@
 // It builds vmgate into a temporary directory and starts, all on loopback with free
 // ports: two emulated PVE clusters (`vmgate pvesim`: the dev cluster, and one with
 // -vms VMs for the inventory goals), vmgate on SQLite in a temporary data directory
-// with both registered, and a bare httputil.ReverseProxy in front of the dev
-// emulator (the reference a proxy cannot beat). Each is its own process, as in
+// with both registered, a bare httputil.ReverseProxy in front of the dev
+// emulator (the reference a proxy cannot beat) and a constant-answer net/http
+// server repeating a finished task's answer (the floor of a read vmgate answers
+// itself, issue 19 item 10: floors.go). Each is its own process, as in
 // production: the emulator's work and garbage collection do not share a runtime with
 // the load generator, and each process's CPU time and memory are read from /proc.
 //
@@ -123,8 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func (c config) selected(name string) bool { return len(c.only) == 0 || c.only[name] }
 
 func main() {
-	if os.Getenv(roleEnv) == "bareproxy" {
-		os.Exit(bareProxyMain())
+	if code, ok := childRole(); ok {
+		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

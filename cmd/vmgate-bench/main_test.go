@@ -15,11 +15,11 @@ import (
 	"github.com/vmgate/vmgate/internal/testkit"
 )
 
-// TestMain lets the test binary act as the bare proxy when the bench re-executes it,
-// as the bench binary does.
+// TestMain lets the test binary act as the bare proxy or the constant server when
+// the bench re-executes it, as the bench binary does.
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == "bareproxy" {
-		os.Exit(bareProxyMain())
+	if code, ok := childRole(); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -57,6 +57,16 @@ func TestSmoke(t *testing.T) {
 		line := regexp.MustCompile(`(?m)^(` + states + `)\s+` + regexp.QuoteMeta(g.id) + `\s`)
 		if !line.MatchString(out) {
 			t.Errorf("no %s line for goal %s in:\n%s", states, g.id, out)
+		}
+	}
+	// Each floor says met or missed, and a missed one why (issue 19 item 10).
+	for _, id := range []string{"floor.cpu", "floor.throughput", "floor.p50", "floor.p99"} {
+		line := regexp.MustCompile(`(?m)^(met|missed)\s+` + regexp.QuoteMeta(id) + `\s.*\n(\s+why: .+\n)?`)
+		m := line.FindString(out)
+		if m == "" {
+			t.Errorf("no met/missed line for floor %s in:\n%s", id, out)
+		} else if strings.HasPrefix(m, "missed") && !strings.Contains(m, "why: ") {
+			t.Errorf("floor %s is missed without a reason: %q", id, m)
 		}
 	}
 	if !strings.Contains(out, "stopped all ") {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -125,6 +126,7 @@ func (b *bench) measureStatus(ctx context.Context) error {
 		}
 	}
 	b.statusMax = median(rates[0])
+	b.statusCPU = [2]float64{median(cpus[0]), median(cpus[1])}
 	ratio := median(tput)
 	b.judge("status.throughput", ratio >= 0.9, fmt.Sprintf("%.2f×", ratio),
 		fmt.Sprintf("vmgate %.0f/s, bare proxy %.0f/s, emulator alone %.0f/s (medians; ratio = median of the rounds' ratios)",
@@ -200,29 +202,41 @@ func (b *bench) measureLatency(ctx context.Context) error {
 		fmt.Sprintf("p50 vmgate %s, bare proxy %s (%s), emulator %s; at %.0f req/s", us(med(p50[0])), us(med(p50[1])), signed(usf(b50)), us(med(p50[2])), rate))
 	b.judge("latency.p99", v99 <= float64(2*time.Millisecond), signed(msf(v99)),
 		fmt.Sprintf("p99 vmgate %s, bare proxy %s (%s), emulator %s; at %.0f req/s", ms(med(p99[0])), ms(med(p99[1])), signed(msf(b99)), ms(med(p99[2])), rate))
+	b.judgeLatencyFloors(latencyFigures{p50: [2][]time.Duration{p50[0], p50[1]}, p99: [2][]time.Duration{p99[0], p99[1]}, rate: rate})
 	return nil
 }
 
 // measureTask: reading a finished task from vmgate (its store, no PVE call) against
-// the emulator's own task status.
+// the constant server repeating the same answer (the floor, issue 19 item 10) and
+// the emulator's own task status (issue 8's goal).
 func (b *bench) measureTask(ctx context.Context) error {
 	upid := url.PathEscape(b.taskUPID)
-	b.printf("vmgate GET /api/v1/pve/task/{upid} of a finished task against the emulator's\n"+
-		"GET /api2/json/nodes/pve1/tasks/{upid}/status; %d clients, closed loop\n", b.cfg.clients)
+	b.printf("vmgate GET /api/v1/pve/task/{upid} of a finished task against net/http serving the same answer\n"+
+		"(the constant server, %d bytes) and the emulator's GET /api2/json/nodes/pve1/tasks/{upid}/status;\n"+
+		"%d clients, closed loop; CPU per request is each server's own and the load generator's (/proc/<pid>/stat)\n",
+		b.constSize, b.cfg.clients)
 	sides := []side{
 		{"vmgate", b.readerTarget("/api/v1/pve/task/" + upid).do, b.vg.proc.pid()},
+		{"constant", target{client: b.toConst, method: "GET", url: b.constURL + "/api/v1/pve/task/" + upid}.do, b.constant.pid()},
 		{"emulator", pveTarget(b.toSmall, b.small, "/nodes/pve1/tasks/"+upid+"/status").do, b.small.proc.pid()},
 	}
+	const vg, cst, emu = 0, 1, 2
 	for _, s := range sides {
 		closedLoop(ctx, b.cfg.clients, b.warmup(), s.do)
 	}
 	rates := make([][]float64, len(sides))
 	cpus := make([][]float64, len(sides))
+	gens := make([][]float64, len(sides)) // the load generator's CPU per request
 	var pveCalls int
 	var vmgateReqs int64
+	self := os.Getpid()
 	for r := range b.cfg.rounds {
 		for i, s := range sides {
 			c0, err := cpuTime(s.pid)
+			if err != nil {
+				return err
+			}
+			g0, err := cpuTime(self)
 			if err != nil {
 				return err
 			}
@@ -234,26 +248,42 @@ func (b *bench) measureTask(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			perReq := float64(c1-c0) / float64(max(res.total(), 1))
-			if i == 0 {
+			g1, err := cpuTime(self)
+			if err != nil {
+				return err
+			}
+			n := float64(max(res.total(), 1))
+			perReq, gen := float64(c1-c0)/n, float64(g1-g0)/n
+			if i == vg {
 				pveCalls += pve
 				vmgateReqs += res.ok
 			}
 			rates[i] = append(rates[i], res.rate())
 			cpus[i] = append(cpus[i], perReq)
-			b.printf("  round %d  %-10s %7.0f req/s  cpu %4s/req  p50 %8s  p99 %8s  PVE requests %d%s\n",
-				r+1, s.name, res.rate(), usf(perReq), us(percentile(res.lat, 50)), us(percentile(res.lat, 99)), pve, res.errSummary())
+			gens[i] = append(gens[i], gen)
+			b.printf("  round %d  %-10s %7.0f req/s  cpu %4s/req (load generator %4s/req)  p50 %8s  p99 %8s  PVE requests %d%s\n",
+				r+1, s.name, res.rate(), usf(perReq), usf(gen), us(percentile(res.lat, 50)), us(percentile(res.lat, 99)), pve, res.errSummary())
 		}
 	}
-	var ratios []float64
-	for r := range b.cfg.rounds {
-		ratios = append(ratios, rates[0][r]/rates[1][r])
-	}
-	ratio := median(ratios)
+	ratio := median(roundRatios(rates[vg], rates[emu]))
 	b.judge("task.throughput", ratio >= 2, fmt.Sprintf("%.2f×", ratio),
 		fmt.Sprintf("vmgate %.0f/s (%s CPU/req), emulator's task status %.0f/s (%s CPU/req); PVE requests during vmgate's rounds: %d for %d reads",
-			median(rates[0]), usf(median(cpus[0])), median(rates[1]), usf(median(cpus[1])), pveCalls, vmgateReqs))
-	return nil
+			median(rates[vg]), usf(median(cpus[vg])), median(rates[emu]), usf(median(cpus[emu])), pveCalls, vmgateReqs))
+	return b.judgeTaskFloors(taskFigures{
+		rate: [2][]float64{rates[vg], rates[cst]}, cpu: [2][]float64{cpus[vg], cpus[cst]},
+		gen: [2][]float64{gens[vg], gens[cst]}, bytes: b.constSize,
+	})
+}
+
+// roundRatios is a[r] / b[r] for each round r where b[r] is not zero.
+func roundRatios(a, b []float64) []float64 {
+	var out []float64
+	for r := range min(len(a), len(b)) {
+		if b[r] > 0 {
+			out = append(out, a[r]/b[r])
+		}
+	}
+	return out
 }
 
 // mixedReads is what a user's clients read, in proportion: VM status (5), the

@@ -101,6 +101,7 @@ func (b *bench) printVerdict() {
 			b.printf("%-18s %s\n", g.id, g.detail)
 		}
 	}
+	b.printFloors()
 	b.printf("\n%d goals met, %d missed, %d not measured\n", pass, fail, len(b.goals)-pass-fail)
 }
 

@@ -58,8 +58,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		body = []byte(`{"code":500,"message":"internal error","reason":"internal"}`)
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h["Content-Type"] = jsonContentType
+	setContentLength(h, len(body)+1)
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }

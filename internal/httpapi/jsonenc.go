@@ -212,11 +212,29 @@ func writeEncoded(w http.ResponseWriter, status int, message string, data append
 	}
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(e.b))}
+	setContentLength(h, len(e.b))
 	w.WriteHeader(status)
 	w.Write(e.b)
 	if cap(e.b) <= maxPooledBuffer {
 		encPool.Put(e)
+	}
+}
+
+// netHTTPBuffer is how much of an answer net/http holds back before it sends
+// the header (its bufferBeforeChunkingSize; HTTP/2's is larger): an answer the
+// handler wrote whole and no longer than this gets its Content-Length from
+// net/http, exactly as if the handler had set it.
+const netHTTPBuffer = 2048
+
+// setContentLength sets Content-Length for an answer of n bytes that net/http
+// would otherwise send chunked, and leaves a shorter one's to net/http. Every
+// API answer carries 8 header fields besides (the request id, Cache-Control,
+// Content-Type and apiHeaders); a Go map holds 8 in its first group, and a 9th
+// made it grow on every answer — 5 allocations and 1.1 KB per request, the
+// largest of the hot path's (issue 19 item 10, docs/history.md).
+func setContentLength(h http.Header, n int) {
+	if n > netHTTPBuffer {
+		h["Content-Length"] = []string{strconv.Itoa(n)}
 	}
 }
 

@@ -54,16 +54,10 @@ func ParseUPID(s string) (UPID, error) {
 	if !strings.HasSuffix(rest, ":") {
 		return fail("no trailing colon")
 	}
-	// Split into an array, not a slice: a UPID is parsed on every task request.
-	fields := rest[:len(rest)-1]
-	if n := strings.Count(fields, ":") + 1; n != 7 {
+	if n := strings.Count(rest, ":"); n != 7 {
 		return fail(fmt.Sprintf("%d fields, want 7", n))
 	}
-	var f [7]string
-	for i := range 6 {
-		f[i], fields, _ = strings.Cut(fields, ":")
-	}
-	f[6] = fields
+	f := splitUPID(s)
 	node, pid, pstart, start, typ, id, user := f[0], f[1], f[2], f[3], f[4], f[5], f[6]
 	if !nodeSyntax(node) {
 		return fail("bad node name")
@@ -86,13 +80,30 @@ func ParseUPID(s string) (UPID, error) {
 	if user == "" || !upidText(user) {
 		return fail("bad user")
 	}
-	p, _ := strconv.ParseUint(pid, 16, 32)
-	ps, _ := strconv.ParseUint(pstart, 16, 64)
-	st, _ := strconv.ParseUint(start, 16, 32)
+	return upidOf(s, f), nil
+}
+
+// splitUPID is the seven fields of "UPID:node:pid:pstart:starttime:type:id:user:",
+// which has exactly eight colons after "UPID:" (ParseUPID checks first). An
+// array, not a slice: a UPID is read on every task request.
+func splitUPID(s string) (f [7]string) {
+	fields := s[len("UPID:") : len(s)-1]
+	for i := range 6 {
+		f[i], fields, _ = strings.Cut(fields, ":")
+	}
+	f[6] = fields
+	return f
+}
+
+// upidOf is the UPID of text s with fields f that ParseUPID accepted.
+func upidOf(s string, f [7]string) UPID {
+	p, _ := strconv.ParseUint(f[1], 16, 32)
+	ps, _ := strconv.ParseUint(f[2], 16, 64)
+	st, _ := strconv.ParseUint(f[3], 16, 32)
 	return UPID{
-		Node: node, PID: uint32(p), PStart: ps, StartTime: time.Unix(int64(st), 0).UTC(),
-		Type: typ, ID: id, User: user, raw: s,
-	}, nil
+		Node: f[0], PID: uint32(p), PStart: ps, StartTime: time.Unix(int64(st), 0).UTC(),
+		Type: f[4], ID: f[5], User: f[6], raw: s,
+	}
 }
 
 // maxUPIDLen bounds what ParseUPID looks at. Real UPIDs are well under 200
@@ -109,10 +120,11 @@ func FormatUPID(u UPID) string {
 // String returns the text u was parsed from when its fields are unchanged, and
 // the canonical form otherwise.
 func (u UPID) String() string {
-	if u.raw != "" {
-		if p, err := ParseUPID(u.raw); err == nil && p.sameFields(u) {
-			return u.raw
-		}
+	// Only ParseUPID sets raw, and only to text it accepted: its fields are read
+	// again without checking them again (String is called several times on every
+	// task request).
+	if u.raw != "" && upidOf(u.raw, splitUPID(u.raw)).sameFields(u) {
+		return u.raw
 	}
 	return FormatUPID(u)
 }
@@ -172,6 +184,22 @@ func isHex(s string, minLen, maxLen int) bool {
 // upidText reports whether s may be a UPID type, id or user field: PVE's
 // [^:\s/]*, read strictly (see ParseUPID).
 func upidText(s string) bool {
+	// ASCII, every real UPID's case, byte by byte: the same rule without
+	// decoding runes (a UPID is read on every task request).
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return upidTextUnicode(s)
+		}
+		if c <= ' ' || c == 0x7f || c == ':' || c == '/' { // controls, white space, the separators
+			return false
+		}
+	}
+	return true
+}
+
+// upidTextUnicode is upidText for text that is not all ASCII.
+func upidTextUnicode(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}

@@ -160,3 +160,16 @@ func FuzzParseUPID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUPIDText: the byte-by-byte reading of ASCII fields says what the rune by
+// rune one does, for any text.
+func FuzzUPIDText(f *testing.F) {
+	for _, s := range []string{"qmstart", "root@pam!gw", "a b", "a\tb", "a\x7fb", "a:b", "a/b", "ü", "a\u00a0b", "\xff", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := upidText(s), upidTextUnicode(s); got != want {
+			t.Fatalf("upidText(%q) = %v, the rune-by-rune rule says %v", s, got, want)
+		}
+	})
+}
