@@ -84,6 +84,8 @@ type browser struct {
 	// purpose: the "Failed to load resource" lines they log are expected then.
 	expectFailedLoads bool
 	shots             int
+	prefix            string // of the screenshots' names: "" for the first tab, "tab2-", ...
+	tabs              int    // tabs opened besides this one (newTab)
 }
 
 // screenshotDir is where the screenshots go: $VMGATE_SCREENSHOTS, or a directory
@@ -124,6 +126,30 @@ func newBrowser(t *testing.T, base string, width, height int) *browser {
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	b := &browser{t: t, ctx: ctx, base: base, dir: screenshotDir(t)}
+	b.watchTab()
+	return b
+}
+
+// newTab opens another tab of the same browser — the same cookies, so the same
+// session — watched as the first one is; its screenshots are named tabN-….
+func (b *browser) newTab() *browser {
+	b.t.Helper()
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	b.t.Cleanup(cancel)
+	b.mu.Lock()
+	b.tabs++
+	prefix := fmt.Sprintf("tab%d-", b.tabs+1)
+	b.mu.Unlock()
+	nb := &browser{t: b.t, ctx: ctx, base: b.base, dir: b.dir, prefix: prefix}
+	nb.watchTab()
+	return nb
+}
+
+// watchTab starts watching the tab's console, exceptions, log, audits and CSP
+// violations, and fails the test at its end on any.
+func (b *browser) watchTab() {
+	t, ctx := b.t, b.ctx
+	t.Helper()
 	if err := chromedp.Listen(ctx, b.watch); err != nil {
 		t.Fatalf("start Chromium: %v", err)
 	}
@@ -168,7 +194,6 @@ func newBrowser(t *testing.T, base string, width, height int) *browser {
 		}
 		t.Logf("screenshots in %s", b.dir)
 	})
-	return b
 }
 
 // watch records every console error or warning, uncaught exception, error logged
@@ -241,7 +266,7 @@ func (b *browser) shot(name string) {
 	}
 	b.shots++
 	test := strings.ToLower(strings.TrimPrefix(b.t.Name(), "TestUIBrowser"))
-	path := filepath.Join(b.dir, fmt.Sprintf("%s-%02d-%s.png", test, b.shots, name))
+	path := filepath.Join(b.dir, fmt.Sprintf("%s-%s%02d-%s.png", test, b.prefix, b.shots, name))
 	if err := os.WriteFile(path, buf, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
@@ -280,10 +305,11 @@ func (b *browser) axNodesIn(root, role, name string) []*accessibility.Node {
 	return out
 }
 
-// wait polls cond until it holds or the deadline passes.
-func (b *browser) wait(what string, cond func() bool) {
+// wait polls cond until it holds or the deadline passes, and says how long
+// that took (for a log, never an assertion).
+func (b *browser) wait(what string, cond func() bool) time.Duration {
 	b.t.Helper()
-	testkit.Eventually(b.t, what, func() error {
+	return testkit.Eventually(b.t, what, func() error {
 		if !cond() {
 			return fmt.Errorf("not yet (page %s)", b.path())
 		}
@@ -349,9 +375,9 @@ func (b *browser) clickIn(root, role, name string) {
 // whole: one evaluation sees one state of the page, never a page half parsed
 // or half swapped, so a condition over several elements holds for all of them
 // at once.
-func (b *browser) waitJS(what, js string) {
+func (b *browser) waitJS(what, js string) time.Duration {
 	b.t.Helper()
-	b.wait(what, func() bool {
+	return b.wait(what, func() bool {
 		v, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.readyState === "complete" && !!(`+js+`)`))
 		return err == nil && v
 	})
