@@ -240,6 +240,30 @@ type Guest struct {
 	Type        GuestKind `json:"type"`
 	ClusterID   int64     `json:"clusterId,omitempty"`
 	ClusterName string    `json:"clusterName,omitempty"`
+	Pool        string    `json:"pool"` // "" for none
+	// What PVE's statistics say the guest uses now (they lag by about 10 s):
+	// memory in bytes, the share of its CPUs (0–1), seconds since it started.
+	Mem    int64   `json:"mem"`
+	CPU    float64 `json:"cpu"`
+	Uptime int64   `json:"uptime"`
+}
+
+// FleetGuests is the fleet-wide guest list (Client.Guests): the guests of
+// every cluster the caller may see, and the clusters that could not be read.
+type FleetGuests struct {
+	Listing[Guest]
+	// Unavailable are the clusters whose guests are missing: vmgate could not
+	// read them (no endpoint answers, PVE failed).
+	Unavailable []ClusterUnavailable
+}
+
+// ClusterUnavailable is a cluster the fleet-wide list could not read, with
+// the reason and message a list of that cluster alone would have answered.
+type ClusterUnavailable struct {
+	ClusterID   int64  `json:"clusterId"`
+	ClusterName string `json:"clusterName"`
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
 }
 
 // GuestFilter selects the guests of a list (every field optional). PageSize > 0

@@ -200,4 +200,7 @@ const (
 	ReasonNotReady = "not_ready"
 	// ReasonTaskFinished (kind Conflict): the task to abort has ended already.
 	ReasonTaskFinished = "task_finished"
+	// ReasonNotOffered (kind Invalid): vmgate does not offer this action for this
+	// kind of guest (a container's suspend: PVE marks it experimental).
+	ReasonNotOffered = "not_offered"
 )

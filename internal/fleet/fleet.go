@@ -64,9 +64,9 @@ type Service struct {
 	// cache holds clusters and grants, kept true by the store's change feed.
 	cache       *cache
 	unsubscribe func()
-	// vmSnaps and nodeSnaps are each cluster's latest guest (VMs and
+	// guestSnaps and nodeSnaps are each cluster's latest guest (VMs and
 	// containers, from one read) and node lists.
-	vmSnaps *snapshots[guestSet]
+	guestSnaps *snapshots[guestSet]
 
 	nodeSnaps *snapshots[[]NodeView]
 
@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.cache = newCache(cfg.Store)
 	s.cache.loaded = s.closeGone
-	s.vmSnaps, s.nodeSnaps = newSnapshots[guestSet](), newSnapshots[[]NodeView]()
+	s.guestSnaps, s.nodeSnaps = newSnapshots[guestSet](), newSnapshots[[]NodeView]()
 	s.unsubscribe = cfg.Store.Subscribe(s.changed)
 	return s, nil
 }
@@ -159,10 +159,10 @@ func (s *Service) changed(c store.Change) {
 	s.cache.apply(c)
 	switch c.Kind {
 	case store.ChangeCluster:
-		s.vmSnaps.drop(c.ClusterID)
+		s.guestSnaps.drop(c.ClusterID)
 		s.nodeSnaps.drop(c.ClusterID)
 	case store.ChangeResync:
-		s.vmSnaps.dropAll()
+		s.guestSnaps.dropAll()
 		s.nodeSnaps.dropAll()
 	}
 }

@@ -287,6 +287,7 @@ func TestReadsCheckGrants(t *testing.T) {
 		{"vms", func(a Actor) error { _, err := svc.VMs(ctx, a, c.ID); return err }},
 		{"vm list", func(a Actor) error { _, err := svc.VMList(ctx, a, c.ID, VMQuery{}); return err }},
 		{"container list", func(a Actor) error { _, err := svc.GuestList(ctx, a, c.ID, "lxc", VMQuery{}); return err }},
+		{"guest list", func(a Actor) error { _, err := svc.GuestList(ctx, a, c.ID, "", VMQuery{}); return err }},
 		{"vm status", func(a Actor) error { _, err := svc.VMStatus(ctx, a, c.ID, "pve1", 100); return err }},
 		{"container status", func(a Actor) error { _, err := svc.GuestStatus(ctx, a, c.ID, "lxc", "pve1", 200); return err }},
 	}

@@ -81,7 +81,7 @@ func registeredSim(t testing.TB, extra int, opts ...func(*Config)) (*sim, *Servi
 	twice := 2 * uint64(len(fed))
 	mu.Unlock()
 	testkit.Until(t, "the change feed's reader delivering the registration's changes", func() bool {
-		return svc.vmSnaps.epochNow() >= twice && svc.nodeSnaps.epochNow() >= twice
+		return svc.guestSnaps.epochNow() >= twice && svc.nodeSnaps.epochNow() >= twice
 	})
 	return s, svc, c
 }

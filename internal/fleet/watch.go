@@ -104,7 +104,7 @@ func (s *Service) runWatcher(clusterID int64, w *watcher) {
 		next := SnapshotMaxAge
 		if err == nil {
 			t.AsOf = sn.at
-			t.Changed = prev == nil || (sn != prev && !sameState(sn.items, prev.items))
+			t.Changed = prev == nil || (sn != prev && !sameState(sn.val, prev.val))
 			prev = sn
 			// Wake when the snapshot ages out: the read then is the only one
 			// (a page's own read meanwhile would share it, snapshot.go).
@@ -160,12 +160,12 @@ func (s *Service) broadcast(clusterID int64, w *watcher, t Tick) bool {
 // sameState says whether two reads show the same guests in the same state,
 // the moving figures aside.
 func sameState(a, b guestSet) bool {
-	return sameGuests(a.vms, b.vms) && sameGuests(a.cts, b.cts)
+	return sameGuests(a.all, b.all)
 }
 
 func sameGuests(a, b []VMView) bool {
 	return slices.EqualFunc(a, b, func(x, y VMView) bool {
-		return x.VMID == y.VMID && x.Status == y.Status && x.Node == y.Node && x.Lock == y.Lock &&
+		return x.VMID == y.VMID && x.Type == y.Type && x.Status == y.Status && x.Node == y.Node && x.Lock == y.Lock &&
 			x.HAState == y.HAState && x.Name == y.Name && slices.Equal(x.Tags, y.Tags)
 	})
 }

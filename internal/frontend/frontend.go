@@ -97,6 +97,8 @@ type Fleet interface {
 	// Watch follows a cluster's inventory for the web UI's live pages; the
 	// caller has read the cluster with the caller's grant first.
 	Watch(clusterID int64) (<-chan fleet.Tick, func())
+	// FleetGuests lists the guests of every cluster a may read.
+	FleetGuests(ctx context.Context, a fleet.Actor, q fleet.FleetQuery) (fleet.FleetGuestList, error)
 }
 
 var _ Fleet = (*fleet.Service)(nil)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // clusterJSON is a cluster as admins see it: never the token secret; the CA bundle
@@ -244,6 +243,15 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) error {
 // vmQuery reads the VM list's filters and paging: each parameter at most once,
 // limit an integer; fleet.VMQuery.Validate judges the values.
 func vmQuery(r *http.Request) (fleet.VMQuery, error) {
+	q, err := readVMQuery(r)
+	if err != nil {
+		return q, err
+	}
+	return q, q.Validate()
+}
+
+// readVMQuery is vmQuery without judging the values.
+func readVMQuery(r *http.Request) (fleet.VMQuery, error) {
 	var q fleet.VMQuery
 	for _, p := range []struct {
 		name string
@@ -263,43 +271,22 @@ func vmQuery(r *http.Request) (fleet.VMQuery, error) {
 		return q, err
 	}
 	q.Limit = int(limit)
-	return q, q.Validate()
+	return q, nil
 }
 
-// clusterGuests lists a cluster's guests of kind: its VMs (…/vms) or its
-// containers (…/cts), with the same filters and paging.
-func (s *Server) clusterGuests(kind vmops.GuestKind) handler {
-	return func(w http.ResponseWriter, r *http.Request) error { return s.clusterGuestList(w, r, kind) }
-}
-
-func (s *Server) clusterGuestList(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind) error {
+// clusterVMs lists a cluster's VMs (QEMU guests; …/guests lists both kinds).
+func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
 	var q fleet.VMQuery
 	id, err := s.readCluster(r, func() (err error) { q, err = vmQuery(r); return err },
 		"node", "status", "tag", "q", "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	l, err := s.fleet.GuestList(r.Context(), actor(r), id, string(kind), q)
+	l, err := s.fleet.VMList(r.Context(), actor(r), id, q)
 	if err != nil {
 		return err
 	}
 	writeEncoded(w, http.StatusOK, "success", vmList(l.VMs), func(e *jsonEnc) { e.asOf(l.AsOf, l.NextCursor, true) })
-	return nil
-}
-
-func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
-	if err != nil {
-		return err
-	}
-	if err := checkQuery(r); err != nil {
-		return err
-	}
-	st, err := s.fleet.VMStatus(r.Context(), actor(r), vm.ClusterID, vm.Node, vm.VMID)
-	if err != nil {
-		return err
-	}
-	writeEncoded(w, http.StatusOK, "success", (*vmStatusAnswer)(&st), nil)
 	return nil
 }
 

@@ -17,8 +17,10 @@ func (s *Server) fleetRoutes() []route {
 
 		{"GET", "/api/v1/pve/clusters", authed, s.inventoryClusters},
 		{"GET", "/api/v1/pve/clusters/{clusterId}/nodes", authed, s.clusterNodes},
-		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterGuests(vmops.GuestVM)},
-		{"GET", "/api/v1/pve/clusters/{clusterId}/cts", authed, s.clusterGuests(vmops.GuestCT)},
-		{"GET", "/api/v1/pve/vm/{clusterId}/{node}/{vmid}", authed, s.vmStatus},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/vms", authed, s.clusterVMs},
+		{"GET", "/api/v1/pve/vm/{clusterId}/{node}/{vmid}", authed, s.guestStatus(vmops.GuestVM)},
+		{"GET", "/api/v1/pve/lxc/{clusterId}/{node}/{vmid}", authed, s.guestStatus(vmops.GuestCT)},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/guests", authed, s.listClusterGuests},
+		{"GET", "/api/v1/pve/guests", authed, s.listFleetGuests},
 	}
 }

@@ -43,6 +43,14 @@ func (s *Server) vmRoutes() []route {
 				route{"POST", g + "/suspend", authed, s.keyed(s.vmSuspend(k.kind))}, // suspend.go
 				route{"POST", g + "/resume", authed, s.keyed(s.vmResume(k.kind))},
 			)
+		} else {
+			// Keyed like every write under /pve/: a client sends its key with
+			// each, and the refusal releases it.
+			why := "PVE marks a container's suspend experimental (CRIU); stop it instead"
+			out = append(out,
+				route{"POST", g + "/suspend", authed, s.keyed(notOffered(k.kind, "suspend", why))}, // guests.go
+				route{"POST", g + "/resume", authed, s.keyed(notOffered(k.kind, "resume", why))},
+			)
 		}
 		out = append(out,
 			route{"POST", g + "/migrate", authed, s.keyed(s.vmMigrate(k.kind))},
@@ -183,7 +191,7 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, kind vmops.Gu
 		return err
 	}
 	out, err := op(r.Context(), vmActor(r), vm, q)
-	return renderPower(w, out, err)
+	return renderPower(w, out, withRightPath(r, vm, err))
 }
 
 // renderPower answers a power operation: 200 when its task ended well, 202 with
@@ -281,7 +289,7 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 		req.BWLimit = &n
 	}
 	upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
-	return renderMigrate(w, upid, err)
+	return renderMigrate(w, upid, withRightPath(r, vm, err))
 }
 
 // precheckJSON is PVE's migration pre-check as vmgate shows it. The node lists are
@@ -356,7 +364,7 @@ func (s *Server) migrateCheck(w http.ResponseWriter, r *http.Request, kind vmops
 	}
 	pc, err := s.vms.MigrateCheck(r.Context(), vmActor(r), vm, target)
 	if err != nil {
-		return err
+		return withRightPath(r, vm, err)
 	}
 	writeData(w, toPrecheckJSON(pc))
 	return nil

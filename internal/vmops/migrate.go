@@ -33,6 +33,28 @@ type MigrateRequest struct {
 	Timeout *int
 }
 
+// kindFields refuses a field of the other kind's migration that asks for
+// something (docs/decisions/0081): online=true and withLocalDisks=true for a
+// container, restart=true and a timeout for a VM. A false asks for nothing
+// (a client may send one body for both kinds). The error names the field, also
+// as its "field" detail.
+func kindFields(kind GuestKind, req MigrateRequest) error {
+	field, why := "", ""
+	switch {
+	case kind == GuestCT && req.Online != nil && *req.Online:
+		field, why = "online", "online is for VMs: PVE cannot migrate a container live; migrate it with restart=true, or stop it first"
+	case kind == GuestCT && req.WithLocalDisks:
+		field, why = "withLocalDisks", "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)"
+	case kind != GuestCT && req.Restart:
+		field, why = "restart", "restart is for containers: a running VM migrates live (online=true)"
+	case kind != GuestCT && req.Timeout != nil:
+		field, why = "timeout", "timeout is for containers (the restart's shutdown timeout): a running VM migrates live (online=true)"
+	default:
+		return nil
+	}
+	return &errs.Error{Kind: errs.Invalid, Message: why, Details: map[string]any{"field": field}}
+}
+
 // Precheck is PVE's migration pre-check of a VM, as vmgate shows it.
 type Precheck struct {
 	Running bool
@@ -198,14 +220,8 @@ func checkMigrate(vm GuestRef, req MigrateRequest) error {
 		return errs.E(errs.Invalid, "timeout must be an integer from 0 to %d (seconds)", MaxMigrateTimeout)
 	case req.TargetStorage != "" && (len(req.TargetStorage) > 1024 || !storageMapPattern.MatchString(req.TargetStorage)):
 		return errs.E(errs.Invalid, "targetStorage must be a storage id or a map like src:dst,src2:dst2")
-	case vm.Kind == GuestCT && req.WithLocalDisks:
-		return errs.E(errs.Invalid, "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)")
-	case vm.Kind == GuestCT && req.Online != nil && *req.Online:
-		return errs.E(errs.Invalid, "PVE cannot migrate a container live; migrate it with restart=true, or stop it first")
-	case vm.Kind != GuestCT && (req.Restart || req.Timeout != nil):
-		return errs.E(errs.Invalid, "restart and timeout are for containers; a VM migrates live (online=true)")
 	}
-	return nil
+	return kindFields(vm.Kind, req)
 }
 
 // migrate is Migrate once the request and the grant are checked; an operation's
