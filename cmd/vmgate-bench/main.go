@@ -49,6 +49,8 @@ type config struct {
 	only          map[string]bool
 	vms           int
 	listers       int
+	liveStreams   int
+	liveDuration  time.Duration
 	loginClients  int
 	floodAddrs    int
 	mixedRate     float64
@@ -76,6 +78,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	only := fs.String("only", "", "comma-separated measurements to run (default all): "+strings.Join(measurementNames(), ","))
 	fs.IntVar(&c.vms, "vms", 10000, "VMs in the large emulated cluster (list)")
 	fs.IntVar(&c.listers, "listers", 100, "concurrent VM listers (list)")
+	fs.IntVar(&c.liveStreams, "live-streams", 500, "open live pages watching one cluster (live)")
+	fs.DurationVar(&c.liveDuration, "live-duration", 20*time.Second, "length of one round of the open live pages (live)")
 	fs.IntVar(&c.loginClients, "login-clients", 8, "concurrent clients logging in (login)")
 	fs.IntVar(&c.floodAddrs, "flood-addresses", 50, "source addresses of the wrong-password flood (flood)")
 	fs.Float64Var(&c.mixedRate, "mixed-rate", 1000, "requests per second of mixed reads for the first RSS goal (rss)")
@@ -98,8 +102,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.rounds < 1 || c.duration <= 0 || c.clients < 1 || c.listers < 1 || c.loginClients < 1 ||
 		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 ||
-		c.fleetClusters < 1 || c.fleetClusters > 100 || c.fleetGuests < 16 || c.fleetClients < 1 {
-		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials, -fleet-clients must be positive; -flood-addresses 1-254; -vms at least 6; -fleet-clusters 1-100; -fleet-guests at least 16")
+		c.fleetClusters < 1 || c.fleetClusters > 100 || c.fleetGuests < 16 || c.fleetClients < 1 ||
+		c.liveStreams < 1 || c.liveDuration < 2*time.Second {
+		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials, -fleet-clients, -live-streams must be positive; -flood-addresses 1-254; -vms at least 6; -fleet-clusters 1-100; -fleet-guests at least 16; -live-duration at least 2s")
 	}
 	for _, s := range strings.Split(*conns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
