@@ -256,8 +256,14 @@ func (b *browser) path() string {
 // technology sees (ignored nodes left out).
 func (b *browser) axNodes(role, name string) []*accessibility.Node {
 	b.t.Helper()
-	doc, err := chromedp.Run(b.ctx, chromedp.Evaluate[*runtime.RemoteObject]("document"))
-	if err != nil {
+	return b.axNodesIn("document", role, name)
+}
+
+// axNodesIn is axNodes below the element the script root names.
+func (b *browser) axNodesIn(root, role, name string) []*accessibility.Node {
+	b.t.Helper()
+	doc, err := chromedp.Run(b.ctx, chromedp.Evaluate[*runtime.RemoteObject](root))
+	if err != nil || doc == nil || doc.ObjectID == "" {
 		return nil // the page is changing; the caller polls
 	}
 	res, err := chromedp.Call(b.ctx, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{
@@ -288,9 +294,16 @@ func (b *browser) wait(what string, cond func() bool) {
 // find waits for exactly one element with the role and name.
 func (b *browser) find(role, name string) cdp.BackendNodeID {
 	b.t.Helper()
+	return b.findIn("document", role, name)
+}
+
+// findIn waits for exactly one element with the role and name below the
+// element the script root names.
+func (b *browser) findIn(root, role, name string) cdp.BackendNodeID {
+	b.t.Helper()
 	var id cdp.BackendNodeID
-	b.wait(fmt.Sprintf("one %s named %q", role, name), func() bool {
-		ns := b.axNodes(role, name)
+	b.wait(fmt.Sprintf("one %s named %q in %s", role, name, root), func() bool {
+		ns := b.axNodesIn(root, role, name)
 		if len(ns) == 1 {
 			id = ns[0].BackendDOMNodeID
 			return true
@@ -304,19 +317,44 @@ func (b *browser) find(role, name string) cdp.BackendNodeID {
 func (b *browser) has(role, name string) bool { return len(b.axNodes(role, name)) > 0 }
 
 // click clicks the element with the role and name as a mouse would, in its middle.
+// A live page may swap the region that holds the element between the finding and
+// the click (the node is then detached): it is found again in the new region.
 func (b *browser) click(role, name string) {
 	b.t.Helper()
-	id := b.find(role, name)
-	if _, err := chromedp.Call(b.ctx, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: id}); err != nil {
-		b.t.Fatalf("scroll to %s %q: %v", role, name, err)
-	}
-	box, err := chromedp.Call(b.ctx, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: id})
-	if err != nil {
-		b.t.Fatalf("box of %s %q: %v", role, name, err)
-	}
-	q := box.Model.Content
-	x, y := (q[0]+q[2]+q[4]+q[6])/4, (q[1]+q[3]+q[5]+q[7])/4
+	b.clickIn("document", role, name)
+}
+
+// clickIn is click on the one element with the role and name below the element
+// the script root names (a page may offer the same button in two places).
+func (b *browser) clickIn(root, role, name string) {
+	b.t.Helper()
+	var x, y float64
+	testkit.Eventually(b.t, fmt.Sprintf("the place of %s %q", role, name), func() error {
+		id := b.findIn(root, role, name)
+		if _, err := chromedp.Call(b.ctx, dom.ScrollIntoViewIfNeeded, dom.ScrollIntoViewIfNeededParams{BackendNodeID: id}); err != nil {
+			return fmt.Errorf("scroll to it: %w", err)
+		}
+		box, err := chromedp.Call(b.ctx, dom.GetBoxModel, dom.GetBoxModelParams{BackendNodeID: id})
+		if err != nil {
+			return fmt.Errorf("its box: %w", err)
+		}
+		q := box.Model.Content
+		x, y = (q[0]+q[2]+q[4]+q[6])/4, (q[1]+q[3]+q[5]+q[7])/4
+		return nil
+	})
 	b.do(fmt.Sprintf("click %s %q", role, name), chromedp.MouseClickXY(x, y))
+}
+
+// waitJS waits until the script's value is true in a page that has loaded
+// whole: one evaluation sees one state of the page, never a page half parsed
+// or half swapped, so a condition over several elements holds for all of them
+// at once.
+func (b *browser) waitJS(what, js string) {
+	b.t.Helper()
+	b.wait(what, func() bool {
+		v, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.readyState === "complete" && !!(`+js+`)`))
+		return err == nil && v
+	})
 }
 
 // typeInto focuses the field with the role and name and types text.
@@ -515,10 +553,13 @@ func TestUIBrowserWalk(t *testing.T) {
 		t.Error("a stopped VM offers Stop, or no Migrate")
 	}
 	b.click("button", "Start")
-	b.waitText("VM 101 started.")
-	if got := eval[string](b, `document.getElementById("vm-status").innerText`); !strings.Contains(got, "running") {
-		t.Errorf("VM 101's status after Start: %q", got)
-	}
+	// The page answers at once with the running task and follows it: the task's
+	// end and the guest's new state may come in different renders (the state is
+	// the inventory's, up to its age later), so wait for both, read together.
+	b.waitPath("/vms/1/pve1/101?task=")
+	b.waitJS("VM 101 started and shown running", `document.querySelector("#inline-task[data-result=ok]") &&
+		document.getElementById("inline-task").innerText.includes("VM 101 started.") &&
+		document.getElementById("vm-status").innerText.includes("running")`)
 	b.find("button", "Stop")
 	if b.has("button", "Start") {
 		t.Error("a running VM still offers Start")
@@ -573,16 +614,17 @@ func TestUIBrowserWalk(t *testing.T) {
 	// Stop 104 gracefully: its guest ignores it.
 	b.open("/vms/1/pve3/104")
 	b.click("button", "Stop")
-	b.waitText("shutdown_timeout")
+	b.waitJS("shutdown_timeout with Force stop", `document.getElementById("inline-task").innerText.includes("shutdown_timeout")`)
 	b.shot("vm-shutdown-timeout")
-	b.click("button", "Force stop")
+	// The outcome offers Force stop; the actions offer it too while the VM runs.
+	b.clickIn(`document.getElementById("inline-task")`, "button", "Force stop")
 	b.waitPath("/vms/1/pve3/104/force-stop")
 	b.shot("force-stop-confirm")
 	b.click("button", "Force stop")
-	b.waitText("VM 104 powered off.")
-	if got := eval[string](b, `document.getElementById("vm-status").innerText`); !strings.Contains(got, "stopped") {
-		t.Errorf("VM 104's status after Force stop: %q", got)
-	}
+	b.waitPath("/vms/1/pve3/104?task=")
+	b.waitJS("VM 104 powered off and shown stopped", `document.querySelector("#inline-task[data-result=ok]") &&
+		document.getElementById("inline-task").innerText.includes("VM 104 powered off.") &&
+		document.getElementById("vm-status").innerText.includes("stopped")`)
 	b.shot("vm-force-stopped")
 
 	// The task list.
