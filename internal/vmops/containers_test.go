@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 // ct names a container of the dev cluster.
@@ -135,5 +136,34 @@ func TestMigrateRefusesTheOtherKindsFields(t *testing.T) {
 	}
 	if n := e.requests("POST", "/nodes/{node}/lxc/{vmid}/migrate") + e.requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 0 {
 		t.Fatalf("%d migrate POSTs reached PVE for refused requests", n)
+	}
+}
+
+// TestTaskLogHasNoStandIn: PVE answers the log of a task that has written
+// nothing yet with its stand-in line "no content" (total 1); TaskLog gives no
+// lines and a total of 0, so that a reader asking from its last line on
+// misses none of the first lines (the web UI's task page did: issue 19,
+// docs/history.md).
+func TestTaskLogHasNoStandIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{manual: true})
+	ctx := e.request()
+	// A restart migration of the running CT 202 writes its first line, the
+	// shutdown, only after the emulator's clock moves.
+	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve3", 202), MigrateRequest{Target: "pve1", Restart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := e.svc.TaskLog(ctx, e.actor, taskID, 0, 0, 0)
+	if err != nil || len(lg.Lines) != 0 || lg.Total != 0 {
+		t.Fatalf("the log before its first line: %+v, %v", lg, err)
+	}
+	testkit.Until(t, "the log's first line", func() bool {
+		e.sim.Advance(time.Second)
+		lg, err = e.svc.TaskLog(ctx, e.actor, taskID, 0, 0, 0)
+		return err == nil && len(lg.Lines) > 0
+	})
+	if lg.Lines[0].N != 1 || !strings.HasSuffix(lg.Lines[0].T, " shutdown CT 202") || lg.Total != len(lg.Lines) {
+		t.Fatalf("the log from its start: %+v", lg)
 	}
 }

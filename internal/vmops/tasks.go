@@ -517,14 +517,19 @@ func readLog(ctx context.Context, api pveAPI, upid pve.UPID, c *logCursor) error
 		if l.N <= c.consumed {
 			continue
 		}
-		// PVE's stand-ins for an empty or not yet created log are not log lines.
-		if total == 1 && l.N == 1 && (l.T == "no content" || strings.HasPrefix(l.T, "unable to open file")) {
+		if logStandIn(l, total) {
 			break
 		}
 		c.parser.Feed(l.T)
 		c.consumed = l.N
 	}
 	return nil
+}
+
+// logStandIn says whether a line is PVE's stand-in for an empty or not yet
+// created log ("no content", "unable to open file ..."): no line of the log.
+func logStandIn(l pve.LogLine, total int) bool {
+	return total == 1 && l.N == 1 && (l.T == "no content" || strings.HasPrefix(l.T, "unable to open file"))
 }
 
 // baseView fills what the UPID, the task row and the log say. Only a read calls it.
@@ -982,6 +987,11 @@ func (s *Service) TaskLog(ctx context.Context, a Actor, id string, clusterHint i
 	}
 	out := TaskLog{Lines: make([]LogLine, 0, len(lines)), Total: total}
 	for _, l := range lines {
+		if logStandIn(l, total) {
+			// An empty log has no lines: a reader that asks from its last line
+			// on asks from the start and misses none (issue 19).
+			return TaskLog{Lines: []LogLine{}}, nil
+		}
 		out.Lines = append(out.Lines, LogLine{N: l.N, T: l.T})
 	}
 	return out, nil

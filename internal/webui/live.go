@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -349,10 +350,19 @@ func isLive(ctx context.Context) bool { b, _ := ctx.Value(liveKey{}).(bool); ret
 // on the same node in the same state (status, lock, HA state, name); else, or
 // when it is older than liveStatusMaxAge, one read serves every page of the
 // guest rendering then.
+//
+// A guest's page that shows a task ended (?task=, inline.go) says "VM 101
+// started." beside the state: that state must have been read after the task
+// was seen ended, or the page would say "started" beside "stopped" until the
+// snapshot catches up. So the first render that sees a task ended takes a
+// ticket (done), and a status whose read began before it is read again, once
+// for every page of the guest. Tickets count, so no clock decides.
 type liveStatus struct {
-	reads singleflight.Group
-	mu    sync.Mutex
-	known map[liveGuest]liveStatusEntry
+	reads  singleflight.Group
+	mu     sync.Mutex
+	known  map[liveGuest]liveStatusEntry
+	done   map[string]uint64 // a task's UPID: the ticket of the render that first saw it ended
+	ticket uint64            // the last ticket taken (a status read's start, a task seen ended)
 }
 
 type liveGuest struct {
@@ -365,6 +375,7 @@ type liveStatusEntry struct {
 	st    fleet.VMStatusView
 	state string // the snapshot's state of the guest when st was read
 	at    time.Time
+	began uint64 // the ticket of the read's start
 }
 
 // liveStatusMaxAge bounds how long a status is reused while the snapshot shows
@@ -399,12 +410,21 @@ func (f liveFleet) GuestStatus(ctx context.Context, a fleet.Actor, clusterID int
 	ls.mu.Lock()
 	e, have := ls.known[g]
 	ls.mu.Unlock()
-	if ok && have && e.state == state && f.now().Sub(e.at) < liveStatusMaxAge {
+	ended := ls.endedTicket(ctx)
+	if ok && have && e.state == state && f.now().Sub(e.at) < liveStatusMaxAge && e.began > ended {
 		st := e.st
 		st.CPU, st.Mem, st.Uptime = row.CPU, row.Mem, row.Uptime
 		return st, nil
 	}
-	v, err, _ := ls.reads.Do(liveKeyOf(g), func() (any, error) {
+	key := liveKeyOf(g)
+	if ended != 0 {
+		key += "#" + strconv.FormatUint(ended, 10) // no read begun before the task was seen ended
+	}
+	v, err, _ := ls.reads.Do(key, func() (any, error) {
+		ls.mu.Lock()
+		ls.ticket++
+		began := ls.ticket
+		ls.mu.Unlock()
 		st, err := f.Fleet.GuestStatus(context.WithoutCancel(ctx), a, clusterID, kind, node, vmid)
 		if err != nil {
 			return nil, err
@@ -413,7 +433,9 @@ func (f liveFleet) GuestStatus(ctx context.Context, a fleet.Actor, clusterID int
 		if len(ls.known) >= maxLiveStatuses {
 			clear(ls.known)
 		}
-		ls.known[g] = liveStatusEntry{st: st, state: state, at: f.now()}
+		if e, have := ls.known[g]; !have || e.began < began {
+			ls.known[g] = liveStatusEntry{st: st, state: state, at: f.now(), began: began}
+		}
 		ls.mu.Unlock()
 		return st, nil
 	})
@@ -421,6 +443,37 @@ func (f liveFleet) GuestStatus(ctx context.Context, a fleet.Actor, clusterID int
 		return fleet.VMStatusView{}, err
 	}
 	return v.(fleet.VMStatusView), nil
+}
+
+// taskEndedKey marks a render of a guest's page that shows a task ended.
+type taskEndedKey struct{}
+
+// withTaskEnded says that the page rendering shows the task upid ended: the
+// guest's status it shows must be read after that was first seen.
+func withTaskEnded(ctx context.Context, upid string) context.Context {
+	return context.WithValue(ctx, taskEndedKey{}, upid)
+}
+
+// endedTicket is the ticket of the moment a render first saw ended the task
+// the render of ctx shows (a status read begun before it is too old to show
+// beside it), or 0.
+func (ls *liveStatus) endedTicket(ctx context.Context) uint64 {
+	upid, _ := ctx.Value(taskEndedKey{}).(string)
+	if upid == "" {
+		return 0
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	seen, ok := ls.done[upid]
+	if !ok {
+		if len(ls.done) >= maxLiveStatuses {
+			clear(ls.done)
+		}
+		ls.ticket++
+		seen = ls.ticket
+		ls.done[upid] = seen
+	}
+	return seen
 }
 
 func liveKeyOf(g liveGuest) string {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -193,4 +195,54 @@ func TestOutsideTasksAreListed(t *testing.T) {
 	}
 	v.get(html.UnescapeString(m[1])).expect(t, 200)
 	v.awaitPage(t, "/vms/1/pve1/101", "started in PVE by root@pam!cli")
+}
+
+// statusFleet is a Fleet whose inventory always shows VM 101 stopped on pve1
+// (a snapshot that has not caught up) and whose status reads answer in turn
+// from statuses, counted.
+type statusFleet struct {
+	frontend.Fleet
+	statuses []string
+	reads    int
+}
+
+func (f *statusFleet) GuestList(context.Context, fleet.Actor, int64, string, fleet.VMQuery) (fleet.VMList, error) {
+	return fleet.VMList{VMs: []fleet.VMView{{VMID: 101, Node: "pve1", Status: "stopped"}}}, nil
+}
+
+func (f *statusFleet) GuestStatus(context.Context, fleet.Actor, int64, string, string, int64) (fleet.VMStatusView, error) {
+	st := fleet.VMStatusView{Status: f.statuses[min(f.reads, len(f.statuses)-1)]}
+	f.reads++
+	return st, nil
+}
+
+// TestLiveStatusAfterATaskEnded: the live renders of a guest share its status
+// while the inventory shows no change, but a render that shows a task ended
+// ("VM 101 started.") reads it again if the shared one was read before the
+// task was first seen ended — once, however many renders show that task — so
+// the page never says "started" beside "stopped" (issue 19 item 2,
+// docs/decisions/0089).
+func TestLiveStatusAfterATaskEnded(t *testing.T) {
+	t.Parallel()
+	inner := &statusFleet{statuses: []string{"stopped", "running"}}
+	f := liveFleet{Fleet: inner, status: &liveStatus{known: map[liveGuest]liveStatusEntry{}, done: map[string]uint64{}},
+		now: time.Now}
+	live := withLive(context.Background())
+	ended := withTaskEnded(live, "UPID:pve1:00000001:00000002:6B000000:qmstart:101:vmgate@pve!gw:")
+	for i, step := range []struct {
+		ctx   context.Context
+		want  string
+		reads int
+	}{
+		{live, "stopped", 1},  // the first render reads it
+		{live, "stopped", 1},  // the next shares it: the inventory shows no change
+		{ended, "running", 2}, // the task is seen ended: read again
+		{ended, "running", 2}, // once only
+		{live, "running", 2},  // and every page of the guest shows that read
+	} {
+		st, err := f.GuestStatus(step.ctx, fleet.Actor{UserID: 1}, 1, "qemu", "pve1", 101)
+		if err != nil || st.Status != step.want || inner.reads != step.reads {
+			t.Fatalf("render %d: %q after %d reads, %v; want %q after %d", i, st.Status, inner.reads, err, step.want, step.reads)
+		}
+	}
 }

@@ -137,6 +137,12 @@ func TestPowerActionsShowTheOutcome(t *testing.T) {
 	if !strings.Contains(p.body, `action="/vms/1/pve3/104/force-stop"><button type="submit" class="btn btn-danger">Force stop`) {
 		t.Fatalf("graceful stop of 104:\n%s", p.body)
 	}
+	// One Force stop, the task's: a second of the same name would leave a
+	// person using a screen reader to guess which (the browser walk finds it by
+	// its name).
+	if got := strings.Join(offered(p.body), ","); got != "Force stop,Stop,Reboot,Migrate" {
+		t.Errorf("after shutdown_timeout the page offers %s", got)
+	}
 	if p := b.get("/vms/1/pve3/104/force-stop").expect(t, 200); !strings.Contains(p.body, "Force stop VM 104?") {
 		t.Fatalf("confirmation:\n%s", p.body)
 	}

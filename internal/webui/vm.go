@@ -43,7 +43,15 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 		if err != nil {
 			return err
 		}
-		st, err := u.fleet.GuestStatus(r.Context(), actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
+		canAct := u.canAct(r.Context(), r, vm.ClusterID)
+		// The task first: a page that says it ended shows the state after it
+		// (liveStatus).
+		inline := u.inline(r, vm, r.URL.Query().Get("task"), canAct, r.URL.RequestURI())
+		ctx := r.Context()
+		if inline != nil && !inline.Running {
+			ctx = withTaskEnded(ctx, inline.Task.TaskID)
+		}
+		st, err := u.fleet.GuestStatus(ctx, actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
 		if err != nil {
 			if to := movedTo(vm, err); to != "" {
 				u.carryNotice(w, r)
@@ -52,8 +60,7 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 			}
 			return err
 		}
-		v := vmView{VM: vm, Noun: noun(vm), Status: st}
-		v.CanAct = u.canAct(r.Context(), r, vm.ClusterID)
+		v := vmView{VM: vm, Noun: noun(vm), Status: st, CanAct: canAct, Inline: inline}
 		if v.CanAct {
 			running := st.Status == "running"
 			paused := running && st.QMPStatus != "" && st.QMPStatus != "running"
@@ -73,7 +80,9 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 				v.ClusterName = cs[i].Name
 			}
 		}
-		v.Inline = u.inline(r, vm, r.URL.Query().Get("task"), v.CanAct, r.URL.RequestURI())
+		if inline != nil && inline.ForceStop {
+			v.Offer.ForceStop = false // the task's card offers it: one Force stop on the page
+		}
 		v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
 		if err != nil {
 			v.TasksErr = errorText(err)

@@ -133,7 +133,7 @@ func New(cfg Config) (*UI, error) {
 	if u.pages, err = u.parsePages(); err != nil {
 		return nil, err
 	}
-	u.fleet = liveFleet{Fleet: cfg.Fleet, status: &liveStatus{known: map[liveGuest]liveStatusEntry{}}, now: u.now}
+	u.fleet = liveFleet{Fleet: cfg.Fleet, status: &liveStatus{known: map[liveGuest]liveStatusEntry{}, done: map[string]uint64{}}, now: u.now}
 	u.mux = http.NewServeMux()
 	u.buildLive(u.routes())
 	for _, rt := range u.routes() {
