@@ -104,7 +104,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // from vmgate's. Its measured offset is off the true one by errOff (the Date
 // header's second and the round trip).
 type taskListPVE struct {
-	pveAPI // nil: anything else is not used
+	PVE    // nil: anything else is not used
 	vmid   int64
 	clock  *fakeClock
 	offset time.Duration // PVE's clock less vmgate's
@@ -434,7 +434,7 @@ func (e *claimEnv) world(seed uint64) *claimWorld {
 	svc := New(Config{Store: e.st, Clients: clientsFunc(func(context.Context, int64) (*pve.Client, error) {
 		return nil, errors.New("not used")
 	}), Now: e.clock.Now, Answers: testAnswers, Audit: audit.New(&auditLog{}, audit.Options{})})
-	svc.connect = func(context.Context, int64) (pveAPI, error) { return p, nil }
+	svc.connect = func(context.Context, int64) (PVE, error) { return p, nil }
 	// Nothing in the background: every search, follower and heartbeat is a step
 	// of the test's own.
 	svc.Close()

@@ -150,7 +150,7 @@ func checkEvacuationNodes(node string, nodes []pve.Node, targets []string) error
 // precheckAll runs PVE's migration pre-check of every VM, a few at once. A VM
 // whose pre-check fails keeps the error (the plan skips it); PVE unreachable
 // fails the whole plan.
-func (o *OperationService) precheckAll(ctx context.Context, api pveAPI, clusterID int64, node string, vms []planVM) error {
+func (o *OperationService) precheckAll(ctx context.Context, api PVE, clusterID int64, node string, vms []planVM) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(preReads)
 	for i := range vms {

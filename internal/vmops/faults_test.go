@@ -117,7 +117,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	if DefaultSearchEvery > 10*time.Second {
 		t.Fatalf("DefaultSearchEvery %v: a task PVE has must show up within 10 s", DefaultSearchEvery)
 	}
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{})
 	wantReason(t, err, errs.Timeout, ReasonOutcomeUnknown)
@@ -172,7 +172,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 func TestOutcomeUnknownGivenUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{cfg: func(c *Config) { c.LostGrace = 50 * time.Millisecond }})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
 	ref, ok := TaskRefOf(err)
@@ -203,8 +203,8 @@ func TestOutcomeUnknownGivenUp(t *testing.T) {
 func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{proxy: true, pveTimeout: time.Second})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { e.proxy.ResetAfterForwarding(0) }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { e.proxy.ResetAfterForwarding(0) }}
 	})
 	ctx := e.request()
 	began := time.Now()
@@ -240,8 +240,8 @@ func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 func TestFaultPOSTAnswerCutMidBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{proxy: true, pveTimeout: 5 * time.Second})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { e.proxy.CutAfter(faultproxy.ToClient, 40, 1) }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { e.proxy.CutAfter(faultproxy.ToClient, 40, 1) }}
 	})
 	ctx := e.request()
 	out, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{Wait: 10 * time.Second})
@@ -366,8 +366,8 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	withUser(t, e)
 	release := make(chan struct{})
 	sent := make(chan struct{})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { close(sent); <-release }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { close(sent); <-release }}
 	})
 	const key = "retry-me"
 	ctx := e.request()
@@ -425,7 +425,7 @@ func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }})
 	withUser(t, e)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, loseAnswer: true} })
 	const key = "unknown-outcome"
 	ctx := e.request()
 	e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
@@ -482,8 +482,8 @@ func TestFaultStoreFailsBetweenRowAndPOST(t *testing.T) {
 	t.Parallel()
 	pg, dsn := postgresThroughProxy(t)
 	e := newEnv(t, envOpts{storeDSN: dsn})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { pg.BlackHole() }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { pg.BlackHole() }}
 	})
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -390,55 +389,4 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 // goes on: its lease passes to the next process).
 func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit func(OperationView) error) error {
 	return follow(ctx, o.svc, func() (OperationView, error) { return o.Operation(ctx, id) }, emit)
-}
-
-// itemBinding ties the task row a use case writes to an operation's item: the
-// row is written by StartOperationItem, which moves the item to running in the
-// same transaction (createTaskRow).
-type itemBinding struct {
-	opID  int64
-	owner string
-	index int
-	// retryOf is, for a retry, the item's lost task row the new one replaces
-	// (RetryOperationItem); 0 for the first start.
-	retryOf int64
-	row     *store.Task // the row once written
-}
-
-// createTaskRow writes the task row of an operation, before PVE is called: as
-// an operation's item when the actor carries one (the item moves to running in the same
-// transaction, and an item that is not pending any more gets Conflict and no row),
-// else as a row of its own.
-func (s *Service) createTaskRow(ctx context.Context, a Actor, t store.Task) (store.Task, error) {
-	b := a.item
-	if b == nil {
-		return s.store.CreateTask(ctx, t)
-	}
-	var params map[string]any
-	if json.Unmarshal([]byte(t.Params), &params) != nil || params == nil {
-		params = map[string]any{}
-	}
-	params["operationId"] = b.opID
-	t.Params = jsonText(params)
-	var row store.Task
-	var err error
-	if b.retryOf != 0 {
-		row, err = s.store.RetryOperationItem(ctx, b.opID, b.owner, b.index, b.retryOf, t)
-	} else {
-		row, err = s.store.StartOperationItem(ctx, b.opID, b.owner, b.index, t)
-	}
-	if err != nil {
-		return store.Task{}, err
-	}
-	b.row = &row
-	return row, nil
-}
-
-// taskUPID parses a task row's UPID; ok is false while it has none.
-func taskUPID(r store.Task) (pve.UPID, bool) {
-	if r.UPID == "" {
-		return pve.UPID{}, false
-	}
-	u, err := pve.ParseUPID(r.UPID)
-	return u, err == nil
 }

@@ -18,7 +18,7 @@ import (
 // notSentAPI fails the first n migrate POSTs as the PVE client does when no
 // endpoint could take them: certainly not sent.
 type notSentAPI struct {
-	pveAPI
+	PVE
 	left  *atomic.Int64
 	fails *atomic.Int64
 }
@@ -28,7 +28,7 @@ func (a notSentAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptio
 		a.fails.Add(1)
 		return pve.UPID{}, &pve.NotSentError{Err: &pve.UnavailableError{Method: "POST", Path: "/nodes/" + g.Node + "/" + string(g.Kind) + "/migrate"}}
 	}
-	return a.pveAPI.Migrate(ctx, g, o)
+	return a.PVE.Migrate(ctx, g, o)
 }
 
 // TestOperationItemNotSentIsRetried: the first POST of an evacuation (one
@@ -41,7 +41,7 @@ func TestOperationItemNotSentIsRetried(t *testing.T) {
 	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
 	var left, fails atomic.Int64
 	left.Store(1)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return notSentAPI{pveAPI: api, left: &left, fails: &fails} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return notSentAPI{PVE: api, left: &left, fails: &fails} })
 	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestOperationItemRetriedAtMostOnce(t *testing.T) {
 	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
 	var left, fails atomic.Int64
 	left.Store(2)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return notSentAPI{pveAPI: api, left: &left, fails: &fails} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return notSentAPI{PVE: api, left: &left, fails: &fails} })
 	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -324,9 +324,10 @@ func (o *OperationService) heartbeat(ctx context.Context, id int64, until time.T
 // creator — and follows its task to the end. The item's task row is written by
 // StartOperationItem (createTaskRow) before PVE is called.
 func (o *OperationService) runItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
-	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index}
+	b := &Item{OperationID: op.ID, Owner: o.owner, Index: it.Index}
 	err := o.startItem(ctx, op, it, p, b)
-	if b.row == nil {
+	row, started := b.Row()
+	if !started {
 		if err == nil {
 			err = errors.New("it was not started")
 		}
@@ -335,21 +336,15 @@ func (o *OperationService) runItem(ctx context.Context, op store.Operation, it s
 		// means another driver has it; then this one stops anyway.
 		return itemResult{index: it.Index, from: ItemPending, state: ItemFailed, err: errMessage(err).Error()}
 	}
-	it.TaskID = b.row.ID
+	it.TaskID = row.ID
 	return o.afterStart(ctx, op, it, p, err)
 }
 
 // startItem runs the item's use case once, its task row bound to the item by b.
-func (o *OperationService) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *itemBinding) error {
-	a := Actor{UserID: op.UserID, Email: op.UserEmail, item: b}
+func (o *OperationService) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *Item) error {
+	a := Actor{UserID: op.UserID, Email: op.UserEmail, Item: b}
 	ref := GuestRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
-	if it.Action == OpMigrate {
-		online := it.Online
-		_, err := o.svc.Migrate(ctx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
-		return err
-	}
-	_, err := o.svc.power(ctx, a, ref, it.Action, nil, 0)
-	return err
+	return o.svc.Act(ctx, a, ref, Action{Op: it.Action, Target: it.Target, Online: it.Online, WithLocalDisks: p.WithLocalDisks})
 }
 
 // afterStart follows an item whose task row was written: when the call failed
@@ -391,18 +386,19 @@ func retryable(row store.Task) bool {
 func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, lost store.Task) itemResult {
 	o.log.Info("an item's request provably started nothing; making it again", slog.Int64("operation", op.ID),
 		slog.Int("item", it.Index), slog.Int64("lost", lost.ID), slog.String("reason", lost.LostReason))
-	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index, retryOf: lost.ID}
+	b := &Item{OperationID: op.ID, Owner: o.owner, Index: it.Index, RetryOf: lost.ID}
 	err := o.startItem(ctx, op, it, p, b)
+	row, started := b.Row()
 	rec := store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail, Action: "operation.retry",
 		ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
 		Params: jsonText(map[string]any{"operationId": op.ID, "action": it.Action, "lostTaskRef": lost.ID,
 			"lostReason": lost.LostReason}), Result: audit.Result(err)}
-	if b.row != nil {
+	if started {
 		rec.Params = jsonText(map[string]any{"operationId": op.ID, "action": it.Action, "lostTaskRef": lost.ID,
-			"lostReason": lost.LostReason, "taskRef": b.row.ID})
+			"lostReason": lost.LostReason, "taskRef": row.ID})
 	}
 	o.svc.trail.Append(ctx, rec)
-	if b.row == nil {
+	if !started {
 		if err == nil {
 			err = errors.New("it was not started again")
 		}
@@ -411,7 +407,7 @@ func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it
 		it.Retries++
 		return itemResult{index: it.Index, state: ItemFailed, err: retried(it, errMessage(err).Error())}
 	}
-	it.TaskID, it.Retries = b.row.ID, it.Retries+1
+	it.TaskID, it.Retries = row.ID, it.Retries+1
 	return o.afterStart(ctx, op, it, p, err)
 }
 
@@ -421,38 +417,36 @@ func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it
 // pending by a process that died is searched for at once; a row lost without a
 // task that provably never started one is retried once (retryItem).
 func (o *OperationService) followItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
-	var t *tracker
+	var row store.Task
 	first := true
 	for {
-		if t == nil {
-			row, err := o.st.TaskByID(ctx, it.TaskID)
+		if row.UPID == "" {
+			r, err := o.st.TaskByID(ctx, it.TaskID)
 			switch {
 			case err != nil:
-			case row.Finished() && row.UPID == "":
-				if retryable(row) && it.Retries == 0 {
-					return o.retryItem(ctx, op, it, p, row)
+			case r.Finished() && r.UPID == "":
+				if retryable(r) && it.Retries == 0 {
+					return o.retryItem(ctx, op, it, p, r)
 				}
-				msg := row.Error
+				msg := r.Error
 				if msg == "" {
 					msg = "PVE has no task for it: the call did not reach PVE"
 				}
 				return itemResult{index: it.Index, state: ItemFailed, err: retried(it, msg)}
-			case row.UPID == "":
+			case r.UPID == "":
 				if first {
 					// Its writer is gone (this driver took the operation over) or
 					// its outcome is unknown: look for it now, not at the next sweep.
-					o.svc.startSearch(o.svc.holderGone(ctx, row))
+					o.svc.SearchItemTask(ctx, r)
 				}
 			default:
-				if u, ok := taskUPID(row); ok {
-					t = o.svc.track(u, row.ClusterID, &row)
-				}
+				row = r
 			}
 			first = false
 		}
-		if t != nil {
-			v, err := o.svc.current(ctx, t)
-			if err == nil && v.Finished() {
+		if row.UPID != "" {
+			v, ok, err := o.svc.ItemTask(ctx, row)
+			if err == nil && ok && v.Finished() {
 				r := itemResult{index: it.Index, state: ItemOK, upid: v.TaskID}
 				if v.Result == ResultFailed {
 					r.state, r.err = ItemFailed, itemError(v)
@@ -480,7 +474,7 @@ func itemError(v TaskView) string {
 // moved, finishes it), once each. An HA migration is stopped through the HA
 // stack's task once it is known.
 func (o *OperationService) abortRunning(ctx context.Context, op store.Operation, done map[int]bool) {
-	var api pveAPI
+	var api PVE
 	for _, it := range op.Items {
 		if it.State != ItemRunning || it.Action != OpMigrate || done[it.Index] || it.UPID == "" {
 			continue

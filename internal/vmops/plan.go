@@ -195,7 +195,7 @@ func blockedFrom(v planVM, req EvacuateRequest, running bool) string {
 	if len(v.check.LocalResources) > 0 {
 		return "local devices prevent migration: " + strings.Join(v.check.LocalResources, ", ")
 	}
-	disks, cdroms := localDiskNames(v.check.LocalDisks)
+	disks, cdroms := LocalDiskNames(v.check.LocalDisks)
 	if len(cdroms) > 0 {
 		return "local CD-ROM images cannot be migrated: " + strings.Join(cdroms, ", ")
 	}

@@ -136,7 +136,7 @@ func (s *Service) taskGone(ctx context.Context, t *tracker, cause error) (TaskVi
 }
 
 // readLog reads the lines after the cursor into its parser.
-func readLog(ctx context.Context, api pveAPI, upid pve.UPID, c *logCursor) error {
+func readLog(ctx context.Context, api PVE, upid pve.UPID, c *logCursor) error {
 	lines, total, err := api.TaskLog(ctx, upid, c.consumed, 0)
 	if err != nil {
 		return err
@@ -162,7 +162,7 @@ func (s *Service) baseView(t *tracker) TaskView {
 
 // endTime asks the node's task list when a stopped task ended (the status call does
 // not say); the time of this read stands in when the list does not have it.
-func (s *Service) endTime(ctx context.Context, api pveAPI, upid pve.UPID) time.Time {
+func (s *Service) endTime(ctx context.Context, api PVE, upid pve.UPID) time.Time {
 	vmid, _ := strconv.Atoi(upid.ID)
 	list, err := api.NodeTasks(ctx, upid.Node, pve.TaskListOptions{Source: "all", VMID: vmid,
 		TypeFilter: upid.Type, Since: upid.StartTime, Limit: 100})
