@@ -32,6 +32,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/sse"
@@ -161,7 +162,7 @@ type app struct {
 	accounts *accounts.Service
 	fleet    *fleet.Service
 	vms      *vmops.Service
-	ops      *vmops.OperationService
+	ops      *operations.Service
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
 	registry *prometheus.Registry // the metrics /metrics serves
@@ -223,7 +224,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// with the answer the API would have given (httpapi.KeyAnswer).
 	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer,
 		KeyLease: c.KeyLease, PollInterval: c.TaskPoll})
-	a.ops = vmops.NewOperations(a.vms, vmops.OperationsConfig{Lease: c.OperationLease})
+	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
 	// One count of event streams for the API and the web UI: a user's cap holds
 	// across both.
 	streams := sse.NewLimiter(sse.Limits{PerSession: flagCap(c.MaxStreamsPerSession), PerUser: flagCap(c.MaxStreamsPerUser)})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -148,8 +149,8 @@ func KeyAnswer(o vmops.KeyOutcome) vmops.Answer {
 	cw := &captureWriter{header: http.Header{}}
 	var err error
 	switch {
-	case o.Launched != nil:
-		err = launched(cw, *o.Launched, nil)
+	case o.OperationID != 0:
+		err = launched(cw, operations.Relaunched(o.OperationID, o.Plan), nil)
 	case o.Op == vmops.OpMigrate:
 		err = renderMigrate(cw, o.Outcome.TaskID, o.Err)
 	default:

@@ -13,25 +13,26 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Operations is what the HTTP layer needs of vmops' operations on many VMs
 // (issue 13 (docs/history.md)): evacuating a node, bulk power actions, and reading, following and
-// cancelling the operations. *vmops.OperationService implements it. The handlers
+// cancelling the operations. *operations.Service implements it. The handlers
 // validate and authorize before they call it.
 type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
-	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
+	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.EvacuateRequest) (operations.Launched, error)
+	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req operations.BulkRequest) (operations.Launched, error)
 	OperationCluster(ctx context.Context, id int64) (int64, error)
-	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, id int64, emit func(vmops.OperationView) error) error
-	Stats() vmops.OperationStats
+	Operation(ctx context.Context, id int64) (operations.View, error)
+	ListOperations(ctx context.Context, f operations.Filter) ([]operations.View, error)
+	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)
+	OperationEvents(ctx context.Context, id int64, emit func(operations.View) error) error
+	Stats() operations.Stats
 }
 
-var _ Operations = (*vmops.OperationService)(nil)
+var _ Operations = (*operations.Service)(nil)
 
 // operationRoutes start, read, follow and cancel operations. Starting and
 // cancelling need an operator grant on the cluster, reading a viewer grant.
@@ -132,7 +133,7 @@ func timeOrNull(t time.Time) *time.Time {
 	return &u
 }
 
-func toItemsJSON(items []vmops.ItemView) []itemJSON {
+func toItemsJSON(items []operations.ItemView) []itemJSON {
 	out := make([]itemJSON, 0, len(items))
 	for _, it := range items {
 		j := itemJSON{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: nullStr(it.Target), Action: it.Action,
@@ -147,7 +148,7 @@ func toItemsJSON(items []vmops.ItemView) []itemJSON {
 	return out
 }
 
-func toOperationJSON(v vmops.OperationView) operationJSON {
+func toOperationJSON(v operations.View) operationJSON {
 	c := v.Counts
 	return operationJSON{ID: v.ID, Kind: v.Kind, ClusterID: v.ClusterID, Node: nullStr(v.Node), Status: v.Status,
 		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC(), StartedAt: timeOrNull(v.StartedAt), EndedAt: timeOrNull(v.EndedAt),
@@ -156,7 +157,7 @@ func toOperationJSON(v vmops.OperationView) operationJSON {
 		Items:  toItemsJSON(v.Items)}
 }
 
-func toPlanJSON(p vmops.Plan) planJSON {
+func toPlanJSON(p operations.Plan) planJSON {
 	out := planJSON{Items: toItemsJSON(p.Items), Targets: make([]targetJSON, 0, len(p.Targets))}
 	for _, t := range p.Targets {
 		out.Targets = append(out.Targets, targetJSON{Node: t.Node, Status: t.Status, Eligible: t.Eligible, Mem: t.Mem,
@@ -181,7 +182,7 @@ func readBody(w http.ResponseWriter, r *http.Request, dst any) ([]byte, error) {
 
 // launched answers a started operation 202 with its id and plan (Location: the
 // operation), a dry run 200 with the plan alone.
-func launched(w http.ResponseWriter, l vmops.Launched, err error) error {
+func launched(w http.ResponseWriter, l operations.Launched, err error) error {
 	if err != nil {
 		return err
 	}
@@ -219,7 +220,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req := vmops.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
+	req := operations.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
 	if len(in.Targets) > 64 {
 		return errs.E(errs.Invalid, "targets lists at most 64 nodes")
@@ -246,7 +247,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	}
 	action := r.PathValue("action")
 	known := false
-	for _, a := range vmops.BulkActions {
+	for _, a := range operations.BulkActions {
 		known = known || a == action
 	}
 	if !known {
@@ -272,10 +273,10 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req := vmops.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
+	req := operations.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
 	if sel := in.Selector; sel != nil {
-		req.Selector = &vmops.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
+		req.Selector = &operations.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
 	}
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err
@@ -287,13 +288,13 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 }
 
 // maxParallel reads an operation's optional maxParallel: 1 to
-// vmops.MaxParallelLimit, or 0 (the default) when absent.
+// operations.MaxParallelLimit, or 0 (the default) when absent.
 func maxParallel(p *int64) (int, error) {
 	if p == nil {
 		return 0, nil
 	}
-	if *p < 1 || *p > vmops.MaxParallelLimit {
-		return 0, errs.E(errs.Invalid, "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
+	if *p < 1 || *p > operations.MaxParallelLimit {
+		return 0, errs.E(errs.Invalid, "maxParallel must be from 1 to %d", operations.MaxParallelLimit)
 	}
 	return int(*p), nil
 }
@@ -368,7 +369,7 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f := vmops.OperationFilter{ClusterID: clusterID, ClusterIDs: ids, BeforeID: before, Limit: int(limit)}
+	f := operations.Filter{ClusterID: clusterID, ClusterIDs: ids, BeforeID: before, Limit: int(limit)}
 	list, err := s.ops.ListOperations(r.Context(), f)
 	if err != nil {
 		return err
@@ -426,10 +427,10 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := s.authorizeOperation(r, id, fleet.GrantViewer); err != nil {
 		return err
 	}
-	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
+	follow := func(ctx context.Context, emit func(operations.View) error) error {
 		return s.ops.OperationEvents(ctx, id, emit)
 	}
-	return eventStream(w, r, s.streams, "operation", follow, func(v vmops.OperationView) ([]byte, error) {
+	return eventStream(w, r, s.streams, "operation", follow, func(v operations.View) ([]byte, error) {
 		return json.Marshal(toOperationJSON(v))
 	})
 }
@@ -437,7 +438,7 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 // operationsCollector exposes the operations' figures of this process: how many
 // ended, by kind and final status, and how many items are at PVE now.
 type operationsCollector struct {
-	stats func() vmops.OperationStats
+	stats func() operations.Stats
 }
 
 var (

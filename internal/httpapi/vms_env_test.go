@@ -16,6 +16,7 @@ import (
 	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -44,7 +45,7 @@ type vmEnv struct {
 	dev *pvesim.Cluster
 	cid int64 // the dev cluster's id
 	svc *vmops.Service
-	ops *vmops.OperationService // operations on many VMs (driven without Run: see opsEnv)
+	ops *operations.Service // operations on many VMs (driven without Run: see opsEnv)
 	srv *httptest.Server
 }
 
@@ -104,7 +105,7 @@ func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	}
 	e.svc = vmops.New(cfg)
 	e.t.Cleanup(e.svc.Close)
-	e.ops = vmops.NewOperations(e.svc, vmops.OperationsConfig{Scan: 20 * time.Millisecond})
+	e.ops = operations.New(e.svc, operations.Config{Store: e.store, Audit: e.trail, Scan: 20 * time.Millisecond})
 	e.t.Cleanup(e.ops.Close)
 	apiCfg := e.apiConfig()
 	apiCfg.VMs, apiCfg.Operations = e.svc, e.ops

@@ -32,11 +32,13 @@ type Answer struct {
 // would have answered with now.
 type KeyOutcome struct {
 	// Op is OpStart, OpShutdown, OpStop, OpReboot or OpMigrate; for an
-	// evacuation or a bulk action the operation's kind (Launched is set).
+	// evacuation or a bulk action the operation's kind (OperationID is set).
 	Op string
-	// Launched is, for an evacuation or a bulk action, the operation its request
-	// created: its id and the plan it answered with (Launched.Operation is zero).
-	Launched *Launched
+	// OperationID is, for an evacuation or a bulk action, the operation its
+	// request created, and Plan the plan it answered with as the operation keeps
+	// it (internal/operations renders it: operations.Relaunched).
+	OperationID int64
+	Plan        []byte
 	// Outcome is the task: a migration's TaskID; a power operation's task as it
 	// is now (Running while it runs).
 	Outcome Outcome
@@ -373,14 +375,9 @@ func (s *Service) settleWith(ctx context.Context, h *heldKey, row store.Task) (*
 
 // settleWithOperation finishes a key whose request created an operation on many
 // VMs with the answer that request gave: the operation and its plan. The
-// operation itself goes on under its own lease (operations_run.go).
+// operation itself goes on under its own lease (internal/operations).
 func (s *Service) settleWithOperation(ctx context.Context, h *heldKey, op store.Operation) (*Answer, bool) {
-	l := Launched{OperationID: op.ID}
-	if err := json.Unmarshal([]byte(op.Plan), &l.Plan); err != nil {
-		// Written by launch with the key; an unreadable plan still names the operation.
-		s.log.Warn("an operation's plan could not be read", slog.Int64("operation", op.ID), slog.String("error", err.Error()))
-	}
-	a := s.answers(KeyOutcome{Op: op.Kind, Launched: &l})
+	a := s.answers(KeyOutcome{Op: op.Kind, OperationID: op.ID, Plan: []byte(op.Plan)})
 	return s.finishHeld(ctx, h, a, slog.Int64("operation", op.ID))
 }
 

@@ -414,3 +414,47 @@ func taskFailure(op string, vm GuestRef, v TaskView) error {
 	e.Details["exitStatus"] = v.ExitStatus
 	return e
 }
+
+// NothingToDo says why op has nothing to do on a guest in state st ("" when it
+// has): the guest is in the wanted state already, or is not in a state the
+// action acts on. A bulk action skips such a guest, with this reason.
+func NothingToDo(op string, st pve.GuestStatus) string {
+	switch op {
+	case OpStart:
+		if st.Status == "running" && !paused(st) {
+			return "already running"
+		}
+	case OpShutdown, OpStop:
+		if st.Status != "running" {
+			return "already stopped"
+		}
+	case OpReboot:
+		if st.Status != "running" {
+			return "not running: reboot acts on running VMs"
+		}
+	case OpSuspend:
+		switch {
+		case paused(st):
+			return "already " + st.QMPStatus
+		case hibernated(st):
+			return "already suspended to disk"
+		case st.Status != "running":
+			return "not running: suspend acts on running VMs"
+		}
+	case OpHibernate:
+		switch {
+		case hibernated(st):
+			return "already suspended to disk"
+		case st.Status != "running":
+			return "not running: suspend acts on running VMs"
+		}
+	case OpResume:
+		switch {
+		case st.Status == "running" && !paused(st):
+			return "already running"
+		case st.Status != "running" && !hibernated(st):
+			return "not running and not suspended to disk: resume acts on paused VMs"
+		}
+	}
+	return ""
+}

@@ -10,22 +10,23 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Operations is what the UI needs of vmops' operations on many VMs (issue 13 (docs/history.md)):
 // the node page's evacuation, the operation's page and its live view.
-// *vmops.OperationService is one.
+// *operations.Service is one.
 type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
+	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.EvacuateRequest) (operations.Launched, error)
 	OperationCluster(ctx context.Context, id int64) (int64, error)
-	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, id int64, emit func(vmops.OperationView) error) error
+	Operation(ctx context.Context, id int64) (operations.View, error)
+	ListOperations(ctx context.Context, f operations.Filter) ([]operations.View, error)
+	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)
+	OperationEvents(ctx context.Context, id int64, emit func(operations.View) error) error
 }
 
-var _ Operations = (*vmops.OperationService)(nil)
+var _ Operations = (*operations.Service)(nil)
 
 // nodeURL is the UI page of a node.
 func nodeURL(clusterID int64, node string) string {
@@ -57,9 +58,9 @@ type nodeView struct {
 	Others      []fleet.NodeView // the other nodes: the evacuation's possible targets
 	CanAct      bool             // operator: the evacuation form
 	Form        evacuateForm
-	Plan        *vmops.Plan // a preview (dry run), when asked for
+	Plan        *operations.Plan // a preview (dry run), when asked for
 	PlanErr     string
-	Operations  []vmops.OperationView // recent operations on this node
+	Operations  []operations.View // recent operations on this node
 }
 
 // evacuateForm is the evacuation form's values.
@@ -75,8 +76,8 @@ type evacuateForm struct {
 func (f evacuateForm) Has(target string) bool { return slices.Contains(f.Targets, target) }
 
 // readEvacuateForm reads the form (a preview's query or the POST's body).
-func readEvacuateForm(v url.Values) (evacuateForm, vmops.EvacuateRequest) {
-	f := evacuateForm{MaxParallel: vmops.DefaultEvacParallel, IncludeStopped: true}
+func readEvacuateForm(v url.Values) (evacuateForm, operations.EvacuateRequest) {
+	f := evacuateForm{MaxParallel: operations.DefaultEvacParallel, IncludeStopped: true}
 	if n, err := strconv.Atoi(v.Get("maxParallel")); err == nil {
 		f.MaxParallel = n
 	}
@@ -91,7 +92,7 @@ func readEvacuateForm(v url.Values) (evacuateForm, vmops.EvacuateRequest) {
 		f.IncludeStopped = v.Get("includeStopped") != ""
 	}
 	include := f.IncludeStopped
-	return f, vmops.EvacuateRequest{Targets: f.Targets, MaxParallel: f.MaxParallel, WithLocalDisks: f.WithLocalDisks,
+	return f, operations.EvacuateRequest{Targets: f.Targets, MaxParallel: f.MaxParallel, WithLocalDisks: f.WithLocalDisks,
 		IncludeStopped: &include, StopOnError: f.StopOnError}
 }
 
@@ -135,7 +136,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	v.CanAct = u.ops != nil && u.canAct(r.Context(), r, clusterID)
-	var req vmops.EvacuateRequest
+	var req operations.EvacuateRequest
 	v.Form, req = readEvacuateForm(r.URL.Query())
 	if v.CanAct && r.URL.Query().Get("preview") == "1" {
 		req.DryRun = true
@@ -150,7 +151,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if u.ops != nil {
-		if ops, err := u.ops.ListOperations(r.Context(), vmops.OperationFilter{ClusterID: clusterID, Limit: 50}); err == nil {
+		if ops, err := u.ops.ListOperations(r.Context(), operations.Filter{ClusterID: clusterID, Limit: 50}); err == nil {
 			for _, op := range ops {
 				if op.Node == name && len(v.Operations) < 8 {
 					v.Operations = append(v.Operations, op)
@@ -211,7 +212,7 @@ func (u *UI) pathOperation(r *http.Request, need string) (int64, error) {
 
 // operationView is an operation page's data.
 type operationView struct {
-	Op     vmops.OperationView
+	Op     operations.View
 	Live   liveOperation
 	Events string // the page's event stream while it runs
 	CanAct bool   // operator: the cancel buttons
@@ -245,10 +246,10 @@ type liveItem struct {
 	Error       string  `json:"error,omitempty"`
 }
 
-var itemBadge = map[string]string{vmops.ItemPending: "badge-stopped", vmops.ItemRunning: "badge-running",
-	vmops.ItemOK: "badge-ok", vmops.ItemFailed: "badge-bad", vmops.ItemSkipped: "badge-warn"}
+var itemBadge = map[string]string{operations.ItemPending: "badge-stopped", operations.ItemRunning: "badge-running",
+	operations.ItemOK: "badge-ok", operations.ItemFailed: "badge-bad", operations.ItemSkipped: "badge-warn"}
 
-func liveOp(op vmops.OperationView) liveOperation {
+func liveOp(op operations.View) liveOperation {
 	c := op.Counts
 	l := liveOperation{Status: op.Status, Finished: op.Finished(), Cancel: op.CancelRequested,
 		Counts: strconv.Itoa(c.OK) + " ok · " + strconv.Itoa(c.Running) + " running · " + strconv.Itoa(c.Pending) +
@@ -259,7 +260,7 @@ func liveOp(op vmops.OperationView) liveOperation {
 	for _, it := range op.Items {
 		li := liveItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action, State: it.State,
 			Badge: itemBadge[it.State], Error: it.Error, VMURL: vmURL(op.ClusterID, it.Node, it.VMID)}
-		if it.State == vmops.ItemOK && it.Target != "" {
+		if it.State == operations.ItemOK && it.Target != "" {
 			li.VMURL = vmURL(op.ClusterID, it.Target, it.VMID)
 		}
 		if it.TaskID != "" {
@@ -268,11 +269,11 @@ func liveOp(op vmops.OperationView) liveOperation {
 		if p := it.Progress; p != nil {
 			li.Percent = math.Min(100, math.Max(0, math.Floor(p.Percent)))
 			li.Phase = p.Phase
-			if p.BytesPerSecond > 0 && it.State == vmops.ItemRunning {
+			if p.BytesPerSecond > 0 && it.State == operations.ItemRunning {
 				li.Rate = humanBytes(p.BytesPerSecond) + "/s"
 			}
 		}
-		if it.State == vmops.ItemOK {
+		if it.State == operations.ItemOK {
 			li.Percent = 100
 		}
 		li.PercentText = strconv.FormatFloat(li.Percent, 'f', 0, 64) + "%"
@@ -298,7 +299,7 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
 		v.Events = operationURL(id) + "/events"
 	}
 	title := "Operation " + itoa(id)
-	if op.Kind == vmops.KindEvacuate {
+	if op.Kind == operations.KindEvacuate {
 		title = "Evacuation of " + op.Node
 	}
 	u.render(w, r, http.StatusOK, "operation", u.page(w, r, title, "fleet", v))
@@ -337,10 +338,10 @@ func (u *UI) operationEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
+	follow := func(ctx context.Context, emit func(operations.View) error) error {
 		return u.ops.OperationEvents(ctx, id, emit)
 	}
-	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op vmops.OperationView) any {
+	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op operations.View) any {
 		return liveOp(op)
 	})
 }

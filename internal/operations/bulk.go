@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"cmp"
@@ -9,8 +9,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Bulk power actions (POST …/bulk/{action}).
@@ -58,17 +60,17 @@ type BulkRequest struct {
 // skipped too, and so is a VM another unfinished operation holds (its item, or
 // on the node it holds: holds.go), naming that operation. The selection never leaves the cluster, on which the caller has
 // been authorized (operator).
-func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
+func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
 	if err := validBulk(clusterID, action, &req); err != nil {
 		return Launched{}, err
 	}
-	api, err := o.svc.connect(ctx, clusterID)
+	api, err := o.svc.Connect(ctx, clusterID)
 	if err != nil {
 		return Launched{}, err
 	}
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
-		return Launched{}, readUpstream(err)
+		return Launched{}, fleet.ReadError(err)
 	}
 	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != string(pve.Qemu) })
 	chosen, missing := selectVMs(res, req)
@@ -84,7 +86,7 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 		g.Go(func() error {
 			st, err := api.GuestStatus(gctx, pve.VMOn(r.Node, r.VMID))
 			if err != nil {
-				if e := readUpstream(err); transient(e) {
+				if e := fleet.ReadError(err); vmops.Transient(e) {
 					return e
 				}
 				readErrs[i] = err
@@ -105,7 +107,7 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 		case readErrs[i] != nil:
 			it.State, it.Error = ItemSkipped, "its state could not be read: "+readErrs[i].Error()
 		default:
-			if why := alreadyThere(op, states[i]); why != "" {
+			if why := vmops.NothingToDo(op, states[i]); why != "" {
 				it.State, it.Error = ItemSkipped, why
 			}
 		}
@@ -158,8 +160,8 @@ func validBulk(clusterID int64, action string, req *BulkRequest) error {
 	}
 	seen := map[int64]bool{}
 	for _, id := range req.VMIDs {
-		if id < MinVMID || id > MaxVMID {
-			return bad("vmids must be integers from %d to %d", MinVMID, MaxVMID)
+		if id < vmops.MinVMID || id > vmops.MaxVMID {
+			return bad("vmids must be integers from %d to %d", vmops.MinVMID, vmops.MaxVMID)
 		}
 		if seen[id] {
 			return bad("vmid %d is listed twice", id)
@@ -214,57 +216,14 @@ func bulkOp(action string, req BulkRequest) string {
 	switch action {
 	case BulkStop:
 		if req.Force {
-			return OpStop
+			return vmops.OpStop
 		}
-		return OpShutdown
+		return vmops.OpShutdown
 	case BulkSuspend:
 		if req.ToDisk {
-			return OpHibernate
+			return vmops.OpHibernate
 		}
-		return OpSuspend
+		return vmops.OpSuspend
 	}
 	return action // start, reboot, resume
-}
-
-// alreadyThere says why op has nothing to do on a VM in state st ("" when it has):
-// the VM is in the wanted state already, or is not in a state the action acts on.
-func alreadyThere(op string, st pve.GuestStatus) string {
-	switch op {
-	case OpStart:
-		if st.Status == "running" && !paused(st) {
-			return "already running"
-		}
-	case OpShutdown, OpStop:
-		if st.Status != "running" {
-			return "already stopped"
-		}
-	case OpReboot:
-		if st.Status != "running" {
-			return "not running: reboot acts on running VMs"
-		}
-	case OpSuspend:
-		switch {
-		case paused(st):
-			return "already " + st.QMPStatus
-		case hibernated(st):
-			return "already suspended to disk"
-		case st.Status != "running":
-			return "not running: suspend acts on running VMs"
-		}
-	case OpHibernate:
-		switch {
-		case hibernated(st):
-			return "already suspended to disk"
-		case st.Status != "running":
-			return "not running: suspend acts on running VMs"
-		}
-	case OpResume:
-		switch {
-		case st.Status == "running" && !paused(st):
-			return "already running"
-		case st.Status != "running" && !hibernated(st):
-			return "not running and not suspended to disk: resume acts on paused VMs"
-		}
-	}
-	return ""
 }

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -13,11 +13,9 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
-
 	"github.com/vmgate/vmgate/internal/testkit"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-const routeMigratePOST = "/nodes/{node}/qemu/{vmid}/migrate"
 
 // TestEvacuateDevNode evacuates pve1 of the dev cluster, with an HA-managed VM
 // added to it: every VM leaves pve1 (the running ones online, the stopped one
@@ -25,7 +23,7 @@ const routeMigratePOST = "/nodes/{node}/qemu/{vmid}/migrate"
 // task), each is migrated once, and the operation ends done, audited.
 func TestEvacuateDevNode(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	if err := e.sim.AddVM(pvesim.VMSpec{VMID: 106, Node: "pve1", Name: "ha-db", Running: true, MemBytes: 2 << 30, HA: true,
 		Disks: []pvesim.Disk{{Name: "scsi0", Volid: "ceph:vm-106-disk-0", Size: 8 << 30}}}); err != nil {
 		t.Fatal(err)
@@ -43,7 +41,7 @@ func TestEvacuateDevNode(t *testing.T) {
 		}
 	}
 	v := e.waitOp(l.OperationID)
-	if v.Status != OperationDone || v.Counts != (Counts{Total: 3, OK: 3}) || v.Kind != KindEvacuate ||
+	if v.Status != StatusDone || v.Counts != (Counts{Total: 3, OK: 3}) || v.Kind != KindEvacuate ||
 		v.CreatedBy != e.actor.Email || v.EndedAt.IsZero() {
 		t.Fatalf("final operation: %+v", v)
 	}
@@ -65,7 +63,7 @@ func TestEvacuateDevNode(t *testing.T) {
 		t.Fatalf("task rows: %+v %v", rows, err)
 	}
 	for _, r := range rows {
-		if r.ClusterID != 1 || r.UserID != e.actor.UserID || r.UserEmail != e.actor.Email || r.Op != OpMigrate ||
+		if r.ClusterID != 1 || r.UserID != e.actor.UserID || r.UserEmail != e.actor.Email || r.Op != vmops.OpMigrate ||
 			!strings.Contains(r.Params, fmt.Sprintf(`"operationId":%d`, l.OperationID)) {
 			t.Errorf("an item's task row: %+v", r)
 		}
@@ -95,7 +93,7 @@ func TestEvacuateDevNode(t *testing.T) {
 	if items != 3 {
 		t.Errorf("%d operation.item records, want 3", items)
 	}
-	if st := e.ops.Stats(); st.Ended[[2]string{KindEvacuate, OperationDone}] != 1 || st.InFlight != 0 {
+	if st := e.ops.Stats(); st.Ended[[2]string{KindEvacuate, StatusDone}] != 1 || st.InFlight != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -105,7 +103,7 @@ func TestEvacuateDevNode(t *testing.T) {
 // operation is done. With withLocalDisks, a dry run plans it.
 func TestEvacuateSkipsLocalDisk(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve2", EvacuateRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +120,7 @@ func TestEvacuateSkipsLocalDisk(t *testing.T) {
 	if it := item(t, v, 103); it.State != ItemOK {
 		t.Errorf("VM 103: %+v", it)
 	}
-	if v.Status != OperationDone || v.Counts != (Counts{Total: 2, OK: 1, Skipped: 1}) {
+	if v.Status != StatusDone || v.Counts != (Counts{Total: 2, OK: 1, Skipped: 1}) {
 		t.Errorf("operation %+v", v)
 	}
 	if rec, ok := e.audit.last("operation.item"); !ok {
@@ -142,7 +140,7 @@ func TestEvacuateSkipsLocalDisk(t *testing.T) {
 // names why a VM fits nowhere.
 func TestEvacuateDryRunPlan(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	// pve1 gets ten 8 GiB VMs more; only pve3 may take them. pve3 (64 GiB) uses
 	// 3 GiB + 60 % of its running VM (4 GiB) + what its running container 202
 	// uses (0.43 GiB): 5.83 GiB, so 90 % leaves 51.77 GiB: six of the 8 GiB
@@ -225,7 +223,7 @@ func TestEvacuateDryRunPlan(t *testing.T) {
 // three deep (a driver that ignored the bound would start the rest at once).
 func TestEvacuateParallelBound(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{manual: true}, Config{})
 	ids := append(e.addVMs("pve1", 300, 10, 8<<30), 100, 101)
 	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 3})
 	if err != nil {
@@ -241,7 +239,7 @@ func TestEvacuateParallelBound(t *testing.T) {
 		return running == 3
 	})
 	v := e.finish(l.OperationID)
-	if v.Status != OperationDone || v.Counts.OK != 12 {
+	if v.Status != StatusDone || v.Counts.OK != 12 {
 		t.Fatalf("operation %+v", v)
 	}
 	tasks := e.migrations(ids)
@@ -272,7 +270,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			// a migration to pve3 is in its memory phase at PVE (2 GiB take about
 			// 7 emulated seconds), takes pve3 offline there, and only then lets the
 			// clock run to the operation's end.
-			e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+			e := newOpsEnv(t, envOpts{manual: true}, Config{})
 			e.addVMs("pve1", 300, 8, 2<<30)
 			l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1",
 				EvacuateRequest{MaxParallel: 2, StopOnError: stopOnError, Targets: []string{"pve2", "pve3"}})
@@ -329,7 +327,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
 				v, _ := e.ops.Operation(context.Background(), l.OperationID)
 				for _, it := range v.Items {
-					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
+					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == vmops.PhaseMemory {
 						return true
 					}
 				}
@@ -354,7 +352,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 					t.Errorf("VM %d bound for pve3: %+v", it.VMID, it)
 				}
 			}
-			if v.Counts.Failed == 0 || v.Status != OperationPartial && v.Status != OperationFailed {
+			if v.Counts.Failed == 0 || v.Status != StatusPartial && v.Status != StatusFailed {
 				t.Errorf("operation %+v", v)
 			}
 			if stopOnError {
@@ -366,7 +364,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 						t.Errorf("skipped item %+v", it)
 					}
 				}
-			} else if v.Status != OperationPartial || v.Counts.Skipped != 0 {
+			} else if v.Status != StatusPartial || v.Counts.Skipped != 0 {
 				t.Errorf("operation %+v", v)
 			}
 		})
@@ -390,7 +388,7 @@ func TestOperationCancel(t *testing.T) {
 			// seconds each) is in its memory phase at PVE, waits for vmgate to see
 			// it there, cancels with the clock held (an abort: until its kill
 			// reached PVE), and only then lets the clock run to the end.
-			e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+			e := newOpsEnv(t, envOpts{manual: true}, Config{})
 			ids := append(e.addVMs("pve1", 300, 4, 8<<30), 100, 101)
 			l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1, IncludeStopped: boolp(false)})
 			if err != nil {
@@ -436,7 +434,7 @@ func TestOperationCancel(t *testing.T) {
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
 				v, _ := e.ops.Operation(context.Background(), l.OperationID)
 				for _, it := range v.Items {
-					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
+					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == vmops.PhaseMemory {
 						first = it
 						return true
 					}
@@ -455,7 +453,7 @@ func TestOperationCancel(t *testing.T) {
 				})
 			}
 			v := e.finish(l.OperationID)
-			if v.Status != OperationCancelled {
+			if v.Status != StatusCancelled {
 				t.Fatalf("status %s", v.Status)
 			}
 			got := item(t, v, first.VMID)
@@ -503,7 +501,7 @@ func TestOperationCancel(t *testing.T) {
 // Each VM is migrated once: PVE gets one migrate POST per VM.
 func TestOperationTakeOver(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{speed: 50}, OperationsConfig{Lease: 300 * time.Millisecond})
+	e := newOpsEnv(t, envOpts{speed: 50}, Config{Lease: 300 * time.Millisecond})
 	ids := append(e.addVMs("pve1", 300, 6, 2<<30), 100, 101)
 	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 2})
 	if err != nil {
@@ -517,10 +515,10 @@ func TestOperationTakeOver(t *testing.T) {
 
 	other := e.newService(nil)
 	go other.Run(t.Context())
-	ops := e.newOps(other, OperationsConfig{Lease: 300 * time.Millisecond})
+	ops := e.newOps(other, Config{Lease: 300 * time.Millisecond})
 	e.ops = ops
 	v := e.waitOp(l.OperationID)
-	if v.Status != OperationDone || v.Counts.OK != len(ids) {
+	if v.Status != StatusDone || v.Counts.OK != len(ids) {
 		t.Fatalf("operation %+v", v)
 	}
 	op, _ := e.store.OperationByID(context.Background(), l.OperationID)
@@ -543,21 +541,21 @@ func TestOperationTakeOver(t *testing.T) {
 // and follows it: the item ends ok and PVE got one POST.
 func TestOperationTakeOverReconciles(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	ctx := context.Background()
 	past := time.Now().Add(-time.Minute)
 	op, err := e.store.CreateOperation(ctx, store.Operation{Kind: KindEvacuate, ClusterID: 1, Node: "pve1",
 		UserID: e.actor.UserID, UserEmail: e.actor.Email, MaxParallel: 1, Params: "{}", Owner: "dead",
 		LeaseExpiresAt: time.Now().Add(time.Hour),
-		Items:          []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: OpMigrate, Online: true}}})
+		Items:          []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: vmops.OpMigrate, Online: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.SetOperationStatus(ctx, op.ID, "dead", OperationRunning, past); err != nil {
+	if err := e.store.SetOperationStatus(ctx, op.ID, "dead", StatusRunning, past); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.StartOperationItem(ctx, op.ID, "dead", 0, store.Task{ClusterID: 1, UserID: e.actor.UserID,
-		UserEmail: e.actor.Email, Op: OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}"}); err != nil {
+		UserEmail: e.actor.Email, Op: vmops.OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.client.Migrate(ctx, pve.VMOn("pve1", 100), pve.MigrateOptions{Target: "pve2", Online: true}); err != nil {
@@ -568,7 +566,7 @@ func TestOperationTakeOverReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := e.waitOp(op.ID)
-	if v.Status != OperationDone || v.Items[0].State != ItemOK || !strings.Contains(v.Items[0].TaskID, ":qmigrate:100:") {
+	if v.Status != StatusDone || v.Items[0].State != ItemOK || !strings.Contains(v.Items[0].TaskID, ":qmigrate:100:") {
 		t.Fatalf("operation %+v", v)
 	}
 	if n := e.requests("POST", routeMigratePOST); n != 1 {
@@ -580,9 +578,9 @@ func TestOperationTakeOverReconciles(t *testing.T) {
 // wanted state are skipped, not failed; a VMID the cluster lacks is skipped.
 func TestBulk(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	ctx := e.request()
-	run := func(action string, req BulkRequest) OperationView {
+	run := func(action string, req BulkRequest) View {
 		t.Helper()
 		l, err := e.ops.Bulk(ctx, e.actor, 1, action, req)
 		if err != nil {
@@ -591,7 +589,7 @@ func TestBulk(t *testing.T) {
 		return e.waitOp(l.OperationID)
 	}
 	v := run(BulkStart, BulkRequest{VMIDs: []int64{100, 101, 105, 999}})
-	if v.Kind != "bulk.start" || v.Status != OperationDone || v.Counts != (Counts{Total: 4, OK: 2, Skipped: 2}) {
+	if v.Kind != "bulk.start" || v.Status != StatusDone || v.Counts != (Counts{Total: 4, OK: 2, Skipped: 2}) {
 		t.Fatalf("bulk start: %+v", v)
 	}
 	if it := item(t, v, 100); it.State != ItemSkipped || it.Error != "already running" {
@@ -607,7 +605,7 @@ func TestBulk(t *testing.T) {
 	}
 
 	v = run(BulkSuspend, BulkRequest{Selector: &Selector{Node: "pve1"}})
-	if v.Status != OperationDone || v.Counts.OK != 2 {
+	if v.Status != StatusDone || v.Counts.OK != 2 {
 		t.Fatalf("bulk suspend: %+v", v)
 	}
 	v = run(BulkSuspend, BulkRequest{Selector: &Selector{Node: "pve1"}})
@@ -615,15 +613,15 @@ func TestBulk(t *testing.T) {
 		t.Fatalf("bulk suspend again: %+v", v)
 	}
 	v = run(BulkResume, BulkRequest{Selector: &Selector{Node: "pve1"}})
-	if v.Status != OperationDone || v.Counts.OK != 2 {
+	if v.Status != StatusDone || v.Counts.OK != 2 {
 		t.Fatalf("bulk resume: %+v", v)
 	}
 	v = run(BulkStop, BulkRequest{Selector: &Selector{Tag: "web"}, Force: true})
-	if v.Counts != (Counts{Total: 1, OK: 1}) || v.Items[0].Action != OpStop {
+	if v.Counts != (Counts{Total: 1, OK: 1}) || v.Items[0].Action != vmops.OpStop {
 		t.Fatalf("bulk stop by tag: %+v", v)
 	}
 	v = run(BulkStop, BulkRequest{Selector: &Selector{Node: "pve1", Status: "stopped"}})
-	if v.Status != OperationDone || v.Counts != (Counts{Total: 1, Skipped: 1}) || v.Items[0].Error != "already stopped" {
+	if v.Status != StatusDone || v.Counts != (Counts{Total: 1, Skipped: 1}) || v.Items[0].Error != "already stopped" {
 		t.Errorf("stopping a stopped VM: %+v", v)
 	}
 
@@ -678,7 +676,7 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newOpsEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }}, OperationsConfig{})
+			e := newOpsEnv(t, envOpts{cfg: func(c *vmops.Config) { c.Answers = testAnswers }}, Config{})
 			withUser(t, e.env)
 			const key = "once-only"
 			ctx := e.request()
@@ -696,10 +694,10 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 			e.svc.Close()
 
 			later := func() time.Time { return time.Now().Add(31 * time.Second) }
-			other := e.newService(func(c *Config) { c.Answers, c.Now = testAnswers, later })
+			other := e.newService(func(c *vmops.Config) { c.Answers, c.Now = testAnswers, later })
 			go other.Run(t.Context()) // its sweep takes the key over
-			e.ops = e.newOps(other, OperationsConfig{})
-			var got KeyClaim
+			e.ops = e.newOps(other, Config{})
+			var got vmops.KeyClaim
 			testkit.Until(t, "the key to hold the operation's answer", func() bool {
 				got, err = other.ClaimKey(e.request(), e.actor.UserID, key, "hash")
 				return err == nil && got.Done
@@ -714,7 +712,7 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 					got.Answer.Status, got.Answer.Headers, got.Answer.Body, l.OperationID)
 			}
 			v := e.waitOp(l.OperationID)
-			if v.Status != OperationDone || v.Counts.OK != c.posts {
+			if v.Status != StatusDone || v.Counts.OK != c.posts {
 				t.Fatalf("operation %+v", v)
 			}
 			if ops, err := e.store.ListOperations(context.Background(), store.OperationFilter{}); err != nil || len(ops) != 1 {

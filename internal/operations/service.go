@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -11,25 +11,10 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Operations are work on many VMs of a cluster as one object (issue 13 (docs/history.md)): the
-// evacuation of a node (evacuate.go, planned by plan.go) and bulk power actions
-// (bulk.go). An operation is kept in the store with its items and driven by one
-// process at a time, which holds it by a lease and renews it; when that process
-// dies (kill -9) the lease runs out and the restarted process, or another
-// replica, takes it over (operations_run.go). Each item runs through the same
-// use case as a single request (Migrate, the power operations), whose task row is
-// written before PVE is called: here that row is written in the same store
-// transaction that moves the item from pending to running, so an item starts at
-// most once whoever drives it, and a driver that takes over follows the item's
-// task (reconciled from PVE's task list when its UPID was never recorded) instead
-// of starting it again. An unfinished operation holds its node (an evacuation)
-// and its items' VMs: a second evacuation of the node is refused, and other
-// operations skip the VMs, naming it (holds.go). docs/decisions/ has the model
-// and the planner's rules.
-
-// Operation kinds (OperationView.Kind, the metrics' kind label).
+// Operation kinds (View.Kind, the metrics' kind label).
 const (
 	KindEvacuate = "evacuate"
 	kindBulk     = "bulk." // + the action: bulk.start, bulk.stop, ...
@@ -37,12 +22,12 @@ const (
 
 // Operation statuses and item states, as the store keeps them.
 const (
-	OperationPlanned   = store.OperationPlanned
-	OperationRunning   = store.OperationRunning
-	OperationDone      = store.OperationDone
-	OperationPartial   = store.OperationPartial
-	OperationFailed    = store.OperationFailed
-	OperationCancelled = store.OperationCancelled
+	StatusPlanned   = store.OperationPlanned
+	StatusRunning   = store.OperationRunning
+	StatusDone      = store.OperationDone
+	StatusPartial   = store.OperationPartial
+	StatusFailed    = store.OperationFailed
+	StatusCancelled = store.OperationCancelled
 
 	ItemPending = store.ItemPending
 	ItemRunning = store.ItemRunning
@@ -62,7 +47,7 @@ const (
 )
 
 // OperationView is an operation as the API shows it.
-type OperationView struct {
+type View struct {
 	ID          int64
 	Kind        string
 	ClusterID   int64
@@ -82,8 +67,8 @@ type OperationView struct {
 }
 
 // Finished reports whether the operation has ended.
-func (v OperationView) Finished() bool {
-	return v.Status != OperationPlanned && v.Status != OperationRunning
+func (v View) Finished() bool {
+	return v.Status != StatusPlanned && v.Status != StatusRunning
 }
 
 // Counts counts an operation's items by state.
@@ -102,9 +87,9 @@ type ItemView struct {
 	HA       bool
 	MemBytes int64
 	State    string
-	TaskID   string    // the item's PVE task (UPID) once known
-	Error    string    // why it failed or was skipped
-	Progress *Progress // a running or finished migration's progress
+	TaskID   string          // the item's PVE task (UPID) once known
+	Error    string          // why it failed or was skipped
+	Progress *vmops.Progress // a running or finished migration's progress
 }
 
 // Plan is what an operation will do: every VM it considered, pending or skipped
@@ -130,11 +115,11 @@ type TargetView struct {
 type Launched struct {
 	OperationID int64
 	Plan        Plan
-	Operation   OperationView // the operation as created; zero for a dry run
+	Operation   View // the operation as created; zero for a dry run
 }
 
 // OperationFilter selects operations for ListOperations.
-type OperationFilter struct {
+type Filter struct {
 	ClusterIDs []int64 // only these clusters; nil = all (an empty non-nil list matches nothing)
 	ClusterID  int64   // 0 = any
 	BeforeID   int64   // paging; 0 = from the newest
@@ -142,7 +127,7 @@ type OperationFilter struct {
 }
 
 // OperationStats are this process's operation figures for the metrics.
-type OperationStats struct {
+type Stats struct {
 	// Ended counts the operations this process brought to an end, by kind and
 	// final status.
 	Ended map[[2]string]int64
@@ -150,8 +135,13 @@ type OperationStats struct {
 	InFlight int
 }
 
-// OperationsConfig is what NewOperations needs besides the Service.
-type OperationsConfig struct {
+// Config is what New needs besides the guest service. Store is required.
+type Config struct {
+	Store store.Store
+	// Audit records each operation, its items' ends and its end (attributed to
+	// the request in the context, internal/audit). Nil: a trail on Store.
+	Audit  *audit.Trail
+	Logger *slog.Logger
 	// Owner names this process as the driver of the operations it holds [the
 	// Service's Owner].
 	Owner string
@@ -163,12 +153,13 @@ type OperationsConfig struct {
 	Scan time.Duration
 }
 
-// OperationService runs operations on many VMs. It is safe for concurrent use;
+// Service runs operations on many guests. It is safe for concurrent use;
 // Run drives the operations (those this process created, and those it takes
 // over), Close stops it.
-type OperationService struct {
-	svc   *Service
+type Service struct {
+	svc   *vmops.Service
 	st    store.Store
+	trail *audit.Trail
 	log   *slog.Logger
 	owner string
 	lease time.Duration
@@ -185,13 +176,19 @@ type OperationService struct {
 	inFlight int
 }
 
-// NewOperations builds the operation service on svc (its store, clients, clock,
-// poll interval and audit trail).
-func NewOperations(svc *Service, cfg OperationsConfig) *OperationService {
-	o := &OperationService{svc: svc, st: svc.store, log: svc.log, owner: cfg.Owner, lease: cfg.Lease, scan: cfg.Scan,
-		wake: make(chan struct{}, 1), driving: map[int64]*driver{}, ended: map[[2]string]int64{}}
+// New builds the operation service on svc, whose use cases carry out the items
+// (its PVE clients, clock and poll interval are the operations' too).
+func New(svc *vmops.Service, cfg Config) *Service {
+	o := &Service{svc: svc, st: cfg.Store, trail: cfg.Audit, log: cfg.Logger, owner: cfg.Owner, lease: cfg.Lease,
+		scan: cfg.Scan, wake: make(chan struct{}, 1), driving: map[int64]*driver{}, ended: map[[2]string]int64{}}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if o.trail == nil {
+		o.trail = audit.New(cfg.Store, audit.Options{Logger: o.log, Now: svc.Now})
+	}
 	if o.owner == "" {
-		o.owner = svc.owner // the process's one identity, as for Idempotency-Keys
+		o.owner = svc.Owner() // the process's one identity, as for Idempotency-Keys
 	}
 	if o.lease <= 0 {
 		o.lease = DefaultOperationTTL
@@ -207,7 +204,7 @@ func NewOperations(svc *Service, cfg OperationsConfig) *OperationService {
 // gives up their leases, so that the next process (or another replica) takes
 // them over at once; PVE tasks under way run on. (A process that is killed
 // gives up nothing: its leases run out after Lease.)
-func (o *OperationService) Close() {
+func (o *Service) Close() {
 	o.mu.Lock()
 	o.bgCancel()
 	held := make([]int64, 0, len(o.driving))
@@ -219,7 +216,7 @@ func (o *OperationService) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, id := range held {
-		now := o.svc.now()
+		now := o.svc.Now()
 		if _, _, err := o.st.TakeOverOperation(ctx, id, o.owner, now, now); err != nil {
 			o.log.Warn("giving up an operation's lease failed", slog.Int64("operation", id), slog.String("error", err.Error()))
 		}
@@ -227,10 +224,10 @@ func (o *OperationService) Close() {
 }
 
 // Stats returns this process's figures for the metrics.
-func (o *OperationService) Stats() OperationStats {
+func (o *Service) Stats() Stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := OperationStats{Ended: make(map[[2]string]int64, len(o.ended)), InFlight: o.inFlight}
+	out := Stats{Ended: make(map[[2]string]int64, len(o.ended)), InFlight: o.inFlight}
 	for k, n := range o.ended {
 		out.Ended[k] = n
 	}
@@ -261,7 +258,7 @@ func opNotFound(id int64) error {
 
 // OperationCluster says which cluster an operation belongs to, so that the
 // caller can be authorized before it is shown.
-func (o *OperationService) OperationCluster(ctx context.Context, id int64) (int64, error) {
+func (o *Service) OperationCluster(ctx context.Context, id int64) (int64, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
@@ -275,25 +272,25 @@ func (o *OperationService) OperationCluster(ctx context.Context, id int64) (int6
 // Operation returns an operation with its items: their states from the store,
 // a running migration's progress as this process last read it (else as its task
 // row keeps it). The caller has authorized on OperationCluster's answer.
-func (o *OperationService) Operation(ctx context.Context, id int64) (OperationView, error) {
+func (o *Service) Operation(ctx context.Context, id int64) (View, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return OperationView{}, opNotFound(id)
+			return View{}, opNotFound(id)
 		}
-		return OperationView{}, err
+		return View{}, err
 	}
 	return o.view(op), nil
 }
 
 // ListOperations lists operations, newest first.
-func (o *OperationService) ListOperations(ctx context.Context, f OperationFilter) ([]OperationView, error) {
+func (o *Service) ListOperations(ctx context.Context, f Filter) ([]View, error) {
 	ops, err := o.st.ListOperations(ctx, store.OperationFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
 		BeforeID: f.BeforeID, Limit: f.Limit})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]OperationView, 0, len(ops))
+	out := make([]View, 0, len(ops))
 	for _, op := range ops {
 		out = append(out, o.view(op))
 	}
@@ -301,15 +298,15 @@ func (o *OperationService) ListOperations(ctx context.Context, f OperationFilter
 }
 
 // view renders a stored operation.
-func (o *OperationService) view(op store.Operation) OperationView {
-	v := OperationView{ID: op.ID, Kind: op.Kind, ClusterID: op.ClusterID, Node: op.Node, Status: op.Status,
+func (o *Service) view(op store.Operation) View {
+	v := View{ID: op.ID, Kind: op.Kind, ClusterID: op.ClusterID, Node: op.Node, Status: op.Status,
 		CreatedBy: op.UserEmail, CreatedAt: op.CreatedAt, StartedAt: op.StartedAt, EndedAt: op.EndedAt,
 		MaxParallel: op.MaxParallel, CancelRequested: !op.CancelRequestedAt.IsZero(), Abort: op.Abort,
 		Items: make([]ItemView, 0, len(op.Items))}
 	for _, it := range op.Items {
 		iv := ItemView{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
 			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: it.UPID, Error: it.Error}
-		if it.Action == OpMigrate && it.UPID != "" {
+		if it.Action == vmops.OpMigrate && it.UPID != "" {
 			iv.Progress = o.progressOf(it)
 		}
 		v.Items = append(v.Items, iv)
@@ -320,26 +317,24 @@ func (o *OperationService) view(op store.Operation) OperationView {
 
 // progressOf is a migration item's progress: what this process last read of its
 // task, else what the task row keeps.
-func (o *OperationService) progressOf(it store.OperationItem) *Progress {
-	if t := o.svc.trackerOf(it.UPID); t != nil {
-		if tv, ok := t.cached(o.svc.now(), time.Duration(1<<62)); ok && tv.Progress != nil {
-			p := *tv.Progress
-			return &p
-		}
+func (o *Service) progressOf(it store.OperationItem) *vmops.Progress {
+	if tv, ok := o.svc.LastView(it.UPID); ok && tv.Progress != nil {
+		p := *tv.Progress
+		return &p
 	}
 	if it.Progress != "" {
-		var p Progress
+		var p vmops.Progress
 		if json.Unmarshal([]byte(it.Progress), &p) == nil {
 			return &p
 		}
 	}
 	switch it.State {
 	case ItemOK:
-		return &Progress{Percent: 100, Phase: PhaseDone}
+		return &vmops.Progress{Percent: 100, Phase: vmops.PhaseDone}
 	case ItemFailed:
-		return &Progress{Phase: PhaseFailed}
+		return &vmops.Progress{Phase: vmops.PhaseFailed}
 	}
-	return &Progress{Phase: PhaseStarting}
+	return &vmops.Progress{Phase: vmops.PhaseStarting}
 }
 
 func (c *Counts) add(state string) {
@@ -363,21 +358,21 @@ func (c *Counts) add(state string) {
 // on the task; an HA migration once the HA stack's task is known). It returns
 // the operation as it is then (the driver acts within a poll interval). An
 // operation that has ended is 409 conflict. The caller has authorized (operator).
-func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int64, abort bool) (v OperationView, err error) {
+func (o *Service) CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (v View, err error) {
 	var op store.Operation
 	defer func() {
-		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation.cancel", ClusterID: op.ClusterID, Node: op.Node,
+		o.audit(ctx, a, store.AuditRecord{Action: "operation.cancel", ClusterID: op.ClusterID, Node: op.Node,
 			Target: fmt.Sprintf("operation:%d", id), Params: jsonText(map[string]any{"abort": abort}),
 			Result: audit.Result(err)})
 	}()
-	op, err = o.st.RequestOperationCancel(ctx, id, abort, o.svc.now())
+	op, err = o.st.RequestOperationCancel(ctx, id, abort, o.svc.Now())
 	switch {
 	case errs.KindOf(err) == errs.NotFound:
-		return OperationView{}, opNotFound(id)
+		return View{}, opNotFound(id)
 	case err != nil && errs.KindOf(err) == errs.Conflict && op.ID != 0:
 		return o.view(op), errs.E(errs.Conflict, "operation %d has already ended (%s)", id, op.Status)
 	case err != nil:
-		return OperationView{}, err
+		return View{}, err
 	}
 	o.kick(id)
 	return o.view(op), nil
@@ -387,6 +382,51 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 // it ends (after emitting its final view), ctx ends, or emit fails. When the
 // service drains for a shutdown it returns ErrDraining at once (the operation
 // goes on: its lease passes to the next process).
-func (o *OperationService) OperationEvents(ctx context.Context, id int64, emit func(OperationView) error) error {
-	return follow(ctx, o.svc, func() (OperationView, error) { return o.Operation(ctx, id) }, emit)
+func (o *Service) OperationEvents(ctx context.Context, id int64, emit func(View) error) error {
+	return vmops.Follow(ctx, o.svc, func() (View, error) { return o.Operation(ctx, id) }, emit)
+}
+
+// audit records one operation of a, completed with the request's session,
+// address and id from ctx.
+func (o *Service) audit(ctx context.Context, a vmops.Actor, rec store.AuditRecord) {
+	rec.At = o.svc.Now()
+	rec.UserID, rec.UserEmail = a.UserID, a.Email
+	o.trail.Record(ctx, rec)
+}
+
+// jsonText renders v for an operation's or audit record's params.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// orUnknown is a node's status, "unknown" when PVE gives none.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// truncateText cuts s after n bytes, marking the cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -8,8 +8,10 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // EvacuateRequest is what an evacuation of a node is asked to do (issue 13 (docs/history.md)).
@@ -39,11 +41,11 @@ const preReads = 8
 // the plan. The operation holds the node until it ends: while another one holds
 // it, an evacuation is 409 operation_in_progress naming that one, a dry run too
 // (holds.go). The caller has authorized (operator on the cluster).
-func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
+func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
 	if err := validEvacuation(clusterID, node, &req); err != nil {
 		return Launched{}, err
 	}
-	api, err := o.svc.connect(ctx, clusterID)
+	api, err := o.svc.Connect(ctx, clusterID)
 	if err != nil {
 		return Launched{}, err
 	}
@@ -58,14 +60,14 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 	}
 	nodes, err := api.Nodes(ctx)
 	if err != nil {
-		return Launched{}, readUpstream(err)
+		return Launched{}, fleet.ReadError(err)
 	}
 	if err := checkEvacuationNodes(node, nodes, req.Targets); err != nil {
 		return Launched{}, err
 	}
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
-		return Launched{}, readUpstream(err)
+		return Launched{}, fleet.ReadError(err)
 	}
 	var vms []planVM
 	for _, r := range res {
@@ -150,15 +152,15 @@ func checkEvacuationNodes(node string, nodes []pve.Node, targets []string) error
 // precheckAll runs PVE's migration pre-check of every VM, a few at once. A VM
 // whose pre-check fails keeps the error (the plan skips it); PVE unreachable
 // fails the whole plan.
-func (o *OperationService) precheckAll(ctx context.Context, api PVE, clusterID int64, node string, vms []planVM) error {
+func (o *Service) precheckAll(ctx context.Context, api vmops.PVE, clusterID int64, node string, vms []planVM) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(preReads)
 	for i := range vms {
 		g.Go(func() error {
-			ref := GuestRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
-			pc, err := o.svc.precheck(gctx, api, ref, "")
+			ref := vmops.GuestRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
+			pc, err := o.svc.MigrationPrecheck(gctx, api, ref, "")
 			if err != nil {
-				if transient(err) {
+				if vmops.Transient(err) {
 					return err
 				}
 				vms[i].checkErr = errMessage(err)
@@ -180,8 +182,8 @@ func errMessage(err error) error {
 
 // launch stores a planned operation, held by this process, audits it and its
 // skipped items, and starts driving it.
-func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operation, plan Plan) (out Launched, err error) {
-	now := o.svc.now()
+func (o *Service) launch(ctx context.Context, a vmops.Actor, op store.Operation, plan Plan) (out Launched, err error) {
+	now := o.svc.Now()
 	op.UserID, op.UserEmail, op.Owner, op.LeaseExpiresAt = a.UserID, a.Email, o.owner, now.Add(o.lease)
 	// The operation names the Idempotency-Key its request runs under, with the
 	// plan it answers, in the same write that creates it: if this process dies
@@ -189,7 +191,7 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 	// the operation instead of letting a retry start a second one (settleHeld).
 	op.IdemKey = a.Key
 	defer func() {
-		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
+		o.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
 			Node: op.Node, Target: fmt.Sprintf("operation:%d", out.OperationID), Params: op.Params,
 			Result: audit.Result(err)})
 	}()
@@ -243,12 +245,12 @@ const createAttempts = 3
 
 // auditItem records an item's end (or its skip in the plan), for the operation's
 // creator.
-func (o *OperationService) auditItem(ctx context.Context, op store.Operation, it store.OperationItem, upid string) {
+func (o *Service) auditItem(ctx context.Context, op store.Operation, it store.OperationItem, upid string) {
 	params := map[string]any{"operationId": op.ID, "action": it.Action}
 	if it.Error != "" {
 		params["error"] = it.Error
 	}
-	o.svc.trail.Append(ctx, store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail,
+	o.trail.Append(ctx, store.AuditRecord{At: o.svc.Now(), UserID: op.UserID, UserEmail: op.UserEmail,
 		Action: "operation.item", ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
 		Params: jsonText(params), Result: it.State, UPID: upid})
 }

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // The evacuation planner's rules (docs/decisions: the planner):
@@ -105,7 +106,7 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 	for _, i := range order {
 		v := vms[i]
 		on := running(v)
-		it := ItemView{VMID: int64(v.res.VMID), Name: v.res.Name, Node: source, Action: OpMigrate, Online: on,
+		it := ItemView{VMID: int64(v.res.VMID), Name: v.res.Name, Node: source, Action: vmops.OpMigrate, Online: on,
 			HA: v.res.HAState != "", MemBytes: v.res.MaxMem, State: ItemPending}
 		if why := blockedFrom(v, req, on); why != "" {
 			it.State, it.Error = ItemSkipped, why
@@ -195,7 +196,7 @@ func blockedFrom(v planVM, req EvacuateRequest, running bool) string {
 	if len(v.check.LocalResources) > 0 {
 		return "local devices prevent migration: " + strings.Join(v.check.LocalResources, ", ")
 	}
-	disks, cdroms := LocalDiskNames(v.check.LocalDisks)
+	disks, cdroms := vmops.LocalDiskNames(v.check.LocalDisks)
 	if len(cdroms) > 0 {
 		return "local CD-ROM images cannot be migrated: " + strings.Join(cdroms, ", ")
 	}
