@@ -78,7 +78,7 @@ func TestEvacuationSurvivesKill9(t *testing.T) {
 		OperationID int64 `json:"operationId"`
 	}
 	if _, err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/pve/clusters/%d/nodes/pve1/evacuate", cl.ID), nil,
-		map[string]any{"maxParallel": 2}, &started); err != nil {
+		map[string]any{"maxParallel": 2, "type": "qemu"}, &started); err != nil {
 		t.Fatalf("evacuate: %v", err)
 	}
 	path := fmt.Sprintf("/api/v1/pve/operations/%d", started.OperationID)

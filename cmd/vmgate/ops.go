@@ -33,6 +33,7 @@ type nodeEvacuateCmd struct {
 	Target         []string `placeholder:"NODE" help:"Only this node may take VMs (repeat for several; default: every other online node)."`
 	WithLocalDisks bool     `help:"Copy local disks too (without it a VM with one is skipped)."`
 	NoStopped      bool     `help:"Leave stopped VMs where they are."`
+	Type           string   `enum:",qemu,lxc" default:"" help:"Only VMs (qemu) or only containers (lxc); default both."`
 }
 
 func (c *nodeEvacuateCmd) Run() error {
@@ -45,6 +46,9 @@ func (c *nodeEvacuateCmd) Run() error {
 			"stopOnError": c.StopOnError}
 		if len(c.Target) > 0 {
 			body["targets"] = c.Target
+		}
+		if c.Type != "" {
+			body["type"] = c.Type
 		}
 		if c.MaxParallel != 0 {
 			body["maxParallel"] = c.MaxParallel
@@ -64,13 +68,14 @@ type bulkCmd struct {
 	Node    string  `help:"The VMs on this node."`
 	Tag     string  `help:"The VMs with this tag."`
 	Status  string  `enum:",running,stopped" default:"" help:"The VMs in this state: running or stopped."`
+	Type    string  `enum:",qemu,lxc" default:"" help:"Only VMs (qemu) or only containers (lxc)."`
 	Force   bool    `help:"stop: power off at once instead of a graceful shutdown."`
 	ToDisk  bool    `name:"to-disk" help:"suspend: hibernate (save the state to disk) instead of pausing."`
 }
 
 func (c *bulkCmd) Run() error {
 	sel := map[string]string{}
-	for k, v := range map[string]string{"node": c.Node, "tag": c.Tag, "status": c.Status} {
+	for k, v := range map[string]string{"node": c.Node, "tag": c.Tag, "status": c.Status, "type": c.Type} {
 		if v != "" {
 			sel[k] = v
 		}

@@ -325,7 +325,7 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 			var out struct {
 				OperationID int64 `json:"operationId"`
 			}
-			_, errsOf[i] = c.Do(context.Background(), http.MethodPost, path, nil, map[string]any{}, &out)
+			_, errsOf[i] = c.Do(context.Background(), http.MethodPost, path, nil, map[string]any{"type": "qemu"}, &out)
 			ids[i] = out.OperationID
 		})
 	}

@@ -67,6 +67,15 @@ type operationJSON struct {
 	Abort           bool       `json:"abort"`
 	Counts          countsJSON `json:"counts"`
 	Items           []itemJSON `json:"items"`
+	// Left: an evacuation's guests still on its node once it ended, and why.
+	Left []leftJSON `json:"left"`
+}
+
+type leftJSON struct {
+	VMID int64  `json:"vmid"`
+	Type string `json:"type"`
+	Name string `json:"name"`
+	Why  string `json:"why"`
 }
 
 type countsJSON struct {
@@ -80,6 +89,7 @@ type countsJSON struct {
 
 type itemJSON struct {
 	VMID     int64             `json:"vmid"`
+	Type     string            `json:"type"`
 	Name     string            `json:"name"`
 	Node     string            `json:"node"`
 	Target   *string           `json:"target"`
@@ -91,6 +101,14 @@ type itemJSON struct {
 	TaskID   *string           `json:"taskId"`
 	Error    *string           `json:"error"`
 	Progress *itemProgressJSON `json:"progress"`
+	Downtime *downtimeJSON     `json:"downtime"`
+}
+
+// downtimeJSON is a running container's expected downtime in its restart
+// migration.
+type downtimeJSON struct {
+	Seconds int64  `json:"seconds"`
+	Basis   string `json:"basis"`
 }
 
 type planJSON struct {
@@ -136,9 +154,12 @@ func timeOrNull(t time.Time) *time.Time {
 func toItemsJSON(items []operations.ItemView) []itemJSON {
 	out := make([]itemJSON, 0, len(items))
 	for _, it := range items {
-		j := itemJSON{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: nullStr(it.Target), Action: it.Action,
-			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: nullStr(it.TaskID),
-			Error: nullStr(it.Error)}
+		j := itemJSON{VMID: it.VMID, Type: kindName(it.Kind), Name: it.Name, Node: it.Node, Target: nullStr(it.Target),
+			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State,
+			TaskID: nullStr(it.TaskID), Error: nullStr(it.Error)}
+		if d := it.Downtime; d != nil {
+			j.Downtime = &downtimeJSON{Seconds: d.Seconds, Basis: d.Basis}
+		}
 		if p := it.Progress; p != nil {
 			j.Progress = &itemProgressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
 				BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
@@ -154,7 +175,34 @@ func toOperationJSON(v operations.View) operationJSON {
 		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC(), StartedAt: timeOrNull(v.StartedAt), EndedAt: timeOrNull(v.EndedAt),
 		MaxParallel: v.MaxParallel, CancelRequested: v.CancelRequested, Abort: v.Abort,
 		Counts: countsJSON{Total: c.Total, Pending: c.Pending, Running: c.Running, OK: c.OK, Failed: c.Failed, Skipped: c.Skipped},
-		Items:  toItemsJSON(v.Items)}
+		Items:  toItemsJSON(v.Items), Left: toLeftJSON(v.Left)}
+}
+
+func toLeftJSON(left []operations.LeftGuest) []leftJSON {
+	out := make([]leftJSON, 0, len(left))
+	for _, g := range left {
+		out = append(out, leftJSON{VMID: g.VMID, Type: kindName(g.Kind), Name: g.Name, Why: g.Why})
+	}
+	return out
+}
+
+// kindName is a guest kind as the API writes it: qemu or lxc.
+func kindName(k vmops.GuestKind) string {
+	if k == "" {
+		return string(vmops.GuestVM)
+	}
+	return string(k)
+}
+
+// guestType reads an optional guest type (qemu or lxc) of a request body.
+func guestType(name string, v *string) (vmops.GuestKind, error) {
+	if v == nil {
+		return "", nil
+	}
+	if k := vmops.GuestKind(*v); k == vmops.GuestVM || k == vmops.GuestCT {
+		return k, nil
+	}
+	return "", errs.E(errs.Invalid, "%s must be qemu or lxc", name)
 }
 
 func toPlanJSON(p operations.Plan) planJSON {
@@ -215,6 +263,8 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 		IncludeStopped *bool    `json:"includeStopped"`
 		StopOnError    *bool    `json:"stopOnError"`
 		DryRun         *bool    `json:"dryRun"`
+		Type           *string  `json:"type"`
+		Timeout        *int64   `json:"timeout"`
 	}
 	body, err := readBody(w, r, &in)
 	if err != nil {
@@ -222,6 +272,16 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 	}
 	req := operations.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
+	if req.Type, err = guestType("type", in.Type); err != nil {
+		return err
+	}
+	if in.Timeout != nil {
+		if *in.Timeout < 0 || *in.Timeout > 3600 {
+			return errs.E(errs.Invalid, "timeout must be from 0 to 3600 seconds")
+		}
+		t := int(*in.Timeout)
+		req.Timeout = &t
+	}
 	if len(in.Targets) > 64 {
 		return errs.E(errs.Invalid, "targets lists at most 64 nodes")
 	}
@@ -259,6 +319,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		VMIDs    []int64 `json:"vmids"`
 		Selector *struct {
+			Type   *string `json:"type"`
 			Node   *string `json:"node"`
 			Tag    *string `json:"tag"`
 			Status *string `json:"status"`
@@ -277,6 +338,9 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
 	if sel := in.Selector; sel != nil {
 		req.Selector = &operations.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
+		if req.Selector.Type, err = guestType("selector type", sel.Type); err != nil {
+			return err
+		}
 	}
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err

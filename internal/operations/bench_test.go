@@ -94,7 +94,7 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 
 	b.StartTimer()
 	began := time.Now()
-	l, err := ops.Evacuate(ctx, vmops.Actor{UserID: 1, Email: "bench@example.com"}, 1, "pve1", EvacuateRequest{MaxParallel: maxParallel})
+	l, err := ops.Evacuate(ctx, vmops.Actor{UserID: 1, Email: "bench@example.com"}, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: maxParallel})
 	if err != nil {
 		b.Fatal(err)
 	}

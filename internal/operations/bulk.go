@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -27,12 +28,13 @@ const (
 // BulkActions lists the actions Bulk takes.
 var BulkActions = []string{BulkStart, BulkStop, BulkReboot, BulkSuspend, BulkResume}
 
-// Selector picks a cluster's VMs by their node, a tag and their status; every
-// field given must match.
+// Selector picks a cluster's guests by their kind, node, a tag and their
+// status; every field given must match.
 type Selector struct {
-	Node   string `json:"node,omitempty"`
-	Tag    string `json:"tag,omitempty"`
-	Status string `json:"status,omitempty"` // running or stopped
+	Type   vmops.GuestKind `json:"type,omitempty"` // qemu (VMs) or lxc (containers); "" both
+	Node   string          `json:"node,omitempty"`
+	Tag    string          `json:"tag,omitempty"`
+	Status string          `json:"status,omitempty"` // running or stopped
 }
 
 // BulkRequest is what a bulk power action is asked to do (issue 13 (docs/history.md)). Exactly one
@@ -72,7 +74,7 @@ func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, acti
 	if err != nil {
 		return Launched{}, fleet.ReadError(err)
 	}
-	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != string(pve.Qemu) })
+	res = slices.DeleteFunc(res, func(r pve.Resource) bool { _, ok := guestKind(r); return !ok })
 	chosen, missing := selectVMs(res, req)
 	if len(chosen)+len(missing) > MaxOperationItems {
 		return Launched{}, errs.E(errs.Invalid, "the selection has %d VMs; one operation acts on at most %d",
@@ -84,7 +86,8 @@ func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, acti
 	g.SetLimit(preReads)
 	for i, r := range chosen {
 		g.Go(func() error {
-			st, err := api.GuestStatus(gctx, pve.VMOn(r.Node, r.VMID))
+			kind, _ := guestKind(r)
+			st, err := api.GuestStatus(gctx, vmops.GuestRef{Node: r.Node, Kind: kind, VMID: int64(r.VMID)}.Guest())
 			if err != nil {
 				if e := fleet.ReadError(err); vmops.Transient(e) {
 					return e
@@ -101,9 +104,12 @@ func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, acti
 	op := bulkOp(action, req)
 	var plan Plan
 	for i, r := range chosen {
-		it := ItemView{VMID: int64(r.VMID), Name: r.Name, Node: r.Node, Action: op, HA: r.HAState != "",
+		kind, _ := guestKind(r)
+		it := ItemView{VMID: int64(r.VMID), Kind: kind, Name: r.Name, Node: r.Node, Action: op, HA: r.HAState != "",
 			MemBytes: r.MaxMem, State: ItemPending}
 		switch {
+		case kind == vmops.GuestCT && (action == BulkSuspend || action == BulkResume):
+			it.State, it.Error = ItemSkipped, "CT "+strconv.Itoa(r.VMID)+" is a container: vmgate does not suspend containers (PVE marks it experimental)"
 		case readErrs[i] != nil:
 			it.State, it.Error = ItemSkipped, "its state could not be read: "+readErrs[i].Error()
 		default:
@@ -170,8 +176,10 @@ func validBulk(clusterID int64, action string, req *BulkRequest) error {
 	}
 	if sel := req.Selector; sel != nil {
 		switch {
-		case sel.Node == "" && sel.Tag == "" && sel.Status == "":
-			return bad("the selector needs node, tag or status")
+		case sel.Node == "" && sel.Tag == "" && sel.Status == "" && sel.Type == "":
+			return bad("the selector needs type, node, tag or status")
+		case !sel.Type.Valid():
+			return bad("selector type must be qemu or lxc")
 		case sel.Node != "" && !pve.ValidNode(sel.Node):
 			return bad("selector node %q is not a PVE node name", sel.Node)
 		case sel.Status != "" && sel.Status != "running" && sel.Status != "stopped":
@@ -202,6 +210,9 @@ func selectVMs(res []pve.Resource, req BulkRequest) (chosen []pve.Resource, miss
 	}
 	sel := req.Selector
 	for _, r := range res {
+		if kind, _ := guestKind(r); sel.Type != "" && kind != sel.Type {
+			continue
+		}
 		if sel.Node != "" && r.Node != sel.Node || sel.Status != "" && r.Status != sel.Status ||
 			sel.Tag != "" && !slices.Contains(strings.FieldsFunc(r.Tags, func(c rune) bool { return c == ';' || c == ',' || c == ' ' }), sel.Tag) {
 			continue

@@ -27,6 +27,12 @@ type EvacuateRequest struct {
 	IncludeStopped *bool
 	// StopOnError starts no further item once one has failed.
 	StopOnError bool
+	// Type limits the evacuation to VMs (qemu) or containers (lxc); "" moves
+	// both.
+	Type vmops.GuestKind
+	// Timeout is how long a running container may take to shut down in its
+	// restart migration, in seconds (nil: PVE's 180).
+	Timeout *int
 	// DryRun returns the plan without starting anything.
 	DryRun bool
 }
@@ -71,8 +77,9 @@ func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, 
 	}
 	var vms []planVM
 	for _, r := range res {
-		if r.Type == string(pve.Qemu) && r.Node == node { // containers: not yet (docs/decisions/0080)
-			vms = append(vms, planVM{res: r})
+		kind, ok := guestKind(r)
+		if ok && r.Node == node && (req.Type == "" || req.Type == kind) {
+			vms = append(vms, planVM{res: r, kind: kind})
 		}
 	}
 	if len(vms) > MaxOperationItems {
@@ -90,7 +97,7 @@ func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, 
 		return Launched{Plan: plan}, nil
 	}
 	p := opParams{Targets: req.Targets, WithLocalDisks: req.WithLocalDisks, IncludeStopped: req.IncludeStopped,
-		StopOnError: req.StopOnError}
+		StopOnError: req.StopOnError, Type: req.Type, Timeout: req.Timeout}
 	return o.launch(ctx, a, store.Operation{Kind: KindEvacuate, ClusterID: clusterID, Node: node,
 		MaxParallel: req.MaxParallel, Params: jsonText(p)}, plan)
 }
@@ -102,6 +109,12 @@ func validEvacuation(clusterID int64, node string, req *EvacuateRequest) error {
 	}
 	if !pve.ValidNode(node) {
 		return errs.E(errs.Invalid, "node %q is not a PVE node name", node)
+	}
+	if req.Type != "" && (!req.Type.Valid()) {
+		return errs.E(errs.Invalid, "type must be qemu or lxc")
+	}
+	if req.Timeout != nil && (*req.Timeout < 0 || *req.Timeout > maxShutdownTimeout) {
+		return errs.E(errs.Invalid, "timeout must be from 0 to %d seconds", maxShutdownTimeout)
 	}
 	if req.MaxParallel == 0 {
 		req.MaxParallel = DefaultEvacParallel
@@ -157,7 +170,7 @@ func (o *Service) precheckAll(ctx context.Context, api vmops.PVE, clusterID int6
 	g.SetLimit(preReads)
 	for i := range vms {
 		g.Go(func() error {
-			ref := vmops.GuestRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
+			ref := vmops.GuestRef{ClusterID: clusterID, Node: node, Kind: vms[i].kind, VMID: int64(vms[i].res.VMID)}
 			pc, err := o.svc.MigrationPrecheck(gctx, api, ref, "")
 			if err != nil {
 				if vmops.Transient(err) {
@@ -202,8 +215,9 @@ func (o *Service) launch(ctx context.Context, a vmops.Actor, op store.Operation,
 		}
 		op.Items = op.Items[:0]
 		for _, it := range plan.Items {
-			si := store.OperationItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
-				Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, Error: it.Error}
+			si := store.OperationItem{VMID: it.VMID, GuestKind: string(it.Kind), Name: it.Name, Node: it.Node,
+				Target: it.Target, Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State,
+				Error: it.Error}
 			if si.State == ItemSkipped {
 				si.EndedAt = now
 			}
@@ -253,4 +267,20 @@ func (o *Service) auditItem(ctx context.Context, op store.Operation, it store.Op
 	o.trail.Append(ctx, store.AuditRecord{At: o.svc.Now(), UserID: op.UserID, UserEmail: op.UserEmail,
 		Action: "operation.item", ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
 		Params: jsonText(params), Result: it.State, UPID: upid})
+}
+
+// maxShutdownTimeout bounds a container's shutdown timeout in a restart
+// migration (an hour).
+const maxShutdownTimeout = 3600
+
+// guestKind is the kind of a guest resource of PVE's; ok is false for
+// anything else.
+func guestKind(r pve.Resource) (vmops.GuestKind, bool) {
+	switch r.Type {
+	case string(pve.Qemu):
+		return vmops.GuestVM, true
+	case string(pve.LXC):
+		return vmops.GuestCT, true
+	}
+	return "", false
 }

@@ -19,7 +19,7 @@ import (
 // only follows their tasks).
 func (e *opsEnv) runningOp(node string) Launched {
 	e.t.Helper()
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, node, EvacuateRequest{})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, node, EvacuateRequest{Type: vmops.GuestVM})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 	posts := e.requests("POST", routeMigratePOST)
 	reads := e.requests("GET", "/nodes") + e.requests("GET", "/nodes/{node}/qemu/{vmid}/migrate")
 	for _, dry := range []bool{false, true} {
-		_, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{DryRun: dry})
+		_, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, DryRun: dry})
 		got := wantReason(t, err, errs.Conflict, ReasonOperationInProgress)
 		named := fmt.Sprintf("operation %d (evacuate of pve1, started by %s)", first.OperationID, e.actor.Email)
 		if !strings.Contains(got.Message, named) {
@@ -89,7 +89,7 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 	}
 
 	// pve1 is held: no target of pve2's evacuation.
-	l2, err := e.ops.Evacuate(e.request(), other, 1, "pve2", EvacuateRequest{DryRun: true})
+	l2, err := e.ops.Evacuate(e.request(), other, 1, "pve2", EvacuateRequest{Type: vmops.GuestVM, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 	if n := e.requests("POST", routeMigratePOST); n != posts {
 		t.Errorf("PVE got %d more migrate POSTs after the first evacuation's", n-posts)
 	}
-	if _, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{DryRun: true}); err != nil {
+	if _, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, DryRun: true}); err != nil {
 		t.Errorf("pve1 after its evacuation ended: %v", err)
 	}
 }
@@ -210,7 +210,7 @@ func TestBulkSkipsVMsTakenMeanwhile(t *testing.T) {
 			t.Errorf("the plan and the operation: %+v, want VM 100 skipped (%s)", items, skipped)
 		}
 	}
-	_, err = stale.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{})
+	_, err = stale.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM})
 	got := wantReason(t, err, errs.Conflict, ReasonOperationInProgress)
 	if !strings.Contains(got.Message, fmt.Sprintf("operation %d", evac.OperationID)) {
 		t.Errorf("the refusal %q does not name operation %d", got.Message, evac.OperationID)

@@ -43,7 +43,7 @@ func TestOperationItemNotSentIsRetried(t *testing.T) {
 	var left, fails atomic.Int64
 	left.Store(1)
 	e.wrapPVE(func(api vmops.PVE) vmops.PVE { return notSentAPI{PVE: api, left: &left, fails: &fails} })
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestOperationItemRetriedAtMostOnce(t *testing.T) {
 	var left, fails atomic.Int64
 	left.Store(2)
 	e.wrapPVE(func(api vmops.PVE) vmops.PVE { return notSentAPI{PVE: api, left: &left, fails: &fails} })
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -276,6 +276,9 @@ func (o *Service) finish(ctx context.Context, op store.Operation, left []int, wh
 		status = StatusPartial
 	case c.Failed > 0:
 		status = StatusFailed
+	case c.Skipped > 0 && op.Kind == KindEvacuate:
+		// Guests are left on the node: "done" would say it is empty.
+		status = StatusDoneWithSkips
 	}
 	if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, status, now); err != nil {
 		log.Warn("ending the operation failed", slog.String("error", err.Error()))
@@ -345,8 +348,13 @@ func (o *Service) runItem(ctx context.Context, op store.Operation, it store.Oper
 // startItem runs the item's use case once, its task row bound to the item by b.
 func (o *Service) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *vmops.Item) error {
 	a := vmops.Actor{UserID: op.UserID, Email: op.UserEmail, Item: b}
-	ref := vmops.GuestRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
-	return o.svc.Act(ctx, a, ref, vmops.Action{Op: it.Action, Target: it.Target, Online: it.Online, WithLocalDisks: p.WithLocalDisks})
+	ref := vmops.GuestRef{ClusterID: op.ClusterID, Node: it.Node, Kind: vmops.GuestKind(it.GuestKind), VMID: it.VMID}
+	act := vmops.Action{Op: it.Action, Target: it.Target, Online: it.Online, WithLocalDisks: p.WithLocalDisks}
+	if ref.Kind == vmops.GuestCT {
+		// A running container moves by a restart migration, never live.
+		act.Online, act.Restart, act.Timeout, act.WithLocalDisks = false, it.Online, p.Timeout, false
+	}
+	return o.svc.Act(ctx, a, ref, act)
 }
 
 // afterStart follows an item whose task row was written: when the call failed

@@ -22,12 +22,16 @@ const (
 
 // Operation statuses and item states, as the store keeps them.
 const (
-	StatusPlanned   = store.OperationPlanned
-	StatusRunning   = store.OperationRunning
-	StatusDone      = store.OperationDone
-	StatusPartial   = store.OperationPartial
-	StatusFailed    = store.OperationFailed
-	StatusCancelled = store.OperationCancelled
+	StatusPlanned = store.OperationPlanned
+	StatusRunning = store.OperationRunning
+	StatusDone    = store.OperationDone
+	// StatusDoneWithSkips: an evacuation that ended without a failure but left
+	// guests on its node (skipped: a local disk, a lock, no room); View.Left
+	// names them and why (issue 19 item 6).
+	StatusDoneWithSkips = store.OperationDoneWithSkips
+	StatusPartial       = store.OperationPartial
+	StatusFailed        = store.OperationFailed
+	StatusCancelled     = store.OperationCancelled
 
 	ItemPending = store.ItemPending
 	ItemRunning = store.ItemRunning
@@ -64,6 +68,17 @@ type View struct {
 	Abort           bool
 	Counts          Counts
 	Items           []ItemView
+	// Left names, for an evacuation, each guest still on its node once the
+	// operation has ended (skipped or failed), and why, in a person's words.
+	Left []LeftGuest
+}
+
+// LeftGuest is a guest an evacuation left on its node.
+type LeftGuest struct {
+	VMID int64
+	Kind vmops.GuestKind
+	Name string
+	Why  string
 }
 
 // Finished reports whether the operation has ended.
@@ -76,20 +91,32 @@ type Counts struct {
 	Total, Pending, Running, OK, Failed, Skipped int
 }
 
-// ItemView is one VM of an operation (or of a plan).
+// ItemView is one guest of an operation (or of a plan).
 type ItemView struct {
-	VMID     int64
-	Name     string
-	Node     string
-	Target   string // a migration's target; "" otherwise
-	Action   string // migrate, start, shutdown, stop, reboot, suspend, hibernate, resume
-	Online   bool   // a live migration
+	VMID   int64
+	Kind   vmops.GuestKind // a VM (qemu) or a container (lxc)
+	Name   string
+	Node   string
+	Target string // a migration's target; "" otherwise
+	Action string // migrate, start, shutdown, stop, reboot, suspend, hibernate, resume
+	// Online moves a running guest: live for a VM, by a restart migration for
+	// a container (PVE shuts it down, moves it and starts it on the target).
+	Online   bool
 	HA       bool
 	MemBytes int64
 	State    string
 	TaskID   string          // the item's PVE task (UPID) once known
 	Error    string          // why it failed or was skipped
 	Progress *vmops.Progress // a running or finished migration's progress
+	// Downtime is, for a running container's migration, how long it is
+	// expected to be down, and on what the estimate rests.
+	Downtime *Downtime
+}
+
+// Downtime is a container's expected downtime during a restart migration.
+type Downtime struct {
+	Seconds int64  // at most, by the basis
+	Basis   string // what the estimate rests on, in a person's words
 }
 
 // Plan is what an operation will do: every VM it considered, pending or skipped
@@ -244,6 +271,11 @@ type opParams struct {
 	ToDisk         bool      `json:"toDisk,omitempty"`
 	VMIDs          []int64   `json:"vmids,omitempty"`
 	Selector       *Selector `json:"selector,omitempty"`
+	// Type limits an evacuation to one kind of guest ("" both).
+	Type vmops.GuestKind `json:"type,omitempty"`
+	// Timeout is a container's shutdown timeout in a restart migration, in
+	// seconds (nil: PVE's 180).
+	Timeout *int `json:"timeout,omitempty"`
 }
 
 func paramsOf(op store.Operation) opParams {
@@ -304,13 +336,20 @@ func (o *Service) view(op store.Operation) View {
 		MaxParallel: op.MaxParallel, CancelRequested: !op.CancelRequestedAt.IsZero(), Abort: op.Abort,
 		Items: make([]ItemView, 0, len(op.Items))}
 	for _, it := range op.Items {
-		iv := ItemView{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
-			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: it.UPID, Error: it.Error}
+		iv := ItemView{VMID: it.VMID, Kind: vmops.GuestKind(it.GuestKind), Name: it.Name, Node: it.Node, Target: it.Target,
+			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: it.UPID,
+			Error: it.Error}
+		if iv.Kind == vmops.GuestCT && iv.Action == vmops.OpMigrate && iv.Online {
+			iv.Downtime = containerDowntime(paramsOf(op).Timeout)
+		}
 		if it.Action == vmops.OpMigrate && it.UPID != "" {
 			iv.Progress = o.progressOf(it)
 		}
 		v.Items = append(v.Items, iv)
 		v.Counts.add(it.State)
+		if op.Kind == KindEvacuate && v.Finished() && (it.State == ItemSkipped || it.State == ItemFailed) {
+			v.Left = append(v.Left, LeftGuest{VMID: it.VMID, Kind: iv.Kind, Name: it.Name, Why: it.Error})
+		}
 	}
 	return v
 }

@@ -164,3 +164,6 @@ func (s *Service) Owner() string { return s.owner }
 // Transient reports whether a use case failed for a reason that may pass by
 // itself (PVE unreachable or slow, a node offline).
 func Transient(err error) bool { return transient(err) }
+
+// Guest is the reference as the PVE client takes it.
+func (r GuestRef) Guest() pve.Guest { return r.guest() }

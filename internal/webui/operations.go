@@ -70,6 +70,7 @@ type evacuateForm struct {
 	WithLocalDisks bool
 	IncludeStopped bool
 	StopOnError    bool
+	Type           vmops.GuestKind // only VMs (qemu) or containers (lxc); "" both
 }
 
 // Has says whether target was chosen.
@@ -91,9 +92,12 @@ func readEvacuateForm(v url.Values) (evacuateForm, operations.EvacuateRequest) {
 	if v.Has("maxParallel") { // a sent form: an unticked box is absent
 		f.IncludeStopped = v.Get("includeStopped") != ""
 	}
+	if k := vmops.GuestKind(v.Get("type")); k == vmops.GuestVM || k == vmops.GuestCT {
+		f.Type = k
+	}
 	include := f.IncludeStopped
 	return f, operations.EvacuateRequest{Targets: f.Targets, MaxParallel: f.MaxParallel, WithLocalDisks: f.WithLocalDisks,
-		IncludeStopped: &include, StopOnError: f.StopOnError}
+		IncludeStopped: &include, StopOnError: f.StopOnError, Type: f.Type}
 }
 
 // nodePage shows a node: its figures, its VMs, the recent operations on it and,
