@@ -133,6 +133,7 @@ type itemProgressJSON struct {
 	TotalBytes       int64   `json:"totalBytes"`
 	BytesPerSecond   int64   `json:"bytesPerSecond"`
 	Phase            string  `json:"phase"`
+	DowntimeSeconds  *int64  `json:"downtimeSeconds"`
 }
 
 // nullStr is s, or null when empty.
@@ -162,7 +163,7 @@ func toItemsJSON(items []operations.ItemView) []itemJSON {
 		}
 		if p := it.Progress; p != nil {
 			j.Progress = &itemProgressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
-				BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+				BytesPerSecond: p.BytesPerSecond, Phase: p.Phase, DowntimeSeconds: p.DowntimeSeconds}
 		}
 		out = append(out, j)
 	}
