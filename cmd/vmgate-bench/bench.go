@@ -92,6 +92,7 @@ var measurements = []measurement{
 	{"rss", (*bench).measureRSS},
 	{"conns", (*bench).measureConns},
 	{"list", (*bench).measureList},
+	{"fleet", (*bench).measureFleet}, // fleet.go: its own vmgate and emulators
 	{"login", (*bench).measureLogin},
 	{"flood", (*bench).measureFlood},
 	{"replica", (*bench).measureReplica},
@@ -128,6 +129,7 @@ func goalList(c config) []*goal {
 		&goal{id: "login.flood", measurement: "flood", what: fmt.Sprintf("authenticated GET p99 during a wrong-password flood from %d addresses", c.floodAddrs), want: "≤ 50 ms"},
 		&goal{id: "replica.change", measurement: "replica", what: fmt.Sprintf("a change on replica A in force on replica B, p99 of %d", c.replicaTrials), want: "≤ 100 ms"},
 	)
+	g = append(g, fleetGoals(c)...)
 	for _, x := range g {
 		x.state = stateNotRun
 	}

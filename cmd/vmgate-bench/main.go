@@ -58,6 +58,9 @@ type config struct {
 	cpuProfile    string
 	vmgateBin     string
 	keep          bool
+	fleetClusters int
+	fleetGuests   int
+	fleetClients  int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -82,6 +85,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of vmgate over the whole run to this file")
 	fs.StringVar(&c.vmgateBin, "vmgate", "", "use this vmgate binary instead of building ./cmd/vmgate")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (logs, database)")
+	fs.IntVar(&c.fleetClusters, "fleet-clusters", 20, "emulator processes (clusters) of the fleet-wide guest list (fleet)")
+	fs.IntVar(&c.fleetGuests, "fleet-guests", 5000, "guests of each fleet cluster, ¾ VMs and ¼ containers (fleet)")
+	fs.IntVar(&c.fleetClients, "fleet-clients", 4, "concurrent clients of the fleet-wide guest list (fleet)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -89,8 +95,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if c.rounds < 1 || c.duration <= 0 || c.clients < 1 || c.listers < 1 || c.loginClients < 1 ||
-		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 {
-		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials must be positive; -flood-addresses 1-254; -vms at least 6")
+		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 ||
+		c.fleetClusters < 1 || c.fleetClusters > 100 || c.fleetGuests < 16 || c.fleetClients < 1 {
+		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials, -fleet-clients must be positive; -flood-addresses 1-254; -vms at least 6; -fleet-clusters 1-100; -fleet-guests at least 16")
 	}
 	for _, s := range strings.Split(*conns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

@@ -7,12 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -74,6 +75,23 @@ type adminUserCmd struct {
 // withStore opens the database the server would use, runs fn and closes it.
 func (a *adminCmd) withStore(fn func(ctx context.Context, st store.Store) error) error {
 	return a.withKeyedStore(nil, func(ctx context.Context, st store.Store, _ *seal.Sealer) error { return fn(ctx, st) })
+}
+
+// withHost opens the database (withKeyedStore) and runs fn with the account use
+// cases of the host's administrator: the API's rules without a login
+// (accounts.Host), auth.Offline for the passwords and the sessions, since the
+// signing keys may not exist yet, and the audit trail, flushed before the command
+// ends.
+func (a *adminCmd) withHost(fn func(ctx context.Context, h *accounts.Host) error) error {
+	return a.withKeyedStore(nil, func(ctx context.Context, st store.Store, _ *seal.Sealer) error {
+		trail := audit.New(st, audit.Options{})
+		defer trail.Flush(ctx)
+		off, err := auth.NewOffline(st, auth.OfflineConfig{Audit: trail.Record})
+		if err != nil {
+			return err
+		}
+		return fn(ctx, accounts.NewHost(accounts.HostConfig{Store: st, Auth: off, Audit: trail, Via: "cli"}))
+	})
 }
 
 // withKeyedStore is withStore with the key file's Sealer, which the store needs to
@@ -149,21 +167,11 @@ func (c *adminUserCreateCmd) Run(a *adminCmd) error {
 	if pw == "" {
 		return errors.New("give the password with --password-stdin or $VMGATE_PASSWORD")
 	}
-	email := strings.ToLower(strings.TrimSpace(c.Email))
-	if err := auth.CheckPasswordPolicy(email, pw); err != nil {
-		return err
-	}
-	hash, err := auth.HashPassword(pw, auth.DefaultParams())
-	if err != nil {
-		return err
-	}
-	return a.withStore(func(ctx context.Context, st store.Store) error {
-		u, err := st.CreateUser(ctx, store.User{Email: email, Nickname: c.Nickname, PasswordHash: hash, Role: c.Role})
+	return a.withHost(func(ctx context.Context, h *accounts.Host) error {
+		u, err := h.CreateUser(ctx, accounts.NewUser{Email: c.Email, Nickname: c.Nickname, Password: pw, Role: c.Role})
 		if err != nil {
 			return err
 		}
-		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.create", Target: fmt.Sprintf("user:%d", u.ID),
-			Params: fmt.Sprintf(`{"role":%q,"via":"cli"}`, u.Role), Result: "ok"})
 		show("created user %d %s (%s)", u.ID, u.Email, u.Role)
 		return nil
 	})
@@ -189,25 +197,20 @@ type adminUserDisableCmd struct {
 	Email string `required:"" help:"E-mail of the user to disable."`
 }
 
-// Run disables the user and revokes their sessions through the store's change feed,
-// so a running server drops them from its cache within its poll interval.
+// Run disables the user and ends their sessions under the API's rules (the last
+// enabled admin stays); a running server learns of it through the store's change
+// feed and refuses their tokens within its poll interval.
 func (c *adminUserDisableCmd) Run(a *adminCmd) error {
-	return a.withStore(func(ctx context.Context, st store.Store) error {
-		u, err := st.UserByEmail(ctx, c.Email)
+	return a.withHost(func(ctx context.Context, h *accounts.Host) error {
+		u, ended, err := h.DisableUser(ctx, c.Email)
+		if e, ok := errs.As(err); ok && e.Reason == errs.ReasonLastAdmin {
+			return &cli.ExitError{Code: cli.ExitFailed, Msg: e.Message, Err: err,
+				Hint: "create another admin first: vmgate admin user create --role admin --email ..."}
+		}
 		if err != nil {
 			return err
 		}
-		u.Disabled = true
-		if _, err := st.UpdateUser(ctx, u); err != nil {
-			return err
-		}
-		ids, err := st.RevokeUserSessions(ctx, u.ID, "", time.Now(), "disabled")
-		if err != nil {
-			return err
-		}
-		st.AppendAudit(ctx, store.AuditRecord{At: time.Now(), Action: "user.disable", Target: fmt.Sprintf("user:%d", u.ID),
-			Params: `{"via":"cli"}`, Result: "ok"})
-		show("disabled user %d %s; ended %d session(s)", u.ID, u.Email, len(ids))
+		show("disabled user %d %s; ended %d session(s)", u.ID, u.Email, ended)
 		return nil
 	})
 }

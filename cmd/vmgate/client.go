@@ -16,13 +16,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-// The client commands talk to a vmgate server over its API; the rules are the
-// server's, the words and the rendering internal/cli's. Each command is a struct
-// whose Run decodes its flags, calls the API through a cli.Session and prints; its
+// The client commands talk to a vmgate server over its API (the client package);
+// the rules are the server's, the words and the rendering internal/cli's. Each
+// command is a struct whose Run decodes its flags, calls one or a few of the typed
+// client's methods through a cli.Session and prints; its
 // errors come back explained (cli.ExitError: the exit code, a message in the CLI's
 // words, a hint) and main prints them and exits with their code.
 
@@ -35,7 +37,8 @@ type clientCmds struct {
 	Cluster clusterCmd `cmd:"" group:"client" help:"List or show clusters; add or remove them (admin)."`
 	Node    nodeCmd    `cmd:"" group:"client" help:"List a cluster's nodes; evacuate one."`
 	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
-	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"Start, stop, reboot or migrate an LXC container."`
+	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
+	Guest   guestCmd   `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
 	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
 	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
@@ -66,11 +69,12 @@ func (c conn) options() cli.Options {
 
 // output is the -o flag of the commands that read.
 type output struct {
-	Output string `short:"o" enum:"auto,table,json" default:"auto" help:"${output_help}"`
+	Output string `short:"o" enum:"auto,table,wide,json" default:"auto" help:"${output_help}"`
 }
 
-// print writes v as JSON, or the table it makes, as -o says.
-func (o output) print(raw any, table func() (cli.TableOf, error)) error {
+// print writes raw (the API's data as it came) as JSON, or the table it makes,
+// as -o says: a table fits 100 columns, -o wide shows every column whole.
+func (o output) print(raw any, table func() cli.TableOf) error {
 	f, err := cli.ChooseFormat(o.Output, os.Stdout)
 	if err != nil {
 		return err
@@ -78,58 +82,30 @@ func (o output) print(raw any, table func() (cli.TableOf, error)) error {
 	if f == cli.JSON {
 		return cli.WriteJSON(os.Stdout, raw)
 	}
-	t, err := table()
-	if err != nil {
-		return err
-	}
+	t := table()
+	t.Wide = f == cli.Wide
 	return t.Write(os.Stdout)
 }
 
-// printItems prints a list: its raw items as JSON, or the table of their decoded form.
-func printItems[T any](o output, it cli.Items, table func([]T) cli.TableOf) error {
-	return o.print(it.Raw, func() (cli.TableOf, error) {
-		list, err := cli.Decode[T](it)
-		if err != nil {
-			return cli.TableOf{}, err
-		}
-		return table(list), nil
-	})
+// printList prints a list: its items as the API gave them as JSON, or the table
+// of their decoded form.
+func printList[T any](o output, l client.Listing[T], table func([]T) cli.TableOf) error {
+	return o.print(l.Raw, func() cli.TableOf { return table(l.Items) })
 }
 
-// printList reads the list at path, with the query q, and prints it as printItems does.
-func printList[T any](ctx context.Context, s *cli.Session, o output, path string, q url.Values, table func([]T) cli.TableOf) error {
-	it, err := s.List(ctx, path, q)
-	if err != nil {
-		return err
-	}
-	return printItems(o, it, table)
-}
-
-// readList reads the list at path whole: its raw items and their decoded form.
-func readList[T any](ctx context.Context, s *cli.Session, path string) (cli.Items, []T, error) {
-	it, err := s.List(ctx, path, nil)
-	if err != nil {
-		return cli.Items{}, nil, err
-	}
-	list, err := cli.Decode[T](it)
-	if err != nil {
-		return cli.Items{}, nil, err
-	}
-	return it, list, nil
-}
-
-// idOrName resolves ref, a positive id or else a name, against the list at path:
-// the id of the item whose name (key's first answer) is ref, ignoring case;
-// missing when there is none.
-func idOrName[T any](ctx context.Context, s *cli.Session, path, ref string, key func(T) (string, int64), missing *cli.ExitError) (int64, error) {
+// idOrName resolves ref, a positive id or else a name, against list: the id of
+// the item whose name (key's first answer) is ref, ignoring case; missing when
+// there is none.
+func idOrName[T any](ctx context.Context, ref string, list func(context.Context) (client.Listing[T], error),
+	key func(T) (string, int64), missing *cli.ExitError) (int64, error) {
 	if id, err := strconv.ParseInt(ref, 10, 64); err == nil && id > 0 {
 		return id, nil
 	}
-	_, list, err := readList[T](ctx, s, path)
+	l, err := list(ctx)
 	if err != nil {
 		return 0, err
 	}
-	for _, v := range list {
+	for _, v := range l.Items {
 		if name, id := key(v); strings.EqualFold(name, ref) {
 			return id, nil
 		}
@@ -137,18 +113,23 @@ func idOrName[T any](ctx context.Context, s *cli.Session, path, ref string, key 
 	return 0, missing
 }
 
-// listQuery is the query of a list command with --limit and --cluster: the limit,
-// and the cluster (given by id or name) when there is one.
-func listQuery(ctx context.Context, s *cli.Session, limit int, cluster string) (url.Values, error) {
-	q := url.Values{"limit": {strconv.Itoa(limit)}}
-	if cluster != "" {
-		id, err := clusterID(ctx, s, cluster)
-		if err != nil {
-			return nil, err
-		}
-		q.Set("clusterId", strconv.FormatInt(id, 10))
+// optionalCluster resolves --cluster when given (0 when not).
+func optionalCluster(ctx context.Context, s *cli.Session, cluster string) (int64, error) {
+	if cluster == "" {
+		return 0, nil
 	}
-	return q, nil
+	return clusterID(ctx, s, cluster)
+}
+
+// clusterNames maps the ids of the clusters the caller may see to their names,
+// for a table that names clusters; a table shows an id it cannot name as the id,
+// so a failure to read them is no reason to fail the command.
+func clusterNames(ctx context.Context, s *cli.Session) cli.ClusterNames {
+	l, err := s.VisibleClusters(ctx)
+	if err != nil {
+		return cli.ClusterNames{}
+	}
+	return cli.NamesOf(l.Items)
 }
 
 // signalContext ends on Ctrl-C or SIGTERM.
@@ -201,8 +182,13 @@ func (c *loginCmd) Run() error {
 	if err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
-	s.Token = ""
+	s.SetToken("")
 	t, err := s.Login(ctx, c.Email, pw)
+	if client.StatusOf(err) == http.StatusUnauthorized {
+		// At login a 401 is the credentials, not a session (issue 19 item 7).
+		return &cli.ExitError{Code: cli.ExitAuth, Err: err, Msg: "e-mail or password is wrong (" + s.Server + ")",
+			Hint: "try again: vmgate login --server " + s.Server + " --email " + c.Email}
+	}
 	if err != nil {
 		return s.Explain(err)
 	}
@@ -215,10 +201,8 @@ func (c *loginCmd) Run() error {
 
 // saveToken checks an API token with GET /user/me and keeps it as the server's login.
 func (c *loginCmd) saveToken(ctx context.Context, s *cli.Session) error {
-	var me struct {
-		Email string `json:"email"`
-	}
-	if _, err := s.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, &me); err != nil {
+	me, err := s.Me(ctx)
+	if err != nil {
 		return err
 	}
 	if err := cli.SaveLogin(s.Server, cli.Login{Email: me.Email, Token: c.Token, CAFile: s.CAFile()}); err != nil {
@@ -235,12 +219,9 @@ func (c *logoutCmd) Run() error {
 		if s.FromFlag {
 			return cli.UsageErrorf("logout ends a login session; an API token is revoked with `vmgate token rm ID`")
 		}
-		if !strings.HasPrefix(s.Token, "vmg_") {
-			if err := s.Logout(ctx); err != nil {
-				var ae *cli.APIError
-				if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
-					return err
-				}
+		if !strings.HasPrefix(s.Token(), "vmg_") {
+			if err := s.Logout(ctx); err != nil && client.StatusOf(err) != http.StatusUnauthorized {
+				return err
 			}
 		}
 		if err := cli.ForgetLogin(s.Server); err != nil {
@@ -255,7 +236,7 @@ type refreshCmd struct{ conn }
 
 func (c *refreshCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		if s.FromFlag || strings.HasPrefix(s.Token, "vmg_") {
+		if s.FromFlag || strings.HasPrefix(s.Token(), "vmg_") {
 			return cli.UsageErrorf("an API token is not refreshed: it lasts until it expires or is deleted")
 		}
 		t, err := s.Refresh(ctx)
@@ -278,25 +259,11 @@ type meCmd struct {
 
 func (c *meCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		var raw json.RawMessage
-		if _, err := s.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, &raw); err != nil {
+		me, err := s.Me(ctx)
+		if err != nil {
 			return err
 		}
-		return c.print(raw, func() (cli.TableOf, error) {
-			var me struct {
-				ID       int64       `json:"id"`
-				Email    string      `json:"email"`
-				Nickname string      `json:"nickname"`
-				Role     string      `json:"role"`
-				Grants   []cli.Grant `json:"grants"`
-			}
-			if err := json.Unmarshal(raw, &me); err != nil {
-				return cli.TableOf{}, err
-			}
-			t := cli.TableOf{Header: []string{"ID", "EMAIL", "ROLE", "GRANTS", "SERVER", "NICKNAME"}}
-			t.Add(strconv.FormatInt(me.ID, 10), me.Email, me.Role, cli.GrantsText(&me.Grants), s.Server, me.Nickname)
-			return t, nil
-		})
+		return c.print(me.JSON(), func() cli.TableOf { return cli.MeTable(me, s.Server, clusterNames(ctx, s)) })
 	})
 }
 
@@ -347,14 +314,18 @@ type clusterListCmd struct {
 
 func (c *clusterListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		return printList(ctx, s, c.output, cli.ClustersPath, nil, cli.ClustersTable)
+		l, err := s.VisibleClusters(ctx)
+		if err != nil {
+			return err
+		}
+		return printList(c.output, l, cli.ClustersTable)
 	})
 }
 
 // clusterID resolves a cluster given by id or name against the clusters the
 // caller may see.
 func clusterID(ctx context.Context, s *cli.Session, ref string) (int64, error) {
-	return idOrName(ctx, s, cli.ClustersPath, ref, func(c cli.ClusterView) (string, int64) { return c.Name, c.ID },
+	return idOrName(ctx, ref, s.VisibleClusters, func(c client.ClusterView) (string, int64) { return c.Name, c.ID },
 		&cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no cluster %q among yours", ref),
 			Hint: "see them with: vmgate cluster list"})
 }
@@ -369,10 +340,11 @@ func (f clusterFlag) resolve(ctx context.Context, s *cli.Session) (int64, error)
 	if f.Cluster != "" {
 		return clusterID(ctx, s, f.Cluster)
 	}
-	_, list, err := readList[cli.ClusterView](ctx, s, cli.ClustersPath)
+	l, err := s.VisibleClusters(ctx)
 	if err != nil {
 		return 0, err
 	}
+	list := l.Items
 	switch len(list) {
 	case 0:
 		return 0, &cli.ExitError{Code: cli.ExitNotFound, Msg: "you may see no cluster",
@@ -399,18 +371,16 @@ func (c *clusterShowCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		var raw json.RawMessage
-		_, err = s.Do(ctx, http.MethodGet, cli.AdminClustersPath+"/"+strconv.FormatInt(id, 10), nil, nil, &raw)
-		var ae *cli.APIError
-		if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
+		cl, err := s.Cluster(ctx, id)
+		if client.StatusOf(err) == http.StatusForbidden {
 			// Not an admin: the row of the list is what this caller may know.
-			it, list, err := readList[cli.ClusterView](ctx, s, cli.ClustersPath)
+			l, err := s.VisibleClusters(ctx)
 			if err != nil {
 				return err
 			}
-			for i, v := range list {
+			for i, v := range l.Items {
 				if v.ID == id {
-					return c.print(it.Raw[i], func() (cli.TableOf, error) { return cli.ClustersTable(list[i : i+1]), nil })
+					return c.print(l.Raw[i], func() cli.TableOf { return cli.ClustersTable(l.Items[i : i+1]) })
 				}
 			}
 			return &cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("cluster %d not found", id)}
@@ -418,13 +388,7 @@ func (c *clusterShowCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		return c.print(raw, func() (cli.TableOf, error) {
-			var cl cli.Cluster
-			if err := json.Unmarshal(raw, &cl); err != nil {
-				return cli.TableOf{}, err
-			}
-			return cli.ClusterTable(cl), nil
-		})
+		return c.print(cl.JSON(), func() cli.TableOf { return cli.ClusterTable(cl) })
 	})
 }
 
@@ -452,32 +416,21 @@ func (c *clusterAddCmd) Run() error {
 	if err != nil {
 		return cli.UsageErrorf("%v", err)
 	}
-	body := map[string]any{"name": c.Name, "endpoints": c.Endpoint, "tokenId": c.PVETokenID, "tokenSecret": secret}
-	if c.Fingerprint != "" {
-		body["tlsFingerprint"] = c.Fingerprint
-	}
+	req := client.ClusterCreate{Name: c.Name, Endpoints: c.Endpoint, TokenID: c.PVETokenID, TokenSecret: secret,
+		TLSFingerprint: c.Fingerprint, InsecureSkipVerify: c.InsecureSkipVerify}
 	if c.CACert != "" {
 		pem, err := os.ReadFile(c.CACert)
 		if err != nil {
 			return cli.UsageErrorf("--ca-cert: %v", err)
 		}
-		body["caCert"] = string(pem)
-	}
-	if c.InsecureSkipVerify {
-		body["insecureSkipVerify"] = true
+		req.CACert = string(pem)
 	}
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		var raw json.RawMessage
-		if _, err := s.Do(ctx, http.MethodPost, cli.AdminClustersPath, nil, body, &raw); err != nil {
+		cl, err := s.RegisterCluster(ctx, req)
+		if err != nil {
 			return err
 		}
-		return c.print(raw, func() (cli.TableOf, error) {
-			var cl cli.Cluster
-			if err := json.Unmarshal(raw, &cl); err != nil {
-				return cli.TableOf{}, err
-			}
-			return cli.ClusterTable(cl), nil
-		})
+		return c.print(cl.JSON(), func() cli.TableOf { return cli.ClusterTable(cl) })
 	})
 }
 
@@ -492,7 +445,7 @@ func (c *clusterRmCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Do(ctx, http.MethodDelete, cli.AdminClustersPath+"/"+strconv.FormatInt(id, 10), nil, nil, nil); err != nil {
+		if err := s.DeleteCluster(ctx, id); err != nil {
 			return err
 		}
 		say("cluster %d removed", id)
@@ -517,7 +470,11 @@ func (c *nodeListCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		return printList(ctx, s, c.output, cli.ClusterPath(id)+"/nodes", nil, cli.NodesTable)
+		l, err := s.Nodes(ctx, id)
+		if err != nil {
+			return err
+		}
+		return printList(c.output, l, cli.NodesTable)
 	})
 }
 
@@ -538,13 +495,17 @@ type userListCmd struct {
 
 func (c *userListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		return printList(ctx, s, c.output, cli.UsersPath, nil, cli.UsersTable)
+		l, err := s.Users(ctx)
+		if err != nil {
+			return err
+		}
+		return printList(c.output, l, cli.UsersTable)
 	})
 }
 
 // userID resolves a user given by id or e-mail.
 func userID(ctx context.Context, s *cli.Session, ref string) (int64, error) {
-	return idOrName(ctx, s, cli.UsersPath, ref, func(u cli.User) (string, int64) { return u.Email, u.ID },
+	return idOrName(ctx, ref, s.Users, func(u client.User) (string, int64) { return u.Email, u.ID },
 		&cli.ExitError{Code: cli.ExitNotFound, Msg: fmt.Sprintf("no user %q", ref), Hint: "see them with: vmgate user list"})
 }
 
@@ -583,18 +544,11 @@ func (c *userAddCmd) Run() error {
 		return cli.UsageErrorf("%v", err)
 	}
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		var raw json.RawMessage
-		body := map[string]any{"email": c.Email, "nickname": c.Nickname, "password": pw, "role": c.Role}
-		if _, err := s.Do(ctx, http.MethodPost, cli.UsersPath, nil, body, &raw); err != nil {
+		u, err := s.CreateUser(ctx, client.UserCreate{Email: c.Email, Nickname: c.Nickname, Password: pw, Role: c.Role})
+		if err != nil {
 			return err
 		}
-		return c.print(raw, func() (cli.TableOf, error) {
-			var u cli.User
-			if err := json.Unmarshal(raw, &u); err != nil {
-				return cli.TableOf{}, err
-			}
-			return cli.UsersTable([]cli.User{u}), nil
-		})
+		return c.print(u.JSON(), func() cli.TableOf { return cli.UsersTable([]client.User{u}) })
 	})
 }
 
@@ -610,8 +564,7 @@ func (c *userSetCmd) patch(disabled bool) error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Do(ctx, http.MethodPatch, cli.UsersPath+"/"+strconv.FormatInt(id, 10), nil,
-			map[string]any{"disabled": disabled}, nil); err != nil {
+		if _, err := s.UpdateUser(ctx, id, client.UserPatch{Disabled: &disabled}); err != nil {
 			return err
 		}
 		what := "enabled"
@@ -647,8 +600,7 @@ func (c *userPasswdCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Do(ctx, http.MethodPatch, cli.UsersPath+"/"+strconv.FormatInt(id, 10), nil,
-			map[string]any{"password": pw}, nil); err != nil {
+		if _, err := s.UpdateUser(ctx, id, client.UserPatch{Password: &pw}); err != nil {
 			return err
 		}
 		say("password of user %d set; their sessions ended", id)
@@ -669,7 +621,7 @@ func (c *grantCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Do(ctx, http.MethodPut, grantPath(cid, uid), nil, map[string]any{"role": c.Role}, nil); err != nil {
+		if _, err := s.PutGrant(ctx, cid, uid, c.Role); err != nil {
 			return err
 		}
 		say("user %d is %s on cluster %d", uid, c.Role, cid)
@@ -689,16 +641,12 @@ func (c *revokeCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Do(ctx, http.MethodDelete, grantPath(cid, uid), nil, nil, nil); err != nil {
+		if err := s.DeleteGrant(ctx, cid, uid); err != nil {
 			return err
 		}
 		say("user %d has no grant on cluster %d any more", uid, cid)
 		return nil
 	})
-}
-
-func grantPath(clusterID, userID int64) string {
-	return cli.AdminClustersPath + "/" + strconv.FormatInt(clusterID, 10) + "/grants/" + strconv.FormatInt(userID, 10)
 }
 
 func userAndCluster(ctx context.Context, s *cli.Session, user, cluster string) (int64, int64, error) {
@@ -717,37 +665,35 @@ type auditCmd struct {
 	Before  int64         `help:"Only records older than this id (the next page: the smallest id of the last)."`
 	User    string        `placeholder:"ID|EMAIL" help:"Only what this user did."`
 	Action  string        `help:"Only this action (auth.login_failed, vm.migrate, token.create, ...)."`
-	Cluster string        `placeholder:"ID" help:"Only this cluster."`
+	Cluster string        `placeholder:"ID|NAME" help:"Only this cluster."`
 	Result  string        `help:"Only this result (ok, denied, ...)."`
 	Since   time.Duration `help:"Only the last so long (e.g. 24h)."`
 }
 
 func (c *auditCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		q := url.Values{"limit": {strconv.Itoa(c.Limit)}}
-		if c.Before > 0 {
-			q.Set("before", strconv.FormatInt(c.Before, 10))
-		}
+		f := client.AuditFilter{Limit: c.Limit, Before: c.Before, Action: c.Action, Result: c.Result}
 		if c.User != "" {
 			id, err := userID(ctx, s, c.User)
 			if err != nil {
 				return err
 			}
-			q.Set("user", strconv.FormatInt(id, 10))
+			f.UserID = id
 		}
-		for k, v := range map[string]string{"action": c.Action, "cluster": c.Cluster, "result": c.Result} {
-			if v != "" {
-				q.Set(k, v)
-			}
-		}
-		if c.Since > 0 {
-			q.Set("from", time.Now().Add(-c.Since).UTC().Format(time.RFC3339))
-		}
-		var raw []json.RawMessage
-		if _, err := s.Do(ctx, http.MethodGet, cli.AuditPath, q, nil, &raw); err != nil {
+		cid, err := optionalCluster(ctx, s, c.Cluster)
+		if err != nil {
 			return err
 		}
-		return printItems(c.output, cli.Items{Raw: raw}, cli.AuditTable)
+		f.ClusterID = cid
+		if c.Since > 0 {
+			f.From = time.Now().Add(-c.Since)
+		}
+		l, err := s.Audit(ctx, f)
+		if err != nil {
+			return err
+		}
+		names := clusterNames(ctx, s)
+		return printList(c.output, l, func(list []client.AuditRecord) cli.TableOf { return cli.AuditTable(list, names) })
 	})
 }
 
@@ -769,12 +715,8 @@ type tokenCreateCmd struct {
 
 func (c *tokenCreateCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		body := map[string]any{"name": c.Name}
-		if c.ExpiresInDays != 0 {
-			body["expiresInDays"] = c.ExpiresInDays
-		}
+		req := client.TokenCreate{Name: c.Name, ExpiresInDays: c.ExpiresInDays}
 		if len(c.Grant) > 0 {
-			grants := make([]map[string]any, 0, len(c.Grant))
 			for _, g := range c.Grant {
 				ref, role, ok := strings.Cut(g, ":")
 				if !ok || (role != "operator" && role != "viewer") {
@@ -784,12 +726,11 @@ func (c *tokenCreateCmd) Run() error {
 				if err != nil {
 					return err
 				}
-				grants = append(grants, map[string]any{"clusterId": id, "role": role})
+				req.Grants = append(req.Grants, client.Grant{ClusterID: id, Role: role})
 			}
-			body["grants"] = grants
 		}
-		var raw json.RawMessage
-		if _, err := s.Do(ctx, http.MethodPost, cli.MyTokensPath, nil, body, &raw); err != nil {
+		tok, err := s.CreateToken(ctx, req)
+		if err != nil {
 			return err
 		}
 		f, err := cli.ChooseFormat(c.Output, os.Stdout)
@@ -797,16 +738,12 @@ func (c *tokenCreateCmd) Run() error {
 			return err
 		}
 		if f == cli.JSON {
-			return cli.WriteJSON(os.Stdout, raw)
-		}
-		var tok cli.CreatedAPIToken
-		if err := json.Unmarshal(raw, &tok); err != nil {
-			return err
+			return cli.WriteJSON(os.Stdout, tok.JSON())
 		}
 		// The secret alone on stdout, for TOKEN=$(vmgate token create ci -o table);
 		// what it is, on stderr.
 		show("%s", tok.Token)
-		say("API token %s (%s) until %s, grants: %s", tok.ID, tok.Name, cli.Stamp(tok.ExpiresAt), cli.GrantsText(tok.Grants))
+		say("API token %s (%s) until %s, grants: %s", tok.ID, tok.Name, cli.Stamp(tok.ExpiresAt), cli.GrantsText(tok.Grants, clusterNames(ctx, s)))
 		say("the secret above is shown this once: keep it in a secret store; send it as --token or $VMGATE_TOKEN")
 		return nil
 	})
@@ -820,20 +757,24 @@ type tokenListCmd struct {
 
 func (c *tokenListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		path := cli.MyTokensPath
+		var (
+			l   client.Listing[client.APIToken]
+			err error
+		)
 		if c.User != "" {
 			id, err := userID(ctx, s, c.User)
 			if err != nil {
 				return err
 			}
-			path = cli.UsersPath + "/" + strconv.FormatInt(id, 10) + "/tokens"
+			l, err = s.UserTokens(ctx, id)
+		} else {
+			l, err = s.Tokens(ctx)
 		}
-		it, err := s.List(ctx, path, nil)
 		if err != nil {
 			return err
 		}
-		now := time.Now()
-		return printItems(c.output, it, func(list []cli.APIToken) cli.TableOf { return cli.TokensTable(list, now) })
+		now, names := time.Now(), clusterNames(ctx, s)
+		return printList(c.output, l, func(list []client.APIToken) cli.TableOf { return cli.TokensTable(list, now, names) })
 	})
 }
 
@@ -845,15 +786,15 @@ type tokenRmCmd struct {
 
 func (c *tokenRmCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		path := cli.MyTokensPath + "/" + url.PathEscape(c.ID)
 		if c.User != "" {
 			id, err := userID(ctx, s, c.User)
 			if err != nil {
 				return err
 			}
-			path = cli.UsersPath + "/" + strconv.FormatInt(id, 10) + "/tokens/" + url.PathEscape(c.ID)
-		}
-		if _, err := s.Do(ctx, http.MethodDelete, path, nil, nil, nil); err != nil {
+			if err := s.DeleteUserToken(ctx, id, c.ID); err != nil {
+				return err
+			}
+		} else if err := s.DeleteToken(ctx, c.ID); err != nil {
 			return err
 		}
 		say("API token %s deleted: it stops working at once", c.ID)
@@ -880,14 +821,16 @@ type taskListCmd struct {
 
 func (c *taskListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		q, err := listQuery(ctx, s, c.Limit, c.Cluster)
+		cid, err := optionalCluster(ctx, s, c.Cluster)
 		if err != nil {
 			return err
 		}
-		if c.VMID != 0 {
-			q.Set("vmid", strconv.FormatInt(c.VMID, 10))
+		l, err := s.Tasks(ctx, client.TaskFilter{ClusterID: cid, VMID: c.VMID, Limit: c.Limit})
+		if err != nil {
+			return err
 		}
-		return printList(ctx, s, c.output, cli.TasksPath, q, cli.TasksTable)
+		names := clusterNames(ctx, s)
+		return printList(c.output, l, func(list []client.Task) cli.TableOf { return cli.TasksTable(list, names) })
 	})
 }
 
@@ -905,27 +848,20 @@ type taskShowCmd struct {
 
 func (c *taskShowCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		q := url.Values{}
-		if c.Cluster > 0 {
-			q.Set("clusterId", strconv.FormatInt(c.Cluster, 10))
-		}
-		var raw json.RawMessage
-		if _, err := s.Do(ctx, http.MethodGet, cli.TaskPath(c.UPID), q, nil, &raw); err != nil {
+		t, err := s.Task(ctx, c.UPID, client.TaskQuery{ClusterID: c.Cluster})
+		if err != nil {
 			return err
 		}
-		return c.print(raw, func() (cli.TableOf, error) {
-			var t cli.Task
-			if err := json.Unmarshal(raw, &t); err != nil {
-				return cli.TableOf{}, err
-			}
-			tab := cli.TasksTable([]cli.Task{t})
+		return c.print(t.JSON(), func() cli.TableOf {
+			tab := cli.TasksTable([]client.Task{t}, clusterNames(ctx, s))
 			tab.Header = append(tab.Header, "PROGRESS", "ERROR")
+			tab.Flex = append(tab.Flex, "ERROR")
 			progress := ""
 			if t.Progress != nil {
-				progress = fmt.Sprintf("%.0f%% %s", t.Progress.Percent, t.Progress.Phase)
+				progress = fmt.Sprintf("%.0f%%", t.Progress.Percent)
 			}
-			tab.Rows[0] = append(tab.Rows[0], progress, t.Error)
-			return tab, nil
+			tab.Rows[0] = append(tab.Rows[0], progress, t.ErrorLine())
+			return tab
 		})
 	})
 }
@@ -962,18 +898,32 @@ func (c *taskLogCmd) Run() error {
 // watch follows a task to its end and prints its summary; Ctrl-C stops watching,
 // not the task, and says how to pick it up again.
 func watch(ctx context.Context, s *cli.Session, upid, interrupted string) error {
-	t, err := s.Watch(ctx, upid, cli.WatchOptions{Progress: os.Stderr, Terminal: cli.IsTerminal(os.Stderr)})
+	t, err := cli.Watch(ctx, s.Client, upid, cli.WatchOptions{Progress: os.Stderr, Terminal: cli.IsTerminal(os.Stderr)})
 	if errors.Is(err, context.Canceled) {
 		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: interrupted, Hint: "follow it again: vmgate task watch " + upid}
 	}
 	if err != nil {
 		return err
 	}
-	show("%s", cli.Summary(t))
+	show("%s", cli.Summary(t, pveRate(ctx, s, t)))
 	if t.Result == "failed" {
 		return &cli.ExitError{Code: cli.ExitFailed, Msg: "the task failed", Hint: "its log: vmgate task log " + upid}
 	}
 	return nil
+}
+
+// pveRate is the average rate PVE's log gives for a migration that ended well
+// (issue 19 item 7: PVE's own figure, not one computed here), "" for other
+// tasks or when the log cannot be read.
+func pveRate(ctx context.Context, s *cli.Session, t client.Task) string {
+	if !t.IsMigration || (t.Result != "ok" && t.Result != "warnings") || t.UPID() == "" {
+		return ""
+	}
+	lines, err := s.TaskLog(ctx, t.UPID(), t.ClusterID)
+	if err != nil {
+		return ""
+	}
+	return cli.PVERate(lines)
 }
 
 // ---- VMs ----
@@ -988,31 +938,35 @@ type vmRef struct {
 
 func (v vmRef) args() string { return fmt.Sprintf("%s %s %d", v.Cluster, v.Node, v.VMID) }
 
-// clusterID resolves the cluster (a number is taken as it is, without a request).
-func (v vmRef) clusterID(ctx context.Context, s *cli.Session) (int64, error) {
-	return clusterID(ctx, s, v.Cluster)
-}
-
 type vmCmd struct {
 	List    vmListCmd    `cmd:"" help:"List a cluster's VMs, filtered; read in pages to the end."`
 	Status  vmStatusCmd  `cmd:"" help:"Show a VM's status."`
 	Start   vmStartCmd   `cmd:"" help:"Start a VM."`
-	Stop    vmStopCmd    `cmd:"" help:"Shut a VM down gracefully, or power it off with --force."`
+	Stop    vmStopCmd    `cmd:"" help:"Shut a VM down gracefully and wait for PVE's outcome, or power it off with --force."`
 	Reboot  vmRebootCmd  `cmd:"" help:"Reboot a VM."`
 	Suspend vmSuspendCmd `cmd:"" help:"Pause a VM, or hibernate it with --to-disk."`
 	Resume  vmResumeCmd  `cmd:"" help:"Resume a paused or hibernated VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
 }
 
+// listFilter are the filters of the guest lists.
+type listFilter struct {
+	Node     string `help:"Only the guests on this node."`
+	Status   string `help:"Only the guests in this state: running, stopped or unknown."`
+	Tag      string `help:"Only the guests with this tag."`
+	Q        string `name:"q" help:"Only the guests whose name holds this text (ignoring case) or whose vmid it is."`
+	PageSize int    `placeholder:"N" help:"Read the list in pages of N guests (default: one answer)."`
+}
+
+func (f listFilter) filter() client.GuestFilter {
+	return client.GuestFilter{Node: f.Node, Status: f.Status, Tag: f.Tag, Q: f.Q, PageSize: f.PageSize}
+}
+
 type vmListCmd struct {
 	conn
 	output
 	clusterFlag
-	Node     string `help:"Only the VMs on this node."`
-	Status   string `help:"Only the VMs in this state: running, stopped or unknown."`
-	Tag      string `help:"Only the VMs with this tag."`
-	Q        string `name:"q" help:"Only the VMs whose name holds this text (ignoring case) or whose vmid it is."`
-	PageSize int    `placeholder:"N" help:"Read the list in pages of N VMs (default: one answer)."`
+	listFilter
 }
 
 func (c *vmListCmd) Run() error {
@@ -1021,15 +975,20 @@ func (c *vmListCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		it, err := s.VMItems(ctx, id, cli.VMFilter{Node: c.Node, Status: c.Status, Tag: c.Tag, Q: c.Q, PageSize: c.PageSize})
+		l, err := s.VMs(ctx, id, c.filter())
 		if err != nil {
 			return err
 		}
-		if !it.AsOf.IsZero() && cli.IsTerminal(os.Stderr) {
-			say("%d VMs, as of %s", len(it.Raw), it.AsOf.Local().Format("15:04:05.000"))
-		}
-		return printItems(c.output, it, cli.VMsTable)
+		asOf(len(l.Items), "VMs", l.AsOf)
+		return printList(c.output, l, cli.VMsTable)
 	})
+}
+
+// asOf tells a person on a terminal when the list was read from PVE.
+func asOf(n int, what string, at time.Time) {
+	if !at.IsZero() && cli.IsTerminal(os.Stderr) {
+		say("%d %s, as of %s", n, what, at.Local().Format("15:04:05.000"))
+	}
 }
 
 type vmStatusCmd struct {
@@ -1038,36 +997,20 @@ type vmStatusCmd struct {
 	vmRef
 }
 
-func (c *vmStatusCmd) Run() error {
-	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		cid, err := c.clusterID(ctx, s)
+func (c *vmStatusCmd) Run() error { return guestStatus(c.conn, c.output, c.vmRef) }
+
+// guestStatus reads a guest's status and prints it.
+func guestStatus(c conn, o output, g guestArg) error {
+	return withSession(c, func(ctx context.Context, s *cli.Session) error {
+		ref, err := g.ref(ctx, s)
 		if err != nil {
 			return err
 		}
-		var raw json.RawMessage
-		if _, err := s.Do(ctx, http.MethodGet, cli.VMPath(cid, c.Node, c.VMID), nil, nil, &raw); err != nil {
-			return vmHint(err, c.vmRef, "status")
+		st, err := s.GuestStatus(ctx, ref)
+		if err != nil {
+			return g.hint(err, "status")
 		}
-		return c.print(raw, func() (cli.TableOf, error) {
-			var v struct {
-				cli.VM
-				QMPStatus string  `json:"qmpStatus"`
-				Uptime    int64   `json:"uptime"`
-				CPUs      float64 `json:"cpus"`
-				HA        struct {
-					Managed bool   `json:"managed"`
-					State   string `json:"state"`
-				} `json:"ha"`
-			}
-			if err := json.Unmarshal(raw, &v); err != nil {
-				return cli.TableOf{}, err
-			}
-			t := cli.TableOf{Header: []string{"VMID", "NAME", "NODE", "STATUS", "QMP", "LOCK", "HA", "UPTIME", "CPUS", "MEM"}}
-			t.Add(strconv.FormatInt(v.VMID, 10), v.Name, v.Node, v.Status, v.QMPStatus, v.Lock, v.HA.State,
-				cli.HumanDuration(time.Duration(v.Uptime)*time.Second), strconv.FormatFloat(v.CPUs, 'f', -1, 64),
-				cli.HumanBytes(v.MaxMem))
-			return t, nil
-		})
+		return o.print(st.JSON(), func() cli.TableOf { return cli.GuestStatusTable(st) })
 	})
 }
 
@@ -1077,59 +1020,140 @@ type vmStartCmd struct {
 	Wait int `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
 }
 
-func (c *vmStartCmd) Run() error { return power(c.conn, c.vmRef, "start", false, c.Wait, nil) }
+func (c *vmStartCmd) Run() error {
+	return power(c.conn, c.vmRef, "start", client.PowerOptions{Wait: &c.Wait})
+}
 
 type vmRebootCmd vmStartCmd
 
-func (c *vmRebootCmd) Run() error { return power(c.conn, c.vmRef, "reboot", false, c.Wait, nil) }
+func (c *vmRebootCmd) Run() error {
+	return power(c.conn, c.vmRef, "reboot", client.PowerOptions{Wait: &c.Wait})
+}
 
 type vmStopCmd struct {
 	conn
 	vmRef
+	stopFlags
+}
+
+// stopFlags are the flags of a graceful stop or a forced one.
+type stopFlags struct {
 	Force   bool `help:"Power off at once, even while a graceful shutdown hangs."`
 	Timeout *int `help:"Seconds PVE gives the guest to shut down (PVE's default: 60)."`
-	Wait    int  `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
+	Wait    *int `placeholder:"S" help:"Seconds to wait for PVE's outcome (default: the shutdown's timeout and a margin; 0: do not wait)."`
 }
 
-func (c *vmStopCmd) Run() error {
-	return power(c.conn, c.vmRef, "stop", c.Force, c.Wait, timeoutQuery(c.Timeout))
+// pveShutdownTimeout is PVE's own wait for a graceful shutdown when none is
+// given: qemu-server's shutdown (60 s) and lxc-stop's (60 s, pve-container
+// passes none). shutdownMargin covers what PVE does around it (a container's
+// vm_stop polls 5 s more) and the way to vmgate.
+const (
+	pveShutdownTimeout = 60
+	shutdownMargin     = 15
+)
+
+// powerOptions are the power options of a stop. A graceful one waits for PVE's
+// outcome by default (issue 19 item 2): the shutdown's timeout and a margin.
+func (f stopFlags) powerOptions() client.PowerOptions {
+	o := client.PowerOptions{Force: f.Force, Timeout: f.Timeout, Wait: f.Wait}
+	if o.Wait == nil && !f.Force {
+		wait := pveShutdownTimeout + shutdownMargin
+		if f.Timeout != nil {
+			wait = *f.Timeout + shutdownMargin
+		}
+		wait = min(wait, 300) // the API's most; the watch follows the task beyond it
+		o.Wait = &wait
+	}
+	return o
 }
 
-// guestArg is a command's guest, a VM (vmRef) or a container (ctRef): where the
-// API serves it, how a person names it, and the command that gets past an error.
+func (c *vmStopCmd) Run() error { return power(c.conn, c.vmRef, "stop", c.powerOptions()) }
+
+// guestArg is a command's guest, a VM (vmRef) or a container (ctRef): how a
+// person names it, and the command that gets past an error.
 type guestArg interface {
-	target() (kind, noun, cluster, node string, vmid int64)
+	ref(ctx context.Context, s *cli.Session) (client.GuestRef, error)
 	hint(err error, op string, target ...string) error
 }
 
-func (v vmRef) target() (kind, noun, cluster, node string, vmid int64) {
-	return cli.KindVM, "VM", v.Cluster, v.Node, v.VMID
+func (v vmRef) ref(ctx context.Context, s *cli.Session) (client.GuestRef, error) {
+	cid, err := clusterID(ctx, s, v.Cluster)
+	return client.VM(cid, v.Node, v.VMID), err
 }
 
 func (v vmRef) hint(err error, op string, target ...string) error {
 	return vmHint(err, v, op, target...)
 }
 
-// power runs one power operation on a guest and prints its outcome.
-func power(c conn, g guestArg, op string, force bool, wait int, extra url.Values) error {
-	kind, noun, cluster, node, vmid := g.target()
+// power runs one power operation on a guest and prints its outcome. A task that
+// still runs when vmgate's wait ends is followed to its end when the command
+// waits (a graceful stop), else named with the command that follows it.
+func power(c conn, g guestArg, op string, o client.PowerOptions) error {
 	return withSession(c, func(ctx context.Context, s *cli.Session) error {
-		cid, err := clusterID(ctx, s, cluster)
+		ref, err := g.ref(ctx, s)
 		if err != nil {
 			return err
 		}
-		upid, running, err := s.PowerGuest(ctx, kind, cid, node, vmid, op, force, wait, extra)
+		var res client.PowerResult
+		switch op {
+		case "start":
+			res, err = s.Start(ctx, ref, o)
+		case "stop":
+			res, err = s.Stop(ctx, ref, o)
+		case "reboot":
+			res, err = s.Reboot(ctx, ref, o)
+		case "suspend":
+			res, err = s.Suspend(ctx, ref, o)
+		case "resume":
+			res, err = s.Resume(ctx, ref, o)
+		}
 		if err != nil {
 			return g.hint(err, op)
 		}
-		if running {
-			show("%s %s %d: still running in PVE (%s)", op, noun, vmid, upid)
-			say("follow it: vmgate task watch %s", upid)
+		noun := ref.Kind.Noun()
+		if res.Running && op == "stop" && !o.Force && (o.Wait == nil || *o.Wait > 0) {
+			// PVE's shutdown outlasted vmgate's wait: its outcome is still to come.
+			return followStop(ctx, s, g, ref, res.TaskID)
+		}
+		if res.Running {
+			show("%s %s %d: still running in PVE (%s)", op, noun, ref.VMID, res.TaskID)
+			say("follow it: vmgate task watch %s", res.TaskID)
 			return nil
 		}
-		show("%s %s %d: done (%s)", op, noun, vmid, upid)
+		show("%s %s %d: done (%s)", op, noun, ref.VMID, res.TaskID)
 		return nil
 	})
+}
+
+// followStop follows a graceful stop's task to its end: done, or PVE's
+// shutdown timeout said as vmgate's API says it (shutdown_timeout, exit 4)
+// with the command that powers the guest off.
+func followStop(ctx context.Context, s *cli.Session, g guestArg, ref client.GuestRef, upid string) error {
+	say("stop %s %d: waiting for PVE's shutdown (%s)", ref.Kind.Noun(), ref.VMID, upid)
+	t, err := cli.Watch(ctx, s.Client, upid, cli.WatchOptions{})
+	if errors.Is(err, context.Canceled) {
+		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "watching stopped; the shutdown goes on in PVE",
+			Hint: "follow it again: vmgate task watch " + upid}
+	}
+	if err != nil {
+		return err
+	}
+	if t.Result == "failed" {
+		why := t.ErrorLine()
+		if why == "" {
+			why = t.Exit()
+		}
+		low := strings.ToLower(why)
+		if strings.Contains(low, "timeout") || strings.Contains(low, "did not stop") {
+			return g.hint(&client.APIError{Status: http.StatusConflict, Reason: errs.ReasonShutdownTimeout, TaskID: upid,
+				Message: fmt.Sprintf("%s %d did not shut down in time (PVE: %s)", ref.Kind.Noun(), ref.VMID, why),
+				Details: map[string]any{}, Header: http.Header{}}, "stop")
+		}
+		return &cli.ExitError{Code: cli.ExitFailed, Msg: fmt.Sprintf("stop %s %d failed: %s", ref.Kind.Noun(), ref.VMID, why),
+			Hint: "its log: vmgate task log " + upid}
+	}
+	show("stop %s %d: done (%s)", ref.Kind.Noun(), ref.VMID, upid)
+	return nil
 }
 
 type vmMigrateCmd struct {
@@ -1144,38 +1168,45 @@ type vmMigrateCmd struct {
 }
 
 func (c *vmMigrateCmd) Run() error {
-	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		req := cli.MigrateRequest{Target: c.Target, WithLocalDisks: c.WithLocalDisks, TargetStorage: c.TargetStorage, BWLimit: c.BWLimit}
-		if c.Offline {
-			f := false
-			req.Online = &f
-		}
-		cid, err := c.clusterID(ctx, s)
+	req := client.MigrateRequest{Target: c.Target, WithLocalDisks: c.WithLocalDisks, TargetStorage: c.TargetStorage, BWLimit: c.BWLimit}
+	if c.Offline {
+		f := false
+		req.Online = &f
+	}
+	return migrate(c.conn, c.vmRef, req, c.NoWatch)
+}
+
+// migrate starts a guest's migration and follows it to its end (or prints its
+// task with --no-watch).
+func migrate(c conn, g guestArg, req client.MigrateRequest, noWatch bool) error {
+	return withSession(c, func(ctx context.Context, s *cli.Session) error {
+		ref, err := g.ref(ctx, s)
 		if err != nil {
 			return err
 		}
-		upid, err := s.Migrate(ctx, cid, c.Node, c.VMID, req)
+		upid, err := s.Migrate(ctx, ref, req)
 		if errors.Is(err, context.Canceled) {
 			return &cli.ExitError{Code: cli.ExitInterrupted,
 				Msg:  "interrupted before vmgate answered: the migration may have started",
-				Hint: fmt.Sprintf("look for it: vmgate task list --vmid %d", c.VMID)}
+				Hint: fmt.Sprintf("look for it: vmgate task list --vmid %d", ref.VMID)}
 		}
 		if err != nil {
-			return vmHint(err, c.vmRef, "migrate", c.Target)
+			return g.hint(err, "migrate", req.Target)
 		}
-		if c.NoWatch {
+		if noWatch {
 			show("%s", upid)
 			return nil
 		}
-		say("migrating VM %d to %s: %s", c.VMID, c.Target, upid)
-		return watch(ctx, s, upid, fmt.Sprintf("interrupted: the migration of VM %d goes on", c.VMID))
+		noun := ref.Kind.Noun()
+		say("migrating %s %d to %s: %s", noun, ref.VMID, req.Target, upid)
+		return watch(ctx, s, upid, fmt.Sprintf("interrupted: the migration of %s %d goes on", noun, ref.VMID))
 	})
 }
 
 // vmHint adds to an API error about a VM the command that gets past it, in the
 // CLI's words.
 func vmHint(err error, v vmRef, op string, target ...string) error {
-	var ae *cli.APIError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status == http.StatusUnauthorized {
 		return err // the session explains it
 	}
@@ -1192,7 +1223,7 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 	case errs.ReasonVMLocked, errs.ReasonInProgress:
 		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %s --vmid %d", v.Cluster, v.VMID)
 	case errs.ReasonMigrationBlocked:
-		if _, ok := ae.Body["localDisks"]; ok {
+		if ae.HasDetail("localDisks") {
 			t := "TARGET"
 			if len(target) > 0 {
 				t = target[0]
@@ -1200,8 +1231,8 @@ func vmHint(err error, v vmRef, op string, target ...string) error {
 			e.Hint = "copy its local disks too: vmgate vm migrate " + v.args() + " --target " + t + " --with-local-disks"
 		}
 	case "not_found":
-		node, _ := ae.Body["node"].(string)
-		if kind, _ := ae.Body["kind"].(string); kind == "lxc" && node != "" {
+		node := ae.Detail("node")
+		if ae.Detail("kind") == "lxc" && node != "" {
 			e.Hint = fmt.Sprintf("%d is a container: vmgate ct %s %s %s %d", v.VMID, op, v.Cluster, node, v.VMID)
 		} else if node != "" && node != v.Node {
 			e.Hint = fmt.Sprintf("it is on %s: vmgate vm %s %s %s %d", node, op, v.Cluster, node, v.VMID)

@@ -44,7 +44,7 @@ func TestCompletionScripts(t *testing.T) {
 	if _, err := exec.LookPath("fish"); err == nil {
 		out, err := exec.Command("fish", "-c", `source $argv[1]; complete -C "vmgate vm mi"; complete -C "vmgate vm list -o "`,
 			filepath.Join(dir, "vmgate.fish")).CombinedOutput()
-		if got := strings.Fields(string(out)); err != nil || strings.Join(got, " ") != "migrate auto json table" {
+		if got := strings.Fields(string(out)); err != nil || strings.Join(got, " ") != "migrate auto json table wide" {
 			t.Errorf("fish completes %q (%v)", got, err)
 		}
 	}

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"strconv"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
 // `vmgate ct …`: LXC containers, through the API's /pve/lxc/ routes (the same
-// use cases as VMs, with PVE's container rules: docs/decisions/0080).
+// use cases as VMs, with PVE's container rules: docs/decisions/0080), and
+// `vmgate guest list`, the guests of both kinds.
 
 type ctRef struct {
 	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
@@ -25,8 +24,9 @@ func (v ctRef) args() string { return fmt.Sprintf("%s %s %d", v.Cluster, v.Node,
 
 type ctCmd struct {
 	List    ctListCmd    `cmd:"" help:"List a cluster's containers, filtered; read in pages to the end."`
+	Status  ctStatusCmd  `cmd:"" help:"Show a container's status."`
 	Start   ctStartCmd   `cmd:"" help:"Start a container."`
-	Stop    ctStopCmd    `cmd:"" help:"Shut a container down gracefully, or stop it at once with --force."`
+	Stop    ctStopCmd    `cmd:"" help:"Shut a container down gracefully and wait for PVE's outcome, or stop it at once with --force."`
 	Reboot  ctRebootCmd  `cmd:"" help:"Reboot a container."`
 	Migrate ctMigrateCmd `cmd:"" help:"Move a container to another node (a running one with --restart) and follow the task."`
 }
@@ -35,11 +35,7 @@ type ctListCmd struct {
 	conn
 	output
 	clusterFlag
-	Node     string `help:"Only the containers on this node."`
-	Status   string `help:"Only the containers in this state: running, stopped or unknown."`
-	Tag      string `help:"Only the containers with this tag."`
-	Q        string `name:"q" help:"Only the containers whose name holds this text (ignoring case) or whose vmid it is."`
-	PageSize int    `placeholder:"N" help:"Read the list in pages of N containers (default: one answer)."`
+	listFilter
 }
 
 func (c *ctListCmd) Run() error {
@@ -48,16 +44,22 @@ func (c *ctListCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		it, err := s.CTItems(ctx, id, cli.VMFilter{Node: c.Node, Status: c.Status, Tag: c.Tag, Q: c.Q, PageSize: c.PageSize})
+		l, err := containers(ctx, s, id, c.filter())
 		if err != nil {
 			return err
 		}
-		if !it.AsOf.IsZero() && cli.IsTerminal(os.Stderr) {
-			say("%d containers, as of %s", len(it.Raw), it.AsOf.Local().Format("15:04:05.000"))
-		}
-		return printItems(c.output, it, cli.VMsTable)
+		asOf(len(l.Items), "containers", l.AsOf)
+		return printList(c.output, l, func(list []client.Guest) cli.TableOf { return cli.GuestsTable(list, nil, false) })
 	})
 }
+
+type ctStatusCmd struct {
+	conn
+	output
+	ctRef
+}
+
+func (c *ctStatusCmd) Run() error { return guestStatus(c.conn, c.output, c.ctRef) }
 
 type ctStartCmd struct {
 	conn
@@ -65,7 +67,9 @@ type ctStartCmd struct {
 	Wait int `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
 }
 
-func (c *ctStartCmd) Run() error { return power(c.conn, c.ctRef, "start", false, c.Wait, nil) }
+func (c *ctStartCmd) Run() error {
+	return power(c.conn, c.ctRef, "start", client.PowerOptions{Wait: &c.Wait})
+}
 
 type ctRebootCmd struct {
 	conn
@@ -75,30 +79,20 @@ type ctRebootCmd struct {
 }
 
 func (c *ctRebootCmd) Run() error {
-	return power(c.conn, c.ctRef, "reboot", false, c.Wait, timeoutQuery(c.Timeout))
+	return power(c.conn, c.ctRef, "reboot", client.PowerOptions{Wait: &c.Wait, Timeout: c.Timeout})
 }
 
 type ctStopCmd struct {
 	conn
 	ctRef
-	Force   bool `help:"Stop at once, even while a graceful shutdown hangs."`
-	Timeout *int `help:"Seconds PVE gives the container to shut down (PVE's default: 60)."`
-	Wait    int  `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
+	stopFlags
 }
 
-func (c *ctStopCmd) Run() error {
-	return power(c.conn, c.ctRef, "stop", c.Force, c.Wait, timeoutQuery(c.Timeout))
-}
+func (c *ctStopCmd) Run() error { return power(c.conn, c.ctRef, "stop", c.powerOptions()) }
 
-func timeoutQuery(t *int) url.Values {
-	if t == nil {
-		return nil
-	}
-	return url.Values{"timeout": {strconv.Itoa(*t)}}
-}
-
-func (v ctRef) target() (kind, noun, cluster, node string, vmid int64) {
-	return cli.KindCT, "CT", v.Cluster, v.Node, v.VMID
+func (v ctRef) ref(ctx context.Context, s *cli.Session) (client.GuestRef, error) {
+	cid, err := clusterID(ctx, s, v.Cluster)
+	return client.CT(cid, v.Node, v.VMID), err
 }
 
 func (v ctRef) hint(err error, op string, target ...string) error {
@@ -117,34 +111,21 @@ type ctMigrateCmd struct {
 }
 
 func (c *ctMigrateCmd) Run() error {
-	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		req := cli.MigrateRequest{Target: c.Target, Restart: c.Restart, Timeout: c.Timeout,
-			TargetStorage: c.TargetStorage, BWLimit: c.BWLimit}
-		cid, err := clusterID(ctx, s, c.Cluster)
-		if err != nil {
-			return err
-		}
-		upid, err := s.MigrateGuest(ctx, cli.KindCT, cid, c.Node, c.VMID, req)
-		if errors.Is(err, context.Canceled) {
-			return &cli.ExitError{Code: cli.ExitInterrupted,
-				Msg:  "interrupted before vmgate answered: the migration may have started",
-				Hint: fmt.Sprintf("look for it: vmgate task list --vmid %d", c.VMID)}
-		}
-		if err != nil {
-			return c.hint(err, "migrate", c.Target)
-		}
-		if c.NoWatch {
-			show("%s", upid)
-			return nil
-		}
-		say("migrating CT %d to %s: %s", c.VMID, c.Target, upid)
-		return watch(ctx, s, upid, fmt.Sprintf("interrupted: the migration of CT %d goes on", c.VMID))
-	})
+	req := client.MigrateRequest{Target: c.Target, Timeout: c.Timeout, TargetStorage: c.TargetStorage, BWLimit: c.BWLimit}
+	if c.Restart {
+		req.Restart = &c.Restart
+	} else {
+		// Without --restart a running container is refused with the command that
+		// moves it (the API's default would restart it unasked).
+		no := false
+		req.Restart = &no
+	}
+	return migrate(c.conn, c.ctRef, req, c.NoWatch)
 }
 
 // ctHint adds to an API error about a container the command that gets past it.
 func ctHint(err error, v ctRef, op string, target ...string) error {
-	var ae *cli.APIError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status == 401 {
 		return err // the session explains it
 	}
@@ -152,19 +133,76 @@ func ctHint(err error, v ctRef, op string, target ...string) error {
 	switch ae.Reason {
 	case errs.ReasonShutdownTimeout:
 		e.Hint = "stop it at once: vmgate ct stop " + v.args() + " --force"
-	case errs.ReasonVMRunning:
+	case errs.ReasonVMRunning, "ct_running":
 		if op == "migrate" && len(target) > 0 {
 			e.Hint = "move it by a restart: vmgate ct migrate " + v.args() + " --target " + target[0] + " --restart"
 		}
 	case errs.ReasonVMLocked, errs.ReasonInProgress:
 		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %s --vmid %d", v.Cluster, v.VMID)
 	case "not_found":
-		node, _ := ae.Body["node"].(string)
-		if kind, _ := ae.Body["kind"].(string); kind == "qemu" && node != "" {
+		node := ae.Detail("node")
+		if ae.Detail("kind") == "qemu" && node != "" {
 			e.Hint = fmt.Sprintf("%d is a VM: vmgate vm %s %s %s %d", v.VMID, op, v.Cluster, node, v.VMID)
 		} else if node != "" && node != v.Node {
 			e.Hint = fmt.Sprintf("it is on %s: vmgate ct %s %s %s %d", node, op, v.Cluster, node, v.VMID)
 		}
 	}
 	return e
+}
+
+// containers lists a cluster's containers: the guest list of type lxc (GET
+// /pve/clusters/{id}/guests?type=lxc, issue 18).
+func containers(ctx context.Context, s *cli.Session, clusterID int64, f client.GuestFilter) (client.Listing[client.Guest], error) {
+	f.Type = client.LXC
+	return s.ClusterGuests(ctx, clusterID, f)
+}
+
+// ---- guests of both kinds ----
+
+type guestCmd struct {
+	List guestListCmd `cmd:"" help:"List VMs and containers, with a TYPE column: of one cluster (--cluster) or of every cluster you may see."`
+}
+
+type guestListCmd struct {
+	conn
+	output
+	listFilter
+	Cluster string `env:"VMGATE_CLUSTER" placeholder:"ID|NAME" help:"Only this cluster's guests (default: every cluster you may see)."`
+	Type    string `enum:",qemu,lxc" default:"" help:"Only this kind: qemu (VMs) or lxc (containers)."`
+	Pool    string `help:"Only the guests in this PVE pool."`
+}
+
+func (c *guestListCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		f := c.filter()
+		f.Type, f.Pool = client.GuestKind(c.Type), c.Pool
+		var (
+			l     client.Listing[client.Guest]
+			err   error
+			fleet = c.Cluster == ""
+		)
+		if fleet {
+			var fl client.FleetGuests
+			fl, err = s.Guests(ctx, f)
+			l = fl.Listing
+			for _, u := range fl.Unavailable {
+				say("cluster %s (%d) could not be read, its guests are missing: %s", u.ClusterName, u.ClusterID, u.Message)
+			}
+		} else {
+			id, rerr := clusterID(ctx, s, c.Cluster)
+			if rerr != nil {
+				return rerr
+			}
+			l, err = s.ClusterGuests(ctx, id, f)
+		}
+		if err != nil {
+			return err
+		}
+		asOf(len(l.Items), "guests", l.AsOf)
+		var names cli.ClusterNames
+		if fleet {
+			names = clusterNames(ctx, s)
+		}
+		return printList(c.output, l, func(list []client.Guest) cli.TableOf { return cli.GuestsTable(list, names, fleet) })
+	})
 }

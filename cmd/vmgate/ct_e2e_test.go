@@ -13,7 +13,7 @@ func TestCLIContainers(t *testing.T) {
 	const pw = "containers on the command line"
 	_, _, c, _ := startLab(t, pw, "--speed", "50", "--auth-delay", "0s")
 	env := cliEnv(t)
-	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
+	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
 
 	r := runCLI(t, env, "", "ct", "list", "-o", "table").want(t, 0, "ct list")
 	if got := column(t, r.stdout, "VMID"); strings.Join(got, " ") != "200 201 202 203" {

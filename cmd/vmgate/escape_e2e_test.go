@@ -44,7 +44,7 @@ func TestCLIEscapesWhatPVESays(t *testing.T) {
 	const pw = "escape every control"
 	_, vmgate, c, _ := startLabOn(t, pw, simInfo{URL: ep.URL, Fingerprint: ep.Fingerprint, Token: sim.DevToken()})
 	env := cliEnv(t)
-	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
+	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
 
 	clean := func(what string, r result) {
 		t.Helper()
@@ -54,7 +54,8 @@ func TestCLIEscapesWhatPVESays(t *testing.T) {
 			}
 		}
 	}
-	r := runCLI(t, env, "", "vm", "list", "--cluster", "lab", "--node", "pve1", "-o", "table").want(t, 0, "vm list")
+	// -o wide: whole values (a table cuts a long name short to fit 100 columns).
+	r := runCLI(t, env, "", "vm", "list", "--cluster", "lab", "--node", "pve1", "-o", "wide").want(t, 0, "vm list")
 	clean("vm list", r)
 	if !strings.Contains(r.stdout, "web"+titleEs+clearEs+linkEs) || !strings.Contains(r.stdout, "prod,"+clearEs+",bell\\x07") {
 		t.Fatalf("vm list does not show the name and tags escaped:\n%s", r.stdout)

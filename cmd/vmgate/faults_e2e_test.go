@@ -17,8 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -34,7 +33,7 @@ type lab struct {
 	dir     string
 	env     []string // the server's
 	srv     *proc
-	client  *cli.Client
+	client  *client.Client
 	cluster int64
 	metrics *http.Client // busyConnections' own
 }
@@ -58,13 +57,9 @@ func newLab(t *testing.T, ctx context.Context, opts pvesim.Options, env ...strin
 		t.Fatalf("login: %v", err)
 	}
 	tokenID, secret, _ := strings.Cut(info.Token, "=")
-	var cl struct {
-		ID int64 `json:"id"`
-	}
-	if _, err := l.client.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{
-		"name": "lab", "endpoints": []string{info.URL}, "tokenId": tokenID, "tokenSecret": secret,
-		"tlsFingerprint": info.Fingerprint,
-	}, &cl); err != nil {
+	cl, err := l.client.RegisterCluster(ctx, client.ClusterCreate{Name: "lab", Endpoints: []string{info.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: info.Fingerprint})
+	if err != nil {
 		t.Fatalf("register the cluster: %v", err)
 	}
 	l.cluster = cl.ID
@@ -76,11 +71,11 @@ func (l *lab) startServer(t *testing.T) {
 	t.Helper()
 	l.srv = start(t, l.env, "server", "--data-dir", l.dir, "--listen", "127.0.0.1:0", "--log-level", "debug")
 	base := l.srv.line(t, listening)[1]
-	if l.client == nil {
-		l.client = checkedClient(t, base, "")
-	} else {
-		l.client.BaseURL = base
+	token := ""
+	if l.client != nil {
+		token = l.client.Token()
 	}
+	l.client = checkedClient(t, base, token)
 }
 
 // pvePOSTs is how many requests the emulator received for a POST route.
@@ -94,7 +89,7 @@ func (l *lab) busyConnections(t *testing.T) int {
 	if l.metrics == nil {
 		l.metrics = &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
 	}
-	resp, err := l.metrics.Get(l.client.BaseURL + "/metrics")
+	resp, err := l.metrics.Get(l.client.BaseURL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,17 +139,17 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 	// through the stop, and VM 104's shutdown waits, however busy the machine.
 	l := newLab(t, ctx, pvesim.Options{Speed: frozen})
 	c := l.client
-	upid, err := c.Migrate(ctx, l.cluster, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	upid, err := c.Migrate(ctx, client.VM(l.cluster, "pve1", 100), client.MigrateRequest{Target: "pve2"})
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 
 	// The event stream.
-	req, err := http.NewRequestWithContext(ctx, "GET", c.BaseURL+"/api/v1/pve/task/"+upid+"/events", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", c.BaseURL()+"/api/v1/pve/task/"+upid+"/events", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Authorization", "Bearer "+c.Token())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("event stream: %v %v", resp, err)
@@ -187,29 +182,25 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 	// The long-poll and the power operation waiting for its task (VM 104's
 	// guest ignores ACPI: its shutdown runs until PVE gives up, 60 s).
 	type answer struct {
-		task cli.Task
-		err  error
-		hdr  http.Header
+		task   client.Task
+		err    error
+		taskID string
 	}
 	// The long-poll goes on a connection of its own, opened and served once first
 	// (the server counts it idle between requests), so that the metrics tell when
 	// the server has read the long-poll: that connection turns busy. A busy
 	// connection is never closed by the stop; one not yet read might be
 	// (http.Server.Shutdown closes idle ones), and a sleep could not know.
-	poller := cli.NewClient(c.BaseURL, c.Token)
-	poller.HTTP.Transport = apitest.Transport(t, &http.Transport{MaxConnsPerHost: 1})
-	if _, err := poller.Task(ctx, upid, 0, 0); err != nil {
+	poller := checkedClientVia(t, c.BaseURL(), c.Token(), &http.Transport{MaxConnsPerHost: 1})
+	if _, err := poller.Task(ctx, upid, client.TaskQuery{}); err != nil {
 		t.Fatalf("task: %v", err)
 	}
 	polled := make(chan answer, 1)
 	powered := make(chan answer, 1)
 	go func() {
-		r, err := c.Do(ctx, http.MethodPost, cli.VMPath(l.cluster, "pve3", 104)+"/stop", map[string][]string{"wait": {"60"}}, nil, nil)
-		a := answer{err: err}
-		if r != nil {
-			a.hdr = r.Header
-			a.task.Status = map[int]string{200: "done", 202: "accepted"}[r.Status]
-		}
+		r, err := c.Stop(ctx, client.VM(l.cluster, "pve3", 104), client.PowerOptions{Wait: ptr(60)})
+		a := answer{err: err, taskID: r.TaskID}
+		a.task.Status = map[bool]string{false: "done", true: "accepted"}[r.Running]
 		powered <- a
 	}()
 	// The power operation waits once PVE has its shutdown task; then the busy
@@ -222,7 +213,7 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 		return l.busyConnections(t) == 3
 	})
 	go func() {
-		tk, err := poller.Task(ctx, upid, 0, 60)
+		tk, err := poller.Task(ctx, upid, client.TaskQuery{Wait: 60})
 		polled <- answer{task: tk, err: err}
 	}()
 	testkit.Until(t, "the server read the long-poll (its connection is busy)", func() bool {
@@ -252,8 +243,8 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 	if p := <-polled; p.err != nil || p.task.Status != "running" {
 		t.Errorf("the long-poll: %+v %v, want the running migration", p.task, p.err)
 	}
-	if p := <-powered; p.err != nil || p.task.Status != "accepted" || p.hdr.Get("X-Task-Id") == "" {
-		t.Errorf("the power operation: %+v %v %v, want 202 with its task", p.task, p.err, p.hdr)
+	if p := <-powered; p.err != nil || p.task.Status != "accepted" || p.taskID == "" {
+		t.Errorf("the power operation: %+v %v %q, want 202 with its task", p.task, p.err, p.taskID)
 	}
 	for _, route := range []string{"/nodes/{node}/qemu/{vmid}/status/shutdown", "/nodes/{node}/qemu/{vmid}/migrate"} {
 		if n := l.pvePOSTs(t, route); n != 1 {
@@ -263,10 +254,11 @@ func TestGracefulStopOnRealBinary(t *testing.T) {
 
 	// The tasks stayed in the store: a restarted server follows the migration.
 	l.startServer(t)
+	c = l.client
 	l.sim.SetSpeed(20) // a live migration of VM 100: 20 s emulated, 1 s here
-	var tk cli.Task
+	var tk client.Task
 	testkit.Until(t, "the migration's end after the restart", func() bool {
-		if tk, err = c.Task(ctx, upid, 0, 10); err != nil {
+		if tk, err = c.Task(ctx, upid, client.TaskQuery{Wait: 10}); err != nil {
 			t.Fatalf("task after the restart: %v", err)
 		}
 		return tk.Status == "stopped"
@@ -292,34 +284,35 @@ func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 	l := newLab(t, ctx, pvesim.Options{Speed: 5}, "VMGATE_KEY_LEASE=3s")
 	c := l.client
 	const route = "/nodes/{node}/qemu/{vmid}/status/shutdown"
-	path := cli.VMPath(l.cluster, "pve3", 104) + "/stop"
-	query := map[string][]string{"wait": {"60"}, "timeout": {"5"}} // the guest ignores ACPI: PVE gives up after 5 s
-	key := http.Header{"Idempotency-Key": {"stop-104-once"}}
-	go c.DoWithHeaders(ctx, http.MethodPost, path, query, key, nil, nil) // killed while it waits
+	vm := client.VM(l.cluster, "pve3", 104)
+	stop := client.PowerOptions{Wait: ptr(60), Timeout: ptr(5)} // the guest ignores ACPI: PVE gives up after 5 s
+	key := client.IdempotencyKey("stop-104-once")
+	go c.Stop(ctx, vm, stop, key) // killed while it waits
 	testkit.Until(t, "the stop at PVE", func() bool { return l.pvePOSTs(t, route) > 0 })
 	l.srv.cmd.Process.Kill()
 	l.srv.cmd.Wait()
 	killed := time.Now()
 
 	l.startServer(t)
+	c = l.client
 	testkit.Eventually(t, "VM 104's stop ended at PVE, seen by the restarted process", func() error {
-		var tasks []cli.Task
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/pve/tasks", map[string][]string{"vmid": {"104"}}, nil, &tasks); err != nil {
+		tasks, err := c.Tasks(ctx, client.TaskFilter{VMID: 104})
+		if err != nil {
 			t.Fatalf("task list: %v", err)
 		}
-		for _, tk := range tasks {
+		for _, tk := range tasks.Items {
 			if tk.Type == "qmshutdown" && tk.Status == "stopped" {
 				return nil
 			}
 		}
 		return fmt.Errorf("VM 104's tasks: %+v", tasks)
 	})
-	var r *cli.Response
+	var r client.PowerResult
 	var err error
 	inProgress := 0
 	testkit.Until(t, "the key no longer in progress after the kill", func() bool {
-		r, err = c.DoWithHeaders(ctx, http.MethodPost, path, query, key, nil, nil)
-		var ae *cli.APIError
+		r, err = c.Stop(ctx, vm, stop, key)
+		var ae *client.APIError
 		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Reason != "in_progress" {
 			return true
 		}
@@ -327,9 +320,9 @@ func TestIdempotencyKeySurvivesKill9(t *testing.T) {
 		return false
 	})
 	t.Logf("the retry got the real outcome %v after the kill (after %d answers in_progress)", time.Since(killed).Round(time.Second), inProgress)
-	var ae *cli.APIError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Reason != "shutdown_timeout" ||
-		ae.Header.Get("Idempotent-Replayed") != "true" || ae.Header.Get("X-Task-Id") == "" {
+		ae.Header.Get("Idempotent-Replayed") != "true" || ae.TaskID == "" {
 		t.Fatalf("the retry after the restart: %v %+v, want the replayed 409 shutdown_timeout with its task\n%s", r, err, l.srv.log())
 	}
 	if n := l.pvePOSTs(t, route); n != 1 {
@@ -352,7 +345,7 @@ func TestGracefulStopInDevMode(t *testing.T) {
 	if _, err := c.Login(ctx, "admin@vmgate.local", pw); err != nil {
 		t.Fatalf("login: %v", err)
 	}
-	upid, err := c.Migrate(ctx, 1, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	upid, err := c.Migrate(ctx, client.VM(1, "pve1", 100), client.MigrateRequest{Target: "pve2"})
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
@@ -360,7 +353,7 @@ func TestGracefulStopInDevMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Authorization", "Bearer "+c.Token())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("event stream: %v %v", resp, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -94,7 +95,7 @@ func TestDatabaseCopyMintsNoToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := func(token string) int {
-		_, err := checkedClient(t, base, token).Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil)
+		_, err := checkedClient(t, base, token).Me(ctx)
 		if err == nil {
 			return http.StatusOK
 		}
@@ -167,7 +168,7 @@ func TestKeyRotationOnRealBinary(t *testing.T) {
 	t.Parallel()
 	const pw = "rotate every key please"
 	dir, srv, c, clusterID := startLab(t, pw, "--auth-delay", "0s")
-	base, t0 := c.BaseURL, c.Token
+	base, t0 := c.BaseURL(), c.Token()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 
@@ -178,11 +179,12 @@ func TestKeyRotationOnRealBinary(t *testing.T) {
 	}
 	// A second session, refreshed until its token is signed with the new key.
 	other := checkedClient(t, base, "")
-	t1, err := other.Login(ctx, "ops@example.com", pw)
-	if err != nil {
+	if _, err := other.Login(ctx, "ops@example.com", pw); err != nil {
 		t.Fatal(err)
 	}
+	var t1 client.Token
 	testkit.Eventually(t, "a token signed with the new key "+m[1], func() error {
+		var err error
 		if t1, err = other.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +193,7 @@ func TestKeyRotationOnRealBinary(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := checkedClient(t, base, t0).Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+	if _, err := checkedClient(t, base, t0).Me(ctx); err != nil {
 		t.Fatalf("a token of the old key after the rotation: %v", err)
 	}
 
@@ -212,25 +214,22 @@ func TestKeyRotationOnRealBinary(t *testing.T) {
 
 	srv2 := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
 	c2 := checkedClient(t, srv2.line(t, listening)[1], t1.Token)
-	if _, err := c2.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+	if _, err := c2.Me(ctx); err != nil {
 		t.Fatalf("a token from before the rotation of the key file: %v\n%s", err, srv2.log())
 	}
-	if _, err := c2.Do(ctx, http.MethodGet, fmt.Sprintf("/api/v1/pve/clusters/%d/vms", clusterID), nil, nil, nil); err != nil {
+	if _, err := c2.VMs(ctx, clusterID, client.GuestFilter{}); err != nil {
 		t.Fatalf("the cluster's resealed token secret: %v\n%s", err, srv2.log())
 	}
-	var recs []struct {
-		Action string `json:"action"`
-		Result string `json:"result"`
-	}
-	if _, err := c2.Do(ctx, http.MethodGet, "/api/v1/audit", nil, nil, &recs); err != nil {
+	recs, err := c2.Audit(ctx, client.AuditFilter{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]string{}
-	for _, r := range recs {
+	for _, r := range recs.Items {
 		seen[r.Action] = r.Result
 	}
 	if seen["keys.rotate_signing"] != "ok" || seen["keys.rotate_seal"] != "ok" {
-		t.Fatalf("audit trail: %+v", recs)
+		t.Fatalf("audit trail: %+v", recs.Items)
 	}
 
 	refused := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--secret-key-file", oldFile)

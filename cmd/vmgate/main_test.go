@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,8 +20,8 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/api"
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -78,6 +77,13 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd with its output captured, and ends it with SIGTERM when the
+// test ends if it is still running.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -161,19 +167,27 @@ var jwtPattern = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A
 // checkedClient is a client of the server at base whose every answer is validated
 // against api/openapi.yaml (internal/apitest): a test fails on an answer of the real
 // binary that the document does not describe.
-func checkedClient(t *testing.T, base, token string) *cli.Client {
-	c := cli.NewClient(base, token)
-	c.HTTP.Transport = apitest.Transport(t, nil)
-	return c
+// The client decodes strictly: a field of an answer that the client package's
+// types do not know fails the test, so the types cannot drift from the API.
+func checkedClient(t *testing.T, base, token string) *client.Client {
+	return checkedClientVia(t, base, token, nil)
 }
 
-func status(err error) int {
-	var ae *cli.APIError
-	if errors.As(err, &ae) {
-		return ae.Status
+// checkedClientVia is checkedClient with requests through tr (nil: a transport
+// of its own) and more options.
+func checkedClientVia(t *testing.T, base, token string, tr *http.Transport, opts ...client.Option) *client.Client {
+	var via http.RoundTripper // not a nil *http.Transport: apitest.Transport takes nil for its own
+	if tr != nil {
+		via = tr
 	}
-	return 0
+	opts = append([]client.Option{client.WithToken(token), client.WithStrictDecoding(),
+		client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, via), Timeout: 6 * time.Minute})}, opts...)
+	return client.New(base, opts...)
 }
+
+func ptr[T any](v T) *T { return &v }
+
+func status(err error) int { return client.StatusOf(err) }
 
 // TestTokenLifecycleOnRealBinary walks login → refresh → old token rejected →
 // logout → new token rejected against `vmgate server --dev` on a free port, then
@@ -191,7 +205,7 @@ func TestTokenLifecycleOnRealBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("login: %v", err)
 	}
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+	if _, err := c.Me(ctx); err != nil {
 		t.Fatalf("me with the first token: %v", err)
 	}
 	t1, err := c.Refresh(ctx)
@@ -199,10 +213,10 @@ func TestTokenLifecycleOnRealBinary(t *testing.T) {
 		t.Fatalf("refresh: %v", err)
 	}
 	old := checkedClient(t, base, t0.Token)
-	if _, err := old.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
+	if _, err := old.Me(ctx); status(err) != http.StatusUnauthorized {
 		t.Fatalf("old token after refresh: got %v, want 401", err)
 	}
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/pve/clusters/1/vms", nil, nil, nil); err != nil {
+	if _, err := c.VMs(ctx, 1, client.GuestFilter{}); err != nil {
 		t.Fatalf("VM list with the new token: %v", err)
 	}
 	// The binary serves the embedded document, converted to JSON as it is.
@@ -211,7 +225,7 @@ func TestTokenLifecycleOnRealBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/api/v1/openapi.json", "/healthz", "/readyz", "/metrics"} {
-		resp, err := c.HTTP.Get(base + path)
+		resp, err := c.HTTPClient().Get(base + path)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -228,7 +242,7 @@ func TestTokenLifecycleOnRealBinary(t *testing.T) {
 		t.Fatalf("logout: %v", err)
 	}
 	now := checkedClient(t, base, t1.Token)
-	if _, err := now.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
+	if _, err := now.Me(ctx); status(err) != http.StatusUnauthorized {
 		t.Fatalf("new token after logout: got %v, want 401", err)
 	}
 
@@ -291,13 +305,13 @@ const frozen = 0.001
 // on a fresh data directory, logs in as an admin created with password pw, and
 // registers the cluster. It returns the data directory, the server, the logged-in
 // client and the cluster's id.
-func startLab(t *testing.T, pw string, simArgs ...string) (dir string, srv *proc, c *cli.Client, clusterID int64) {
+func startLab(t *testing.T, pw string, simArgs ...string) (dir string, srv *proc, c *client.Client, clusterID int64) {
 	t.Helper()
 	return startLabOn(t, pw, startSim(t, simArgs...))
 }
 
 // startLabOn is startLab on an emulated cluster that runs already (info).
-func startLabOn(t *testing.T, pw string, info simInfo) (dir string, srv *proc, c *cli.Client, clusterID int64) {
+func startLabOn(t *testing.T, pw string, info simInfo) (dir string, srv *proc, c *client.Client, clusterID int64) {
 	t.Helper()
 	dir = t.TempDir()
 	createAdmin(t, dir, "ops@example.com", pw)
@@ -309,13 +323,9 @@ func startLabOn(t *testing.T, pw string, info simInfo) (dir string, srv *proc, c
 		t.Fatalf("login: %v", err)
 	}
 	tokenID, secret, _ := strings.Cut(info.Token, "=")
-	var cl struct {
-		ID int64 `json:"id"`
-	}
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{
-		"name": "lab", "endpoints": []string{info.URL}, "tokenId": tokenID, "tokenSecret": secret,
-		"tlsFingerprint": info.Fingerprint,
-	}, &cl); err != nil {
+	cl, err := c.RegisterCluster(ctx, client.ClusterCreate{Name: "lab", Endpoints: []string{info.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: info.Fingerprint})
+	if err != nil {
 		t.Fatalf("register the cluster: %v", err)
 	}
 	return dir, srv, c, cl.ID
@@ -342,11 +352,11 @@ func TestKill9DuringMigration(t *testing.T) {
 	dir, srv, c, clusterID := startLabOn(t, "kill nine recovery pass", info)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	upid, err := c.Migrate(ctx, clusterID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
+	upid, err := c.Migrate(ctx, client.VM(clusterID, "pve1", 100), client.MigrateRequest{Target: "pve2"})
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if tk, err := c.Task(ctx, upid, 0, 0); err != nil || tk.Status != "running" {
+	if tk, err := c.Task(ctx, upid, client.TaskQuery{}); err != nil || tk.Status != "running" {
 		t.Fatalf("task right after the start: %+v %v", tk, err)
 	}
 
@@ -354,11 +364,11 @@ func TestKill9DuringMigration(t *testing.T) {
 	srv.cmd.Wait()
 
 	srv2 := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
-	c.BaseURL = srv2.line(t, listening)[1]
+	c = checkedClient(t, srv2.line(t, listening)[1], c.Token())
 	sim.SetSpeed(20) // a live migration of VM 100: 20 s emulated, 1 s here
-	var tk cli.Task
+	var tk client.Task
 	testkit.Until(t, "the migration's end after the restart", func() bool {
-		tk, err = c.Task(ctx, upid, 0, 10)
+		tk, err = c.Task(ctx, upid, client.TaskQuery{Wait: 10})
 		if err != nil {
 			t.Fatalf("task after restart: %v\n%s", err, srv2.log())
 		}
@@ -370,10 +380,7 @@ func TestKill9DuringMigration(t *testing.T) {
 	if tk.Progress == nil || tk.Progress.Percent != 100 {
 		t.Errorf("progress of the finished migration: %+v, want 100%%", tk.Progress)
 	}
-	var vm struct {
-		Node string `json:"node"`
-	}
-	if _, err := c.Do(ctx, http.MethodGet, cli.VMPath(clusterID, "pve2", 100), nil, nil, &vm); err != nil || vm.Node != "pve2" {
+	if vm, err := c.GuestStatus(ctx, client.VM(clusterID, "pve2", 100)); err != nil || vm.Node != "pve2" {
 		t.Errorf("VM 100 after the migration: %+v %v, want on pve2", vm, err)
 	}
 }
@@ -400,7 +407,7 @@ func TestDisableFromAnotherProcess(t *testing.T) {
 	if _, err := c.Login(ctx, "carol@example.com", "another fine passphrase"); err != nil {
 		t.Fatalf("login: %v", err)
 	}
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+	if _, err := c.Me(ctx); err != nil {
 		t.Fatalf("me before disable: %v", err)
 	}
 
@@ -415,7 +422,7 @@ func TestDisableFromAnotherProcess(t *testing.T) {
 	// How soon is logged, never asserted: the feed's poll interval is the design's
 	// bound, and a busy machine may stretch it (testkit's deadline guards a hang).
 	took := testkit.Eventually(t, "the token refused after the disable from another process", func() error {
-		if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); status(err) != http.StatusUnauthorized {
+		if _, err := c.Me(ctx); status(err) != http.StatusUnauthorized {
 			return fmt.Errorf("GET /api/v1/user/me: %v, want 401", err)
 		}
 		return nil

@@ -4,14 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
 
@@ -33,21 +32,21 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 
-	do := func(c *cli.Client, method, path string, query url.Values, in, out any) {
+	must := func(what string, err error) {
 		t.Helper()
-		if _, err := c.Do(ctx, method, path, query, in, out); err != nil {
-			t.Fatalf("%s %s: %v\n%s", method, path, err, srv.log())
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, srv.log())
 		}
 	}
 	// raw reads a whole answer that is not an envelope (or a stream) through c's
 	// checked transport.
-	raw := func(c *cli.Client, path string) string {
+	raw := func(c *client.Client, path string) string {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-		if c.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+c.Token)
+		if tok := c.Token(); tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
 		}
-		resp, err := c.HTTP.Do(req)
+		resp, err := c.HTTPClient().Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -63,49 +62,44 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json"} {
 		raw(admin, p)
 	}
-	if _, err := admin.Login(ctx, "root@example.com", adminPW); err != nil {
-		t.Fatalf("login: %v", err)
-	}
-	do(admin, "GET", "/api/v1/user/me", nil, nil, nil)
-	if _, err := admin.Refresh(ctx); err != nil {
-		t.Fatalf("refresh: %v", err)
-	}
+	_, err := admin.Login(ctx, "root@example.com", adminPW)
+	must("login", err)
+	_, err = admin.Me(ctx)
+	must("me", err)
+	_, err = admin.Refresh(ctx)
+	must("refresh", err)
 
-	var user struct {
-		ID int64 `json:"id"`
-	}
-	do(admin, "POST", "/api/v1/users", nil, map[string]any{"email": "operator1@example.com", "nickname": "Op",
-		"password": opPW, "role": "user"}, &user)
-	userPath := "/api/v1/users/" + strconv.FormatInt(user.ID, 10)
-	do(admin, "GET", "/api/v1/users", nil, nil, nil)
-	do(admin, "GET", userPath, nil, nil, nil)
-	do(admin, "PATCH", userPath, nil, map[string]any{"nickname": "Operator"}, nil)
+	user, err := admin.CreateUser(ctx, client.UserCreate{Email: "operator1@example.com", Nickname: "Op", Password: opPW, Role: "user"})
+	must("create a user", err)
+	_, err = admin.Users(ctx)
+	must("users", err)
+	_, err = admin.User(ctx, user.ID)
+	must("a user", err)
+	nick := "Operator"
+	_, err = admin.UpdateUser(ctx, user.ID, client.UserPatch{Nickname: &nick})
+	must("rename a user", err)
 
 	tokenID, secret, _ := strings.Cut(info.Token, "=")
-	var cl struct {
-		ID int64 `json:"id"`
-	}
-	do(admin, "POST", "/api/v1/clusters", nil, map[string]any{"name": "lab", "endpoints": []string{info.URL},
-		"tokenId": tokenID, "tokenSecret": secret, "tlsFingerprint": info.Fingerprint}, &cl)
-	clusterPath := "/api/v1/clusters/" + strconv.FormatInt(cl.ID, 10)
-	grantPath := clusterPath + "/grants/" + strconv.FormatInt(user.ID, 10)
-	do(admin, "GET", "/api/v1/clusters", nil, nil, nil)
-	do(admin, "GET", clusterPath, nil, nil, nil)
-	do(admin, "PATCH", clusterPath, nil, map[string]any{"name": "lab-east"}, nil)
-	do(admin, "PUT", grantPath, nil, map[string]any{"role": "operator"}, nil)
+	cl, err := admin.RegisterCluster(ctx, client.ClusterCreate{Name: "lab", Endpoints: []string{info.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: info.Fingerprint})
+	must("register a cluster", err)
+	_, err = admin.RegisteredClusters(ctx)
+	must("clusters", err)
+	_, err = admin.Cluster(ctx, cl.ID)
+	must("a cluster", err)
+	_, err = admin.UpdateCluster(ctx, cl.ID, client.ClusterPatch{Name: "lab-east"})
+	must("rename a cluster", err)
+	_, err = admin.PutGrant(ctx, cl.ID, user.ID, "operator")
+	must("grant", err)
 
 	op := checkedClient(t, base, "")
-	if _, err := op.Login(ctx, "operator1@example.com", opPW); err != nil {
-		t.Fatalf("operator login: %v", err)
-	}
+	_, err = op.Login(ctx, "operator1@example.com", opPW)
+	must("operator login", err)
 	// Sessions: the operator ends a second login of theirs, the admin a third.
-	currentSession := func(c *cli.Client) string {
+	currentSession := func(c *client.Client) string {
 		t.Helper()
-		var list []struct {
-			ID      string `json:"id"`
-			Current bool   `json:"current"`
-		}
-		do(c, "GET", "/api/v1/user/sessions", nil, nil, &list)
+		list, err := c.Sessions(ctx)
+		must("sessions", err)
 		for _, s := range list {
 			if s.Current {
 				return s.ID
@@ -116,71 +110,77 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	}
 	for _, ender := range []string{"operator", "admin"} {
 		extra := checkedClient(t, base, "")
-		if _, err := extra.Login(ctx, "operator1@example.com", opPW); err != nil {
-			t.Fatalf("second operator login: %v", err)
-		}
+		_, err := extra.Login(ctx, "operator1@example.com", opPW)
+		must("second operator login", err)
 		sid := currentSession(extra)
 		if ender == "operator" {
-			do(op, "DELETE", "/api/v1/user/sessions/"+sid, nil, nil, nil)
+			must("end my session", op.EndSession(ctx, sid))
 		} else {
-			do(admin, "GET", userPath+"/sessions", nil, nil, nil)
-			do(admin, "DELETE", userPath+"/sessions/"+sid, nil, nil, nil)
+			_, err = admin.UserSessions(ctx, user.ID)
+			must("a user's sessions", err)
+			must("end a user's session", admin.EndUserSession(ctx, user.ID, sid))
 		}
-		if _, err := extra.Do(ctx, "GET", "/api/v1/user/me", nil, nil, nil); err == nil {
+		if _, err := extra.Me(ctx); err == nil {
 			t.Fatalf("a session the %s ended still works", ender)
 		}
 	}
 
-	inv := "/api/v1/pve/clusters/" + strconv.FormatInt(cl.ID, 10)
-	do(op, "GET", "/api/v1/pve/clusters", nil, nil, nil)
-	do(op, "GET", inv+"/nodes", nil, nil, nil)
-	do(op, "GET", inv+"/vms", nil, nil, nil)
+	_, err = op.VisibleClusters(ctx)
+	must("visible clusters", err)
+	_, err = op.Nodes(ctx, cl.ID)
+	must("nodes", err)
+	_, err = op.VMs(ctx, cl.ID, client.GuestFilter{})
+	must("VMs", err)
 	// The VM list filtered and read in pages of one, to the end.
-	if vms, asOf, err := op.VMs(ctx, cl.ID, cli.VMFilter{Node: "pve1", Status: "running", PageSize: 1}); err != nil ||
-		len(vms) == 0 || asOf.IsZero() {
-		t.Fatalf("VMs on pve1 in pages of one: %v as of %v, %v", vms, asOf, err)
+	if vms, err := op.VMs(ctx, cl.ID, client.GuestFilter{Node: "pve1", Status: "running", PageSize: 1}); err != nil ||
+		len(vms.Items) == 0 || vms.AsOf.IsZero() {
+		t.Fatalf("VMs on pve1 in pages of one: %+v, %v", vms, err)
 	} else {
-		for _, v := range vms {
+		for _, v := range vms.Items {
 			if v.Node != "pve1" || v.Status != "running" {
 				t.Fatalf("the filter let %+v through", v)
 			}
 		}
 	}
-	do(op, "GET", cli.VMPath(cl.ID, "pve1", 100), nil, nil, nil)
-	do(op, "GET", cli.VMPath(cl.ID, "pve1", 100)+"/migrate", url.Values{"target": {"pve2"}}, nil, nil)
+	vm100 := client.VM(cl.ID, "pve1", 100)
+	_, err = op.GuestStatus(ctx, vm100)
+	must("VM status", err)
+	_, err = op.MigratePrecheck(ctx, vm100, "pve2")
+	must("migrate pre-check", err)
 
-	upid, err := op.Migrate(ctx, cl.ID, "pve1", 100, cli.MigrateRequest{Target: "pve2"})
-	if err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if _, err := op.Task(ctx, upid, 0, 0); err != nil { // running: its nulls are validated
-		t.Fatalf("task: %v", err)
-	}
+	upid, err := op.Migrate(ctx, vm100, client.MigrateRequest{Target: "pve2"})
+	must("migrate", err)
+	_, err = op.Task(ctx, upid, client.TaskQuery{}) // running: its nulls are validated
+	must("task", err)
 	// The stream ends with the task; the transport checks every event on the way.
-	if events := raw(op, cli.TaskPath(upid)+"/events"); !strings.Contains(events, "event: end") {
-		t.Fatalf("the event stream did not end: %s", events)
+	var events int
+	end, err := op.TaskEvents(ctx, upid, func(client.Task) bool { events++; return false })
+	if err != nil || !end.Ended || events == 0 {
+		t.Fatalf("the event stream: %d events, %+v %v", events, end, err)
 	}
-	if tk, err := op.Task(ctx, upid, 0, 0); err != nil || tk.Status != "stopped" || tk.Result != "ok" {
+	if tk, err := op.Task(ctx, upid, client.TaskQuery{}); err != nil || tk.Status != "stopped" || tk.Result != "ok" {
 		t.Fatalf("the migration after its stream ended: %+v %v", tk, err)
 	}
-	do(op, "GET", cli.TaskPath(upid)+"/log", url.Values{"limit": {"10"}}, nil, nil)
-	do(op, "GET", "/api/v1/pve/tasks", url.Values{"clusterId": {strconv.FormatInt(cl.ID, 10)}}, nil, nil)
+	_, err = op.TaskLogPage(ctx, upid, 0, 0, 10)
+	must("task log", err)
+	_, err = op.Tasks(ctx, client.TaskFilter{ClusterID: cl.ID})
+	must("tasks", err)
 
+	vm101 := client.VM(cl.ID, "pve1", 101)
 	for _, step := range []struct {
-		op    string
-		force bool
-	}{{"start", false}, {"reboot", false}, {"stop", true}} {
-		if _, running, err := op.Power(ctx, cl.ID, "pve1", 101, step.op, step.force, 60, nil); err != nil || running {
-			t.Fatalf("%s VM 101: running %v, %v", step.op, running, err)
+		op  string
+		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
+		o   client.PowerOptions
+	}{{"start", op.Start, client.PowerOptions{}}, {"reboot", op.Reboot, client.PowerOptions{}}, {"stop", op.Stop, client.PowerOptions{Force: true}}} {
+		if r, err := step.run(ctx, vm101, step.o); err != nil || r.Running || r.TaskID == "" {
+			t.Fatalf("%s VM 101: %+v, %v", step.op, r, err)
 		}
 		if step.op == "reboot" {
 			// PVE's reboot task ends with the shutdown; the start is a task of its
 			// own (root@pam's qmstart), so the VM runs again a moment later.
 			testkit.Until(t, "VM 101 running after its reboot", func() bool {
-				var st struct {
-					Status string `json:"status"`
-				}
-				do(op, "GET", cli.VMPath(cl.ID, "pve1", 101), nil, nil, &st)
+				st, err := op.GuestStatus(ctx, vm101)
+				must("VM 101's status", err)
 				return st.Status == "running"
 			})
 		}
@@ -188,73 +188,128 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 
 	// Container 201 (pve2, stopped): started, rebooted, its pre-check read, moved
 	// by a restart and stopped (docs/decisions/0080).
-	ct := func(node string) string { return cli.GuestPath(cli.KindCT, cl.ID, node, 201) }
-	do(op, "GET", inv+"/cts", url.Values{"node": {"pve2"}}, nil, nil)
-	for _, step := range []string{"start", "reboot"} {
-		if _, running, err := op.PowerGuest(ctx, cli.KindCT, cl.ID, "pve2", 201, step, false, 60, nil); err != nil || running {
-			t.Fatalf("%s CT 201: running %v, %v", step, running, err)
+	ct201 := client.CT(cl.ID, "pve2", 201)
+	// The guest lists: a cluster's containers, the fleet's guests in pages of
+	// three (issue 18).
+	if cts, err := op.ClusterGuests(ctx, cl.ID, client.GuestFilter{Type: client.LXC, Node: "pve2"}); err != nil ||
+		len(cts.Items) == 0 || cts.AsOf.IsZero() {
+		t.Fatalf("containers on pve2: %+v, %v", cts, err)
+	} else {
+		for _, g := range cts.Items {
+			if g.Type != client.LXC || g.Node != "pve2" || g.ClusterID != 0 {
+				t.Fatalf("the container list holds %+v", g)
+			}
 		}
 	}
-	do(op, "GET", ct("pve2")+"/migrate", url.Values{"target": {"pve3"}}, nil, nil)
-	ctUPID, err := op.MigrateGuest(ctx, cli.KindCT, cl.ID, "pve2", 201, cli.MigrateRequest{Target: "pve3", Restart: true})
-	if err != nil {
-		t.Fatalf("migrate CT 201: %v", err)
+	if all, err := op.Guests(ctx, client.GuestFilter{PageSize: 3}); err != nil || len(all.Unavailable) != 0 {
+		t.Fatalf("the fleet's guests: %+v, %v", all, err)
+	} else if kinds := map[client.GuestKind]bool{}; len(all.Items) < 4 {
+		t.Fatalf("the fleet's guests in pages of three: only %d", len(all.Items))
+	} else {
+		for _, g := range all.Items {
+			if g.ClusterID != cl.ID || g.ClusterName != "lab-east" {
+				t.Fatalf("a fleet guest names its cluster %d %q", g.ClusterID, g.ClusterName)
+			}
+			kinds[g.Type] = true
+		}
+		if !kinds[client.QEMU] || !kinds[client.LXC] {
+			t.Fatalf("the fleet's guests hold the kinds %v", kinds)
+		}
 	}
-	if tk, err := op.Task(ctx, ctUPID, 0, 60); err != nil || tk.Result != "ok" || !tk.IsMigration || tk.GuestKind != "lxc" {
+	if st, err := op.GuestStatus(ctx, ct201); err != nil || st.Type != client.LXC || st.MaxSwap == nil {
+		t.Fatalf("CT 201's status: %+v, %v", st, err)
+	}
+	// The container's vmid on a VM's path: 404 naming the right path.
+	_, err = op.GuestStatus(ctx, client.VM(cl.ID, "pve2", 201))
+	if ae, ok := err.(*client.APIError); !ok || ae.Status != http.StatusNotFound ||
+		ae.Detail("path") != ct201.Path() || ae.Detail("kind") != "lxc" {
+		t.Fatalf("CT 201 read as a VM: %v", err)
+	}
+	for _, step := range []struct {
+		op  string
+		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
+	}{{"start", op.Start}, {"reboot", op.Reboot}} {
+		if r, err := step.run(ctx, ct201, client.PowerOptions{}); err != nil || r.Running {
+			t.Fatalf("%s CT 201: %+v, %v", step.op, r, err)
+		}
+	}
+	_, err = op.MigratePrecheck(ctx, ct201, "pve3")
+	must("the container's pre-check", err)
+	ctUPID, err := op.Migrate(ctx, ct201, client.MigrateRequest{Target: "pve3", Restart: ptr(true)})
+	must("migrate CT 201", err)
+	if tk, err := op.Task(ctx, ctUPID, client.TaskQuery{Wait: 60}); err != nil || tk.Result != "ok" || !tk.IsMigration || tk.Kind() != client.LXC {
 		t.Fatalf("the container's migration: %+v %v", tk, err)
 	}
-	do(op, "POST", ct("pve3")+"/stop", url.Values{"wait": {"60"}}, nil, nil)
+	ct201 = client.CT(cl.ID, "pve3", 201)
+	_, err = op.Stop(ctx, ct201, client.PowerOptions{})
+	must("stop CT 201", err)
+	// A container's suspend and resume: refused by design (400 not_offered).
+	for _, step := range []struct {
+		op  string
+		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
+	}{{"suspend", op.Suspend}, {"resume", op.Resume}} {
+		_, err := step.run(ctx, ct201, client.PowerOptions{})
+		if ae, ok := err.(*client.APIError); !ok || ae.Status != http.StatusBadRequest || ae.Reason != "not_offered" {
+			t.Fatalf("%s CT 201: %v", step.op, err)
+		}
+	}
 
 	// Suspend and resume VM 100 (on pve2 since its migration).
-	do(op, "POST", cli.VMPath(cl.ID, "pve2", 100)+"/suspend", url.Values{"wait": {"60"}}, nil, nil)
-	do(op, "POST", cli.VMPath(cl.ID, "pve2", 100)+"/resume", url.Values{"wait": {"60"}}, nil, nil)
+	vm100 = client.VM(cl.ID, "pve2", 100)
+	_, err = op.Suspend(ctx, vm100, client.PowerOptions{})
+	must("suspend", err)
+	_, err = op.Resume(ctx, vm100, client.PowerOptions{})
+	must("resume", err)
 
 	// Operations on many VMs: an evacuation planned, started and cancelled at
 	// once (its running migration finishes), followed to its end; a bulk start.
-	evac := inv + "/nodes/pve3/evacuate"
-	do(op, "POST", evac, nil, map[string]any{"dryRun": true}, nil)
-	var started struct {
-		OperationID int64 `json:"operationId"`
+	_, err = op.Evacuate(ctx, cl.ID, "pve3", client.EvacuateRequest{DryRun: true})
+	must("plan an evacuation", err)
+	started, err := op.Evacuate(ctx, cl.ID, "pve3", client.EvacuateRequest{MaxParallel: 1})
+	must("evacuate", err)
+	_, err = op.CancelOperation(ctx, started.OperationID, false)
+	must("cancel", err)
+	end, err = op.OperationEvents(ctx, started.OperationID, func(client.Operation) bool { return false })
+	if err != nil || !end.Ended {
+		t.Fatalf("the operation's event stream did not end: %+v %v", end, err)
 	}
-	do(op, "POST", evac, nil, map[string]any{"maxParallel": 1}, &started)
-	opPath := "/api/v1/pve/operations/" + strconv.FormatInt(started.OperationID, 10)
-	do(op, "DELETE", opPath, nil, nil, nil)
-	if events := raw(op, opPath+"/events"); !strings.Contains(events, "event: end") {
-		t.Fatalf("the operation's event stream did not end: %s", events)
-	}
-	do(op, "GET", opPath, nil, nil, nil)
-	do(op, "GET", "/api/v1/pve/operations", url.Values{"clusterId": {strconv.FormatInt(cl.ID, 10)}}, nil, nil)
-	do(op, "POST", inv+"/bulk/start", nil, map[string]any{"vmids": []int64{101}}, nil)
+	_, err = op.Operation(ctx, started.OperationID)
+	must("an operation", err)
+	_, err = op.Operations(ctx, cl.ID, 0)
+	must("operations", err)
+	_, err = op.Bulk(ctx, cl.ID, "start", client.BulkRequest{VMIDs: []int64{101}})
+	must("bulk start", err)
 
 	// API tokens: the operator makes two, a script uses one, the operator revokes
 	// it and the admin the other.
-	var tokens [2]struct {
-		ID    string `json:"id"`
-		Token string `json:"token"`
-	}
+	var tokens [2]client.CreatedAPIToken
 	for i := range tokens {
-		do(op, "POST", "/api/v1/user/tokens", nil, map[string]any{"name": "script-" + strconv.Itoa(i), "expiresInDays": 30,
-			"grants": []map[string]any{{"clusterId": cl.ID, "role": "viewer"}}}, &tokens[i])
+		tokens[i], err = op.CreateToken(ctx, client.TokenCreate{Name: "script-" + strconv.Itoa(i), ExpiresInDays: 30,
+			Grants: []client.Grant{{ClusterID: cl.ID, Role: "viewer"}}})
+		must("create a token", err)
 	}
-	do(op, "GET", "/api/v1/user/tokens", nil, nil, nil)
+	_, err = op.Tokens(ctx)
+	must("my tokens", err)
 	script := checkedClient(t, base, tokens[0].Token)
-	do(script, "GET", "/api/v1/pve/clusters", nil, nil, nil)
-	do(op, "DELETE", "/api/v1/user/tokens/"+tokens[0].ID, nil, nil, nil)
-	if _, err := script.Do(ctx, "GET", "/api/v1/pve/clusters", nil, nil, nil); err == nil {
+	_, err = script.VisibleClusters(ctx)
+	must("a script's read", err)
+	must("revoke my token", op.DeleteToken(ctx, tokens[0].ID))
+	if _, err := script.VisibleClusters(ctx); err == nil {
 		t.Fatal("a revoked API token still works")
 	}
-	do(admin, "GET", userPath+"/tokens", nil, nil, nil)
-	do(admin, "DELETE", userPath+"/tokens/"+tokens[1].ID, nil, nil, nil)
+	_, err = admin.UserTokens(ctx, user.ID)
+	must("a user's tokens", err)
+	must("revoke a user's token", admin.DeleteUserToken(ctx, user.ID, tokens[1].ID))
 
-	do(op, "POST", "/api/v1/user/password", nil, map[string]any{"currentPassword": opPW, "newPassword": opPW2}, nil)
-	if err := op.Logout(ctx); err != nil {
-		t.Fatalf("logout: %v", err)
-	}
-	do(admin, "GET", "/api/v1/audit", url.Values{"limit": {"50"}}, nil, nil)
-	do(admin, "GET", "/api/v1/audit", url.Values{"action": {"auth.session_revoked"}, "user": {strconv.FormatInt(user.ID, 10)}}, nil, nil)
-	do(admin, "DELETE", grantPath, nil, nil, nil)
-	do(admin, "DELETE", userPath, nil, nil, nil)
-	do(admin, "DELETE", clusterPath, nil, nil, nil)
+	must("change the password", op.ChangePassword(ctx, opPW, opPW2))
+	must("logout", op.Logout(ctx))
+	_, err = admin.Audit(ctx, client.AuditFilter{Limit: 50})
+	must("audit", err)
+	_, err = admin.Audit(ctx, client.AuditFilter{Action: "auth.session_revoked", UserID: user.ID})
+	must("audit filtered", err)
+	must("revoke", admin.DeleteGrant(ctx, cl.ID, user.ID))
+	must("delete a user", admin.DeleteUser(ctx, user.ID))
+	must("delete a cluster", admin.DeleteCluster(ctx, cl.ID))
 
 	if err := apitest.CheckCoverage(); err != nil {
 		t.Error(err)

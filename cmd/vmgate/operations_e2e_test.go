@@ -6,30 +6,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
-
-// operationJSON is what the test reads of an operation.
-type operationJSON struct {
-	ID     int64  `json:"id"`
-	Status string `json:"status"`
-	Counts struct {
-		Total, Running, OK, Failed, Skipped int
-	} `json:"counts"`
-	Items []struct {
-		VMID   int64   `json:"vmid"`
-		State  string  `json:"state"`
-		Target *string `json:"target"`
-		Error  *string `json:"error"`
-		TaskID *string `json:"taskId"`
-	} `json:"items"`
-}
 
 // TestEvacuationSurvivesKill9: vmgate evacuates a node of ten VMs, two at a time,
 // and is killed with SIGKILL while migrations run. A restarted vmgate on the same
@@ -67,25 +51,19 @@ func TestEvacuationSurvivesKill9(t *testing.T) {
 		t.Fatalf("login: %v", err)
 	}
 	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
-	var cl struct {
-		ID int64 `json:"id"`
-	}
-	if _, err := c.Do(ctx, http.MethodPost, "/api/v1/clusters", nil, map[string]any{"name": "lab",
-		"endpoints": []string{ep.URL}, "tokenId": tokenID, "tokenSecret": secret, "tlsFingerprint": ep.Fingerprint}, &cl); err != nil {
+	cl, err := c.RegisterCluster(ctx, client.ClusterCreate{Name: "lab", Endpoints: []string{ep.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: ep.Fingerprint})
+	if err != nil {
 		t.Fatalf("register the cluster: %v", err)
 	}
-	var started struct {
-		OperationID int64 `json:"operationId"`
-	}
-	if _, err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/pve/clusters/%d/nodes/pve1/evacuate", cl.ID), nil,
-		map[string]any{"maxParallel": 2, "type": "qemu"}, &started); err != nil {
+	started, err := c.Evacuate(ctx, cl.ID, "pve1", client.EvacuateRequest{MaxParallel: 2, Type: "qemu"})
+	if err != nil {
 		t.Fatalf("evacuate: %v", err)
 	}
-	path := fmt.Sprintf("/api/v1/pve/operations/%d", started.OperationID)
-	read := func() operationJSON {
+	read := func() client.Operation {
 		t.Helper()
-		var op operationJSON
-		if _, err := c.Do(ctx, http.MethodGet, path, nil, nil, &op); err != nil {
+		op, err := c.Operation(ctx, started.OperationID)
+		if err != nil {
 			t.Fatalf("read the operation: %v", err)
 		}
 		return op
@@ -97,7 +75,7 @@ func TestEvacuationSurvivesKill9(t *testing.T) {
 	// moment at full speed could miss it: nine items pass in a few seconds.
 	testkit.Until(t, "an item of the evacuation ok", func() bool { return read().Counts.OK >= 1 })
 	sim.SetSpeed(frozen)
-	var op operationJSON
+	var op client.Operation
 	testkit.Eventually(t, "two migrations running at PVE", func() error {
 		op = read()
 		if op.Counts.Running != 2 {
@@ -116,7 +94,7 @@ func TestEvacuationSurvivesKill9(t *testing.T) {
 	killed := time.Now()
 
 	srv = start(t, env, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
-	c.BaseURL = srv.line(t, listening)[1]
+	c = checkedClient(t, srv.line(t, listening)[1], c.Token())
 	sim.SetSpeed(50)
 	testkit.Until(t, "the operation's end after the restart", func() bool {
 		op = read()

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/cli"
 )
 
@@ -42,19 +41,12 @@ func (c *nodeEvacuateCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		body := map[string]any{"dryRun": c.DryRun, "withLocalDisks": c.WithLocalDisks, "includeStopped": !c.NoStopped,
-			"stopOnError": c.StopOnError}
-		if len(c.Target) > 0 {
-			body["targets"] = c.Target
-		}
-		if c.Type != "" {
-			body["type"] = c.Type
-		}
-		if c.MaxParallel != 0 {
-			body["maxParallel"] = c.MaxParallel
-		}
-		path := fmt.Sprintf("%s/nodes/%s/evacuate", cli.ClusterPath(id), url.PathEscape(c.Node))
-		return launch(ctx, s, c.output, c.opStart, path, body, true)
+		includeStopped := !c.NoStopped
+		req := client.EvacuateRequest{DryRun: c.DryRun, WithLocalDisks: c.WithLocalDisks, IncludeStopped: &includeStopped,
+			StopOnError: c.StopOnError, Targets: c.Target, MaxParallel: c.MaxParallel, Type: c.Type}
+		return launch(ctx, s, c.output, c.opStart, true, func(ctx context.Context) (client.Launched, error) {
+			return s.Evacuate(ctx, id, c.Node, req)
+		})
 	})
 }
 
@@ -95,29 +87,22 @@ func (c *bulkCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		body := map[string]any{"dryRun": c.DryRun, "stopOnError": c.StopOnError}
-		if len(c.VMID) > 0 {
-			body["vmids"] = c.VMID
-		} else {
-			body["selector"] = sel
+		req := client.BulkRequest{DryRun: c.DryRun, StopOnError: c.StopOnError, Force: c.Force, ToDisk: c.ToDisk,
+			MaxParallel: c.MaxParallel, VMIDs: c.VMID}
+		if len(c.VMID) == 0 {
+			req.Selector = &client.BulkSelector{Node: c.Node, Tag: c.Tag, Status: c.Status, Type: c.Type}
 		}
-		if c.Force {
-			body["force"] = true
-		}
-		if c.ToDisk {
-			body["toDisk"] = true
-		}
-		if c.MaxParallel != 0 {
-			body["maxParallel"] = c.MaxParallel
-		}
-		return launch(ctx, s, c.output, c.opStart, cli.ClusterPath(id)+"/bulk/"+c.Action, body, false)
+		return launch(ctx, s, c.output, c.opStart, false, func(ctx context.Context) (client.Launched, error) {
+			return s.Bulk(ctx, id, c.Action, req)
+		})
 	})
 }
 
 // launch starts an operation (or plans it, with --dry-run), prints the plan and
 // follows the operation to its end.
-func launch(ctx context.Context, s *cli.Session, o output, st opStart, path string, body map[string]any, targets bool) error {
-	l, err := s.Launch(ctx, path, body)
+func launch(ctx context.Context, s *cli.Session, o output, st opStart, targets bool,
+	start func(context.Context) (client.Launched, error)) error {
+	l, err := start(ctx)
 	if errors.Is(err, context.Canceled) {
 		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "interrupted before vmgate answered: the operation may have started",
 			Hint: "look for it: vmgate op list"}
@@ -130,15 +115,24 @@ func launch(ctx context.Context, s *cli.Session, o output, st opStart, path stri
 		return err
 	}
 	if f == cli.JSON && (st.DryRun || st.NoWatch) {
-		return cli.WriteJSON(os.Stdout, l.Raw)
+		return cli.WriteJSON(os.Stdout, l.JSON())
 	}
-	if f == cli.Table {
-		if err := cli.PlanTable(l.Plan).Write(os.Stdout); err != nil {
+	if f != cli.JSON {
+		plan := cli.PlanTable(l.Plan)
+		plan.Wide = f == cli.Wide
+		if err := plan.Write(os.Stdout); err != nil {
 			return err
+		}
+		if f != cli.Wide {
+			for _, n := range cli.SkipNotes(l.Plan) {
+				show("%s", n)
+			}
 		}
 		if targets && len(l.Plan.Targets) > 0 {
 			show("")
-			if err := cli.TargetsTable(l.Plan).Write(os.Stdout); err != nil {
+			tt := cli.TargetsTable(l.Plan)
+			tt.Wide = f == cli.Wide
+			if err := tt.Write(os.Stdout); err != nil {
 				return err
 			}
 		}
@@ -157,12 +151,12 @@ func launch(ctx context.Context, s *cli.Session, o output, st opStart, path stri
 // watchOperation follows an operation to its end: progress on stderr, then the
 // summary (or, with -o json, the final operation) on stdout. Exit 1 unless it
 // ended done.
-func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, plan *cli.Plan) error {
+func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, plan *client.Plan) error {
 	view := cli.NewOperationView(os.Stderr, cli.IsTerminal(os.Stderr))
 	if plan != nil {
 		view.Shown(*plan)
 	}
-	op, err := s.WatchOperation(ctx, id, cli.WatchOptions{Progress: os.Stderr, Terminal: cli.IsTerminal(os.Stderr)},
+	op, err := cli.WatchOperation(ctx, s.Client, id, cli.WatchOptions{Progress: os.Stderr, Terminal: cli.IsTerminal(os.Stderr)},
 		view.Notice, view.Show)
 	view.Finish()
 	if errors.Is(err, context.Canceled) {
@@ -178,8 +172,8 @@ func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, pla
 	}
 	if f == cli.JSON {
 		var out any = op
-		if op.Raw != nil {
-			out = op.Raw // vmgate's own answer, nulls and all, as op show prints it
+		if op.JSON() != nil {
+			out = op.JSON() // vmgate's own answer, nulls and all, as op show prints it
 		}
 		if err := cli.WriteJSON(os.Stdout, out); err != nil {
 			return err
@@ -210,11 +204,16 @@ type opListCmd struct {
 
 func (c *opListCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		q, err := listQuery(ctx, s, c.Limit, c.Cluster)
+		cid, err := optionalCluster(ctx, s, c.Cluster)
 		if err != nil {
 			return err
 		}
-		return printList(ctx, s, c.output, cli.OperationsPath, q, cli.OperationsTable)
+		l, err := s.Operations(ctx, cid, c.Limit)
+		if err != nil {
+			return err
+		}
+		names := clusterNames(ctx, s)
+		return printList(c.output, l, func(list []client.Operation) cli.TableOf { return cli.OperationsTable(list, names) })
 	})
 }
 
@@ -230,13 +229,13 @@ type opShowCmd struct {
 
 func (c *opShowCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
-		op, raw, err := s.Operation(ctx, c.ID)
+		op, err := s.Operation(ctx, c.ID)
 		if err != nil {
 			return err
 		}
-		return c.print(json.RawMessage(raw), func() (cli.TableOf, error) {
+		return c.print(op.JSON(), func() cli.TableOf {
 			say("%s", cli.OperationSummary(op))
-			return cli.ItemsTable(op), nil
+			return cli.ItemsTable(op)
 		})
 	})
 }
@@ -283,11 +282,7 @@ type vmSuspendCmd struct {
 }
 
 func (c *vmSuspendCmd) Run() error {
-	var q url.Values
-	if c.ToDisk {
-		q = url.Values{"todisk": {"true"}}
-	}
-	return power(c.conn, c.vmRef, "suspend", false, c.Wait, q)
+	return power(c.conn, c.vmRef, "suspend", client.PowerOptions{Wait: &c.Wait, ToDisk: c.ToDisk})
 }
 
 type vmResumeCmd struct {
@@ -296,4 +291,6 @@ type vmResumeCmd struct {
 	Wait int `default:"60" help:"Seconds to wait for the PVE task (0: do not wait)."`
 }
 
-func (c *vmResumeCmd) Run() error { return power(c.conn, c.vmRef, "resume", false, c.Wait, nil) }
+func (c *vmResumeCmd) Run() error {
+	return power(c.conn, c.vmRef, "resume", client.PowerOptions{Wait: &c.Wait})
+}

@@ -26,7 +26,7 @@ func TestCLIOperations(t *testing.T) {
 	sim, info := serveSim(t, pvesim.Options{Speed: 50})
 	_, _, c, _ := startLabOn(t, pw, info)
 	env := cliEnv(t)
-	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL, "--email", "ops@example.com").want(t, 0, "login")
+	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
 
 	r := runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--type", "qemu", "--dry-run", "-o", "table").want(t, 0, "dry run")
 	if got := column(t, r.stdout, "VMID"); !slices.Contains(got, "100") || !slices.Contains(got, "101") {

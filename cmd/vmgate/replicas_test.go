@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store/storetest"
 
@@ -116,29 +116,26 @@ func (r *replicas) eventually(what string, ok func() error) time.Duration {
 }
 
 // client is a checked client of base with token.
-func (r *replicas) client(base, token string) *cli.Client { return checkedClient(r.t, base, token) }
+func (r *replicas) client(base, token string) *client.Client { return checkedClient(r.t, base, token) }
 
 // login logs in on A from a client address of its own (so the per-address login
 // limit never answers for the test's many logins).
-func (r *replicas) login(email, password string) *cli.Client {
+func (r *replicas) login(email, password string) *client.Client {
 	r.t.Helper()
 	r.xff++
-	c := r.client(r.a, "")
-	var tok cli.TokenInfo
-	hdr := http.Header{"X-Forwarded-For": {fmt.Sprintf("198.51.100.%d", r.xff)}}
-	if _, err := c.DoWithHeaders(r.t.Context(), http.MethodPost, "/api/v1/user/login", nil, hdr,
-		map[string]string{"email": email, "password": password}, &tok); err != nil {
+	from := checkedClientVia(r.t, r.a, "", nil, client.WithHeader("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", r.xff)))
+	tok, err := from.Login(r.t.Context(), email, password)
+	if err != nil {
 		r.t.Fatalf("login %s: %v", email, err)
 	}
-	c.Token = tok.Token
-	return c
+	return r.client(r.a, tok.Token)
 }
 
 // onB is a client of replica B with c's token.
-func (r *replicas) onB(c *cli.Client) *cli.Client { return r.client(r.b, c.Token) }
+func (r *replicas) onB(c *client.Client) *client.Client { return r.client(r.b, c.Token()) }
 
 // get reads path as c and says whether it answered want.
-func get(c *cli.Client, path string, want int) error {
+func get(c *client.Client, path string, want int) error {
 	_, err := c.Do(context.Background(), http.MethodGet, path, nil, nil, nil)
 	if got := status(err); err == nil && want == http.StatusOK || got == want {
 		return nil
@@ -146,11 +143,21 @@ func get(c *cli.Client, path string, want int) error {
 	return fmt.Errorf("GET %s: %v, want %d", path, err, want)
 }
 
-func (r *replicas) must(c *cli.Client, method, path string, in, out any) {
+// must fails the test unless err is nil: what the step did is in the message.
+func (r *replicas) must(what string, err error) {
 	r.t.Helper()
-	if _, err := c.Do(r.t.Context(), method, path, nil, in, out); err != nil {
-		r.t.Fatalf("%s %s: %v", method, path, err)
+	if err != nil {
+		r.t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// register registers the replicas' emulated cluster as root.
+func (r *replicas) register(root *client.Client) client.Cluster {
+	r.t.Helper()
+	cl, err := root.RegisterCluster(r.t.Context(), client.ClusterCreate{Name: "lab", Endpoints: []string{r.simURL},
+		TokenID: r.tokenID, TokenSecret: r.secret, TLSFingerprint: r.simFP})
+	r.must("register the cluster", err)
+	return cl
 }
 
 // TestReplicasSeeEveryChange: two `vmgate server` processes on one PostgreSQL.
@@ -165,28 +172,23 @@ func TestReplicasSeeEveryChange(t *testing.T) {
 	r := startReplicas(t)
 	ctx := t.Context()
 	root := r.login("root@example.com", replicaPassword)
-	var cl struct {
-		ID int64 `json:"id"`
-	}
-	r.must(root, http.MethodPost, "/api/v1/clusters", map[string]any{"name": "lab", "endpoints": []string{r.simURL},
-		"tokenId": r.tokenID, "tokenSecret": r.secret, "tlsFingerprint": r.simFP}, &cl)
-	vm := cli.VMPath(cl.ID, "pve1", 100)
+	cl := r.register(root)
+	vm := client.VM(cl.ID, "pve1", 100).Path()
 	users := map[string]int64{}
 	for _, name := range []string{"ann", "ben", "cat", "dan", "eve"} {
-		var u struct {
-			ID int64 `json:"id"`
-		}
-		r.must(root, http.MethodPost, "/api/v1/users", map[string]any{"email": name + "@example.com", "nickname": name,
-			"password": replicaPassword, "role": "user"}, &u)
-		r.must(root, http.MethodPut, fmt.Sprintf("/api/v1/clusters/%d/grants/%d", cl.ID, u.ID), map[string]string{"role": "viewer"}, nil)
+		u, err := root.CreateUser(ctx, client.UserCreate{Email: name + "@example.com", Nickname: name, Password: replicaPassword,
+			Role: "user"})
+		r.must("create "+name, err)
+		_, err = root.PutGrant(ctx, cl.ID, u.ID, "viewer")
+		r.must("grant "+name, err)
 		users[name] = u.ID
 	}
-	seenOnB := func(c *cli.Client, path string) {
+	seenOnB := func(c *client.Client, path string) {
 		t.Helper()
 		r.eventually("B accepts the token for "+path, func() error { return get(r.onB(c), path, http.StatusOK) })
 	}
 	delays := map[string]time.Duration{}
-	refused := func(change string, c *cli.Client, path string, want int) {
+	refused := func(change string, c *client.Client, path string, want int) {
 		t.Helper()
 		delays[change] = r.eventually(change+" on A, in force on B", func() error { return get(r.onB(c), path, want) })
 	}
@@ -202,7 +204,7 @@ func TestReplicasSeeEveryChange(t *testing.T) {
 	// Refresh-reuse: T0 → T1 → T2 on A, then T0 replayed revokes the session, T2
 	// included.
 	ben := r.login("ben@example.com", replicaPassword)
-	t0 := ben.Token
+	t0 := ben.Token()
 	for range 2 {
 		if _, err := ben.Refresh(ctx); err != nil {
 			t.Fatal(err)
@@ -217,26 +219,27 @@ func TestReplicasSeeEveryChange(t *testing.T) {
 	// User disabled.
 	cat := r.login("cat@example.com", replicaPassword)
 	seenOnB(cat, vm)
-	r.must(root, http.MethodPatch, fmt.Sprintf("/api/v1/users/%d", users["cat"]), map[string]any{"disabled": true}, nil)
+	_, err := root.UpdateUser(ctx, users["cat"], client.UserPatch{Disabled: ptr(true)})
+	r.must("disable cat", err)
 	refused("user disabled", cat, vm, http.StatusUnauthorized)
 
 	// Password changed: the user's other sessions end.
 	dan, dan2 := r.login("dan@example.com", replicaPassword), r.login("dan@example.com", replicaPassword)
 	seenOnB(dan2, vm)
-	r.must(dan, http.MethodPost, "/api/v1/user/password", map[string]string{"currentPassword": replicaPassword,
-		"newPassword": "a brand new passphrase"}, nil)
+	r.must("dan's new password", dan.ChangePassword(ctx, replicaPassword, "a brand new passphrase"))
 	refused("password changed", dan2, vm, http.StatusUnauthorized)
 
 	// User deleted.
 	eve := r.login("eve@example.com", replicaPassword)
 	seenOnB(eve, vm)
-	r.must(root, http.MethodDelete, fmt.Sprintf("/api/v1/users/%d", users["eve"]), nil, nil)
+	r.must("delete eve", root.DeleteUser(ctx, users["eve"]))
 	refused("user deleted", eve, vm, http.StatusUnauthorized)
 
 	// Grant removed.
-	r.must(root, http.MethodPut, fmt.Sprintf("/api/v1/clusters/%d/grants/%d", cl.ID, users["dan"]), map[string]string{"role": "viewer"}, nil)
+	_, err = root.PutGrant(ctx, cl.ID, users["dan"], "viewer")
+	r.must("grant dan", err)
 	seenOnB(dan, vm)
-	r.must(root, http.MethodDelete, fmt.Sprintf("/api/v1/clusters/%d/grants/%d", cl.ID, users["dan"]), nil, nil)
+	r.must("revoke dan", root.DeleteGrant(ctx, cl.ID, users["dan"]))
 	refused("grant removed", dan, vm, http.StatusNotFound)
 
 	// Cluster updated: PVE takes a new token secret only, A is told it; B's next
@@ -249,11 +252,12 @@ func TestReplicasSeeEveryChange(t *testing.T) {
 	if err := r.sim.AddToken(r.tokenID, newSecret, pvesim.TokenOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r.must(root, http.MethodPatch, fmt.Sprintf("/api/v1/clusters/%d", cl.ID), map[string]string{"tokenSecret": newSecret}, nil)
+	_, err = root.UpdateCluster(ctx, cl.ID, client.ClusterPatch{TokenSecret: newSecret})
+	r.must("the cluster's new secret", err)
 	delays["cluster updated"] = r.eventually("cluster updated on A, in force on B", func() error { return get(rootB, vm, http.StatusOK) })
 
 	// Cluster deleted.
-	r.must(root, http.MethodDelete, fmt.Sprintf("/api/v1/clusters/%d", cl.ID), nil, nil)
+	r.must("delete the cluster", root.DeleteCluster(ctx, cl.ID))
 	refused("cluster deleted", root, vm, http.StatusNotFound)
 
 	var b strings.Builder
@@ -306,15 +310,10 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 	t.Parallel()
 	r := startReplicasOn(t, pvesim.Options{ManualClock: true})
 	root := r.login("root@example.com", replicaPassword)
-	var cl struct {
-		ID int64 `json:"id"`
-	}
-	r.must(root, http.MethodPost, "/api/v1/clusters", map[string]any{"name": "lab", "endpoints": []string{r.simURL},
-		"tokenId": r.tokenID, "tokenSecret": r.secret, "tlsFingerprint": r.simFP}, &cl)
-	path := fmt.Sprintf("/api/v1/pve/clusters/%d/nodes/pve1/evacuate", cl.ID)
+	cl := r.register(root)
 	r.eventually("B knows the cluster", func() error { return get(r.onB(root), fmt.Sprintf("/api/v1/clusters/%d", cl.ID), 200) })
 
-	clients := []*cli.Client{root, r.onB(root)}
+	clients := []*client.Client{root, r.onB(root)}
 	ids := make([]int64, 2)
 	errsOf := make([]error, 2)
 	var wg sync.WaitGroup
@@ -322,11 +321,8 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 	for i, c := range clients {
 		wg.Go(func() {
 			<-start
-			var out struct {
-				OperationID int64 `json:"operationId"`
-			}
-			_, errsOf[i] = c.Do(context.Background(), http.MethodPost, path, nil, map[string]any{"type": "qemu"}, &out)
-			ids[i] = out.OperationID
+			l, err := c.Evacuate(context.Background(), cl.ID, "pve1", client.EvacuateRequest{Type: "qemu"})
+			errsOf[i], ids[i] = err, l.OperationID
 		})
 	}
 	close(start)
@@ -339,34 +335,24 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 	if errsOf[won] != nil || ids[won] == 0 {
 		t.Fatalf("neither replica started the evacuation: %v; %v", errsOf[0], errsOf[1])
 	}
-	var ae *cli.APIError
+	var ae *client.APIError
 	if !errors.As(errsOf[lost], &ae) || ae.Status != http.StatusConflict || ae.Reason != "operation_in_progress" ||
 		!strings.Contains(ae.Message, fmt.Sprintf("operation %d (evacuate of pve1", ids[won])) {
 		t.Fatalf("the other replica answered %v, want 409 operation_in_progress naming operation %d", errsOf[lost], ids[won])
 	}
-	if op, _ := ae.Body["operation"].(map[string]any); op["id"] != float64(ids[won]) {
-		t.Errorf("the refusal's operation: %+v", ae.Body)
+	if op, _ := ae.Details["operation"].(map[string]any); op["id"] != float64(ids[won]) {
+		t.Errorf("the refusal's operation: %+v", ae.Details)
 	}
 	// An item counts as running once its task row is written, before its POST
 	// reaches PVE (vmops.runItem): waiting for "running 2" and then counting the
 	// POSTs raced (CI: 1 POST counted). Each item's UPID is stored only after PVE
 	// answered its POST, so once both items have one, every POST this evacuation
 	// makes has been counted, and the loser, refused, makes none.
-	var list []struct {
-		ID int64 `json:"id"`
-	}
-	var op struct {
-		Counts struct {
-			Total   int `json:"total"`
-			Running int `json:"running"`
-		} `json:"counts"`
-		Items []struct {
-			VMID   int64   `json:"vmid"`
-			TaskID *string `json:"taskId"`
-		} `json:"items"`
-	}
+	var op client.Operation
 	r.eventually("the evacuation's two migrations at PVE", func() error {
-		r.must(clients[lost], http.MethodGet, fmt.Sprintf("/api/v1/pve/operations/%d", ids[won]), nil, &op)
+		var err error
+		op, err = clients[lost].Operation(t.Context(), ids[won])
+		r.must("the operation", err)
 		if op.Counts.Total != 2 || op.Counts.Running != 2 {
 			return fmt.Errorf("operation %d: %+v", ids[won], op)
 		}
@@ -382,9 +368,10 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 			t.Errorf("VM %d's task %s at PVE: %+v (known %v), want a running migration", it.VMID, *it.TaskID, tk, ok)
 		}
 	}
-	r.must(clients[lost], http.MethodGet, "/api/v1/pve/operations", nil, &list)
-	if len(list) != 1 || list[0].ID != ids[won] {
-		t.Errorf("operations %+v, want only %d", list, ids[won])
+	ops, err := clients[lost].Operations(t.Context(), 0, 0)
+	r.must("the operations", err)
+	if list := ops.Items; len(list) != 1 || list[0].ID != ids[won] {
+		t.Errorf("operations %+v, want only %d", ops.Items, ids[won])
 	}
 	if n := r.sim.Requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 2 {
 		t.Errorf("PVE got %d migrate POSTs for pve1's two VMs", n)

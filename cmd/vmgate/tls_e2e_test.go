@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/cli"
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/servertls"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
 	"github.com/vmgate/vmgate/internal/testkit"
@@ -49,16 +48,14 @@ func TestTLSOnRealBinary(t *testing.T) {
 	newTransport := func() *http.Transport {
 		return &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: roots}}
 	}
-	c := cli.NewClient(base, "")
-	c.HTTP.Transport = apitest.Transport(t, newTransport())
-	tok, err := c.Login(ctx, "admin@vmgate.local", pw)
-	if err != nil {
+	c := checkedClientVia(t, base, "", newTransport())
+	if _, err := c.Login(ctx, "admin@vmgate.local", pw); err != nil {
 		t.Fatalf("login over HTTPS: %v\n%s", err, p.log())
 	}
-	c.Token = tok.Token
-	if _, running, err := c.Power(ctx, 1, "pve1", 101, "start", false, 60, nil); err != nil || running {
-		t.Fatalf("start VM 101 over HTTPS: running %v, %v", running, err)
+	if r, err := c.Start(ctx, client.VM(1, "pve1", 101), client.PowerOptions{}); err != nil || r.Running {
+		t.Fatalf("start VM 101 over HTTPS: %+v, %v", r, err)
 	}
+	// The raw answer, for its headers.
 	resp, err := c.Do(ctx, http.MethodGet, "/api/v1/pve/clusters/1/vms", nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +63,7 @@ func TestTLSOnRealBinary(t *testing.T) {
 	checkHSTS(t, "GET /api/v1/pve/clusters/1/vms", resp.Header)
 	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/nothing-here", nil, nil, nil); err == nil {
 		t.Fatal("an unknown path answered 2xx")
-	} else if ae, ok := err.(*cli.APIError); ok {
+	} else if ae, ok := err.(*client.APIError); ok {
 		checkHSTS(t, "an error answer", ae.Header)
 	}
 
@@ -133,7 +130,7 @@ func TestTLSOnRealBinary(t *testing.T) {
 		t.Fatalf("the connection opened before the reload: reused %v, HTTP/%d, %s", reused, proto, leaf.Subject)
 	}
 	// The process is the same one: the token from before still works.
-	if _, err := c.Do(ctx, http.MethodGet, "/api/v1/user/me", nil, nil, nil); err != nil {
+	if _, err := c.Me(ctx); err != nil {
 		t.Fatalf("after the reload: %v", err)
 	}
 	p.waitLog(t, "CN=second")

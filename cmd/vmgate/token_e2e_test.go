@@ -18,7 +18,7 @@ func TestScriptWithAPIToken(t *testing.T) {
 	t.Parallel()
 	const pw = "scripts use tokens now"
 	_, srv, c, _ := startLab(t, pw, "--speed", "8", "--auth-delay", "0s")
-	base := c.BaseURL
+	base := c.BaseURL()
 	admin := cliEnv(t)
 	runCLI(t, admin, pw+"\n", "login", "--server", base, "--email", "ops@example.com").want(t, 0, "admin login")
 	runCLI(t, admin, "ember harbor violin 31\n", "user", "add", "op@example.com", "--password-stdin").want(t, 0, "user add")

@@ -14,6 +14,11 @@
 // and deletion end the user's sessions at once (docs/security.md item 11); every change is
 // audited, attributed through internal/audit to whoever asked.
 //
+// A new user's rules — a plain e-mail address, a printable nickname, one of two
+// roles, auth's password policy — hold whoever creates it: an admin (Service) or the
+// host's administrator (Host: `vmgate admin user`, which checks no caller but keeps
+// every other rule, the last-admin guard included; docs/decisions/0081).
+//
 // Credentials and sessions themselves — password hashing and policy, login
 // throttling, tokens, revocation — are internal/auth's: accounts calls it and adds
 // what a change of an account means. Values leave this package as its own view
@@ -25,7 +30,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
@@ -40,13 +44,21 @@ const (
 	RoleUser  = store.RoleUser  // may act only where a grant allows
 )
 
+// HostCredentials is what the rules of creating and disabling users use of
+// internal/auth: a new password checked against the policy and hashed, and the end
+// of a user's sessions (how many ended). *auth.Service is one, and *auth.Offline
+// for the administration commands (Host).
+type HostCredentials interface {
+	HashNewPassword(ctx context.Context, email, password string) (string, error)
+	RevokeUser(ctx context.Context, userID int64, why string) (int, error)
+}
+
 // Credentials is what accounts uses of internal/auth; *auth.Service is one.
 type Credentials interface {
+	HostCredentials
 	Login(ctx context.Context, email, password, addr string) (auth.Token, store.User, error)
 	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
-	CreateUser(ctx context.Context, email, nickname, password, role string) (store.User, error)
 	SetPassword(ctx context.Context, userID int64, password string) error
-	RevokeUser(ctx context.Context, userID int64, why string) error
 	Sessions(ctx context.Context, userID int64) ([]auth.SessionInfo, error)
 	EndSession(ctx context.Context, userID int64, sid, why string) error
 
@@ -57,7 +69,9 @@ type Credentials interface {
 
 // Store is what accounts reads and writes itself; every store.Store is one.
 type Store interface {
+	CreateUser(ctx context.Context, u store.User) (store.User, error)
 	UserByID(ctx context.Context, id int64) (store.User, error)
+	UserByEmail(ctx context.Context, email string) (store.User, error)
 	ListUsers(ctx context.Context) ([]store.User, error)
 	UpdateUser(ctx context.Context, u store.User) (store.User, error)
 	DeleteUser(ctx context.Context, id int64) error
@@ -253,32 +267,15 @@ func (s *Service) User(ctx context.Context, id int64) (User, error) {
 	return view(u), nil
 }
 
-// NewUser is what CreateUser needs.
-type NewUser struct {
-	Email    string
-	Nickname string
-	Password string
-	Role     string // RoleAdmin or RoleUser; empty is RoleUser
-}
-
-// CreateUser is admin p adding a user (auth checks the e-mail, the nickname and
-// the password policy). Only an admin's login session may (403 forbidden, 403
-// session_required). A bad role is refused next and not audited; every other
-// attempt is audited as user.create.
+// CreateUser is admin p adding a user: the e-mail, the nickname, the role and the
+// password as every way of creating a user checks them (createUser). Only an
+// admin's login session may (403 forbidden, 403 session_required). A bad role is
+// refused next and not audited; every other attempt is audited as user.create.
 func (s *Service) CreateUser(ctx context.Context, p auth.Principal, in NewUser) (User, error) {
 	if err := s.requireAdminSession(ctx, p, "user.create"); err != nil {
 		return User{}, err
 	}
-	if in.Role == "" {
-		in.Role = RoleUser
-	}
-	if err := checkRole(in.Role); err != nil {
-		return User{}, err
-	}
-	u, err := s.auth.CreateUser(ctx, in.Email, in.Nickname, in.Password, in.Role)
-	// The target is the e-mail as asked for: a failed attempt has no user id.
-	s.audit.Record(ctx, store.AuditRecord{Action: "user.create", Target: "user:" + strings.ToLower(in.Email),
-		Params: audit.Params(map[string]any{"role": in.Role, "nickname": in.Nickname}), Result: audit.Result(err)})
+	u, err := createUser(ctx, s.st, s.auth, s.audit, in, "")
 	if err != nil {
 		return User{}, err
 	}
@@ -316,7 +313,7 @@ func (s *Service) UpdateUser(ctx context.Context, p auth.Principal, id int64, ch
 	}
 	losesAdmin := (ch.Role != nil && *ch.Role != RoleAdmin) || (ch.Disabled != nil && *ch.Disabled)
 	if losesAdmin {
-		if err := s.lastAdminGuard(ctx, u); err != nil {
+		if err := lastAdminGuard(ctx, s.st, u); err != nil {
 			return User{}, err
 		}
 	}
@@ -350,7 +347,7 @@ func (s *Service) UpdateUser(ctx context.Context, p auth.Principal, id int64, ch
 	// A disabled user, a changed role and a reset password all end the user's
 	// sessions at once (docs/security.md item 11).
 	if (u.Disabled && !wasDisabled) || ch.Password != nil || ch.Role != nil {
-		if err := s.auth.RevokeUser(ctx, id, auth.WhyAdmin); err != nil {
+		if _, err := s.auth.RevokeUser(ctx, id, auth.WhyAdmin); err != nil {
 			return User{}, err
 		}
 	}
@@ -370,10 +367,10 @@ func (s *Service) DeleteUser(ctx context.Context, p auth.Principal, id int64) er
 	if err != nil {
 		return err
 	}
-	if err := s.lastAdminGuard(ctx, u); err != nil {
+	if err := lastAdminGuard(ctx, s.st, u); err != nil {
 		return err
 	}
-	if err := s.auth.RevokeUser(ctx, id, auth.WhyDeleted); err != nil {
+	if _, err := s.auth.RevokeUser(ctx, id, auth.WhyDeleted); err != nil {
 		return err
 	}
 	if err := s.st.DeleteUser(ctx, id); err != nil {
@@ -382,24 +379,4 @@ func (s *Service) DeleteUser(ctx context.Context, p auth.Principal, id int64) er
 	s.audit.Record(ctx, store.AuditRecord{Action: "user.delete", Target: userTarget(id),
 		Params: audit.Params(map[string]any{"email": u.Email}), Result: "ok"})
 	return nil
-}
-
-// lastAdminGuard refuses a change that would leave no enabled admin: nobody could
-// manage vmgate through its API afterwards. Two admins removing each other at the
-// same instant can both pass it: the store has no compare-and-swap for users, and
-// `vmgate admin user create` is the way back.
-func (s *Service) lastAdminGuard(ctx context.Context, u store.User) error {
-	if u.Role != RoleAdmin || u.Disabled {
-		return nil
-	}
-	users, err := s.st.ListUsers(ctx)
-	if err != nil {
-		return err
-	}
-	for _, o := range users {
-		if o.ID != u.ID && o.Role == RoleAdmin && !o.Disabled {
-			return nil
-		}
-	}
-	return errs.R(errs.Conflict, errs.ReasonLastAdmin, "user %d is the last enabled admin", u.ID)
 }

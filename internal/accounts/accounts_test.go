@@ -52,10 +52,12 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, st: st, auth: au, svc: New(Config{Store: st, Auth: au, Audit: trail})}
 }
 
-// user creates a user through auth (no audit row) and returns it.
+// user creates a user under the rules of CreateUser, without a caller or an
+// audit row, and returns it.
 func (e *env) user(name, role string) store.User {
 	e.t.Helper()
-	u, err := e.auth.CreateUser(context.Background(), name+"@example.org", name, password, role)
+	u, err := newUser(context.Background(), e.st, e.auth, NewUser{Email: name + "@example.org", Nickname: name,
+		Password: password, Role: role})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-// Package auth is vmgate's accounts, sessions and tokens: argon2id passwords,
-// HS256 access tokens, session rotation with reuse detection, and login throttling.
-// It knows no HTTP: internal/httpapi calls it and maps its *errs.Error kinds to
-// statuses. The rules of docs/security.md's Tokens, Sessions and Login sections that are
+// Package auth is vmgate's credentials and sessions: argon2id passwords, HS256
+// access tokens, session rotation with reuse detection, and login throttling. Users
+// themselves — creating them, the e-mail rules, who may change what — are
+// internal/accounts'. It knows no HTTP: internal/httpapi calls it and maps its
+// *errs.Error kinds to statuses. The rules of docs/security.md's Tokens, Sessions and Login sections that are
 // not about HTTP live here, each with a test that names its item.
 //
 // # Tokens
@@ -31,9 +32,18 @@
 // successor was made — no token it signed is alive any more — and is then refused
 // and deleted. Verification reads the keys through one atomic pointer.
 //
+// # Login methods
+//
+// StartSession is the one way into a session: a login method checks its own proof
+// and hands the user over, and StartSession creates the session, issues its first
+// token and audits auth.login naming the method. Login is the password method
+// (login.go); single sign-on and second factors (issue 23) come in the same way
+// (docs/decisions/0081). Offline is the part that needs no signing key, for the
+// administration commands: new passwords hashed, a user's sessions ended.
+//
 // # Sessions
 //
-// Login starts a session that lives at most SessionMax; a token lives TokenTTL,
+// A session lives at most SessionMax; a token lives TokenTTL,
 // never past its session. Only a session's newest generation is valid: Refresh moves
 // the session one generation forward with a compare-and-swap in the store, so of
 // many concurrent refreshes of one token one wins. Presenting an older generation

@@ -116,9 +116,16 @@ func newEnvOn(t testing.TB, st *fakeStore, clock *testClock, edit func(*Config))
 	return e
 }
 
+// createUser stores a user as internal/accounts does: the e-mail normalised, the
+// password checked and hashed by HashNewPassword.
 func (e *env) createUser(email, password, role string) store.User {
 	e.t.Helper()
-	u, err := e.s.CreateUser(context.Background(), email, "nick", password, role)
+	ctx := context.Background()
+	hash, err := e.s.HashNewPassword(ctx, email, password)
+	if err != nil {
+		e.t.Fatalf("HashNewPassword(%s): %v", email, err)
+	}
+	u, err := e.st.CreateUser(ctx, store.User{Email: NormalizeEmail(email), Nickname: "nick", PasswordHash: hash, Role: role})
 	if err != nil {
 		e.t.Fatalf("CreateUser(%s): %v", email, err)
 	}

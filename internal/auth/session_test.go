@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -370,8 +371,8 @@ func TestRevokeUser(t *testing.T) {
 			if c.before != nil {
 				c.before(e, alice.ID)
 			}
-			if err := e.s.RevokeUser(context.Background(), alice.ID, c.why); err != nil {
-				t.Fatal(err)
+			if n, err := e.s.RevokeUser(context.Background(), alice.ID, c.why); err != nil || n != 2 {
+				t.Fatalf("RevokeUser: %d sessions ended, %v; want 2", n, err)
 			}
 			if c.why == WhyDeleted {
 				e.st.deleteUser(alice.ID)
@@ -578,7 +579,7 @@ func TestChangesReachOtherReplicas(t *testing.T) {
 	if _, err := a.st.UpdateUser(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.s.RevokeUser(ctx, carol.ID, WhyDisabled); err != nil {
+	if _, err := a.s.RevokeUser(ctx, carol.ID, WhyDisabled); err != nil {
 		t.Fatal(err)
 	}
 	b.authFails(c.Raw)
@@ -712,5 +713,42 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 		if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable || e.Reason != errs.ReasonStoreUnavailable {
 			t.Errorf("%s with the store down: %v, want Unavailable %s", what, err, errs.ReasonStoreUnavailable)
 		}
+	}
+}
+
+// Offline ends a user's sessions as a Service does (the administration commands,
+// docs/security.md item 11): in the store, audited as auth.sessions_revoked, and a
+// running Service on the same store refuses their tokens from the change feed.
+func TestOfflineRevokeUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	alice := e.createUser("alice@example.com", alicePassword, store.RoleUser)
+	e.createUser("bob@example.com", bobPassword, store.RoleUser)
+	a := e.login("alice@example.com", alicePassword)
+	b := e.login("bob@example.com", bobPassword)
+	e.authOK(a.Raw)
+	var recs auditLog
+	off, err := NewOffline(e.st, OfflineConfig{Argon2: cheapParams, Now: e.clock.Now, Audit: recs.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := off.RevokeUser(context.Background(), alice.ID, WhyDisabled); err != nil || n != 1 {
+		t.Fatalf("RevokeUser: %d sessions ended, %v; want 1", n, err)
+	}
+	e.authFails(a.Raw)
+	e.authOK(b.Raw)
+	if s := e.st.session(a.SessionID); s.RevokedWhy != WhyDisabled {
+		t.Fatalf("session %+v", s)
+	}
+	got := recs.actions("auth.sessions_revoked")
+	if len(got) != 1 || got[0].Target != "user:"+strconv.FormatInt(alice.ID, 10) || got[0].Reason != WhyDisabled ||
+		!got[0].At.Equal(e.clock.Now()) {
+		t.Fatalf("audit %+v", got)
+	}
+	if n, err := off.RevokeUser(context.Background(), alice.ID, WhyDisabled); err != nil || n != 0 {
+		t.Fatalf("RevokeUser again: %d, %v; want 0", n, err)
+	}
+	if got := recs.actions("auth.sessions_revoked"); len(got) != 1 {
+		t.Fatalf("nothing ended, yet audited: %+v", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -86,10 +85,9 @@ func (s *Service) WaitSeen() {
 // maxUserAgent bounds the User-Agent kept with a session.
 const maxUserAgent = 256
 
-// userAgent is the User-Agent of the request ctx carries, cut to maxUserAgent
-// bytes and to printable characters: it is shown to people.
-func userAgent(ctx context.Context) string {
-	ua := audit.FactsFrom(ctx).UserAgent
+// cleanUserAgent is a client's User-Agent cut to maxUserAgent bytes and to
+// printable characters: it is shown to people.
+func cleanUserAgent(ua string) string {
 	ua = strings.Map(func(r rune) rune {
 		if !unicode.IsPrint(r) {
 			return -1

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // Exit codes of the client commands, one per kind of outcome a script may want to
@@ -96,14 +98,14 @@ func Explain(err error, server string) *ExitError {
 	if errors.As(err, &ee) {
 		return ee
 	}
-	var ae *APIError
+	var ae *client.APIError
 	if errors.As(err, &ae) {
 		return explainAPI(ae, server)
 	}
 	if errors.Is(err, context.Canceled) {
 		return &ExitError{Code: ExitInterrupted, Msg: "interrupted", Err: err}
 	}
-	var nv *NotVmgateError
+	var nv *client.NotVmgateError
 	if errors.As(err, &nv) {
 		return &ExitError{Code: ExitUnavailable, Msg: fmt.Sprintf("%s does not answer as vmgate does (%s): is --server right?",
 			server, nv.Status), Err: err}
@@ -119,7 +121,7 @@ func Explain(err error, server string) *ExitError {
 
 // explainAPI maps an API error: its status to an exit code, its message to the
 // CLI's words.
-func explainAPI(ae *APIError, server string) *ExitError {
+func explainAPI(ae *client.APIError, server string) *ExitError {
 	e := &ExitError{Msg: CLIWords(ae.Message), Err: ae}
 	if e.Msg == "" {
 		e.Msg = http.StatusText(ae.Status)
@@ -135,8 +137,8 @@ func explainAPI(ae *APIError, server string) *ExitError {
 	case ae.Status == http.StatusTooManyRequests, ae.Status == http.StatusServiceUnavailable,
 		ae.Status == http.StatusGatewayTimeout:
 		e.Code = ExitUnavailable
-		if ra := ae.Header.Get("Retry-After"); ra != "" {
-			e.Msg += " (try again in " + ra + " s)"
+		if ae.RetryAfter > 0 {
+			e.Msg += fmt.Sprintf(" (try again in %.0f s)", ae.RetryAfter.Seconds())
 		}
 	default: // 403, 405, 413, 415, 500, 502
 		e.Code = ExitFailed
@@ -147,8 +149,8 @@ func explainAPI(ae *APIError, server string) *ExitError {
 	// An answer whose outcome is unknown (or whose first attempt still runs)
 	// names the request's task row in X-Operation-Id: the task's taskRef, which
 	// the task commands take where they take a UPID.
-	if ref := ae.Header.Get("X-Operation-Id"); ref != "" && e.Hint == "" {
-		e.Hint = "follow it with: vmgate task watch " + ref
+	if ae.TaskRef > 0 && e.Hint == "" {
+		e.Hint = fmt.Sprintf("follow it with: vmgate task watch %d", ae.TaskRef)
 	}
 	return e
 }

@@ -8,13 +8,15 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // TestExitCodes: every kind of outcome has its exit code (one case per code), and
 // a connection failure is said in words, never as Go's "dial tcp".
 func TestExitCodes(t *testing.T) {
 	api := func(status int, reason string) error {
-		return &APIError{Status: status, Reason: reason, Message: "m", Header: http.Header{}}
+		return &client.APIError{Status: status, Reason: reason, Message: "m", Header: http.Header{}}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,7 +71,7 @@ func TestHintsInCLIWords(t *testing.T) {
 		if got := CLIWords(in); got != want {
 			t.Errorf("%q\n got %q\nwant %q", in, got, want)
 		}
-		e := Explain(&APIError{Status: 409, Reason: "x", Message: in, Header: http.Header{}}, "")
+		e := Explain(&client.APIError{Status: 409, Reason: "x", Message: in, Header: http.Header{}}, "")
 		if strings.Contains(e.Msg, "=true") {
 			t.Errorf("API words left: %q", e.Msg)
 		}
@@ -81,12 +83,12 @@ func TestHintsInCLIWords(t *testing.T) {
 // to follow that task: the task commands take its reference where they take a
 // UPID.
 func TestOutcomeUnknownHint(t *testing.T) {
-	e := Explain(&APIError{Status: http.StatusGatewayTimeout, Reason: "outcome_unknown", Message: "follow it as task 42",
-		Header: http.Header{"X-Operation-Id": {"42"}}}, "")
+	e := Explain(&client.APIError{Status: http.StatusGatewayTimeout, Reason: "outcome_unknown", Message: "follow it as task 42",
+		Header: http.Header{}, TaskRef: 42}, "")
 	if e.Code != ExitUnavailable || e.Hint != "follow it with: vmgate task watch 42" {
 		t.Errorf("exit %d, hint %q", e.Code, e.Hint)
 	}
-	if e := Explain(&APIError{Status: http.StatusConflict, Reason: "vm_running", Message: "m", Header: http.Header{}}, ""); e.Hint != "" {
+	if e := Explain(&client.APIError{Status: http.StatusConflict, Reason: "vm_running", Message: "m", Header: http.Header{}}, ""); e.Hint != "" {
 		t.Errorf("a conflict without a task row hints %q", e.Hint)
 	}
 }

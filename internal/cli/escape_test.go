@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // The hostile texts of docs/security.md item 35: a window title change, a screen clear and
@@ -98,7 +100,9 @@ func TestTablesAndViewsEscapeWhatTheyShow(t *testing.T) {
 	escaped := osTitleEs + clearEs + osc8Es
 
 	var b bytes.Buffer
-	VMsTable([]VM{{VMID: 100, Name: hostile, Node: "pve1", Status: "running", Tags: []string{clear, osc8}}}).Write(&b)
+	vms := VMsTable([]client.VMView{{VMID: 100, Name: hostile, Node: "pve1", Status: "running", Tags: []string{clear, osc8}}})
+	vms.Wide = true // whole values: the escaped text is looked for below
+	vms.Write(&b)
 	noTerminalControls(t, "vm list", b.String())
 	if !strings.Contains(b.String(), escaped) || !strings.Contains(b.String(), clearEs+","+osc8Es) {
 		t.Errorf("vm list does not show the name and tags escaped:\n%s", b.String())
@@ -108,31 +112,31 @@ func TestTablesAndViewsEscapeWhatTheyShow(t *testing.T) {
 	}
 
 	fail := "TASK ERROR: " + hostile
-	task := Task{TaskID: "UPID:pve1:1", Type: "qmigrate", VMID: 100, Target: hostile, Status: "stopped", Result: "failed",
-		Error: fail, ExitStatus: &fail}
-	if s := Summary(task); strings.Contains(Escape(s), "\x1b") || !strings.Contains(Escape(s), escaped) {
+	task := client.Task{TaskID: ptr("UPID:pve1:1"), Type: "qmigrate", VMID: ptr[int64](100), Target: &hostile, Status: "stopped",
+		Result: "failed", Error: &fail, ExitStatus: &fail}
+	if s := Summary(task, ""); strings.Contains(Escape(s), "\x1b") || !strings.Contains(Escape(s), escaped) {
 		t.Errorf("summary %q", Escape(s))
 	}
 	for _, terminal := range []bool{false, true} {
 		b.Reset()
-		v := newProgressView(&b, terminal, task.TaskID)
+		v := newProgressView(&b, terminal, task.UPID())
 		running := task
 		running.Status, running.Result = "running", ""
-		running.Progress = &Progress{Percent: 40, Phase: hostile, TotalBytes: 100, TransferredBytes: 40}
+		running.Progress = &client.Progress{Percent: 40, Phase: hostile, TotalBytes: 100, TransferredBytes: 40}
 		v.show(running)
-		v.show(Task{TaskID: task.TaskID, Type: hostile, Status: "running"})
+		v.show(client.Task{TaskID: task.TaskID, Type: hostile, Status: "running"})
 		v.notice(hostile)
-		v.finish()
+		v.finish(task)
 		noTerminalControls(t, "task watch", b.String(), "\r", "\x1b[J", "\x1b[K", "\x1b[2K")
 		if !strings.Contains(b.String(), escaped) {
 			t.Errorf("terminal=%v: the task view does not show the text escaped:\n%q", terminal, b.String())
 		}
 	}
 
-	op := Operation{ID: 1, Status: "running", Items: []OperationItem{
-		{VMID: 100, Name: hostile, Node: "pve1", Target: "pve2", Action: "migrate", State: "running",
-			Progress: &Progress{Percent: 50, Phase: hostile}},
-		{VMID: 101, Name: "db", Node: "pve1", Action: "migrate", State: "failed", Error: hostile},
+	op := client.Operation{ID: 1, Status: "running", Items: []client.OperationItem{
+		{VMID: 100, Name: hostile, Node: "pve1", Target: ptr("pve2"), Action: "migrate", State: "running",
+			Progress: &client.Progress{Percent: 50, Phase: hostile}},
+		{VMID: 101, Name: "db", Node: "pve1", Action: "migrate", State: "failed", Error: &hostile},
 	}}
 	for _, terminal := range []bool{false, true} {
 		b.Reset()
@@ -147,7 +151,7 @@ func TestTablesAndViewsEscapeWhatTheyShow(t *testing.T) {
 	}
 	b.Reset()
 	ItemsTable(op).Write(&b)
-	PlanTable(Plan{Items: op.Items}).Write(&b)
+	PlanTable(client.Plan{Items: op.Items}).Write(&b)
 	noTerminalControls(t, "op show", b.String())
 }
 
@@ -156,7 +160,7 @@ func TestTablesAndViewsEscapeWhatTheyShow(t *testing.T) {
 func TestJSONStaysExact(t *testing.T) {
 	t.Parallel()
 	name := osTitle + clear + osc8 + "\u202e"
-	raw, _ := json.Marshal([]VM{{VMID: 100, Name: name}})
+	raw, _ := json.Marshal([]client.VMView{{VMID: 100, Name: name}})
 	var b bytes.Buffer
 	if err := WriteJSON(&b, json.RawMessage(raw)); err != nil {
 		t.Fatal(err)
@@ -164,7 +168,7 @@ func TestJSONStaysExact(t *testing.T) {
 	if strings.Contains(b.String(), "\x1b") || strings.Contains(b.String(), "\x07") {
 		t.Fatalf("raw control characters in JSON:\n%q", b.String())
 	}
-	var back []VM
+	var back []client.VMView
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back[0].Name != name {
 		t.Fatalf("JSON does not give the name back: %v %+v", err, back)
 	}

@@ -2,157 +2,38 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
+	"unicode/utf8"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // Operations on many VMs (issue 13 (docs/history.md)): evacuating a node, bulk power actions, and
 // following them.
 
-// OperationsPath lists the operations.
-const OperationsPath = "/api/v1/pve/operations"
-
-// OperationPath is the API path of an operation.
-func OperationPath(id int64) string { return OperationsPath + "/" + strconv.FormatInt(id, 10) }
-
-// Operation is an operation as the API shows it.
-type Operation struct {
-	ID              int64           `json:"id"`
-	Kind            string          `json:"kind"`
-	ClusterID       int64           `json:"clusterId"`
-	Node            string          `json:"node"`
-	Status          string          `json:"status"`
-	CreatedBy       string          `json:"createdBy"`
-	CreatedAt       time.Time       `json:"createdAt"`
-	StartedAt       *time.Time      `json:"startedAt"`
-	EndedAt         *time.Time      `json:"endedAt"`
-	MaxParallel     int             `json:"maxParallel"`
-	CancelRequested bool            `json:"cancelRequested"`
-	Abort           bool            `json:"abort"`
-	Counts          OperationCounts `json:"counts"`
-	Items           []OperationItem `json:"items"`
-	// Raw is the operation as vmgate sent it (WatchOperation's last snapshot),
-	// for -o json: re-encoding the fields above would turn its nulls into "".
-	Raw json.RawMessage `json:"-"`
-}
-
-// Finished reports whether the operation has ended.
-func (o Operation) Finished() bool { return o.Status != "planned" && o.Status != "running" }
-
-// OperationCounts counts an operation's items by state.
-type OperationCounts struct {
-	Total   int `json:"total"`
-	Pending int `json:"pending"`
-	Running int `json:"running"`
-	OK      int `json:"ok"`
-	Failed  int `json:"failed"`
-	Skipped int `json:"skipped"`
-}
-
-// OperationItem is one VM of an operation or a plan.
-type OperationItem struct {
-	VMID     int64     `json:"vmid"`
-	Name     string    `json:"name"`
-	Node     string    `json:"node"`
-	Target   string    `json:"target"`
-	Action   string    `json:"action"`
-	Online   bool      `json:"online"`
-	HA       bool      `json:"ha"`
-	MemBytes int64     `json:"memBytes"`
-	State    string    `json:"state"`
-	TaskID   string    `json:"taskId"`
-	Error    string    `json:"error"`
-	Progress *Progress `json:"progress"`
-}
-
-// Plan is what an operation does, per VM, and an evacuation's targets.
-type Plan struct {
-	Items   []OperationItem `json:"items"`
-	Targets []PlanTarget    `json:"targets"`
-}
-
-// PlanTarget is a node an evacuation may move VMs to.
-type PlanTarget struct {
-	Node       string `json:"node"`
-	Status     string `json:"status"`
-	Eligible   bool   `json:"eligible"`
-	Mem        int64  `json:"mem"`
-	MaxMem     int64  `json:"maxMem"`
-	PlannedMem int64  `json:"plannedMem"`
-	VMs        int    `json:"vms"`
-}
-
-// Launched is the answer of an evacuation or a bulk action: the operation's id
-// (0 for a dry run) and its plan, with the raw data for -o json.
-type Launched struct {
-	OperationID int64           `json:"operationId"`
-	Plan        Plan            `json:"plan"`
-	Raw         json.RawMessage `json:"-"`
-}
-
-// Launch POSTs an evacuation or a bulk action (path) with body.
-func (c *Client) Launch(ctx context.Context, path string, body any) (Launched, error) {
-	var raw json.RawMessage
-	if _, err := c.Do(ctx, http.MethodPost, path, nil, body, &raw); err != nil {
-		return Launched{}, err
-	}
-	l := Launched{Raw: raw}
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return Launched{}, err
-	}
-	return l, nil
-}
-
-// Operation reads an operation, with its raw data.
-func (c *Client) Operation(ctx context.Context, id int64) (Operation, json.RawMessage, error) {
-	var raw json.RawMessage
-	if _, err := c.Do(ctx, http.MethodGet, OperationPath(id), nil, nil, &raw); err != nil {
-		return Operation{}, nil, err
-	}
-	var o Operation
-	err := json.Unmarshal(raw, &o)
-	return o, raw, err
-}
-
-// CancelOperation cancels an operation; with abort its running migrations are
-// stopped too.
-func (c *Client) CancelOperation(ctx context.Context, id int64, abort bool) (Operation, error) {
-	q := map[string][]string{}
-	if abort {
-		q["abort"] = []string{"true"}
-	}
-	var o Operation
-	_, err := c.Do(ctx, http.MethodDelete, OperationPath(id), q, nil, &o)
-	return o, err
-}
-
 // WatchOperation follows an operation to its end on its event stream, calling
 // each with every snapshot, and reconnects as Watch does when vmgate goes away;
 // it returns the last snapshot.
-func (c *Client) WatchOperation(ctx context.Context, id int64, o WatchOptions, notice func(string), each func(Operation)) (Operation, error) {
-	var last Operation
-	err := c.follow(ctx, OperationPath(id)+"/events", "operation", o, "vmgate op watch "+strconv.FormatInt(id, 10), notice,
-		func(data []byte) (bool, error) {
-			var op Operation
-			if err := json.Unmarshal(data, &op); err != nil {
-				return false, fmt.Errorf("operation events: %w", err)
-			}
-			op.Raw = append(json.RawMessage(nil), data...)
+func WatchOperation(ctx context.Context, c *client.Client, id int64, o WatchOptions, notice func(string), each func(client.Operation)) (client.Operation, error) {
+	var last client.Operation
+	err := follow(ctx, o, "vmgate op watch "+strconv.FormatInt(id, 10), notice, func(ctx context.Context, seen func()) (client.StreamEnd, error) {
+		return c.OperationEvents(ctx, id, func(op client.Operation) bool {
+			seen()
 			last = op
 			each(op)
-			return op.Finished(), nil
+			return op.Finished()
 		})
+	})
 	return last, err
 }
 
-// PlanTable is a plan, one row per VM: where it goes, or why it is skipped.
-func PlanTable(p Plan) TableOf {
-	t := TableOf{Header: []string{"VMID", "NAME", "NODE", "ACTION", "TARGET", "MEM", "PLAN", "REASON"}}
+// PlanTable is a plan, one row per guest: where it goes, or why it is skipped.
+func PlanTable(p client.Plan) TableOf {
+	t := TableOf{Header: []string{"VMID", "NAME", "NODE", "ACTION", "TARGET", "MEM", "PLAN", "REASON"},
+		Flex: []string{"NAME", "NODE", "TARGET", "REASON"}}
 	for _, it := range p.Items {
 		action := it.Action
 		if it.Action == "migrate" {
@@ -168,14 +49,50 @@ func PlanTable(p Plan) TableOf {
 		if it.State == "skipped" {
 			plan = "skip"
 		}
-		t.Add(strconv.FormatInt(it.VMID, 10), it.Name, it.Node, action, it.Target, Size(it.MemBytes), plan, it.Error)
+		t.Add(strconv.FormatInt(it.VMID, 10), it.Name, it.Node, action, it.TargetNode(), Size(it.MemBytes), plan, it.Why())
 	}
 	return t
 }
 
+// SkipNotes are the reasons of a plan's skipped guests in full, a guest a
+// paragraph wrapped to TableWidth: the plan's table cuts its REASON column short
+// to fit, and the reason (which disk, which node) is what a person acts on.
+func SkipNotes(p client.Plan) []string {
+	var out []string
+	for _, it := range p.Items {
+		if it.State != "skipped" || it.Why() == "" {
+			continue
+		}
+		out = append(out, Wrap(fmt.Sprintf("%s %d skipped: %s", it.Type.Noun(), it.VMID, CLIWords(it.Why())), TableWidth, "  ")...)
+	}
+	return out
+}
+
+// Wrap breaks s into lines of at most width runes at spaces, the lines after
+// the first indented with indent; a word longer than a line stands alone.
+func Wrap(s string, width int, indent string) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) <= width:
+			line += " " + w
+		default:
+			lines = append(lines, line)
+			line = indent + w
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
 // TargetsTable is an evacuation plan's targets: memory now and after the plan.
-func TargetsTable(p Plan) TableOf {
-	t := TableOf{Header: []string{"TARGET", "STATUS", "ELIGIBLE", "MEM-NOW", "MEM-AFTER", "MAXMEM", "VMS"}}
+func TargetsTable(p client.Plan) TableOf {
+	t := TableOf{Header: []string{"TARGET", "STATUS", "ELIGIBLE", "MEM-NOW", "MEM-AFTER", "MAXMEM", "VMS"}, Flex: []string{"TARGET"}}
 	for _, tg := range p.Targets {
 		t.Add(tg.Node, tg.Status, strconv.FormatBool(tg.Eligible), percentOf(tg.Mem, tg.MaxMem),
 			percentOf(tg.Mem+tg.PlannedMem, tg.MaxMem), Size(tg.MaxMem), strconv.Itoa(tg.VMs))
@@ -190,27 +107,36 @@ func percentOf(part, whole int64) string {
 	return fmt.Sprintf("%.0f%%", float64(part)*100/float64(whole))
 }
 
-// OperationsTable lists operations.
-func OperationsTable(list []Operation) TableOf {
-	t := TableOf{Header: []string{"ID", "KIND", "CLUSTER", "NODE", "STATUS", "OK", "FAILED", "SKIPPED", "TOTAL", "CREATED", "BY"}}
+// OperationsTable lists operations: their items counted as OK/FAIL/SKIP/ALL,
+// the cluster by name.
+func OperationsTable(list []client.Operation, names ClusterNames) TableOf {
+	t := TableOf{Header: []string{"ID", "KIND", "CLUSTER", "NODE", "STATUS", "OK/FAIL/SKIP/ALL", "CREATED", "BY"},
+		Flex: []string{"CLUSTER", "NODE", "BY"}}
 	for _, o := range list {
 		c := o.Counts
-		t.Add(strconv.FormatInt(o.ID, 10), o.Kind, strconv.FormatInt(o.ClusterID, 10), o.Node, o.Status, strconv.Itoa(c.OK),
-			strconv.Itoa(c.Failed), strconv.Itoa(c.Skipped), strconv.Itoa(c.Total), Stamp(o.CreatedAt), o.CreatedBy)
+		t.Add(strconv.FormatInt(o.ID, 10), o.Kind, names.Of(o.ClusterID), o.NodeName(), o.Status,
+			fmt.Sprintf("%d/%d/%d/%d", c.OK, c.Failed, c.Skipped, c.Total), ShortStamp(o.CreatedAt), o.CreatedBy)
 	}
 	return t
 }
 
-// ItemsTable is an operation's items: state, target, progress, task, reason.
-func ItemsTable(o Operation) TableOf {
-	t := TableOf{Header: []string{"VMID", "NAME", "NODE", "ACTION", "TARGET", "STATE", "PROGRESS", "TASK", "REASON"}}
+// ItemsTable is an operation's items: state, target, progress, reason; -o wide
+// adds each item's task.
+func ItemsTable(o client.Operation) TableOf {
+	t := TableOf{Header: []string{"VMID", "TYPE", "NAME", "NODE", "ACTION", "TARGET", "STATE", "PROGRESS", "TASK", "REASON"},
+		Flex: []string{"NAME", "NODE", "TARGET", "REASON"}, WideOnly: []string{"TASK"}}
 	for _, it := range o.Items {
-		t.Add(strconv.FormatInt(it.VMID, 10), it.Name, it.Node, it.Action, it.Target, it.State, itemProgress(it), it.TaskID, it.Error)
+		kind := KindWord(it.Type)
+		if kind == "" {
+			kind = "vm"
+		}
+		t.Add(strconv.FormatInt(it.VMID, 10), kind, it.Name, it.Node, it.Action, it.TargetNode(), it.State, itemProgress(it),
+			it.UPID(), it.Why())
 	}
 	return t
 }
 
-func itemProgress(it OperationItem) string {
+func itemProgress(it client.OperationItem) string {
 	if it.Progress == nil || it.Action != "migrate" {
 		return ""
 	}
@@ -219,11 +145,11 @@ func itemProgress(it OperationItem) string {
 
 // OperationSummary is an operation's last line: its status and counts, and how
 // long it took.
-func OperationSummary(o Operation) string {
+func OperationSummary(o client.Operation) string {
 	c := o.Counts
 	what := o.Kind
 	if o.Kind == "evacuate" {
-		what = "evacuation of " + o.Node
+		what = "evacuation of " + o.NodeName()
 	}
 	line := fmt.Sprintf("operation %d (%s): %s — %d ok, %d failed, %d skipped of %d", o.ID, what, o.Status, c.OK, c.Failed,
 		c.Skipped, c.Total)
@@ -252,21 +178,21 @@ func NewOperationView(out io.Writer, terminal bool) *OperationView {
 }
 
 // itemLine describes an item for a progress line.
-func itemLine(it OperationItem) string {
-	what := "VM " + strconv.FormatInt(it.VMID, 10)
+func itemLine(it client.OperationItem) string {
+	what := it.Type.Noun() + " " + strconv.FormatInt(it.VMID, 10)
 	if it.Name != "" {
 		what += " " + it.Name
 	}
 	switch {
-	case it.Target != "":
-		what += " " + it.Node + " → " + it.Target
+	case it.TargetNode() != "":
+		what += " " + it.Node + " → " + it.TargetNode()
 	case it.Action != "":
 		what += " " + it.Action
 	}
 	return what
 }
 
-func progressText(p *Progress) string {
+func progressText(p *client.Progress) string {
 	if p == nil {
 		return ""
 	}
@@ -278,18 +204,18 @@ func progressText(p *Progress) string {
 }
 
 // endLine is the line of an item that ended.
-func endLine(it OperationItem) string {
+func endLine(it client.OperationItem) string {
 	switch it.State {
 	case "ok":
 		return fmt.Sprintf("ok       %s", itemLine(it))
 	case "failed":
-		return fmt.Sprintf("failed   %s: %s", itemLine(it), it.Error)
+		return fmt.Sprintf("failed   %s: %s", itemLine(it), it.Why())
 	}
-	return fmt.Sprintf("skipped  %s: %s", itemLine(it), it.Error)
+	return fmt.Sprintf("skipped  %s: %s", itemLine(it), it.Why())
 }
 
 // Shown marks the plan's skipped items as told already (the plan was printed).
-func (v *OperationView) Shown(p Plan) {
+func (v *OperationView) Shown(p client.Plan) {
 	for _, it := range p.Items {
 		if it.State == "skipped" {
 			v.seen[it.VMID] = true
@@ -298,7 +224,7 @@ func (v *OperationView) Shown(p Plan) {
 }
 
 // Show draws a snapshot.
-func (v *OperationView) Show(o Operation) {
+func (v *OperationView) Show(o client.Operation) {
 	if v.terminal {
 		v.clear()
 	}

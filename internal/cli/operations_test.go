@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vmgate/vmgate/client"
 )
 
-func opEvent(status string, items ...OperationItem) string {
-	o := Operation{ID: 7, Kind: "evacuate", Node: "pve1", Status: status, Items: items}
+func opEvent(status string, items ...client.OperationItem) string {
+	o := client.Operation{ID: 7, Kind: "evacuate", Node: ptr("pve1"), Status: status, Items: items}
 	for _, it := range items {
 		switch it.State {
 		case "ok":
@@ -28,10 +30,10 @@ func opEvent(status string, items ...OperationItem) string {
 	return "event: operation\ndata: " + string(b) + "\n\n"
 }
 
-func migrating(vmid int64, state string, percent float64) OperationItem {
-	it := OperationItem{VMID: vmid, Name: fmt.Sprintf("vm%d", vmid), Node: "pve1", Target: "pve2", Action: "migrate", Online: true, State: state}
+func migrating(vmid int64, state string, percent float64) client.OperationItem {
+	it := client.OperationItem{VMID: vmid, Name: fmt.Sprintf("vm%d", vmid), Node: "pve1", Target: ptr("pve2"), Action: "migrate", Online: true, State: state}
 	if state != "pending" {
-		it.Progress = &Progress{Percent: percent, Phase: "memory", BytesPerSecond: 300 << 20}
+		it.Progress = &client.Progress{Percent: percent, Phase: "memory", BytesPerSecond: 300 << 20}
 	}
 	return it
 }
@@ -55,10 +57,10 @@ func TestWatchOperation(t *testing.T) {
 	}, &conns)
 	var out syncBuffer
 	view := NewOperationView(&out, false)
-	c := NewClient(srv, "tok")
+	c := client.New(srv, client.WithToken("tok"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	op, err := c.WatchOperation(ctx, 7, WatchOptions{}, view.Notice, view.Show)
+	op, err := WatchOperation(ctx, c, 7, WatchOptions{}, view.Notice, view.Show)
 	if err != nil || op.Status != "done" || conns.Load() != 2 {
 		t.Fatalf("watch: %+v %v after %d connections", op, err, conns.Load())
 	}
@@ -89,19 +91,37 @@ func TestWatchOperation(t *testing.T) {
 func TestOperationViewTerminal(t *testing.T) {
 	var out strings.Builder
 	v := NewOperationView(&out, true)
-	v.Show(Operation{Status: "running", Counts: OperationCounts{Total: 2, Running: 1, Pending: 1},
-		Items: []OperationItem{migrating(100, "running", 40), migrating(101, "pending", 0)}})
+	v.Show(client.Operation{Status: "running", Counts: client.OperationCounts{Total: 2, Running: 1, Pending: 1},
+		Items: []client.OperationItem{migrating(100, "running", 40), migrating(101, "pending", 0)}})
 	first := out.String()
 	if strings.Contains(first, "\x1b[") || !strings.Contains(first, "running  VM 100 vm100 pve1 → pve2  40% memory") ||
 		!strings.Contains(first, "running: 0 ok, 1 running, 1 waiting") {
 		t.Fatalf("first drawing %q", first)
 	}
 	out.Reset()
-	v.Show(Operation{Status: "running", Counts: OperationCounts{Total: 2, OK: 1, Running: 1},
-		Items: []OperationItem{migrating(100, "ok", 100), migrating(101, "running", 10)}})
+	v.Show(client.Operation{Status: "running", Counts: client.OperationCounts{Total: 2, OK: 1, Running: 1},
+		Items: []client.OperationItem{migrating(100, "ok", 100), migrating(101, "running", 10)}})
 	second := out.String()
 	if !strings.HasPrefix(second, strings.Repeat("\x1b[1A\x1b[2K", 2)) || !strings.Contains(second, "ok       VM 100") ||
 		!strings.Contains(second, "running  VM 101") {
 		t.Fatalf("second drawing %q", second)
+	}
+}
+
+// TestSkipNotesWrap: a skipped guest's reason, cut short in the plan's table,
+// is told whole below it, in the CLI's words, in lines that fit the table's width.
+func TestSkipNotesWrap(t *testing.T) {
+	why := "local disk needs withLocalDisks=true: local-lvm:vm-102-disk-0 (scsi0), local-lvm:vm-102-disk-1 (scsi1), local-lvm:vm-102-disk-2 (scsi2)"
+	notes := SkipNotes(client.Plan{Items: []client.OperationItem{
+		{VMID: 102, State: "skipped", Error: &why}, {VMID: 100, State: "pending"}}})
+	all := strings.Join(notes, "\n")
+	if len(notes) < 2 || !strings.HasPrefix(notes[0], "VM 102 skipped: local disk needs --with-local-disks: ") ||
+		!strings.Contains(all, "local-lvm:vm-102-disk-2 (scsi2)") {
+		t.Fatalf("notes:\n%s", all)
+	}
+	for _, n := range notes {
+		if len([]rune(n)) > TableWidth {
+			t.Errorf("a note of %d columns: %q", len([]rune(n)), n)
+		}
 	}
 }

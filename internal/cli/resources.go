@@ -1,241 +1,56 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vmgate/vmgate/client"
 )
 
-// The things the CLI lists, as vmgate's API answers them (api/openapi.yaml), and
-// their tables. A read prints JSON as the API gave it (every field, even one this
-// client does not know) or a table of the columns a person scans for.
+// The tables of the things the CLI lists, from the API's answers (the client
+// package's types). A read prints JSON as the API gave it (every field, even one
+// this client does not know) or a table of the columns a person scans for, fit
+// to 100 columns (TableOf); -o wide shows every column whole.
 
-// ClusterView is a cluster as GET /pve/clusters lists it for the caller.
-type ClusterView struct {
-	ID         int64  `json:"id"`
-	Name       string `json:"name"`
-	Role       string `json:"role"`
-	Status     string `json:"status"`
-	PVEVersion string `json:"pveVersion"`
-}
+// ClusterNames maps cluster ids to names, for the tables that name a cluster: a
+// person knows "lab", not 1. An id without a name shows as the id.
+type ClusterNames map[int64]string
 
-// Cluster is a registered cluster as an admin sees it (GET /clusters/{id}).
-type Cluster struct {
-	ID        int64  `json:"id"`
-	Name      string `json:"name"`
-	Endpoints []struct {
-		URL         string `json:"url"`
-		Node        string `json:"node"`
-		Fingerprint string `json:"fingerprint"`
-	} `json:"endpoints"`
-	TokenID            string    `json:"tokenId"`
-	Trust              string    `json:"trust"`
-	InsecureSkipVerify bool      `json:"insecureSkipVerify"`
-	CreatedAt          time.Time `json:"createdAt"`
-}
-
-// Node is a PVE node of a cluster.
-type Node struct {
-	Node   string  `json:"node"`
-	Status string  `json:"status"`
-	CPU    float64 `json:"cpu"`
-	MaxCPU int64   `json:"maxCpu"`
-	Mem    int64   `json:"mem"`
-	MaxMem int64   `json:"maxMem"`
-	Uptime int64   `json:"uptime"`
-}
-
-// VM is one VM of a cluster's list.
-type VM struct {
-	VMID    int64    `json:"vmid"`
-	Name    string   `json:"name"`
-	Node    string   `json:"node"`
-	Status  string   `json:"status"`
-	Lock    string   `json:"lock"`
-	Tags    []string `json:"tags"`
-	HAState string   `json:"haState"`
-	MaxMem  int64    `json:"maxMem"`
-	MaxCPU  float64  `json:"maxCpu"`
-}
-
-// User is a user as an admin sees it.
-type User struct {
-	ID        int64     `json:"id"`
-	Email     string    `json:"email"`
-	Nickname  string    `json:"nickname"`
-	Role      string    `json:"role"`
-	Disabled  bool      `json:"disabled"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// AuditRecord is one row of the audit trail.
-type AuditRecord struct {
-	ID        int64     `json:"id"`
-	At        time.Time `json:"at"`
-	UserEmail string    `json:"userEmail"`
-	SessionID string    `json:"sessionId"`
-	Action    string    `json:"action"`
-	ClusterID int64     `json:"clusterId"`
-	VMID      int64     `json:"vmid"`
-	Target    string    `json:"target"`
-	Result    string    `json:"result"`
-	Reason    string    `json:"reason"`
-	Address   string    `json:"address"`
-	Count     int64     `json:"count"`
-}
-
-// Grant is a role on one cluster.
-type Grant struct {
-	ClusterID int64  `json:"clusterId"`
-	Role      string `json:"role"`
-}
-
-// APIToken is an API token as lists show it (never its secret).
-type APIToken struct {
-	ID           string     `json:"id"`
-	Name         string     `json:"name"`
-	CreatedAt    time.Time  `json:"createdAt"`
-	ExpiresAt    time.Time  `json:"expiresAt"`
-	Expired      bool       `json:"expired"`
-	LastUsedAt   *time.Time `json:"lastUsedAt"`
-	LastUsedFrom *string    `json:"lastUsedFrom"`
-	Grants       *[]Grant   `json:"grants"`
-}
-
-// CreatedAPIToken is a new API token with its secret, shown once.
-type CreatedAPIToken struct {
-	APIToken
-	Token string `json:"token"`
-}
-
-// Items is a list as the API answered it: every item raw (for -o json) and the
-// list's envelope facts.
-type Items struct {
-	Raw  []json.RawMessage
-	AsOf time.Time // when vmgate read the list from PVE (inventory lists), zero elsewhere
-}
-
-// Decode unmarshals every item into T.
-func Decode[T any](it Items) ([]T, error) {
-	out := make([]T, 0, len(it.Raw))
-	for _, r := range it.Raw {
-		var v T
-		if err := json.Unmarshal(r, &v); err != nil {
-			return nil, fmt.Errorf("decode an answer: %w", err)
-		}
-		out = append(out, v)
+// Of is the cluster's name, or its id when the name is not known.
+func (n ClusterNames) Of(id int64) string {
+	if id == 0 {
+		return ""
 	}
-	return out, nil
-}
-
-// List reads a list at path, following nextCursor to the end when the API pages
-// it (the VM list with limit).
-func (c *Client) List(ctx context.Context, path string, q url.Values) (Items, error) {
-	var out Items
-	q = cloneValues(q)
-	for {
-		var page []json.RawMessage
-		resp, err := c.Do(ctx, http.MethodGet, path, q, nil, &page)
-		if err != nil {
-			return out, err
-		}
-		out.Raw = append(out.Raw, page...)
-		if resp.AsOf != nil && (out.AsOf.IsZero() || resp.AsOf.Before(out.AsOf)) {
-			out.AsOf = *resp.AsOf
-		}
-		if resp.NextCursor == "" {
-			if out.Raw == nil {
-				out.Raw = []json.RawMessage{}
-			}
-			return out, nil
-		}
-		q.Set("cursor", resp.NextCursor)
+	if name, ok := n[id]; ok && name != "" {
+		return name
 	}
+	return strconv.FormatInt(id, 10)
 }
 
-func cloneValues(q url.Values) url.Values {
-	out := url.Values{}
-	for k, vs := range q {
-		out[k] = slices.Clone(vs)
+// NamesOf maps the listed clusters' ids to their names.
+func NamesOf(list []client.ClusterView) ClusterNames {
+	n := ClusterNames{}
+	for _, c := range list {
+		n[c.ID] = c.Name
 	}
-	return out
+	return n
 }
-
-// ClustersPath and the others are the API paths of the lists.
-const (
-	ClustersPath      = "/api/v1/pve/clusters"
-	AdminClustersPath = "/api/v1/clusters"
-	UsersPath         = "/api/v1/users"
-	TasksPath         = "/api/v1/pve/tasks"
-	AuditPath         = "/api/v1/audit"
-	MyTokensPath      = "/api/v1/user/tokens"
-)
-
-// ClusterPath is the inventory path of a cluster ("/api/v1/pve/clusters/1").
-func ClusterPath(id int64) string { return ClustersPath + "/" + strconv.FormatInt(id, 10) }
-
-// VMFilter selects a cluster's VMs (every field optional); PageSize > 0 reads
-// the list in pages of that many, following the cursor to the end.
-type VMFilter struct {
-	Node, Status, Tag, Q string
-	PageSize             int
-}
-
-// Query is the filter as the VM list's query.
-func (f VMFilter) Query() url.Values {
-	q := url.Values{}
-	for k, v := range map[string]string{"node": f.Node, "status": f.Status, "tag": f.Tag, "q": f.Q} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if f.PageSize > 0 {
-		q.Set("limit", strconv.Itoa(f.PageSize))
-	}
-	return q
-}
-
-// VMs lists a cluster's VMs that pass f, following the pages to the end. It
-// returns when the oldest page was read (asOf).
-func (c *Client) VMs(ctx context.Context, clusterID int64, f VMFilter) ([]VM, time.Time, error) {
-	it, err := c.VMItems(ctx, clusterID, f)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	vms, err := Decode[VM](it)
-	return vms, it.AsOf, err
-}
-
-// VMItems is VMs as the API answered them, for -o json.
-func (c *Client) VMItems(ctx context.Context, clusterID int64, f VMFilter) (Items, error) {
-	return c.List(ctx, ClusterPath(clusterID)+"/vms", f.Query())
-}
-
-// CTItems reads a cluster's containers as VMItems reads its VMs (the same shape).
-func (c *Client) CTItems(ctx context.Context, clusterID int64, f VMFilter) (Items, error) {
-	return c.List(ctx, ClusterPath(clusterID)+"/cts", f.Query())
-}
-
-// The tables. Each takes what the API answered and the time to show ages from.
 
 // ClustersTable is the table of `vmgate cluster list`.
-func ClustersTable(list []ClusterView) TableOf {
-	t := TableOf{Header: []string{"ID", "NAME", "ROLE", "STATUS", "PVE"}}
+func ClustersTable(list []client.ClusterView) TableOf {
+	t := TableOf{Header: []string{"ID", "NAME", "ROLE", "STATUS", "PVE"}, Flex: []string{"NAME"}}
 	for _, c := range list {
-		t.Add(strconv.FormatInt(c.ID, 10), c.Name, c.Role, c.Status, c.PVEVersion)
+		t.Add(strconv.FormatInt(c.ID, 10), c.Name, c.Role, c.Status, deref(c.PVEVersion))
 	}
 	return t
 }
 
 // ClusterTable is the table of `vmgate cluster show`: one row per endpoint.
-func ClusterTable(c Cluster) TableOf {
-	t := TableOf{Header: []string{"ID", "NAME", "TOKEN", "TRUST", "ENDPOINT", "NODE", "FINGERPRINT"}}
+func ClusterTable(c client.Cluster) TableOf {
+	t := TableOf{Header: []string{"ID", "NAME", "TOKEN", "TRUST", "ENDPOINT", "NODE", "FINGERPRINT"},
+		Flex: []string{"NAME", "TOKEN", "ENDPOINT", "FINGERPRINT"}}
 	if len(c.Endpoints) == 0 {
 		t.Add(strconv.FormatInt(c.ID, 10), c.Name, c.TokenID, c.Trust, "", "", "")
 	}
@@ -246,8 +61,8 @@ func ClusterTable(c Cluster) TableOf {
 }
 
 // NodesTable is the table of `vmgate node list`.
-func NodesTable(list []Node) TableOf {
-	t := TableOf{Header: []string{"NODE", "STATUS", "CPU", "MEM", "UPTIME"}}
+func NodesTable(list []client.Node) TableOf {
+	t := TableOf{Header: []string{"NODE", "STATUS", "CPU", "MEM", "UPTIME"}, Flex: []string{"NODE"}}
 	for _, n := range list {
 		t.Add(n.Node, n.Status, fmt.Sprintf("%.0f%%/%d", n.CPU*100, n.MaxCPU),
 			Size(n.Mem)+"/"+Size(n.MaxMem), HumanDuration(time.Duration(n.Uptime)*time.Second))
@@ -256,8 +71,9 @@ func NodesTable(list []Node) TableOf {
 }
 
 // VMsTable is the table of `vmgate vm list`.
-func VMsTable(list []VM) TableOf {
-	t := TableOf{Header: []string{"VMID", "NAME", "NODE", "STATUS", "LOCK", "HA", "CPUS", "MEM", "TAGS"}}
+func VMsTable(list []client.VMView) TableOf {
+	t := TableOf{Header: []string{"VMID", "NAME", "NODE", "STATUS", "LOCK", "HA", "CPUS", "MEM", "TAGS"},
+		Flex: []string{"NAME", "NODE", "TAGS", "HA"}}
 	for _, v := range list {
 		t.Add(strconv.FormatInt(v.VMID, 10), v.Name, v.Node, v.Status, v.Lock, v.HAState,
 			strconv.FormatFloat(v.MaxCPU, 'f', -1, 64), Size(v.MaxMem), strings.Join(v.Tags, ","))
@@ -265,30 +81,92 @@ func VMsTable(list []VM) TableOf {
 	return t
 }
 
-// TasksTable is the table of `vmgate task list`.
-func TasksTable(list []Task) TableOf {
-	t := TableOf{Header: []string{"STARTED", "TYPE", "VMID", "NODE", "TARGET", "RESULT", "BY", "TASK"}}
+// KindWord is a guest kind as the tables show it: vm or ct.
+func KindWord(k client.GuestKind) string {
+	switch k {
+	case client.QEMU:
+		return "vm"
+	case client.LXC:
+		return "ct"
+	}
+	return string(k)
+}
+
+// GuestsTable is the table of `vmgate guest list` and `vmgate ct list`: both
+// kinds, a TYPE column, and the cluster's name when the list spans clusters.
+func GuestsTable(list []client.Guest, names ClusterNames, fleet bool) TableOf {
+	t := TableOf{Header: []string{"CLUSTER", "VMID", "TYPE", "NAME", "NODE", "STATUS", "LOCK", "HA", "CPUS", "MEM", "TAGS"},
+		Flex: []string{"CLUSTER", "NAME", "NODE", "TAGS", "HA"}}
+	if !fleet {
+		t.Header = t.Header[1:]
+	}
+	for _, g := range list {
+		row := []string{strconv.FormatInt(g.VMID, 10), KindWord(g.Type), g.Name, g.Node, g.Status, g.Lock, g.HAState,
+			strconv.FormatFloat(g.MaxCPU, 'f', -1, 64), Size(g.MaxMem), strings.Join(g.Tags, ",")}
+		if fleet {
+			cluster := g.ClusterName
+			if cluster == "" {
+				cluster = names.Of(g.ClusterID)
+			}
+			row = append([]string{cluster}, row...)
+		}
+		t.Add(row...)
+	}
+	return t
+}
+
+// GuestStatusTable is the table of `vmgate vm status` and `vmgate ct status`.
+func GuestStatusTable(g client.GuestStatus) TableOf {
+	t := TableOf{Header: []string{"VMID", "TYPE", "NAME", "NODE", "STATUS", "QMP", "LOCK", "HA", "UPTIME", "CPUS", "MEM", "TAGS"},
+		Flex: []string{"NAME", "NODE", "HA", "TAGS"}}
+	kind := g.Type
+	if kind == "" && g.QMPStatus != "" {
+		kind = client.QEMU
+	}
+	if g.Stale {
+		t.Header = append(t.Header, "AS-OF")
+	}
+	row := []string{strconv.FormatInt(g.VMID, 10), KindWord(kind), g.Name, g.Node, g.Status, g.QMPStatus, g.Lock, g.HA.State,
+		HumanDuration(time.Duration(g.Uptime) * time.Second), strconv.FormatFloat(g.CPUs, 'f', -1, 64), Size(g.MaxMem),
+		strings.Join(g.Tags, ",")}
+	if g.Stale && g.StaleSince != nil {
+		row = append(row, ShortStamp(*g.StaleSince))
+	}
+	t.Add(row...)
+	return t
+}
+
+// TasksTable is the table of `vmgate task list` and `task show`: narrow, the
+// task named by vmgate's reference (every task command takes it where it takes
+// a UPID); -o wide adds the UPID and PVE's task type.
+func TasksTable(list []client.Task, names ClusterNames) TableOf {
+	t := TableOf{Header: []string{"STARTED", "CLUSTER", "OP", "KIND", "VMID", "NODE", "TARGET", "RESULT", "BY", "REF", "TYPE", "UPID"},
+		Flex: []string{"CLUSTER", "NODE", "TARGET", "BY", "OP"}, WideOnly: []string{"TYPE", "UPID"}}
 	for _, k := range list {
-		started := ""
-		if k.StartTime != nil {
-			started = Stamp(*k.StartTime)
-		}
+		started := ShortStamp(k.StartTime)
 		vmid := ""
-		if k.VMID != 0 {
-			vmid = strconv.FormatInt(k.VMID, 10)
+		if k.GuestID() != 0 {
+			vmid = strconv.FormatInt(k.GuestID(), 10)
 		}
-		task := k.TaskID
-		if task == "" && k.TaskRef != 0 {
-			task = strconv.FormatInt(k.TaskRef, 10) // its UPID is not known (yet): vmgate's reference follows it
+		ref := ""
+		if k.Ref() != 0 {
+			ref = strconv.FormatInt(k.Ref(), 10)
+		} else {
+			ref = k.UPID() // a task vmgate did not start: its UPID is its only name
 		}
-		t.Add(started, k.Type, vmid, k.Node, k.Target, k.Result, k.StartedBy, task)
+		op := k.Operation()
+		if op == "" {
+			op = k.Type
+		}
+		t.Add(started, names.Of(k.ClusterID), op, KindWord(k.Kind()), vmid, k.Node, k.TargetNode(), k.Result, k.By(), ref,
+			k.Type, k.UPID())
 	}
 	return t
 }
 
 // UsersTable is the table of `vmgate user list`; the nickname, free text, last.
-func UsersTable(list []User) TableOf {
-	t := TableOf{Header: []string{"ID", "EMAIL", "ROLE", "DISABLED", "CREATED", "NICKNAME"}}
+func UsersTable(list []client.User) TableOf {
+	t := TableOf{Header: []string{"ID", "EMAIL", "ROLE", "DISABLED", "CREATED", "NICKNAME"}, Flex: []string{"EMAIL", "NICKNAME"}}
 	for _, u := range list {
 		t.Add(strconv.FormatInt(u.ID, 10), u.Email, u.Role, strconv.FormatBool(u.Disabled), Stamp(u.CreatedAt), u.Nickname)
 	}
@@ -296,8 +174,10 @@ func UsersTable(list []User) TableOf {
 }
 
 // AuditTable is the table of `vmgate audit`; the reason, free text, comes last.
-func AuditTable(list []AuditRecord) TableOf {
-	t := TableOf{Header: []string{"ID", "AT", "ACTOR", "VIA", "ACTION", "TARGET", "RESULT", "ADDRESS", "REASON"}}
+// -o wide adds the session or API token and the full date.
+func AuditTable(list []client.AuditRecord, names ClusterNames) TableOf {
+	t := TableOf{Header: []string{"ID", "AT", "ACTOR", "ACTION", "TARGET", "RESULT", "ADDRESS", "VIA", "DATE", "REASON"},
+		Flex: []string{"ACTOR", "TARGET", "RESULT", "ADDRESS", "REASON"}, WideOnly: []string{"VIA", "DATE"}}
 	for _, a := range list {
 		via := ""
 		if strings.HasPrefix(a.SessionID, "token:") {
@@ -306,23 +186,24 @@ func AuditTable(list []AuditRecord) TableOf {
 		target := strings.ReplaceAll(a.Target, " ", "_")
 		switch {
 		case a.VMID != 0:
-			target = fmt.Sprintf("vm:%d/%d", a.ClusterID, a.VMID)
+			target = fmt.Sprintf("%s/%d", names.Of(a.ClusterID), a.VMID)
 		case target == "" && a.ClusterID != 0:
-			target = fmt.Sprintf("cluster:%d", a.ClusterID)
+			target = "cluster:" + names.Of(a.ClusterID)
 		}
 		result := a.Result
 		if a.Count > 1 {
 			result += fmt.Sprintf("×%d", a.Count)
 		}
-		t.Add(strconv.FormatInt(a.ID, 10), Stamp(a.At), a.UserEmail, via, a.Action, target, result, a.Address, a.Reason)
+		t.Add(strconv.FormatInt(a.ID, 10), ShortStamp(a.At), a.UserEmail, a.Action, target, result, a.Address, via, Stamp(a.At),
+			a.Reason)
 	}
 	return t
 }
 
 // TokensTable is the table of `vmgate token list`: never a secret. A token's name
 // may hold spaces; the others cells do not.
-func TokensTable(list []APIToken, now time.Time) TableOf {
-	t := TableOf{Header: []string{"ID", "NAME", "EXPIRES", "LAST-USED", "FROM", "GRANTS"}}
+func TokensTable(list []client.APIToken, now time.Time, names ClusterNames) TableOf {
+	t := TableOf{Header: []string{"ID", "NAME", "EXPIRES", "LAST-USED", "FROM", "GRANTS"}, Flex: []string{"NAME", "FROM", "GRANTS"}}
 	for _, k := range list {
 		expires := Stamp(k.ExpiresAt)
 		if k.Expired {
@@ -335,19 +216,36 @@ func TokensTable(list []APIToken, now time.Time) TableOf {
 		if k.LastUsedFrom != nil {
 			from = *k.LastUsedFrom
 		}
-		t.Add(k.ID, k.Name, expires, used, from, GrantsText(k.Grants))
+		t.Add(k.ID, k.Name, expires, used, from, GrantsText(k.Grants, names))
 	}
 	return t
 }
 
-// GrantsText renders grants as CLUSTER:ROLE,...; a token's nil grants as "owner's".
-func GrantsText(gs *[]Grant) string {
+// MeTable is the table of `vmgate me`.
+func MeTable(me client.Me, server string, names ClusterNames) TableOf {
+	t := TableOf{Header: []string{"ID", "EMAIL", "ROLE", "GRANTS", "SERVER", "NICKNAME"},
+		Flex: []string{"EMAIL", "GRANTS", "SERVER", "NICKNAME"}}
+	t.Add(strconv.FormatInt(me.ID, 10), me.Email, me.Role, GrantsText(&me.Grants, names), server, me.Nickname)
+	return t
+}
+
+// GrantsText renders grants as CLUSTER:ROLE,... (the cluster by name when
+// known); a token's nil grants as "owner's".
+func GrantsText(gs *[]client.Grant, names ClusterNames) string {
 	if gs == nil {
 		return "owner's"
 	}
 	parts := make([]string, 0, len(*gs))
 	for _, g := range *gs {
-		parts = append(parts, fmt.Sprintf("%d:%s", g.ClusterID, g.Role))
+		parts = append(parts, names.Of(g.ClusterID)+":"+g.Role)
 	}
 	return strings.Join(parts, ",")
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // Options are the flags every client command takes.
@@ -21,13 +24,18 @@ type Options struct {
 // config file give it. A saved login's token is refreshed before it runs out and,
 // after an answer 401, once more while its session lives; the new token is saved.
 type Session struct {
-	*Client
+	*client.Client
 	Server string
 	// FromFlag is true when the token came from --token or $VMGATE_TOKEN: nothing is
 	// refreshed or saved then.
 	FromFlag bool
-	login    Login
-	now      func() time.Time
+	// Defaulted is true when nothing named the server (no --server, no
+	// $VMGATE_SERVER, no login ever): Server is DefaultServer then.
+	Defaulted bool
+	others    []string // the other servers with a saved login
+	login     Login
+	now       func() time.Time
+	userAgent string
 }
 
 // refreshBefore is how long before its end a saved token is refreshed: a command
@@ -54,14 +62,28 @@ func Connect(ctx context.Context, o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Token == "" {
-		return nil, &ExitError{Code: ExitAuth, Msg: "not logged in to " + s.Server,
-			Hint: "log in: vmgate login --server " + s.Server + " (or give an API token with --token)"}
+	if s.Token() == "" {
+		return nil, s.notLoggedIn()
 	}
 	if err := s.refreshIfDue(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// notLoggedIn says that there is no credential for the server, naming the
+// server the user used (issue 19 item 7), never a default they did not choose.
+func (s *Session) notLoggedIn() *ExitError {
+	if s.Defaulted {
+		return &ExitError{Code: ExitAuth, Msg: "not logged in to any vmgate server",
+			Hint: "log in: vmgate login --server URL --email YOU (or give --server and an API token with --token)"}
+	}
+	e := &ExitError{Code: ExitAuth, Msg: "not logged in to " + s.Server,
+		Hint: "log in: vmgate login --server " + s.Server + " (or give an API token with --token)"}
+	if len(s.others) > 0 {
+		e.Hint += "\nlogged in elsewhere: --server " + strings.Join(s.others, ", --server ")
+	}
+	return e
 }
 
 // Open builds the session without requiring a credential (login uses it).
@@ -74,7 +96,13 @@ func Open(o Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now}
+	s := &Session{Server: server, login: cfg.Servers[server], now: time.Now, userAgent: o.UserAgent,
+		Defaulted: o.Server == "" && cfg.Current == ""}
+	for _, name := range cfg.ServerNames() {
+		if name != server {
+			s.others = append(s.others, name)
+		}
+	}
 	token := s.login.Token
 	if o.Token != "" {
 		token, s.FromFlag = o.Token, true
@@ -83,15 +111,15 @@ func Open(o Options) (*Session, error) {
 	if ca == "" {
 		ca = s.login.CAFile
 	}
-	s.Client = NewClient(server, token)
-	s.Client.UserAgent = o.UserAgent
+	opts := []client.Option{client.WithToken(token), client.WithUserAgent(o.UserAgent)}
+	if !s.FromFlag && !s.login.APIToken() {
+		opts = append(opts, client.WithRenew(s.renew))
+	}
+	s.Client = client.New(server, opts...)
 	if err := s.Client.TrustCAFile(ca); err != nil {
 		return nil, UsageErrorf("%v", err)
 	}
 	s.login.CAFile = ca
-	if !s.FromFlag && !s.login.APIToken() {
-		s.Client.Renew = s.renew
-	}
 	return s, nil
 }
 
@@ -107,9 +135,8 @@ func (s *Session) refreshIfDue(ctx context.Context) error {
 	if left > refreshBefore || left <= 0 {
 		return nil // fresh enough, or over: the server will say 401
 	}
-	tok, ok := s.renew(ctx)
-	if ok {
-		s.Token = tok
+	if tok, ok := s.renew(ctx); ok {
+		s.SetToken(tok)
 	}
 	return nil
 }
@@ -124,12 +151,12 @@ func (s *Session) renew(ctx context.Context) (string, bool) {
 	var fresh string
 	err := UpdateConfig(func(c *Config) error {
 		cur := c.Servers[s.Server]
-		if cur.Token != "" && cur.Token != s.Token {
+		if cur.Token != "" && cur.Token != s.Token() {
 			fresh, s.login = cur.Token, cur
 			return errUnchanged
 		}
-		probe := NewClient(s.BaseURL, s.Token)
-		probe.HTTP, probe.UserAgent = s.HTTP, s.UserAgent
+		probe := client.New(s.BaseURL(), client.WithToken(s.Token()), client.WithHTTPClient(s.HTTPClient()),
+			client.WithUserAgent(s.userAgent))
 		t, err := probe.Refresh(ctx)
 		if err != nil {
 			return err
@@ -152,7 +179,7 @@ var errUnchanged = errors.New("unchanged")
 // credential.
 func (s *Session) Explain(err error) *ExitError {
 	e := Explain(err, s.Server)
-	var ae *APIError
+	var ae *client.APIError
 	if e != nil && e.Code == ExitAuth && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 		switch {
 		case s.FromFlag || s.login.APIToken():
@@ -178,17 +205,12 @@ func SaveLogin(server string, login Login) error {
 	})
 }
 
-// ForgetLogin removes the login of server; the default moves to another saved
-// server, if any.
+// ForgetLogin removes the login of server. The server stays the one commands
+// talk to when it was: the next command says it is not logged in to that server
+// (the one the user used), instead of silently talking to another.
 func ForgetLogin(server string) error {
 	return UpdateConfig(func(c *Config) error {
 		delete(c.Servers, server)
-		if c.Current == server {
-			c.Current = ""
-			if names := c.ServerNames(); len(names) > 0 {
-				c.Current = names[0]
-			}
-		}
 		return nil
 	})
 }

@@ -40,15 +40,15 @@ func TestConfigKeepsALoginPerServer(t *testing.T) {
 	}
 	// --server picks its own login; no --server the last one's.
 	s, err := Open(Options{Server: "https://a.example:8443/"})
-	if err != nil || s.Token != "ta" || s.Server != "https://a.example:8443" {
+	if err != nil || s.Token() != "ta" || s.Server != "https://a.example:8443" {
 		t.Fatalf("--server a: %+v %v", s, err)
 	}
 	s, err = Open(Options{})
-	if err != nil || s.Token != "tb" {
+	if err != nil || s.Token() != "tb" {
 		t.Fatalf("the last login: %+v %v", s, err)
 	}
 	s, err = Open(Options{Server: "https://a.example:8443", Token: "vmg_flag"})
-	if err != nil || s.Token != "vmg_flag" || !s.FromFlag {
+	if err != nil || s.Token() != "vmg_flag" || !s.FromFlag {
 		t.Fatalf("--token: %+v %v", s, err)
 	}
 	if _, err := Connect(context.Background(), Options{Server: "https://c.example"}); Explain(err, "").Code != ExitAuth {
@@ -57,8 +57,25 @@ func TestConfigKeepsALoginPerServer(t *testing.T) {
 	if err := ForgetLogin("http://127.0.0.1:8080"); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, _ := LoadConfig(); cfg.Current != "https://a.example:8443" || len(cfg.Servers) != 1 {
+	if cfg, _ := LoadConfig(); cfg.Current != "http://127.0.0.1:8080" || len(cfg.Servers) != 1 {
 		t.Fatalf("after forgetting: %+v", cfg)
+	}
+	// The next command names the server the user logged out of, and where they
+	// are still logged in (issue 19 item 7).
+	_, err = Connect(context.Background(), Options{})
+	if e := Explain(err, ""); e.Code != ExitAuth || e.Msg != "not logged in to http://127.0.0.1:8080" ||
+		!strings.Contains(e.Hint, "--server https://a.example:8443") {
+		t.Fatalf("after logout: %+v", e)
+	}
+}
+
+// TestNotLoggedInAnywhere: without any login nor --server, the CLI says so
+// instead of naming a default server the user never chose.
+func TestNotLoggedInAnywhere(t *testing.T) {
+	useConfig(t)
+	_, err := Connect(context.Background(), Options{})
+	if e := Explain(err, ""); e.Code != ExitAuth || e.Msg != "not logged in to any vmgate server" || strings.Contains(e.Error(), DefaultServer) {
+		t.Fatalf("no login at all: %+v", e)
 	}
 }
 
@@ -67,7 +84,7 @@ func TestConfigReadsTheOlderSessionFile(t *testing.T) {
 	os.MkdirAll(strings.TrimSuffix(p, "/config.json"), 0o700)
 	os.WriteFile(p, []byte(`{"server":"http://127.0.0.1:9999","token":"old"}`), 0o600)
 	s, err := Open(Options{})
-	if err != nil || s.Server != "http://127.0.0.1:9999" || s.Token != "old" {
+	if err != nil || s.Server != "http://127.0.0.1:9999" || s.Token() != "old" {
 		t.Fatalf("older file: %+v %v", s, err)
 	}
 }

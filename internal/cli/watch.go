@@ -1,18 +1,18 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/vmgate/vmgate/client"
 )
 
 // WatchOptions tune Watch. The zero value prints plain lines to nowhere.
@@ -41,31 +41,32 @@ const (
 // so on Progress and reconnects with backoff until GiveUp, and the drawing goes on
 // where it was: the task runs on in PVE and vmgate whatever happens to the stream.
 // Errors are vmgate's answers (401, 404) or the context's end.
-func (c *Client) Watch(ctx context.Context, upid string, o WatchOptions) (Task, error) {
+func Watch(ctx context.Context, c *client.Client, upid string, o WatchOptions) (client.Task, error) {
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
 	view := newProgressView(o.Progress, o.Terminal, upid)
-	var last Task
-	err := c.follow(ctx, TaskPath(upid)+"/events", "task", o, "vmgate task watch "+upid, view.notice,
-		func(data []byte) (bool, error) {
-			var t Task
-			if err := json.Unmarshal(data, &t); err != nil {
-				return false, fmt.Errorf("task events: %w", err)
-			}
+	var last client.Task
+	err := follow(ctx, o, "vmgate task watch "+upid, view.notice, func(ctx context.Context, seen func()) (client.StreamEnd, error) {
+		return c.TaskEvents(ctx, upid, func(t client.Task) bool {
+			seen()
 			last = t
 			view.show(t)
-			return t.Status == "stopped", nil
+			return t.Finished()
 		})
-	view.finish()
+	})
+	view.finish(last)
 	return last, err
 }
 
-// follow reads the event stream at path to its end, handing each event named
-// name to each (which says whether the data is final), and reconnects when the
-// stream drops before the end — vmgate shut down (its `event: shutdown` says when
-// to come back), restarted, or the connection broke — with a notice, backoff, and
-// for at most o.GiveUp; again says how to follow it later. Errors are vmgate's
-// answers (401, 404) or the context's end.
-func (c *Client) follow(ctx context.Context, path, name string, o WatchOptions, again string, notice func(string),
-	each func(data []byte) (final bool, err error)) error {
+// follow reads an event stream (stream opens it and reads it to its end, calling
+// seen with each event) and reconnects when the stream drops before the end —
+// vmgate shut down (its `event: shutdown` says when to come back), restarted, or
+// the connection broke — with a notice, backoff, and for at most o.GiveUp; again
+// says how to follow it later. Errors are vmgate's answers (401, 404) or the
+// context's end.
+func follow(ctx context.Context, o WatchOptions, again string, notice func(string),
+	stream func(ctx context.Context, seen func()) (client.StreamEnd, error)) error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -76,41 +77,37 @@ func (c *Client) follow(ctx context.Context, path, name string, o WatchOptions, 
 		o.MaxBackoff = 5 * time.Second
 	}
 	var (
-		final     bool
 		lostSince time.Time // zero while connected
 		backoff   = 250 * time.Millisecond
 	)
 	for {
-		end, err := c.streamEvents(ctx, path, name, func(data []byte) error {
+		end, err := stream(ctx, func() {
 			if !lostSince.IsZero() {
 				notice(NoticeReconnected)
 				lostSince, backoff = time.Time{}, 250*time.Millisecond
 			}
-			f, err := each(data)
-			final = f
-			return err
 		})
-		if end.ended || final {
+		if end.Ended || end.Done {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		var ae *APIError
+		var ae *client.APIError
 		if errors.As(err, &ae) && !retryable(ae.Status) {
 			return err
 		}
 		wait := backoff
 		if lostSince.IsZero() {
 			lostSince = time.Now()
-			if end.shutdown {
+			if end.Shutdown {
 				notice(NoticeRestarted)
 			} else {
 				notice(NoticeUnreachable)
 			}
 		}
-		if end.shutdown && end.retry > 0 {
-			wait = end.retry
+		if end.Shutdown && end.Retry > 0 {
+			wait = end.Retry
 		}
 		if time.Since(lostSince) > o.GiveUp {
 			return &ExitError{Code: ExitUnavailable, Err: err,
@@ -133,100 +130,6 @@ func retryable(status int) bool {
 		status == http.StatusGatewayTimeout || status == http.StatusTooManyRequests
 }
 
-// streamEnd says how a stream ended.
-type streamEnd struct {
-	ended    bool          // event: end, the task is over
-	shutdown bool          // event: shutdown, vmgate is going away
-	retry    time.Duration // when to come back (the shutdown's retryMs, or the SSE retry field)
-}
-
-// streamEvents reads the event stream at path until it ends, calling each with
-// the data of every event named name.
-func (c *Client) streamEvents(ctx context.Context, path, name string, each func(data []byte) error) (streamEnd, error) {
-	var end streamEnd
-	resp, err := c.openStream(ctx, path)
-	if err != nil {
-		return end, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	event, data := "", ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, ":"): // a comment: keep-alive
-		case strings.HasPrefix(line, "event:"):
-			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "data:"):
-			data += strings.TrimSpace(strings.TrimPrefix(line, "data:"))
-		case strings.HasPrefix(line, "retry:"):
-			if ms, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "retry:"))); err == nil && ms >= 0 {
-				end.retry = time.Duration(ms) * time.Millisecond
-			}
-		case line == "":
-			switch event {
-			case name:
-				if err := each([]byte(data)); err != nil {
-					return end, err
-				}
-			case "end":
-				end.ended = true
-				return end, nil
-			case "shutdown":
-				end.shutdown = true
-				var s struct {
-					RetryMs int64 `json:"retryMs"`
-				}
-				if json.Unmarshal([]byte(data), &s) == nil && s.RetryMs > 0 {
-					end.retry = time.Duration(s.RetryMs) * time.Millisecond
-				}
-				return end, io.ErrUnexpectedEOF
-			}
-			event, data = "", ""
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return end, err
-	}
-	return end, io.ErrUnexpectedEOF // the stream ended without its end
-}
-
-// openStream opens the event stream, retrying once with a renewed token after an
-// answer 401; an answer other than 200 comes back as *APIError.
-func (c *Client) openStream(ctx context.Context, path string) (*http.Response, error) {
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Accept", "text/event-stream")
-		c.authorize(req)
-		stream := *c.HTTP
-		stream.Timeout = 0 // the stream lasts as long as what it follows
-		resp, err := stream.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode == http.StatusOK {
-			return resp, nil
-		}
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		ae := &APIError{Status: resp.StatusCode, Header: resp.Header, Body: map[string]any{}}
-		json.Unmarshal(raw, &ae.Body)
-		ae.Reason, _ = ae.Body["reason"].(string)
-		ae.Message, _ = ae.Body["message"].(string)
-		if attempt == 0 && resp.StatusCode == http.StatusUnauthorized && c.Renew != nil {
-			if tok, ok := c.Renew(ctx); ok {
-				c.Token = tok
-				continue
-			}
-		}
-		return nil, ae
-	}
-}
-
 // progressView draws a task as it goes: a bar for a migration on a terminal, a
 // line per state change (and per tenth of a migration) otherwise.
 type progressView struct {
@@ -242,29 +145,35 @@ func newProgressView(out io.Writer, terminal bool, upid string) *progressView {
 	return &progressView{out: out, terminal: terminal, upid: upid, lastStep: -1}
 }
 
-func (v *progressView) show(t Task) {
+// barMax is the bar's scale: tenths of a percent.
+const barMax = 1000
+
+func (v *progressView) show(t client.Task) {
 	if t.Progress != nil && v.terminal {
 		if v.bar == nil {
-			v.bar = progressbar.NewOptions(1000,
+			v.bar = progressbar.NewOptions(barMax,
 				progressbar.OptionSetWriter(v.out),
 				progressbar.OptionSetWidth(30),
 				progressbar.OptionThrottle(100*time.Millisecond),
-				progressbar.OptionClearOnFinish(),
 			)
 		}
-		rate := " " + HumanBytes(t.Progress.BytesPerSecond) + "/s"
-		if t.Progress.TotalBytes == 0 {
-			rate = "" // a container's move: PVE's log counts no bytes
+		v.bar.Describe(Escape(barText(t)))
+		if t.Finished() {
+			return // finish draws the last state
 		}
-		v.bar.Describe(Escape(fmt.Sprintf("%s → %s [%s]%s", describeVM(t), t.Target, t.Progress.Phase, rate)))
-		v.bar.Set(int(t.Progress.Percent * 10))
+		// Short of the end the bar stays below 100 %: the bar library ends at
+		// its maximum, and only the task's end may do that.
+		v.bar.Set(min(int(t.Progress.Percent*10), barMax-1))
 		return
 	}
 	if t.Progress != nil {
 		step := int(t.Progress.Percent / 10)
+		if t.Finished() && t.Result == "ok" {
+			step = 10
+		}
 		if step != v.lastStep {
 			v.lastStep = step
-			line := fmt.Sprintf("%s → %s: %3.0f%% %s", describeVM(t), t.Target, t.Progress.Percent, t.Progress.Phase)
+			line := fmt.Sprintf("%s → %s: %3.0f%% %s", describeGuest(t), t.TargetNode(), t.Progress.Percent, phaseWord(t))
 			if t.Progress.TotalBytes > 0 {
 				line += fmt.Sprintf(", %s of %s at %s/s", HumanBytes(t.Progress.TransferredBytes),
 					HumanBytes(t.Progress.TotalBytes), HumanBytes(t.Progress.BytesPerSecond))
@@ -274,9 +183,32 @@ func (v *progressView) show(t Task) {
 		return
 	}
 	if line := t.Status + " " + t.Result; line != v.lastLine {
-		writeLine(v.out, fmt.Sprintf("%s %s: %s", t.Type, describeVM(t), line))
+		writeLine(v.out, fmt.Sprintf("%s %s: %s", taskWord(t), describeGuest(t), line))
 		v.lastLine = line
 	}
+}
+
+// barText is the description beside a migration's bar.
+func barText(t client.Task) string {
+	rate := " " + HumanBytes(t.Progress.BytesPerSecond) + "/s"
+	if t.Progress.TotalBytes == 0 || t.Finished() {
+		rate = "" // a container's move: PVE's log counts no bytes; at the end the summary says PVE's average
+	}
+	return fmt.Sprintf("%s → %s [%s]%s", describeGuest(t), t.TargetNode(), phaseWord(t), rate)
+}
+
+// phaseWord is a migration's phase as the view shows it: "done" only once the
+// task ended well, "failed" once it failed.
+func phaseWord(t client.Task) string {
+	switch {
+	case t.Finished() && t.Result == "ok", t.Finished() && t.Result == "warnings":
+		return "done"
+	case t.Finished():
+		return "failed"
+	case t.Progress.Phase == "done":
+		return "completing" // PVE logged its last line; the task has not ended yet
+	}
+	return t.Progress.Phase
 }
 
 // notice prints a line of its own, under the bar's line when there is one.
@@ -294,69 +226,91 @@ func writeLine(w io.Writer, s string) {
 	io.WriteString(w, Escape(s)+"\n")
 }
 
-func (v *progressView) finish() {
-	if v.bar != nil {
-		v.bar.Finish()
-		v.bar = nil
+// finish draws the bar's last state: full and "done" when the task ended well,
+// where it stood otherwise; the bar's line stays on the screen.
+func (v *progressView) finish(last client.Task) {
+	if v.bar == nil {
+		return
 	}
+	if last.Finished() && (last.Result == "ok" || last.Result == "warnings") {
+		v.bar.Finish() // full, 100 %
+	} else {
+		v.bar.Exit()
+	}
+	io.WriteString(v.out, "\n")
+	v.bar = nil
 }
 
-func describeVM(t Task) string {
-	if t.VMID == 0 {
-		return t.TaskID
+func describeGuest(t client.Task) string {
+	if t.GuestID() == 0 {
+		return t.UPID()
 	}
-	if t.GuestKind == "lxc" {
-		return "CT " + strconv.FormatInt(t.VMID, 10)
+	if t.Kind() == client.LXC {
+		return "CT " + strconv.FormatInt(t.GuestID(), 10)
 	}
-	return "VM " + strconv.FormatInt(t.VMID, 10)
+	return "VM " + strconv.FormatInt(t.GuestID(), 10)
+}
+
+// taskWord is what a task does, in vmgate's words where it has them.
+func taskWord(t client.Task) string {
+	if op := t.Operation(); op != "" {
+		return op
+	}
+	return t.Type
+}
+
+// avgSpeedRe finds qemu-server's last line of a migration:
+// "average migration speed: 292.6 MiB/s - downtime 61 ms".
+var avgSpeedRe = regexp.MustCompile(`average migration speed: ([0-9]+(?:\.[0-9]+)? (?:B|KiB|MiB|GiB|TiB|PiB)/s)`)
+
+// PVERate is the average rate PVE's log gives for a migration ("292.6 MiB/s"),
+// "" when it gives none (a container's move, an offline migration).
+func PVERate(lines []client.TaskLogLine) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if m := avgSpeedRe.FindStringSubmatch(lines[i].T); m != nil {
+			return m[1]
+		}
+	}
+	return ""
 }
 
 // Summary is the last line of a finished task: for a migration, its target, how
-// long it took and its average rate; for others, the result and how long.
-func Summary(t Task) string {
+// long it took and PVE's own average rate (pveRate, from its log; "" for none);
+// for others, the result and how long.
+func Summary(t client.Task, pveRate string) string {
 	took := ""
-	if t.StartTime != nil && t.EndTime != nil {
-		took = HumanDuration(t.EndTime.Sub(*t.StartTime))
+	if t.EndTime != nil {
+		took = HumanDuration(t.EndTime.Sub(t.StartTime))
 	}
 	exit := ""
-	if t.ExitStatus != nil && *t.ExitStatus != "OK" {
-		exit = " (" + *t.ExitStatus + ")"
+	if t.Exit() != "" && t.Exit() != "OK" {
+		exit = " (" + t.Exit() + ")"
 	}
 	if t.Result == "failed" {
-		why := t.Error
-		if why == "" && t.ExitStatus != nil {
-			why = *t.ExitStatus
+		why := t.ErrorLine()
+		if why == "" {
+			why = t.Exit()
 		}
-		what := t.Op
-		if what == "" {
-			what = t.Type
-		}
+		what := taskWord(t)
 		if t.IsMigration {
-			what = "migration to " + t.Target
+			what = "migration to " + t.TargetNode()
 		}
 		if took != "" {
-			return fmt.Sprintf("%s: %s failed after %s: %s", describeVM(t), what, took, why)
+			return fmt.Sprintf("%s: %s failed after %s: %s", describeGuest(t), what, took, why)
 		}
-		return fmt.Sprintf("%s: %s failed: %s", describeVM(t), what, why)
+		return fmt.Sprintf("%s: %s failed: %s", describeGuest(t), what, why)
 	}
-	if t.IsMigration && t.Target != "" {
-		line := fmt.Sprintf("%s migrated to %s", describeVM(t), t.Target)
+	if t.IsMigration && t.TargetNode() != "" {
+		line := fmt.Sprintf("%s migrated to %s", describeGuest(t), t.TargetNode())
 		if took != "" {
 			line += " in " + took
-			if t.Progress != nil && t.EndTime.Sub(*t.StartTime) > 0 {
-				moved := t.Progress.TransferredBytes
-				if moved <= 0 {
-					moved = t.Progress.TotalBytes
-				}
-				if moved > 0 {
-					rate := float64(moved) / t.EndTime.Sub(*t.StartTime).Seconds()
-					line += fmt.Sprintf(" (avg %s/s)", HumanBytes(int64(rate)))
-				}
-			}
+		}
+		if pveRate != "" {
+			line += " (avg " + pveRate + ")"
 		}
 		return line + exit
 	}
-	line := fmt.Sprintf("%s %s: %s", t.Type, describeVM(t), t.Result)
+	line := fmt.Sprintf("%s %s: %s", taskWord(t), describeGuest(t), t.Result)
 	if took != "" {
 		line += " in " + took
 	}

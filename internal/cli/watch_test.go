@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
+
+func ptr[T any](v T) *T { return &v }
 
 // syncBuffer is a bytes buffer safe to read while Watch writes it.
 type syncBuffer struct {
@@ -60,8 +63,8 @@ func TestWatchReconnectsAfterAShutdown(t *testing.T) {
 		}
 	}, &conns)
 	var out syncBuffer
-	c := NewClient(srv, "tok")
-	task, err := c.Watch(context.Background(), "UPID:x", WatchOptions{Progress: &out})
+	c := client.New(srv, client.WithToken("tok"))
+	task, err := Watch(context.Background(), c, "UPID:x", WatchOptions{Progress: &out})
 	if err != nil || task.Status != "stopped" || conns.Load() != 2 {
 		t.Fatalf("watch: %+v %v after %d connections", task, err, conns.Load())
 	}
@@ -91,10 +94,10 @@ func TestWatchReconnectsWhileNothingListens(t *testing.T) {
 
 	var out syncBuffer
 	done := make(chan error, 1)
-	var task Task
+	var task client.Task
 	go func() {
 		var err error
-		task, err = NewClient("http://"+addr, "tok").Watch(context.Background(), "UPID:x",
+		task, err = Watch(context.Background(), client.New("http://"+addr, client.WithToken("tok")), "UPID:x",
 			WatchOptions{Progress: &out, MaxBackoff: 20 * time.Millisecond})
 		done <- err
 	}()
@@ -126,37 +129,44 @@ func TestWatchReconnectsWhileNothingListens(t *testing.T) {
 func TestWatchStopsOnARefusal(t *testing.T) {
 	var conns atomic.Int32
 	srv := newSSEServer(t, nil, &conns)
-	_, err := NewClient(srv, "tok").Watch(context.Background(), "UPID:missing", WatchOptions{})
+	_, err := Watch(context.Background(), client.New(srv, client.WithToken("tok")), "UPID:missing", WatchOptions{})
 	if Explain(err, "").Code != ExitNotFound || conns.Load() != 1 {
 		t.Fatalf("watch of a missing task: %v after %d connections", err, conns.Load())
 	}
 }
 
-// TestSummary: a migration's last line names the target, the duration and the
-// average rate.
+// TestSummary: a migration's last line names the target, the duration and
+// PVE's own average rate, read from its log (issue 19 item 7: not one computed
+// from the bytes and the task's times).
 func TestSummary(t *testing.T) {
 	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	end := start.Add(20 * time.Second)
-	ok := "OK"
-	got := Summary(Task{Type: "qmigrate", Op: "migrate", IsMigration: true, GuestKind: "qemu", VMID: 100, Target: "pve2", Result: "ok", ExitStatus: &ok, StartTime: &start,
-		EndTime: &end, Progress: &Progress{TransferredBytes: 4 << 30, TotalBytes: 4 << 30, Percent: 100}})
-	if got != "VM 100 migrated to pve2 in 20.0s (avg 204.8 MiB/s)" {
+	log := []client.TaskLogLine{{N: 1, T: "2026-11-22 10:00:19 migration completed, transferred 4.0 GiB VM-state"},
+		{N: 2, T: "2026-11-22 10:00:19 average migration speed: 292.6 MiB/s - downtime 61 ms"},
+		{N: 3, T: "2026-11-22 10:00:20 migration finished successfully (duration 00:00:20)"}}
+	if got := PVERate(log); got != "292.6 MiB/s" {
+		t.Errorf("PVE's rate: %q", got)
+	}
+	got := Summary(client.Task{Type: "qmigrate", Op: ptr("migrate"), IsMigration: true, GuestKind: ptr(client.QEMU), VMID: ptr[int64](100),
+		Target: ptr("pve2"), Result: "ok", ExitStatus: ptr("OK"), StartTime: start, EndTime: &end,
+		Progress: &client.Progress{TransferredBytes: 4 << 30, TotalBytes: 4 << 30, Percent: 100}}, PVERate(log))
+	if got != "VM 100 migrated to pve2 in 20.0s (avg 292.6 MiB/s)" {
 		t.Errorf("migration: %q", got)
 	}
-	aborted := "migration aborted"
-	got = Summary(Task{Type: "qmigrate", Op: "migrate", IsMigration: true, VMID: 100, Target: "pve2", Result: "failed", ExitStatus: &aborted,
-		Error: "target storage full", StartTime: &start, EndTime: &end})
+	got = Summary(client.Task{Type: "qmigrate", Op: ptr("migrate"), IsMigration: true, VMID: ptr[int64](100), Target: ptr("pve2"),
+		Result: "failed", ExitStatus: ptr("migration aborted"), Error: ptr("target storage full"), StartTime: start, EndTime: &end}, "")
 	if got != "VM 100: migration to pve2 failed after 20.0s: target storage full" {
 		t.Errorf("failed migration: %q", got)
 	}
-	// A container's migration reads the same, from op and isMigration, never PVE's type.
-	got = Summary(Task{Type: "vzmigrate", Op: "migrate", IsMigration: true, GuestKind: "lxc", VMID: 200, Target: "pve3",
-		Result: "ok", ExitStatus: &ok, StartTime: &start, EndTime: &end})
+	// A container's migration reads the same, from op and isMigration, never PVE's
+	// type; its log has no average rate.
+	got = Summary(client.Task{Type: "vzmigrate", Op: ptr("migrate"), IsMigration: true, GuestKind: ptr(client.LXC), VMID: ptr[int64](200),
+		Target: ptr("pve3"), Result: "ok", ExitStatus: ptr("OK"), StartTime: start, EndTime: &end}, "")
 	if got != "CT 200 migrated to pve3 in 20.0s" {
 		t.Errorf("container migration: %q", got)
 	}
-	got = Summary(Task{Type: "vzstart", Op: "start", GuestKind: "lxc", VMID: 201, Result: "failed", Error: "startup for container '201' failed",
-		StartTime: &start, EndTime: &end})
+	got = Summary(client.Task{Type: "vzstart", Op: ptr("start"), GuestKind: ptr(client.LXC), VMID: ptr[int64](201), Result: "failed",
+		Error: ptr("startup for container '201' failed"), StartTime: start, EndTime: &end}, "")
 	if got != "CT 201: start failed after 20.0s: startup for container '201' failed" {
 		t.Errorf("container start: %q", got)
 	}
@@ -204,11 +214,36 @@ func newSSEServer(t *testing.T, body func(http.ResponseWriter, int32), conns *at
 func TestProgressLineOfAContainer(t *testing.T) {
 	var b strings.Builder
 	v := newProgressView(&b, false, "UPID:x")
-	v.show(Task{VMID: 200, GuestKind: "lxc", Target: "pve2", Progress: &Progress{Percent: 0, Phase: "starting"}})
-	v.show(Task{VMID: 100, GuestKind: "qemu", Target: "pve3", Progress: &Progress{Percent: 50, Phase: "memory",
+	v.show(client.Task{VMID: ptr[int64](200), GuestKind: ptr(client.LXC), Target: ptr("pve2"), Progress: &client.Progress{Percent: 0, Phase: "starting"}})
+	v.show(client.Task{VMID: ptr[int64](100), GuestKind: ptr(client.QEMU), Target: ptr("pve3"), Progress: &client.Progress{Percent: 50, Phase: "memory",
 		TransferredBytes: 1 << 30, TotalBytes: 2 << 30, BytesPerSecond: 100 << 20}})
 	want := "CT 200 → pve2:   0% starting\nVM 100 → pve3:  50% memory, 1.0 GiB of 2.0 GiB at 100.0 MiB/s\n"
 	if b.String() != want {
 		t.Errorf("progress lines:\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// TestMigrationBarEndsFull (issue 19 item 7): on a terminal the bar of a
+// migration that ended well is drawn last at 100 % and "done", never "[done] 99%";
+// before the end it stays below 100 %, whatever the progress says.
+func TestMigrationBarEndsFull(t *testing.T) {
+	var b strings.Builder
+	v := newProgressView(&b, true, "UPID:x")
+	task := func(status, result string, percent float64, phase string) client.Task {
+		return client.Task{VMID: ptr[int64](100), GuestKind: ptr(client.QEMU), Target: ptr("pve2"), Status: status, Result: result,
+			Progress: &client.Progress{Percent: percent, Phase: phase, TotalBytes: 1 << 30, BytesPerSecond: 1 << 20}}
+	}
+	v.show(task("running", "running", 40, "memory"))
+	v.show(task("running", "running", 99.6, "done"))
+	if got := b.String(); strings.Contains(got, "[done]") || strings.Contains(got, "100%") {
+		t.Fatalf("the bar said done before the task ended: %q", got)
+	}
+	last := task("stopped", "ok", 100, "done")
+	v.show(last)
+	v.finish(last)
+	got := b.String()
+	tail := got[strings.LastIndex(got, "\r")+1:]
+	if !strings.Contains(tail, "[done]") || !strings.Contains(tail, "100%") || !strings.HasSuffix(got, "\n") {
+		t.Fatalf("the bar's last drawing %q (all: %q)", tail, got)
 	}
 }

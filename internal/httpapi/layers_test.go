@@ -14,9 +14,10 @@ import (
 )
 
 // adapterDirs are the front ends, relative to this package: each decodes, calls one
-// use case and renders (docs/design.md §2, docs/decisions/0009). A directory that does not
-// exist yet (the web UI) is checked once it does.
-var adapterDirs = []string{".", "../webui"}
+// use case and renders (docs/design.md §2, docs/decisions/0009), and the one
+// declaration of the use cases both call (internal/frontend). A directory that does
+// not exist yet is checked once it does.
+var adapterDirs = []string{".", "../webui", "../frontend"}
 
 // adapterMayNotImport are the packages below the use cases. A front end that
 // imports them can read the store or call PVE around the rules.
@@ -71,6 +72,7 @@ var adapterPackages = []string{
 	"github.com/vmgate/vmgate/internal/httpapi",
 	"github.com/vmgate/vmgate/internal/webui",
 	"github.com/vmgate/vmgate/internal/cli",
+	"github.com/vmgate/vmgate/client",
 	"github.com/vmgate/vmgate/cmd",
 }
 
@@ -125,4 +127,55 @@ func eachImport(dir string, fn func(path, imp string)) error {
 		}
 		return nil
 	})
+}
+
+// layerRules are what the packages beside the front ends may not import, and why
+// (docs/design.md §2).
+var layerRules = []struct {
+	dir    string
+	mayNot []string
+	why    string
+}{
+	// The keeper of Idempotency-Keys keeps answers as opaque bytes and asks its
+	// Settle what a request came to (docs/decisions/0085).
+	{"../idempotency", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
+		"github.com/vmgate/vmgate/internal/vmops", "github.com/vmgate/vmgate/internal/operations",
+		"github.com/vmgate/vmgate/internal/pve"},
+		"the keeper knows neither HTTP nor the use cases"},
+	// What a request under a key did is answered in domain terms; the keys are
+	// the middleware's.
+	{"../vmops", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
+		"github.com/vmgate/vmgate/internal/idempotency"},
+		"the use cases answer in domain terms and know no Idempotency-Key machinery"},
+	{"../operations", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
+		"github.com/vmgate/vmgate/internal/idempotency"},
+		"the use cases answer in domain terms and know no Idempotency-Key machinery"},
+}
+
+// TestPackagesStayInTheirLayer: no non-test file of a package in layerRules
+// imports what its rule forbids.
+func TestPackagesStayInTheirLayer(t *testing.T) {
+	for _, rule := range layerRules {
+		files, err := filepath.Glob(filepath.Join(rule.dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v): the rule looks in the wrong place", rule.dir, err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				for _, banned := range rule.mayNot {
+					if p == banned {
+						t.Errorf("%s imports %s: %s", path, p, rule.why)
+					}
+				}
+			}
+		}
+	}
 }

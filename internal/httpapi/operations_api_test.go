@@ -221,12 +221,14 @@ func TestEvacuateKeySurvivesItsHolder(t *testing.T) {
 	cancel() // the process is gone: no driver, no heartbeat
 	e.ops.Close()
 	e.svc.Close()
+	e.keys.Close()
 
 	e.start(func(c *vmops.Config) { c.Now = func() time.Time { return time.Now().Add(31 * time.Second) } })
 	second, cancel2 := context.WithCancel(context.Background())
 	t.Cleanup(cancel2)
 	go e.svc.Run(second)
 	go e.ops.Run(second)
+	go e.keys.Run(second)
 	// The restarted process's sweep may be taking the key over just now: a retry
 	// meanwhile is 409 in_progress.
 	var r answer

@@ -48,7 +48,11 @@ func newInstall(t *testing.T) *install {
 	t.Cleanup(func() { st.Close() })
 	in.st, in.trail = st, audit.New(st, audit.Options{})
 	a := in.auth(sl)
-	if _, err := a.CreateUser(ctx, "alice@example.com", "", "correct horse battery", store.RoleAdmin); err != nil {
+	hash, err := auth.HashPassword("correct horse battery", cheap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateUser(ctx, store.User{Email: "alice@example.com", PasswordHash: hash, Role: store.RoleAdmin}); err != nil {
 		t.Fatal(err)
 	}
 	tok, _, err := a.Login(ctx, "alice@example.com", "correct horse battery", "192.0.2.1")

@@ -84,17 +84,18 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 	}
 	defer st.Close()
 	trail := audit.New(&auditLog{}, audit.Options{})
-	svc := vmops.New(vmops.Config{Store: st, PollInterval: benchPoll, Audit: trail,
+	svc := vmops.New(vmops.Config{Store: st, Grants: allowAll{}, PollInterval: benchPoll, Audit: trail,
 		Connect: func(context.Context, int64) (vmops.PVE, error) { return cl, nil }})
 	defer svc.Close()
 	ops := New(svc, Config{Store: st, Audit: trail})
 	defer ops.Close()
 	go svc.Run(ctx)
 	before := totalRequests(sim)
+	benchActor := vmops.Actor{UserID: 1, Email: "bench@example.com"}
 
 	b.StartTimer()
 	began := time.Now()
-	l, err := ops.Evacuate(ctx, vmops.Actor{UserID: 1, Email: "bench@example.com"}, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: maxParallel})
+	l, err := ops.Evacuate(ctx, benchActor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: maxParallel})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 	var v View
 	for ended, done := 0, false; !done; ended = v.Counts.OK + v.Counts.Failed + v.Counts.Skipped {
 		testkit.Until(b, fmt.Sprintf("operation %d: an item's end after %d of %d", l.OperationID, ended, benchVMs), func() bool {
-			v, err = ops.Operation(ctx, l.OperationID)
+			v, err = ops.Operation(ctx, benchActor, l.OperationID)
 			done = err == nil && v.Finished()
 			return done || err == nil && v.Counts.OK+v.Counts.Failed+v.Counts.Skipped > ended
 		})

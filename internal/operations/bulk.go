@@ -60,10 +60,13 @@ type BulkRequest struct {
 // with nothing to act on: a stopped VM for reboot or suspend, a running one for
 // resume) are skipped with the reason; a VMID the cluster does not have is
 // skipped too, and so is a VM another unfinished operation holds (its item, or
-// on the node it holds: holds.go), naming that operation. The selection never leaves the cluster, on which the caller has
-// been authorized (operator).
+// on the node it holds: holds.go), naming that operation. The selection never leaves the cluster, on which it
+// needs an operator grant, a dry run too.
 func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
 	if err := validBulk(clusterID, action, &req); err != nil {
+		return Launched{}, err
+	}
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "bulk "+action); err != nil {
 		return Launched{}, err
 	}
 	api, err := o.svc.Connect(ctx, clusterID)

@@ -16,6 +16,13 @@
 // the node is refused, and other operations skip the guests, naming it
 // (holds.go). docs/decisions/ has the model and the planner's rules.
 //
+// Every use case checks its caller's grant first, as vmops' do and through the
+// same check (vmops.Service.Require, grants.go: docs/decisions/0088): an
+// evacuation and a bulk action, a dry run too, and cancelling need an operator
+// grant on the cluster, reading, following and listing operations a viewer
+// grant. The driver acts for the operation's creator later, maybe in another
+// process, through vmops.Act, which does not check the grant again.
+//
 // The package knows no HTTP: errors are *errs.Error values whose kind and
 // reason the front ends map. It uses vmops for everything about one guest and
 // its tasks, and never the other way round.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
@@ -44,9 +46,16 @@ type env struct {
 	svc    *vmops.Service
 	audit  *auditLog
 	actor  vmops.Actor
+	// pveURL and pveFingerprint are pve1's API, pveToken the emulator's
+	// token (id=secret).
+	pveURL, pveFingerprint, pveToken string
 	// wrap, when set, stands between every service of the env and PVE
 	// (wrapPVE).
 	wrap atomic.Pointer[func(vmops.PVE) vmops.PVE]
+	// keepers holds, for each service of the env (newService), the keeper its
+	// settled outcomes are told to (keysFor): *vmops.Service to
+	// *atomic.Pointer[idempotency.Keeper].
+	keepers sync.Map
 }
 
 type envOpts struct {
@@ -85,6 +94,18 @@ func (a *auditLog) last(action string) (store.AuditRecord, bool) {
 	return store.AuditRecord{}, false
 }
 
+func (a *auditLog) all(action string) []store.AuditRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []store.AuditRecord
+	for _, r := range a.recs {
+		if r.Action == action {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func (a *auditLog) find(action, upid string) (store.AuditRecord, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -118,7 +139,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	e := &env{t: t, sim: sim, client: cl, audit: &auditLog{}, actor: vmops.Actor{UserID: 7, Email: "ops@example.com"}}
+	e := &env{t: t, sim: sim, client: cl, audit: &auditLog{}, actor: vmops.Actor{UserID: 7, Email: "ops@example.com"},
+		pveURL: ep.URL, pveFingerprint: ep.Fingerprint, pveToken: sim.DevToken()}
 	dsn := o.storeDSN
 	if dsn == "" {
 		dsn = "sqlite://" + filepath.Join(t.TempDir(), "vmgate.db")
@@ -152,18 +174,25 @@ func (e *env) newService(tweak func(*vmops.Config)) *vmops.Service {
 			}
 			return e.client, nil
 		},
+		Grants:       allowAll{},
 		PollInterval: testPoll,
 		Audit:        audit.New(e.audit, audit.Options{}),
 		HAGrace:      5 * time.Second,
 		LostGrace:    time.Minute,
 		Sweep:        50 * time.Millisecond,
 		SearchEvery:  10 * time.Millisecond,
-		KeySweep:     10 * time.Millisecond,
+	}
+	hook := new(atomic.Pointer[idempotency.Keeper])
+	cfg.KeySettled = func(ctx context.Context, userID int64, key string) {
+		if k := hook.Load(); k != nil {
+			k.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
+		}
 	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	s := vmops.New(cfg)
+	e.keepers.Store(s, hook)
 	e.t.Cleanup(s.Close)
 	return s
 }
@@ -251,7 +280,7 @@ func (e *opsEnv) waitOp(id int64) View {
 	var v View
 	testkit.Until(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
 		var err error
-		v, err = e.ops.Operation(context.Background(), id)
+		v, err = e.ops.Operation(context.Background(), e.actor, id)
 		return err == nil && v.Finished() && e.finishedRecord(id)
 	})
 	return v
@@ -334,12 +363,61 @@ func (o *Service) die() {
 	o.bg.Wait()
 }
 
-// testAnswers renders a KeyOutcome of an operation as a test can read it: 202,
-// the operation's id and the number of items its plan had.
-func testAnswers(o vmops.KeyOutcome) vmops.Answer {
-	l := Relaunched(o.OperationID, o.Plan)
-	body, _ := json.Marshal(map[string]any{"op": o.Op, "operationId": l.OperationID, "items": len(l.Plan.Items)})
-	return vmops.Answer{Status: 202, Headers: map[string]string{"Location": "/operations/" + strconv.FormatInt(l.OperationID, 10)}, Body: body}
+// allowAll is a vmops.Grants that lets every caller do everything: the tests
+// that are not about grants (grants_test.go is) act as an admin would.
+type allowAll struct{}
+
+func (allowAll) Require(context.Context, fleet.Actor, int64, string, string) error { return nil }
+func (allowAll) Readable(context.Context, fleet.Actor) ([]int64, bool, error)      { return nil, true, nil }
+
+// keysFor is a keeper of Idempotency-Keys for svc's process, wired as vmgate
+// wires it (cmd/vmgate): settled from what ops and svc say a request came to,
+// rendered by testSettle, and told by svc when an outcome became known. svc is
+// one of the env's (newService). Call it before svc runs anything in the
+// background.
+func (e *env) keysFor(svc *vmops.Service, ops *Service, tweak func(*idempotency.Config)) *idempotency.Keeper {
+	e.t.Helper()
+	hook, ok := e.keepers.Load(svc)
+	if !ok {
+		e.t.Fatal("keysFor: not a service of the env")
+	}
+	cfg := idempotency.Config{Store: e.store, Now: svc.Now, Settle: testSettle(svc, ops), Sweep: 10 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	k := idempotency.New(cfg)
+	e.t.Cleanup(k.Close)
+	hook.(*atomic.Pointer[idempotency.Keeper]).Store(k)
+	return k
+}
+
+// testSettle settles a key as the HTTP layer does (httpapi.KeyOutcomes), with
+// answers a test can read: an operation on many guests is 202 with its id and
+// how many items its plan has; a single request its status and task id.
+func testSettle(svc *vmops.Service, ops *Service) idempotency.SettleFunc {
+	return func(ctx context.Context, k idempotency.Key, since time.Time) (idempotency.Settlement, error) {
+		l, ok, err := ops.ByKey(ctx, k.UserID, k.Name, since)
+		if err != nil {
+			return idempotency.Settlement{}, err
+		}
+		if ok {
+			body, _ := json.Marshal(map[string]any{"operationId": l.OperationID, "items": len(l.Plan.Items)})
+			return idempotency.Settlement{Verdict: idempotency.Answered, Answer: idempotency.Answer{Status: 202,
+				Headers: map[string]string{"Location": "/operations/" + strconv.FormatInt(l.OperationID, 10)}, Body: body}}, nil
+		}
+		o, err := svc.KeyOutcome(ctx, k.UserID, k.Name, since)
+		if err != nil {
+			return idempotency.Settlement{}, err
+		}
+		switch o.State {
+		case vmops.KeyStartedNothing:
+			return idempotency.Settlement{Verdict: idempotency.StartedNothing}, nil
+		case vmops.KeyUnknown:
+			return idempotency.Settlement{Verdict: idempotency.Unsettled}, nil
+		}
+		body, _ := json.Marshal(map[string]string{"op": o.Op, "taskId": o.Outcome.TaskID})
+		return idempotency.Settlement{Verdict: idempotency.Answered, Answer: idempotency.Answer{Status: 200, Body: body}}, nil
+	}
 }
 
 func boolp(b bool) *bool { return &b }

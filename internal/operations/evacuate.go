@@ -46,9 +46,12 @@ const preReads = 8
 // task); never more than MaxParallel at once. It returns the operation's id and
 // the plan. The operation holds the node until it ends: while another one holds
 // it, an evacuation is 409 operation_in_progress naming that one, a dry run too
-// (holds.go). The caller has authorized (operator on the cluster).
+// (holds.go). It needs an operator grant on the cluster, a dry run too.
 func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
 	if err := validEvacuation(clusterID, node, &req); err != nil {
+		return Launched{}, err
+	}
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
 		return Launched{}, err
 	}
 	api, err := o.svc.Connect(ctx, clusterID)

@@ -24,7 +24,7 @@ func (e *opsEnv) runningOp(node string) Launched {
 		e.t.Fatal(err)
 	}
 	testkit.Until(e.t, "the evacuation's items at PVE", func() bool {
-		v, err := e.ops.Operation(context.Background(), l.OperationID)
+		v, err := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 		if err != nil || v.Counts.Pending > 0 {
 			return false
 		}
@@ -44,7 +44,7 @@ func (e *opsEnv) finish(id int64) View {
 	var v View
 	testkit.Until(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
 		e.sim.Advance(time.Minute)
-		v, _ = e.ops.Operation(context.Background(), id)
+		v, _ = e.ops.Operation(context.Background(), e.actor, id)
 		return v.Finished() && e.finishedRecord(id)
 	})
 	return v
@@ -83,7 +83,7 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 		rec.UserID != other.UserID || rec.Node != "pve1" {
 		t.Errorf("the refusal's audit record: %+v", rec)
 	}
-	list, err := e.ops.ListOperations(context.Background(), Filter{})
+	list, err := e.ops.ListOperations(context.Background(), e.actor, Filter{})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("operations after the refusals: %d %v", len(list), err)
 	}
@@ -130,7 +130,7 @@ func TestBulkSkipsHeldGuests(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Until(t, "the reboot at PVE", func() bool {
-		v, _ := e.ops.Operation(context.Background(), reboot.OperationID)
+		v, _ := e.ops.Operation(context.Background(), e.actor, reboot.OperationID)
 		return v.Counts.Running == 1 && v.Items[0].TaskID != ""
 	})
 	byEvac := fmt.Sprintf("not started: operation %d (evacuate of pve1, started by %s) acts on this VM",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
@@ -306,7 +307,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			// being started), so moving the clock now moves migrations only,
 			// never ahead of a start the machine's load delayed.
 			settled := func() bool {
-				v, err := e.ops.Operation(context.Background(), l.OperationID)
+				v, err := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				if err != nil || v.Counts.Running != min(2, v.Counts.Running+v.Counts.Pending) {
 					return false
 				}
@@ -327,7 +328,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			})
 			// The clock held, vmgate sees it there too.
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
-				v, _ := e.ops.Operation(context.Background(), l.OperationID)
+				v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				for _, it := range v.Items {
 					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == vmops.PhaseMemory {
 						return true
@@ -413,7 +414,7 @@ func TestOperationCancel(t *testing.T) {
 			// settled: the driver's one slot is filled at PVE (no item is being
 			// started), so moving the clock moves that migration only.
 			settled := func() bool {
-				v, err := e.ops.Operation(context.Background(), l.OperationID)
+				v, err := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				if err != nil || v.Counts.Running != 1 {
 					return false
 				}
@@ -434,7 +435,7 @@ func TestOperationCancel(t *testing.T) {
 			})
 			var first ItemView
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
-				v, _ := e.ops.Operation(context.Background(), l.OperationID)
+				v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				for _, it := range v.Items {
 					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == vmops.PhaseMemory {
 						first = it
@@ -510,7 +511,7 @@ func TestOperationTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Until(t, "two migrations under way", func() bool {
-		v, _ := e.ops.Operation(context.Background(), l.OperationID)
+		v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 		return v.Counts.Running == 2 && v.Counts.OK >= 1
 	})
 	e.ops.die()
@@ -678,12 +679,13 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newOpsEnv(t, envOpts{cfg: func(c *vmops.Config) { c.Answers = testAnswers }}, Config{})
+			e := newOpsEnv(t, envOpts{}, Config{})
+			keys := e.keysFor(e.svc, e.ops, nil)
 			withUser(t, e.env)
-			const key = "once-only"
+			key := idempotency.Key{UserID: e.actor.UserID, Name: "once-only"}
 			ctx := e.request()
-			e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
-			if claim, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "hash"); err != nil || !claim.Claimed {
+			e.actor.Key = key.Name // the request runs under the key (vmops.Actor.Key)
+			if claim, err := keys.Claim(ctx, key, "hash"); err != nil || !claim.Claimed {
 				t.Fatalf("claim %+v %v", claim, err)
 			}
 			l, err := c.launch(ctx, e)
@@ -693,15 +695,18 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 			// The process dies before its answer is kept: no heartbeat of the key,
 			// no driver, no lease given up.
 			e.ops.die()
+			keys.Close()
 			e.svc.Close()
 
 			later := func() time.Time { return time.Now().Add(31 * time.Second) }
-			other := e.newService(func(c *vmops.Config) { c.Answers, c.Now = testAnswers, later })
-			go other.Run(t.Context()) // its sweep takes the key over
+			other := e.newService(func(c *vmops.Config) { c.Now = later })
 			e.ops = e.newOps(other, Config{})
-			var got vmops.KeyClaim
+			otherKeys := e.keysFor(other, e.ops, nil)
+			go other.Run(t.Context())
+			go otherKeys.Run(t.Context()) // its sweep takes the key over
+			var got idempotency.Claim
 			testkit.Until(t, "the key to hold the operation's answer", func() bool {
-				got, err = other.ClaimKey(e.request(), e.actor.UserID, key, "hash")
+				got, err = otherKeys.Claim(e.request(), key, "hash")
 				return err == nil && got.Done
 			})
 			var body struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
@@ -147,7 +148,7 @@ type Launched struct {
 
 // OperationFilter selects operations for ListOperations.
 type Filter struct {
-	ClusterIDs []int64 // only these clusters; nil = all (an empty non-nil list matches nothing)
+	ClusterIDs []int64 // only these clusters, of those the caller may read; nil = all of those (an empty non-nil list matches nothing)
 	ClusterID  int64   // 0 = any
 	BeforeID   int64   // paging; 0 = from the newest
 	Limit      int     // default 50, max 200
@@ -288,8 +289,8 @@ func opNotFound(id int64) error {
 	return errs.E(errs.NotFound, "operation %d not found", id)
 }
 
-// OperationCluster says which cluster an operation belongs to, so that the
-// caller can be authorized before it is shown.
+// OperationCluster says which cluster an operation belongs to: the grant every
+// use case on an existing operation checks is on that cluster.
 func (o *Service) OperationCluster(ctx context.Context, id int64) (int64, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
@@ -303,8 +304,16 @@ func (o *Service) OperationCluster(ctx context.Context, id int64) (int64, error)
 
 // Operation returns an operation with its items: their states from the store,
 // a running migration's progress as this process last read it (else as its task
-// row keeps it). The caller has authorized on OperationCluster's answer.
-func (o *Service) Operation(ctx context.Context, id int64) (View, error) {
+// row keeps it). It needs a viewer grant on the operation's cluster.
+func (o *Service) Operation(ctx context.Context, a vmops.Actor, id int64) (View, error) {
+	if err := o.requireOperation(ctx, a, id, fleet.GrantViewer); err != nil {
+		return View{}, err
+	}
+	return o.operation(ctx, id)
+}
+
+// operation is Operation once the grant is checked.
+func (o *Service) operation(ctx context.Context, id int64) (View, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
@@ -315,8 +324,13 @@ func (o *Service) Operation(ctx context.Context, id int64) (View, error) {
 	return o.view(op), nil
 }
 
-// ListOperations lists operations, newest first.
-func (o *Service) ListOperations(ctx context.Context, f Filter) ([]View, error) {
+// ListOperations lists operations, newest first, of the clusters a may read; a
+// cluster asked for (f.ClusterID) needs a viewer grant.
+func (o *Service) ListOperations(ctx context.Context, a vmops.Actor, f Filter) ([]View, error) {
+	var err error
+	if f.ClusterIDs, err = o.svc.ReadScope(ctx, a, f.ClusterID, f.ClusterIDs, "list operations"); err != nil {
+		return nil, err
+	}
 	ops, err := o.st.ListOperations(ctx, store.OperationFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
 		BeforeID: f.BeforeID, Limit: f.Limit})
 	if err != nil {
@@ -396,8 +410,12 @@ func (c *Counts) add(state string) {
 // ones finish; with abort its running migrations are stopped through PVE (DELETE
 // on the task; an HA migration once the HA stack's task is known). It returns
 // the operation as it is then (the driver acts within a poll interval). An
-// operation that has ended is 409 conflict. The caller has authorized (operator).
+// operation that has ended is 409 conflict. It needs an operator grant on the
+// operation's cluster.
 func (o *Service) CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (v View, err error) {
+	if err := o.requireOperation(ctx, a, id, fleet.GrantOperator); err != nil {
+		return View{}, err
+	}
 	var op store.Operation
 	defer func() {
 		o.audit(ctx, a, store.AuditRecord{Action: "operation.cancel", ClusterID: op.ClusterID, Node: op.Node,
@@ -420,9 +438,13 @@ func (o *Service) CancelOperation(ctx context.Context, a vmops.Actor, id int64, 
 // OperationEvents calls emit with the operation now and whenever it changes, until
 // it ends (after emitting its final view), ctx ends, or emit fails. When the
 // service drains for a shutdown it returns ErrDraining at once (the operation
-// goes on: its lease passes to the next process).
-func (o *Service) OperationEvents(ctx context.Context, id int64, emit func(View) error) error {
-	return vmops.Follow(ctx, o.svc, func() (View, error) { return o.Operation(ctx, id) }, emit)
+// goes on: its lease passes to the next process). It needs a viewer grant on the
+// operation's cluster.
+func (o *Service) OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(View) error) error {
+	if err := o.requireOperation(ctx, a, id, fleet.GrantViewer); err != nil {
+		return err
+	}
+	return vmops.Follow(ctx, o.svc, func() (View, error) { return o.operation(ctx, id) }, emit)
 }
 
 // audit records one operation of a, completed with the request's session,

@@ -104,3 +104,58 @@ func TestContainerMigrationProgress(t *testing.T) {
 		t.Errorf("CT 202 after its migration: %+v", st)
 	}
 }
+
+// TestMigrateRefusesTheOtherKindsFields (issue 18 (docs/history.md),
+// docs/decisions/0081): a field of the other kind's migration that asks for
+// something is 400 naming it (message and "field"), before PVE is asked; a
+// false asks for nothing and passes.
+func TestMigrateRefusesTheOtherKindsFields(t *testing.T) {
+	t.Parallel()
+	yes, no, thirty := true, false, 30
+	cases := []struct {
+		name  string
+		kind  GuestKind
+		req   MigrateRequest
+		field string
+	}{
+		{"online on a CT", GuestCT, MigrateRequest{Online: &yes}, "online"},
+		{"withLocalDisks on a CT", GuestCT, MigrateRequest{WithLocalDisks: true}, "withLocalDisks"},
+		{"restart on a VM", GuestVM, MigrateRequest{Restart: true}, "restart"},
+		{"timeout on a VM", GuestVM, MigrateRequest{Timeout: &thirty}, "timeout"},
+		{"timeout 0 on a VM", GuestVM, MigrateRequest{Timeout: new(int)}, "timeout"},
+		{"online=false on a CT", GuestCT, MigrateRequest{Online: &no}, ""},
+		{"restart and timeout on a CT", GuestCT, MigrateRequest{Restart: true, Timeout: &thirty}, ""},
+		{"online and withLocalDisks on a VM", GuestVM, MigrateRequest{Online: &yes, WithLocalDisks: true}, ""},
+	}
+	for _, tc := range cases {
+		err := kindFields(tc.kind, tc.req)
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		e, ok := errs.As(err)
+		if !ok || e.Kind != errs.Invalid || e.Details["field"] != tc.field || !strings.HasPrefix(e.Message, tc.field+" is for ") {
+			t.Errorf("%s: %v (%+v)", tc.name, err, e)
+		}
+	}
+
+	// Through the use case: refused before anything reaches PVE.
+	e := newEnv(t, envOpts{})
+	ctx := e.request()
+	for _, tc := range cases[:4] {
+		ref := ct("pve2", 201)
+		if tc.kind == GuestVM {
+			ref = vm("pve1", 100)
+		}
+		tc.req.Target = "pve3"
+		_, err := e.svc.Migrate(ctx, e.actor, ref, tc.req)
+		if got := wantReason(t, err, errs.Invalid, "invalid_request"); got.Details["field"] != tc.field {
+			t.Errorf("%s: %+v", tc.name, got)
+		}
+	}
+	if n := e.requests("POST", "/nodes/{node}/lxc/{vmid}/migrate") + e.requests("POST", "/nodes/{node}/qemu/{vmid}/migrate"); n != 0 {
+		t.Fatalf("%d migrate POSTs reached PVE for refused requests", n)
+	}
+}

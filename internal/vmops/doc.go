@@ -17,9 +17,10 @@
 // Actor and takes the session, client address and request id from the request facts
 // in the context (internal/audit); a task's end is recorded as the task row has it.
 // Front ends get the package's own view types (TaskView, Precheck, ...) and
-// validators (ValidNode, ValidTaskID), never PVE's types. The Idempotency-Keys of VM
-// writes are kept here too (ClaimKey, KeepAnswer, ReleaseKey, HoldKey), held by a
-// renewed lease and taken over from a holder that died (idempotency.go).
+// validators (ValidNode, ValidTaskID), never PVE's types. The Idempotency-Keys of
+// writes are internal/idempotency's; what a request made under a key came to is
+// answered here, in these terms (KeyOutcome, KeyTaskRef: idempotency.go), and
+// for an operation on many guests by internal/operations (ByKey).
 //
 // When a dependency fails (issue 10 (docs/history.md)): a write whose outcome is unknown is
 // ReasonOutcomeUnknown naming its task row, which is searched for in the node's

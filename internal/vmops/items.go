@@ -85,8 +85,10 @@ type Action struct {
 }
 
 // Act starts the action on the guest through the use case a single request of
-// it goes through, with all its checks, for a (whose Item binds the task row to
-// the operation's item), and returns once PVE has answered: it waits for no task.
+// it goes through, with its checks but the grant's, for a (whose Item binds the
+// task row to the operation's item), and returns once PVE has answered: it waits
+// for no task. The grant was checked when the operation was asked for (its
+// Evacuate or Bulk); its driver acts for it later, maybe in another process.
 func (s *Service) Act(ctx context.Context, a Actor, g GuestRef, act Action) error {
 	if act.Op == OpMigrate {
 		online := act.Online
@@ -94,7 +96,10 @@ func (s *Service) Act(ctx context.Context, a Actor, g GuestRef, act Action) erro
 		if g.Kind != GuestCT {
 			req.Online = &online
 		}
-		_, err := s.Migrate(ctx, a, g, req)
+		if err := checkMigrate(g, req); err != nil {
+			return err
+		}
+		_, err := s.migrate(ctx, a, g, req)
 		return err
 	}
 	_, err := s.power(ctx, a, g, act.Op, nil, 0)

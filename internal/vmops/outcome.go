@@ -111,12 +111,12 @@ func (s *Service) searchOnce(ctx context.Context, id int64) searchResult {
 		if u, err := pve.ParseUPID(r.UPID); err == nil && !r.Finished() {
 			s.startFollower(s.track(u, r.ClusterID, &r))
 		}
-		s.settleKeyOf(ctx, r)
+		s.keySettled(ctx, r)
 		return searchDone
 	}
 	res, settled := s.resolvePending(ctx, r)
 	if res != searchAgain {
-		s.settleKeyOf(ctx, settled)
+		s.keySettled(ctx, settled)
 	}
 	return res
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -57,12 +58,18 @@ type Outcome struct {
 // vm_paused (PVE's start does not resume a paused VM: it fails "already running"),
 // a locked one vm_locked (except the "suspended" lock, which start resumes from).
 func (s *Service) Start(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStart)); err != nil {
+		return Outcome{}, err
+	}
 	return s.power(ctx, a, vm, OpStart, o.Timeout, o.Wait)
 }
 
 // Stop stops a running VM: gracefully (ACPI or guest agent; a guest that ignores
 // it is 409 shutdown_timeout once PVE gives up) or, with Force, at once.
 func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStop)); err != nil {
+		return Outcome{}, err
+	}
 	op := OpShutdown
 	if o.Force {
 		op = OpStop
@@ -72,6 +79,9 @@ func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions)
 
 // Reboot shuts a running VM down and starts it again.
 func (s *Service) Reboot(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpReboot)); err != nil {
+		return Outcome{}, err
+	}
 	return s.power(ctx, a, vm, OpReboot, o.Timeout, o.Wait)
 }
 

@@ -117,8 +117,8 @@ func (s *Service) lookupRef(ctx context.Context, ref taskRef, clusterHint int64)
 	return s.lookup(ctx, u, 0)
 }
 
-// TaskCluster says which cluster a task belongs to, so that the caller can be
-// authorized before the task is read: the cluster vmgate recorded for a task it
+// TaskCluster says which cluster a task belongs to, whose grant the task's
+// readers need (requireTask): the cluster vmgate recorded for a task it
 // started (by UPID or task reference), else clusterHint (0 = none given →
 // NotFound).
 func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64) (int64, error) {
@@ -153,9 +153,12 @@ func (s *Service) TaskCluster(ctx context.Context, id string, clusterHint int64)
 
 // Task returns a task's view (docs/design.md §3.3) by UPID or task reference. With wait > 0
 // (at most MaxTaskWait) it answers as soon as the task ends, or with its state
-// when wait has passed (at once when the service drains for a shutdown). The
-// caller has authorized the user on TaskCluster's answer.
-func (s *Service) Task(ctx context.Context, id string, clusterHint int64, wait time.Duration) (TaskView, error) {
+// when wait has passed (at once when the service drains for a shutdown). It
+// needs a viewer grant on the task's cluster (TaskCluster's answer).
+func (s *Service) Task(ctx context.Context, a Actor, id string, clusterHint int64, wait time.Duration) (TaskView, error) {
+	if err := s.requireTask(ctx, a, id, clusterHint); err != nil {
+		return TaskView{}, err
+	}
 	ref, err := parseTaskRef(id)
 	if err != nil {
 		return TaskView{}, err
@@ -209,8 +212,12 @@ func transient(err error) bool {
 // Events calls emit with the task's view now and whenever it changes, until the
 // task ends (after emitting its final view), ctx ends, or emit fails. When the
 // service drains for a shutdown it returns ErrDraining at once, so that the
-// front end can end the stream with a word to the client.
-func (s *Service) Events(ctx context.Context, id string, clusterHint int64, emit func(TaskView) error) error {
+// front end can end the stream with a word to the client. It needs a viewer
+// grant on the task's cluster.
+func (s *Service) Events(ctx context.Context, a Actor, id string, clusterHint int64, emit func(TaskView) error) error {
+	if err := s.requireTask(ctx, a, id, clusterHint); err != nil {
+		return err
+	}
 	ref, err := parseTaskRef(id)
 	if err != nil {
 		return err
@@ -275,8 +282,12 @@ func ignoreDone(err error) error {
 }
 
 // TaskLog reads lines of a task's log from PVE: up to limit lines (0 = all) after
-// line start. A request whose task is not known (pending, lost) has no lines.
-func (s *Service) TaskLog(ctx context.Context, id string, clusterHint int64, start, limit int) (TaskLog, error) {
+// line start. A request whose task is not known (pending, lost) has no lines. It
+// needs a viewer grant on the task's cluster.
+func (s *Service) TaskLog(ctx context.Context, a Actor, id string, clusterHint int64, start, limit int) (TaskLog, error) {
+	if err := s.requireTask(ctx, a, id, clusterHint); err != nil {
+		return TaskLog{}, err
+	}
 	ref, err := parseTaskRef(id)
 	if err != nil {
 		return TaskLog{}, err
@@ -327,9 +338,10 @@ func (s *Service) TaskLog(ctx context.Context, id string, clusterHint int64, sta
 // as last read), from the moment their row exists: a request whose task vmgate is
 // still looking for is listed pending, one PVE never started after an unknown
 // outcome lost. Only rows PVE refused at once (nothing started, the caller was
-// told) are left out.
-func (s *Service) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
-	tasks, _, err := s.TaskPage(ctx, f)
+// told) are left out. Only the tasks of clusters a may read are listed; a
+// cluster asked for (f.ClusterID) needs a viewer grant.
+func (s *Service) Tasks(ctx context.Context, a Actor, f TaskFilter) ([]TaskView, error) {
+	tasks, _, err := s.TaskPage(ctx, a, f)
 	return tasks, err
 }
 
@@ -340,7 +352,10 @@ const maxTaskScan = 5000
 // Result filter is applied to the views (a task's result is read from its exit
 // status here, and nowhere else); looking for it, one call reads at most
 // maxTaskScan rows, so a page may come back short with a next page to read.
-func (s *Service) TaskPage(ctx context.Context, f TaskFilter) (tasks []TaskView, next int64, err error) {
+func (s *Service) TaskPage(ctx context.Context, a Actor, f TaskFilter) (tasks []TaskView, next int64, err error) {
+	if f.ClusterIDs, err = s.readScope(ctx, a, f.ClusterID, f.ClusterIDs, "list tasks"); err != nil {
+		return nil, 0, err
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50

@@ -104,7 +104,7 @@ type TaskLog struct {
 
 // TaskFilter selects tasks for Tasks.
 type TaskFilter struct {
-	ClusterIDs []int64 // only these clusters; nil = all (an empty non-nil list matches nothing)
+	ClusterIDs []int64 // only these clusters, of those the caller may read; nil = all of those (an empty non-nil list matches nothing)
 	ClusterID  int64   // 0 = any
 	VMID       int64   // 0 = any
 	UserID     int64   // 0 = anyone's; else the tasks this vmgate user started

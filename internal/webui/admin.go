@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // The admin pages: users, clusters, grants and the audit log. Every route is
@@ -47,8 +49,8 @@ func (u *UI) refused(w http.ResponseWriter, r *http.Request, to string, err erro
 // ("The migration was refused (migration_blocked): …").
 func (u *UI) refusedAs(w http.ResponseWriter, r *http.Request, to, what string, err error) error {
 	e, ok := errs.As(err)
-	if !ok || e.Kind == errs.Internal {
-		return err
+	if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
+		return err // a refused grant is the error page's 404 or 403
 	}
 	msg := e.Message
 	if what != "" {
@@ -81,25 +83,54 @@ func pathID(r *http.Request, name string) (int64, error) {
 type usersView struct {
 	Users []accounts.User
 	Roles []string
+	// Form is the create form as it was sent when it was refused (the password
+	// is never sent back), with Error saying why.
+	Form  accounts.NewUser
+	Error string
 }
 
 func (u *UI) usersPage(w http.ResponseWriter, r *http.Request) error {
+	return u.renderUsers(w, r, http.StatusOK, usersView{Form: accounts.NewUser{Role: accounts.RoleUser}})
+}
+
+func (u *UI) renderUsers(w http.ResponseWriter, r *http.Request, status int, v usersView) error {
 	users, err := u.accounts.Users(r.Context())
 	if err != nil {
 		return err
 	}
-	u.renderAdmin(w, r, "users", "Users", "users", usersView{Users: users, Roles: []string{accounts.RoleUser, accounts.RoleAdmin}})
+	v.Users, v.Roles = users, []string{accounts.RoleUser, accounts.RoleAdmin}
+	u.render(w, r, status, "users", u.page(w, r, "Users", "admin", adminView{Tab: "users", Data: v}))
 	return nil
 }
 
+// createUser creates a user (accounts.CreateUser: the e-mail and password rules,
+// audit). A refusal answers the form again, with what was typed but the password
+// and the reason beside it (issue 19 item 8: a refused password does not cost the
+// e-mail and the name).
 func (u *UI) createUser(w http.ResponseWriter, r *http.Request) error {
-	nu, err := u.accounts.CreateUser(r.Context(), principal(r), accounts.NewUser{Email: strings.TrimSpace(r.PostFormValue("email")),
+	in := accounts.NewUser{Email: strings.TrimSpace(r.PostFormValue("email")),
 		Nickname: strings.TrimSpace(r.PostFormValue("nickname")), Password: r.PostFormValue("password"),
-		Role: r.PostFormValue("role")})
+		Role: r.PostFormValue("role")}
+	nu, err := u.accounts.CreateUser(r.Context(), principal(r), in)
 	if err != nil {
-		return u.refused(w, r, "/admin/users", err)
+		msg, ok := refusal(err)
+		if !ok {
+			return err
+		}
+		in.Password = ""
+		return u.renderUsers(w, r, u.status(err), usersView{Form: in, Error: msg})
 	}
 	return u.succeeded(w, r, "/admin/users/"+itoa(nu.ID), "User "+nu.Email+" created.")
+}
+
+// refusal is the sentence a form shows beside itself when its use case refused
+// it; false for an error no form explains (a bug: the error page).
+func refusal(err error) (string, bool) {
+	e, ok := errs.As(err)
+	if !ok || e.Kind == errs.Internal {
+		return "", false
+	}
+	return sentence(e.Message), true
 }
 
 type userView struct {
@@ -249,12 +280,28 @@ func (u *UI) revokeUserToken(w http.ResponseWriter, r *http.Request) error {
 
 // Clusters.
 
+// clustersView is the clusters page's data: the clusters, and the register form
+// as it was sent when it was refused (never the token secret), with Error
+// saying why.
+type clustersView struct {
+	Clusters  []fleet.Cluster
+	Form      fleet.ClusterSpec
+	Endpoints string // the form's endpoints, one per line
+	Trust     string // the trust chosen: fingerprint, ca or insecure
+	Error     string
+}
+
 func (u *UI) clustersPage(w http.ResponseWriter, r *http.Request) error {
+	return u.renderClusters(w, r, http.StatusOK, clustersView{Trust: "fingerprint"})
+}
+
+func (u *UI) renderClusters(w http.ResponseWriter, r *http.Request, status int, v clustersView) error {
 	cs, err := u.fleet.List(r.Context())
 	if err != nil {
 		return err
 	}
-	u.renderAdmin(w, r, "clusters", "Clusters", "clusters", cs)
+	v.Clusters = cs
+	u.render(w, r, status, "clusters", u.page(w, r, "Clusters", "admin", adminView{Tab: "clusters", Data: v}))
 	return nil
 }
 
@@ -282,7 +329,13 @@ func (u *UI) createCluster(w http.ResponseWriter, r *http.Request) error {
 	}
 	c, err := u.fleet.Register(r.Context(), spec)
 	if err != nil {
-		return u.refused(w, r, "/admin/clusters", err)
+		msg, ok := refusal(err)
+		if !ok {
+			return err
+		}
+		spec.TokenSecret = ""
+		return u.renderClusters(w, r, u.status(err), clustersView{Form: spec, Endpoints: strings.Join(spec.Endpoints, "\n"),
+			Trust: r.PostFormValue("trust"), Error: msg})
 	}
 	return u.succeeded(w, r, "/admin/clusters/"+itoa(c.ID),
 		"Cluster "+c.Name+" registered; vmgate learned "+strconv.Itoa(len(c.Endpoints))+" endpoints.")
@@ -480,7 +533,7 @@ type auditView struct {
 var auditActions = []string{"access.denied", "auth.login", "auth.login_failed", "auth.lockout", "auth.logout",
 	"auth.token_reuse", "auth.sessions_revoked", "user.create", "user.update", "user.delete", "user.password_change",
 	"cluster.create", "cluster.update", "cluster.delete", "grant.put", "grant.delete",
-	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate"}
+	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate", "task.abort"}
 
 // auditPage lists the audit trail, newest first, filtered by action, user,
 // cluster, result and days (UTC), a page at a time.

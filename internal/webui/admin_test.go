@@ -72,10 +72,18 @@ func TestAdminUsers(t *testing.T) {
 		t.Fatal("the new user is not listed")
 	}
 	zoeID, _ := strconv.ParseInt(m[1], 10, 64)
-	// A password the policy refuses: the page says so.
-	b.post("/admin/users", url.Values{"email": {"yves@example.com"}, "password": {"short"}, "role": {"user"}})
-	if !strings.Contains(b.get("/admin/users").body, "notice-error") {
-		t.Error("a refused user creation says nothing")
+	// A password the policy refuses: the form comes back saying so, with the
+	// e-mail, the name and the role as typed, never the password (issue 19 item 8).
+	p = b.post("/admin/users", url.Values{"email": {"yves@example.com"}, "nickname": {"Yves"}, "password": {"short"},
+		"role": {"admin"}})
+	p.expect(t, http.StatusBadRequest)
+	for _, want := range []string{"notice-error", `value="yves@example.com"`, `value="Yves"`, "<option selected>admin</option>"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the refused user creation's form has no %s", want)
+		}
+	}
+	if strings.Contains(p.body, `value="short"`) {
+		t.Error("the refused form sends the password back")
 	}
 
 	zoe := e.browser()
@@ -139,10 +147,20 @@ func TestAdminClustersAndGrants(t *testing.T) {
 		t.Error("the secret is in the form")
 	}
 	b.get("/admin/clusters")
-	b.post("/admin/clusters", url.Values{"name": {"prod"}, "endpoints": {"https://127.0.0.1:1"}, "tokenId": {"vmgate@pve!gw"},
-		"tokenSecret": {"x"}, "trust": {"insecure"}}).expect(t, http.StatusSeeOther)
-	if p := b.get("/admin/clusters"); !strings.Contains(p.body, "notice-error") {
-		t.Errorf("a registration that cannot connect says nothing:\n%s", p.body)
+	// A registration that cannot connect: the form comes back saying why, with
+	// what was typed but the secret (issue 19 item 8).
+	p = b.post("/admin/clusters", url.Values{"name": {"prod"}, "endpoints": {"https://127.0.0.1:1"}, "tokenId": {"vmgate@pve!gw"},
+		"tokenSecret": {"x-secret-x"}, "trust": {"insecure"}})
+	if p.status < 400 || p.status == http.StatusInternalServerError || !strings.Contains(p.body, "notice-error") {
+		t.Errorf("a registration that cannot connect answered %d:\n%s", p.status, p.body)
+	}
+	for _, want := range []string{`value="prod"`, ">https://127.0.0.1:1</textarea>", `value="vmgate@pve!gw"`, `value="insecure" checked`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("the refused registration's form has no %s", want)
+		}
+	}
+	if strings.Contains(p.body, "x-secret-x") {
+		t.Error("the refused registration's form sends the token secret back")
 	}
 	// The edit form sent back as shown (its endpoints are the learned ones) with a
 	// new name changes the name alone.
@@ -196,7 +214,7 @@ func TestAdminAuditLog(t *testing.T) {
 		ClusterID: 1, Result: "shutdown_timeout"})
 	b := e.browser()
 	b.login(adminEmail)
-	rows := func(p page) int { return strings.Count(p.body, "<td class=\"small\">20") }
+	rows := func(p page) int { return strings.Count(p.body, "<td class=\"small when\">") }
 	p := b.get("/admin/audit").expect(t, 200)
 	if rows(p) != auditPerPage || !strings.Contains(p.body, "Older →") {
 		t.Fatalf("first page: %d rows", rows(p))

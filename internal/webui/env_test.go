@@ -42,14 +42,6 @@ var (
 // cases on SQLite, the emulator's dev cluster over HTTPS, httpapi with the UI
 // mounted, over real HTTP on loopback.
 
-var (
-	_ Fleet      = (*fleet.Service)(nil)
-	_ VMs        = (*vmops.Service)(nil)
-	_ Accounts   = (*accounts.Service)(nil)
-	_ Sessions   = (*auth.Service)(nil)
-	_ AuditTrail = (*audit.Trail)(nil)
-)
-
 // password is every test user's password.
 const password = "lunar-tulip-granite-47"
 
@@ -192,7 +184,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
-		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second,
+		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
 		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)

@@ -4,15 +4,18 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // migrateView is the migrate page's data: PVE's pre-check as a form.
 type migrateView struct {
 	VM       vmops.GuestRef
+	Noun     string // VM or CT
+	CT       bool   // a container: restart migration, never live
 	Name     string
 	Check    vmops.Precheck
 	Target   string // the node chosen, when the page was asked for one
@@ -21,7 +24,15 @@ type migrateView struct {
 	CanGo    bool              // at least one node is allowed
 	Online   bool              // the VM runs, so an online (live) migration is possible
 	CheckErr string
+	// Running is a running container: it moves only by a restart (PVE shuts it
+	// down, moves it, starts it on the target), within ShutdownTimeout seconds.
+	Running         bool
+	ShutdownTimeout int
 }
+
+// ctShutdownTimeout is PVE's default shutdown timeout of a container's restart
+// migration, in seconds (pve-container's migrate: timeout, default 180).
+const ctShutdownTimeout = 180
 
 // blockedNode is a node PVE's pre-check refuses, with its reasons in words.
 type blockedNode struct {
@@ -32,29 +43,37 @@ type blockedNode struct {
 // migratePage shows where the VM may go, from PVE's own pre-check: the allowed
 // target nodes, the others with PVE's reasons, the local disks (and the choice to
 // copy them), online or offline.
-func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
+func (u *UI) migratePage(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return u.showMigrate(w, r, k)
+	}
+}
+
+func (u *UI) showMigrate(w http.ResponseWriter, r *http.Request, k guestKind) error {
+	vm, err := pathGuest(r, k.kind)
 	if err != nil {
 		return err
 	}
 	target := r.URL.Query().Get("target")
 	if target != "" && (!validNode(target) || target == vm.Node) {
-		target = ""
+		target = "" // only preselects a node in the form
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+	// The form is a step of the migration: it is offered to whoever may migrate.
+	if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 		return err
 	}
-	v := migrateView{VM: vm, Target: target}
-	if st, err := u.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID); err == nil {
+	v := migrateView{VM: vm, Noun: noun(vm), CT: vm.Kind == vmops.GuestCT, Target: target, ShutdownTimeout: ctShutdownTimeout}
+	if st, err := u.fleet.GuestStatus(r.Context(), actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID); err == nil {
 		v.Name = st.Name
-	} else if e, ok := errs.As(err); ok && e.Kind == errs.NotFound {
-		if node, _ := e.Details["node"].(string); node != "" && validNode(node) {
-			redirect(w, r, vmURL(vm.ClusterID, node, vm.VMID)+"/migrate")
+		v.Running = v.CT && st.Status == "running"
+	} else if errs.KindOf(err) == errs.NotFound {
+		if to := movedTo(vm, err); to != "" {
+			redirect(w, r, to+"/migrate")
 			return nil
 		}
 		return err
 	}
-	pc, err := u.vms.MigrateCheck(r.Context(), vm, "")
+	pc, err := u.vms.MigrateCheck(r.Context(), vmActor(r), vm, "")
 	if err != nil {
 		if k := errs.KindOf(err); k == errs.Internal || k == errs.NotFound {
 			return err
@@ -62,7 +81,8 @@ func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
 		v.CheckErr = errorText(err)
 	}
 	v.Check = pc
-	v.Online = pc.Running
+	v.Online = pc.Running && !v.CT
+	v.Running = v.Running || v.CT && pc.Running
 	v.CanGo = len(pc.AllowedNodes) > 0
 	for _, node := range sortedKeysOf(pc.NotAllowedNodes) {
 		na := pc.NotAllowedNodes[node]
@@ -86,7 +106,7 @@ func (u *UI) migratePage(w http.ResponseWriter, r *http.Request) error {
 			v.Disks = append(v.Disks, d)
 		}
 	}
-	u.render(w, r, http.StatusOK, "migrate", u.page(w, r, "Migrate VM "+itoa(vm.VMID), "vms", v))
+	u.render(w, r, http.StatusOK, "migrate", u.page(w, r, "Migrate "+guestName(vm), "vms", v))
 	return nil
 }
 
@@ -99,40 +119,52 @@ func sortedKeysOf[V any](m map[string]V) []string {
 	return out
 }
 
-// vmMigrate starts a migration (vmops.Migrate: pre-check, task, audit) and goes to
-// its live view; a refusal goes back to the form with PVE's reason.
-func (u *UI) vmMigrate(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
-	if err != nil {
-		return err
+// guestMigrate starts a migration (vmops.Migrate: the request, the grant,
+// pre-check, task, audit) and goes to its live view; a refusal goes back to the
+// form with the reason (a refused grant is the error page). A
+// VM's form says online or offline and whether to copy local disks; a
+// container's whether to restart it (the only way a running one moves) and the
+// restart's shutdown timeout.
+func (u *UI) guestMigrate(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		vm, err := pathGuest(r, k.kind)
+		if err != nil {
+			return err
+		}
+		back := refURL(vm) + "/migrate"
+		target := r.PostFormValue("target")
+		if target == "" {
+			return u.backWith(w, r, back, "Choose a target node.")
+		}
+		// The form again, the node still chosen (the page ignores one that is
+		// not a node name; vmops judges it).
+		back += "?target=" + url.QueryEscape(target)
+		var req vmops.MigrateRequest
+		if vm.Kind == vmops.GuestCT {
+			req = vmops.MigrateRequest{Target: target, Restart: r.PostFormValue("restart") == "on"}
+			if t := strings.TrimSpace(r.PostFormValue("timeout")); t != "" { // empty: not given, as in PVE
+				n, err := strconv.Atoi(t)
+				if err != nil {
+					return u.backWith(w, r, back, "The shutdown timeout must be a number of seconds.")
+				}
+				req.Timeout = &n
+			}
+		} else {
+			online := r.PostFormValue("mode") != "offline"
+			req = vmops.MigrateRequest{Target: target, Online: &online, WithLocalDisks: r.PostFormValue("withLocalDisks") == "on"}
+		}
+		upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
+		if ref, ok := vmops.TaskRefOf(err); ok {
+			// The outcome is unknown: the task page follows vmgate's task row until
+			// PVE's task is found (or known never to have started).
+			return u.backWith(w, r, taskURL(itoa(ref)), sentence(errorText(err)))
+		}
+		if err != nil {
+			return u.refusedAs(w, r, back, "The migration", err)
+		}
+		redirect(w, r, taskURL(upid))
+		return nil
 	}
-	back := vmURL(vm.ClusterID, vm.Node, vm.VMID) + "/migrate"
-	target := r.PostFormValue("target")
-	switch {
-	case target == "":
-		return u.backWith(w, r, back, "Choose a target node.")
-	case !validNode(target):
-		return u.backWith(w, r, back, "The target is not a node name.")
-	case target == vm.Node:
-		return u.backWith(w, r, back, "The target must be another node than the VM's.")
-	}
-	back += "?target=" + url.QueryEscape(target)
-	online := r.PostFormValue("mode") != "offline"
-	req := vmops.MigrateRequest{Target: target, Online: &online, WithLocalDisks: r.PostFormValue("withLocalDisks") == "on"}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-		return err
-	}
-	upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
-	if ref, ok := vmops.TaskRefOf(err); ok {
-		// The outcome is unknown: the task page follows vmgate's task row until
-		// PVE's task is found (or known never to have started).
-		return u.backWith(w, r, taskURL(itoa(ref)), sentence(errorText(err)))
-	}
-	if err != nil {
-		return u.refusedAs(w, r, back, "The migration", err)
-	}
-	redirect(w, r, taskURL(upid))
-	return nil
 }
 
 func (u *UI) backWith(w http.ResponseWriter, r *http.Request, to, msg string) error {

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"net/url"
@@ -13,20 +14,6 @@ import (
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// Operations is what the UI needs of vmops' operations on many VMs (issue 13 (docs/history.md)):
-// the node page's evacuation, the operation's page and its live view.
-// *operations.Service is one.
-type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.EvacuateRequest) (operations.Launched, error)
-	OperationCluster(ctx context.Context, id int64) (int64, error)
-	Operation(ctx context.Context, id int64) (operations.View, error)
-	ListOperations(ctx context.Context, f operations.Filter) ([]operations.View, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)
-	OperationEvents(ctx context.Context, id int64, emit func(operations.View) error) error
-}
-
-var _ Operations = (*operations.Service)(nil)
 
 // nodeURL is the UI page of a node.
 func nodeURL(clusterID int64, node string) string {
@@ -55,12 +42,17 @@ type nodeView struct {
 	ClusterName string
 	Node        fleet.NodeView
 	VMs         []fleet.VMView
+	CTs         []fleet.VMView   // the node's containers
 	Others      []fleet.NodeView // the other nodes: the evacuation's possible targets
 	CanAct      bool             // operator: the evacuation form
 	Form        evacuateForm
 	Plan        *operations.Plan // a preview (dry run), when asked for
 	PlanErr     string
 	Operations  []operations.View // recent operations on this node
+	// NotEmpty: the node's last evacuation ended and guests are still on the
+	// node (issue 19 item 6); LastEvacuation is that operation.
+	NotEmpty       bool
+	LastEvacuation *operations.View
 }
 
 // evacuateForm is the evacuation form's values.
@@ -108,10 +100,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantViewer, attempt(r)); err != nil {
-		return err
-	}
-	nodes, err := u.fleet.Nodes(r.Context(), clusterID)
+	nodes, err := u.fleet.Nodes(r.Context(), actor(r), clusterID)
 	if err != nil {
 		return err
 	}
@@ -132,12 +121,11 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 			v.ClusterName = cs[i].Name
 		}
 	}
-	if vms, err := u.fleet.VMs(r.Context(), clusterID); err == nil {
-		for _, vm := range vms {
-			if vm.Node == name {
-				v.VMs = append(v.VMs, vm)
-			}
-		}
+	if vms, err := u.fleet.GuestList(r.Context(), actor(r), clusterID, string(vmops.GuestVM), fleet.VMQuery{Node: name}); err == nil {
+		v.VMs = vms.VMs
+	}
+	if cts, err := u.fleet.GuestList(r.Context(), actor(r), clusterID, string(vmops.GuestCT), fleet.VMQuery{Node: name}); err == nil {
+		v.CTs = cts.VMs
 	}
 	v.CanAct = u.ops != nil && u.canAct(r.Context(), r, clusterID)
 	var req operations.EvacuateRequest
@@ -155,13 +143,17 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if u.ops != nil {
-		if ops, err := u.ops.ListOperations(r.Context(), operations.Filter{ClusterID: clusterID, Limit: 50}); err == nil {
+		if ops, err := u.ops.ListOperations(r.Context(), vmActor(r), operations.Filter{ClusterID: clusterID, Limit: 50}); err == nil {
 			for _, op := range ops {
 				if op.Node == name && len(v.Operations) < 8 {
 					v.Operations = append(v.Operations, op)
 				}
 			}
 		}
+	}
+	if len(v.Operations) > 0 && v.Operations[0].Kind == operations.KindEvacuate && v.Operations[0].Finished() {
+		v.LastEvacuation = &v.Operations[0]
+		v.NotEmpty = len(v.VMs)+len(v.CTs) > 0
 	}
 	u.render(w, r, http.StatusOK, "node", u.page(w, r, "Node "+name, "fleet", v))
 	return nil
@@ -175,14 +167,11 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantOperator, attempt(r)); err != nil {
-		return err
-	}
 	_, req := readEvacuateForm(r.PostForm)
 	l, err := u.ops.Evacuate(r.Context(), vmActor(r), clusterID, name, req)
 	if err != nil {
 		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
+		if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
 			return err
 		}
 		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence("The evacuation of " + name + " was refused: " + e.Message)})
@@ -194,22 +183,12 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pathOperation reads {id} and checks the caller's grant on the operation's
-// cluster; an operation on a cluster without a grant is "no such operation".
-func (u *UI) pathOperation(r *http.Request, need string) (int64, error) {
+// pathOperation reads {id}; the use cases check the caller's grant on the
+// operation's cluster.
+func pathOperation(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
 		return 0, errs.E(errs.NotFound, "there is no operation at this address")
-	}
-	clusterID, err := u.ops.OperationCluster(r.Context(), id)
-	if err != nil {
-		return 0, err
-	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, need, attempt(r)); err != nil {
-		if errs.KindOf(err) == errs.NotFound {
-			return 0, errs.E(errs.NotFound, "operation %d not found", id)
-		}
-		return 0, err
 	}
 	return id, nil
 }
@@ -224,12 +203,57 @@ type operationView struct {
 
 // liveOperation is an operation as its page and event stream show it.
 type liveOperation struct {
-	Status   string     `json:"status"`
-	Finished bool       `json:"finished"`
-	Counts   string     `json:"counts"`
-	Ended    string     `json:"ended,omitempty"`
-	Cancel   bool       `json:"cancelRequested"`
-	Items    []liveItem `json:"items"`
+	Status string `json:"status"`
+	// StatusText and StatusClass are the status's badge: an operation that ended
+	// with guests left is amber "done with skips", whatever word the view carries
+	// (done_with_skips, or done with skipped items).
+	StatusText  string     `json:"statusText"`
+	StatusClass string     `json:"statusClass"`
+	Finished    bool       `json:"finished"`
+	Counts      string     `json:"counts"`
+	Ended       string     `json:"ended,omitempty"`
+	Cancel      bool       `json:"cancelRequested"`
+	Items       []liveItem `json:"items"`
+	// Left names, once the operation ended, each guest it did not act on (skipped
+	// or failed) and why, in a sentence.
+	Left []string `json:"left,omitempty"`
+}
+
+// opBadge is the badge of an operation's status.
+func opBadge(op operations.View) (text, class string) {
+	switch {
+	case op.Status == operations.StatusDoneWithSkips, op.Status == operations.StatusDone && op.Counts.Skipped > 0:
+		return "done with skips", "badge-warn"
+	case op.Status == operations.StatusDone:
+		return "done", "badge-ok"
+	case op.Status == operations.StatusPartial:
+		return "partial", "badge-warn"
+	case op.Status == operations.StatusFailed:
+		return "failed", "badge-bad"
+	case op.Status == operations.StatusCancelled:
+		return "cancelled", "badge-stopped"
+	}
+	return op.Status, "badge-running"
+}
+
+// leftSentence says why an operation left a guest where it was.
+func leftSentence(op operations.View, it operations.ItemView) string {
+	who := "VM " + itoa(it.VMID)
+	if it.Name != "" {
+		who += " (" + it.Name + ")"
+	}
+	where := ""
+	if op.Kind == operations.KindEvacuate && it.Node != "" {
+		where = " is still on " + it.Node
+	}
+	why := it.Error
+	if why == "" {
+		why = "no reason was given"
+	}
+	if it.State == operations.ItemFailed {
+		return sentence(who + where + ": it failed: " + why)
+	}
+	return sentence(who + where + ": skipped, " + why)
 }
 
 // liveItem is one VM of an operation as its row shows it.
@@ -258,6 +282,7 @@ func liveOp(op operations.View) liveOperation {
 	l := liveOperation{Status: op.Status, Finished: op.Finished(), Cancel: op.CancelRequested,
 		Counts: strconv.Itoa(c.OK) + " ok · " + strconv.Itoa(c.Running) + " running · " + strconv.Itoa(c.Pending) +
 			" waiting · " + strconv.Itoa(c.Failed) + " failed · " + strconv.Itoa(c.Skipped) + " skipped, of " + strconv.Itoa(c.Total)}
+	l.StatusText, l.StatusClass = opBadge(op)
 	if op.Finished() && !op.EndedAt.IsZero() {
 		l.Ended = when(op.EndedAt)
 	}
@@ -282,6 +307,9 @@ func liveOp(op operations.View) liveOperation {
 		}
 		li.PercentText = strconv.FormatFloat(li.Percent, 'f', 0, 64) + "%"
 		l.Items = append(l.Items, li)
+		if op.Finished() && (it.State == operations.ItemSkipped || it.State == operations.ItemFailed) {
+			l.Left = append(l.Left, leftSentence(op, it))
+		}
 	}
 	return l
 }
@@ -290,11 +318,11 @@ func liveOp(op operations.View) liveOperation {
 // its state, target, progress and task; while it runs the page's script follows
 // it on the UI's own event stream.
 func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantViewer)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
-	op, err := u.ops.Operation(r.Context(), id)
+	op, err := u.ops.Operation(r.Context(), vmActor(r), id)
 	if err != nil {
 		return err
 	}
@@ -313,14 +341,14 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
 // cancelOperation cancels an operation (with abort=1 its running migrations are
 // stopped too) and goes back to its page.
 func (u *UI) cancelOperation(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantOperator)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
 	abort := r.PostForm.Get("abort") == "1"
 	if _, err := u.ops.CancelOperation(r.Context(), vmActor(r), id, abort); err != nil {
 		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
+		if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
 			return err
 		}
 		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence(e.Message)})
@@ -338,12 +366,13 @@ func (u *UI) cancelOperation(w http.ResponseWriter, r *http.Request) error {
 // it changes, until it ends ("end"), the session does ("session") or vmgate shuts
 // down ("shutdown").
 func (u *UI) operationEvents(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantViewer)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
+	a := vmActor(r)
 	follow := func(ctx context.Context, emit func(operations.View) error) error {
-		return u.ops.OperationEvents(ctx, id, emit)
+		return u.ops.OperationEvents(ctx, a, id, emit)
 	}
 	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op operations.View) any {
 		return liveOp(op)

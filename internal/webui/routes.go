@@ -36,7 +36,6 @@ type route struct {
 // a same-site Origin and, past log-in, the session's CSRF token (wrap); pages are
 // GETs that change nothing.
 func (u *UI) routes() []route {
-	const vm = vmRoute
 	rs := []route{
 		{"GET", "/static/{file}", public, u.static},
 		{"GET", "/login", public, u.loginPage},
@@ -45,21 +44,35 @@ func (u *UI) routes() []route {
 
 		{"GET", "/{$}", authed, u.fleetPage},
 		{"GET", "/vms", authed, u.vmsPage},
-		{"GET", vm, authed, u.vmPage},
-		{"POST", vm + "/start", authed, u.vmStart},
-		{"POST", vm + "/stop", authed, u.vmStop},
-		{"GET", vm + "/force-stop", authed, u.forceStopPage},
-		{"POST", vm + "/force-stop", authed, u.vmForceStop},
-		{"POST", vm + "/reboot", authed, u.vmReboot},
-		{"POST", vm + "/suspend", authed, u.vmSuspend},
-		{"POST", vm + "/resume", authed, u.vmResume},
-		{"GET", vm + "/migrate", authed, u.migratePage},
-		{"POST", vm + "/migrate", authed, u.vmMigrate},
-
+		{"GET", "/live", authed, u.liveEvents},
+	}
+	for _, k := range guestKinds {
+		g := k.route()
+		rs = append(rs,
+			route{"GET", g, authed, u.guestPage(k)},
+			route{"POST", g + "/start", authed, u.guestStart(k)},
+			route{"POST", g + "/stop", authed, u.guestStop(k)},
+			route{"GET", g + "/force-stop", authed, u.forceStopPage(k)},
+			route{"POST", g + "/force-stop", authed, u.guestForceStop(k)},
+			route{"POST", g + "/reboot", authed, u.guestReboot(k)},
+		)
+		if k.suspend {
+			rs = append(rs,
+				route{"POST", g + "/suspend", authed, u.guestSuspend(k)},
+				route{"POST", g + "/resume", authed, u.guestResume(k)},
+			)
+		}
+		rs = append(rs,
+			route{"GET", g + "/migrate", authed, u.migratePage(k)},
+			route{"POST", g + "/migrate", authed, u.guestMigrate(k)},
+		)
+	}
+	rs = append(rs, []route{
 		{"GET", "/tasks", authed, u.tasksPage},
 		{"GET", "/tasks/{taskId}", authed, u.taskPage},
 		{"GET", "/tasks/{taskId}/events", authed, u.taskEvents},
 		{"GET", "/tasks/{taskId}/log", authed, u.taskLog},
+		{"POST", "/tasks/{taskId}/abort", authed, u.abortTask},
 
 		{"GET", "/account", authed, u.accountPage},
 		{"POST", "/account/password", authed, u.changePassword},
@@ -82,9 +95,11 @@ func (u *UI) routes() []route {
 		{"GET", "/admin/grants", admin, u.grantsPage},
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
-	}
+	}...)
 	if u.ops != nil {
 		rs = append(rs, []route{
+			{"GET", "/vms/bulk", authed, u.bulkPreview},
+			{"POST", "/vms/bulk", authed, u.bulkStart},
 			{"GET", "/nodes/{clusterId}/{node}", authed, u.nodePage},
 			{"POST", "/nodes/{clusterId}/{node}/evacuate", authed, u.evacuate},
 			{"GET", "/operations/{id}", authed, u.operationPage},
@@ -94,9 +109,6 @@ func (u *UI) routes() []route {
 	}
 	return rs
 }
-
-// vmRoute is the pattern of a VM's page, and the prefix of its actions.
-const vmRoute = "/vms/{clusterId}/{node}/{vmid}"
 
 // maxForm bounds a form's body, as the API bounds JSON bodies (docs/security.md item 22).
 const maxForm = 64 << 10
@@ -108,14 +120,13 @@ var (
 
 // Hold says how much longer than the server's request timeout the request r may
 // take, and whether it is an event stream, which no whole-request deadline
-// bounds: a power action waits for its task (PowerWait) on top of the timeout.
+// bounds. A power action no longer waits for its task (its page follows it),
+// so only the streams are held.
 func (u *UI) Hold(r *http.Request) (extra time.Duration, stream bool) {
-	switch u.Route(r) {
-	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events":
+	route := u.Route(r)
+	switch route {
+	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events", "GET /live":
 		return 0, true
-	case "POST " + vmRoute + "/start", "POST " + vmRoute + "/stop", "POST " + vmRoute + "/force-stop",
-		"POST " + vmRoute + "/reboot", "POST " + vmRoute + "/suspend", "POST " + vmRoute + "/resume":
-		return u.powerWait, false
 	}
 	return 0, false
 }

@@ -2,9 +2,9 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -13,91 +13,80 @@ import (
 
 func validNode(n string) bool { return vmops.ValidNode(n) }
 
-// pathVM reads and validates {clusterId}/{node}/{vmid} (docs/security.md item 20) before
-// anything else happens.
-func pathVM(r *http.Request) (vmops.GuestRef, error) {
-	id, err := strconv.ParseInt(r.PathValue("clusterId"), 10, 64)
-	if err != nil || id < 1 {
-		return vmops.GuestRef{}, errVMPath("cluster")
-	}
-	node := r.PathValue("node")
-	if !validNode(node) {
-		return vmops.GuestRef{}, errVMPath("node")
-	}
-	vmid, err := strconv.ParseInt(r.PathValue("vmid"), 10, 64)
-	if err != nil || vmid < vmops.MinVMID || vmid > vmops.MaxVMID {
-		return vmops.GuestRef{}, errVMPath("vmid")
-	}
-	return vmops.GuestRef{ClusterID: id, Node: node, VMID: vmid}, nil
-}
-
 // attempt names what a request tries, for the audit row of a refusal.
 func attempt(r *http.Request) string { return "UI " + r.Method + " " + r.URL.Path }
 
-// vmView is the VM page's data.
+// vmView is a guest's page's data (a VM's or a container's).
 type vmView struct {
 	VM          vmops.GuestRef
+	Noun        string // VM or CT
 	Status      fleet.VMStatusView
 	ClusterName string
 	CanAct      bool // the caller's grant allows power and migration
 	Tasks       []vmops.TaskView
 	TasksErr    string
+	Inline      *inlineTask // the task of ?task=: what a power action started (inline.go)
 	// Offer is what the buttons offer: start while stopped; stop, force stop,
 	// reboot and migrate while running; a paused VM can only be forced off.
+	// Suspend and resume are a VM's only (guestKind.suspend).
 	Offer struct{ Start, Stop, ForceStop, Reboot, Migrate, Suspend, Resume bool }
 }
 
-// vmPage shows a VM: its state, the actions the caller's role and the VM's state
-// allow, and its recent tasks. A VM that is no longer on the node of the address
-// (it migrated) is shown at its new node.
-func (u *UI) vmPage(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
-	if err != nil {
-		return err
-	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantViewer, attempt(r)); err != nil {
-		return err
-	}
-	st, err := u.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID)
-	if err != nil {
-		if e, ok := errs.As(err); ok && e.Kind == errs.NotFound {
-			if node, _ := e.Details["node"].(string); node != "" && validNode(node) {
+// guestPage shows a guest of the kind: its state, the actions the caller's role
+// and the guest's state allow, and its recent tasks. A guest that is no longer on
+// the node of the address (it migrated) is shown at its new node, and a vmid of
+// the other kind at its own kind's page (a task of the HA stack does not say
+// which kind it moves).
+func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		vm, err := pathGuest(r, k.kind)
+		if err != nil {
+			return err
+		}
+		st, err := u.fleet.GuestStatus(r.Context(), actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
+		if err != nil {
+			if to := movedTo(vm, err); to != "" {
 				u.carryNotice(w, r)
-				redirect(w, r, vmURL(vm.ClusterID, node, vm.VMID))
+				redirect(w, r, to)
 				return nil
 			}
+			return err
 		}
-		return err
-	}
-	v := vmView{VM: vm, Status: st}
-	v.CanAct = u.canAct(r.Context(), r, vm.ClusterID)
-	if v.CanAct {
-		running := st.Status == "running"
-		paused := running && st.QMPStatus != "" && st.QMPStatus != "running"
-		v.Offer.Start = !running
-		v.Offer.Stop = running && !paused
-		v.Offer.ForceStop = running
-		v.Offer.Reboot = running && !paused
-		v.Offer.Migrate = true // PVE's pre-check says where to; a stopped VM migrates offline
-		v.Offer.Suspend = running && !paused
-		v.Offer.Resume = paused || !running && st.Lock == "suspended" // paused, or hibernated
-		v.Offer.Start = v.Offer.Start && st.Lock != "suspended"       // a hibernated VM is resumed
-	}
-	if cs, err := u.fleet.Clusters(r.Context(), actor(r)); err == nil {
-		if i := slices.IndexFunc(cs, func(c fleet.ClusterView) bool { return c.ID == vm.ClusterID }); i >= 0 {
-			v.ClusterName = cs[i].Name
+		v := vmView{VM: vm, Noun: noun(vm), Status: st}
+		v.CanAct = u.canAct(r.Context(), r, vm.ClusterID)
+		if v.CanAct {
+			running := st.Status == "running"
+			paused := running && st.QMPStatus != "" && st.QMPStatus != "running"
+			v.Offer.Start = !running
+			v.Offer.Stop = running && !paused
+			v.Offer.ForceStop = running
+			v.Offer.Reboot = running && !paused
+			v.Offer.Migrate = true // PVE's pre-check says where to; a stopped guest migrates offline
+			if k.suspend {
+				v.Offer.Suspend = running && !paused
+				v.Offer.Resume = paused || !running && st.Lock == "suspended" // paused, or hibernated
+				v.Offer.Start = v.Offer.Start && st.Lock != "suspended"       // a hibernated VM is resumed
+			}
 		}
+		if cs, err := u.fleet.Clusters(r.Context(), actor(r)); err == nil {
+			if i := slices.IndexFunc(cs, func(c fleet.ClusterView) bool { return c.ID == vm.ClusterID }); i >= 0 {
+				v.ClusterName = cs[i].Name
+			}
+		}
+		v.Inline = u.inline(r, vm, r.URL.Query().Get("task"), v.CanAct, r.URL.RequestURI())
+		v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
+		if err != nil {
+			v.TasksErr = errorText(err)
+		}
+		v.Tasks = u.withOutside(r, v.Tasks, []int64{vm.ClusterID}, vm.VMID, "")
+		v.Tasks = v.Tasks[:min(len(v.Tasks), 8)]
+		title := guestName(vm)
+		if st.Name != "" {
+			title += " " + st.Name
+		}
+		u.render(w, r, http.StatusOK, "vm", u.page(w, r, title, "vms", v))
+		return nil
 	}
-	v.Tasks, err = u.vms.Tasks(r.Context(), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
-	if err != nil {
-		v.TasksErr = errorText(err)
-	}
-	title := "VM " + itoa(vm.VMID)
-	if st.Name != "" {
-		title += " " + st.Name
-	}
-	u.render(w, r, http.StatusOK, "vm", u.page(w, r, title, "vms", v))
-	return nil
 }
 
 // carryNotice keeps a notice for the page a redirect leads to.
@@ -114,31 +103,32 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 	return err == nil
 }
 
-// The power actions: each checks the operator grant (audited when refused), runs
-// the operation through vmops (state checks, task, audit, wait) and goes back to
-// the VM's page, which shows the outcome from the task.
+// The power actions: each starts the operation through vmops (the operator
+// grant, audited when refused; state checks, task, audit) without waiting for
+// it, and goes back at once to the guest's page, which follows the task to its
+// outcome (inline.go); a refusal is a notice there.
 
-func (u *UI) vmStart(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "start", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Start(ctx, vmActor(r), vm, vmops.PowerOptions{Wait: u.powerWait})
+func (u *UI) guestStart(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return u.power(k, "start", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
+		return u.vms.Start(ctx, a, vm, vmops.PowerOptions{})
 	})
 }
 
-func (u *UI) vmStop(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "stop", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Stop(ctx, vmActor(r), vm, vmops.StopOptions{Wait: u.powerWait})
+func (u *UI) guestStop(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return u.power(k, "stop", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
+		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{})
 	})
 }
 
-func (u *UI) vmForceStop(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "force stop", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Stop(ctx, vmActor(r), vm, vmops.StopOptions{Force: true, Wait: u.powerWait})
+func (u *UI) guestForceStop(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return u.power(k, "force stop", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
+		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: true})
 	})
 }
 
-func (u *UI) vmReboot(w http.ResponseWriter, r *http.Request) error {
-	return u.power(w, r, "reboot", func(ctx context.Context, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Reboot(ctx, vmActor(r), vm, vmops.PowerOptions{Wait: u.powerWait})
+func (u *UI) guestReboot(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return u.power(k, "reboot", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
+		return u.vms.Reboot(ctx, a, vm, vmops.PowerOptions{})
 	})
 }
 
@@ -146,36 +136,43 @@ func (u *UI) vmReboot(w http.ResponseWriter, r *http.Request) error {
 var done = map[string]string{"start": "started", "stop": "shut down", "force stop": "powered off", "reboot": "rebooted",
 	"suspend": "paused", "resume": "resumed"}
 
-func (u *UI) power(w http.ResponseWriter, r *http.Request, action string,
-	op func(context.Context, vmops.GuestRef) (vmops.Outcome, error)) error {
-	vm, err := pathVM(r)
-	if err != nil {
-		return err
+func (u *UI) power(k guestKind, action string,
+	op func(context.Context, vmops.Actor, vmops.GuestRef) (vmops.Outcome, error)) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		vm, err := pathGuest(r, k.kind)
+		if err != nil {
+			return err
+		}
+		out, err := op(r.Context(), vmActor(r), vm)
+		if errors.Is(err, vmops.ErrDenied) {
+			return err // the error page's 404 or 403, as for any refused grant
+		}
+		if err == nil && out.TaskID != "" {
+			// Answered at once: the guest's page follows the task (inline.go).
+			redirect(w, r, withTask(refURL(vm), out.TaskID))
+			return nil
+		}
+		n := outcomeNotice(action, vm, out, err)
+		if n.Kind == "" {
+			return err
+		}
+		u.setNotice(w, r, n)
+		redirect(w, r, refURL(vm))
+		return nil
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-		return err
-	}
-	out, err := op(r.Context(), vm)
-	n := outcomeNotice(action, vm, out, err)
-	if n.Kind == "" {
-		return err
-	}
-	u.setNotice(w, r, n)
-	redirect(w, r, vmURL(vm.ClusterID, vm.Node, vm.VMID))
-	return nil
 }
 
 // outcomeNotice says how a power action ended, from its task: ok, still running
 // (with the task), or failed with PVE's reason. An error the page cannot explain
 // (a bug) gives no notice: the error page shows it.
 func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err error) notice {
-	what := ucfirst(action) + " of VM " + itoa(vm.VMID)
+	what := ucfirst(action) + " of " + guestName(vm)
 	switch {
 	case err == nil && out.Running:
 		return notice{Kind: "info", TaskID: out.TaskID,
 			Message: what + " is still running. Its task page follows it to the end."}
 	case err == nil:
-		return notice{Kind: "ok", TaskID: out.TaskID, Message: "VM " + itoa(vm.VMID) + " " + done[action] + "."}
+		return notice{Kind: "ok", TaskID: out.TaskID, Message: guestName(vm) + " " + done[action] + "."}
 	}
 	e, ok := errs.As(err)
 	if !ok || e.Kind == errs.Internal {
@@ -190,7 +187,7 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 	}
 	switch e.Reason {
 	case errs.ReasonShutdownTimeout:
-		n.Message = "VM " + itoa(vm.VMID) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
+		n.Message = guestName(vm) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
 			"Force stop powers it off at once."
 	case errs.ReasonVMRunning, errs.ReasonVMStopped, errs.ReasonVMPaused, errs.ReasonVMLocked:
 		n.Message = sentence(what + " was refused (" + e.Reason + "): " + e.Message)
@@ -198,16 +195,18 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 	return n
 }
 
-// forceStopPage asks before a forced stop: it powers the VM off like pulling the
-// plug.
-func (u *UI) forceStopPage(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
-	if err != nil {
-		return err
+// forceStopPage asks before a forced stop: it powers the guest off like pulling
+// the plug. It is offered to whoever may act (vmops.MayAct), as the stop is.
+func (u *UI) forceStopPage(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		vm, err := pathGuest(r, k.kind)
+		if err != nil {
+			return err
+		}
+		if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
+			return err
+		}
+		u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop "+guestName(vm), "vms", vm))
+		return nil
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-		return err
-	}
-	u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop VM "+itoa(vm.VMID), "vms", vm))
-	return nil
 }

@@ -1,10 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,34 +10,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// Operations is what the HTTP layer needs of vmops' operations on many VMs
-// (issue 13 (docs/history.md)): evacuating a node, bulk power actions, and reading, following and
-// cancelling the operations. *operations.Service implements it. The handlers
-// validate and authorize before they call it.
-type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.EvacuateRequest) (operations.Launched, error)
-	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req operations.BulkRequest) (operations.Launched, error)
-	OperationCluster(ctx context.Context, id int64) (int64, error)
-	Operation(ctx context.Context, id int64) (operations.View, error)
-	ListOperations(ctx context.Context, f operations.Filter) ([]operations.View, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)
-	OperationEvents(ctx context.Context, id int64, emit func(operations.View) error) error
-	Stats() operations.Stats
-}
-
-var _ Operations = (*operations.Service)(nil)
 
 // operationRoutes start, read, follow and cancel operations. Starting and
 // cancelling need an operator grant on the cluster, reading a viewer grant.
 func (s *Server) operationRoutes() []route {
 	return []route{
-		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate", authed, s.evacuate},
-		{"POST", "/api/v1/pve/clusters/{clusterId}/bulk/{action}", authed, s.bulk},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate", authed, s.keyed(s.evacuate)},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/bulk/{action}", authed, s.keyed(s.bulk)},
 		{"GET", "/api/v1/pve/operations", authed, s.listOperations},
 		{"GET", "/api/v1/pve/operations/{id}", authed, s.getOperation},
 		{"GET", "/api/v1/pve/operations/{id}/events", authed, s.operationEvents},
@@ -215,20 +195,6 @@ func toPlanJSON(p operations.Plan) planJSON {
 	return out
 }
 
-// readBody reads a POST's body once: decoded strictly into dst, and returned for
-// the Idempotency-Key's hash.
-func readBody(w http.ResponseWriter, r *http.Request, dst any) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		return nil, bodyError(err)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err := decodeJSON(w, r, dst); err != nil {
-		return nil, err
-	}
-	return body, nil
-}
-
 // launched answers a started operation 202 with its id and plan (Location: the
 // operation), a dry run 200 with the plan alone.
 func launched(w http.ResponseWriter, l operations.Launched, err error) error {
@@ -267,8 +233,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 		Type           *string  `json:"type"`
 		Timeout        *int64   `json:"timeout"`
 	}
-	body, err := readBody(w, r, &in)
-	if err != nil {
+	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
 	req := operations.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
@@ -295,10 +260,8 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, clusterID, body, func(w http.ResponseWriter, r *http.Request) error {
-		l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
-		return launched(w, l, err)
-	})
+	l, err := s.ops.Evacuate(r.Context(), vmActor(r), clusterID, node, req)
+	return launched(w, l, err)
 }
 
 func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
@@ -331,8 +294,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 		StopOnError *bool  `json:"stopOnError"`
 		DryRun      *bool  `json:"dryRun"`
 	}
-	body, err := readBody(w, r, &in)
-	if err != nil {
+	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
 	req := operations.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
@@ -346,10 +308,8 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, clusterID, body, func(w http.ResponseWriter, r *http.Request) error {
-		l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
-		return launched(w, l, err)
-	})
+	l, err := s.ops.Bulk(r.Context(), vmActor(r), clusterID, action, req)
+	return launched(w, l, err)
 }
 
 // maxParallel reads an operation's optional maxParallel: 1 to
@@ -378,23 +338,6 @@ func pathOperation(r *http.Request) (int64, error) {
 	return parseIntParam("id", r.PathValue("id"), 1, 1<<53)
 }
 
-// authorizeOperation checks the caller's grant on an operation's cluster. An
-// operation on a cluster the caller has no grant on is answered like one that
-// does not exist (the cluster's name stays unsaid).
-func (s *Server) authorizeOperation(r *http.Request, id int64, need string) error {
-	clusterID, err := s.ops.OperationCluster(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	if err := s.authorize(r, clusterID, need); err != nil {
-		if errs.KindOf(err) == errs.NotFound {
-			return errs.E(errs.NotFound, "operation %d not found", id)
-		}
-		return err
-	}
-	return nil
-}
-
 func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathOperation(r)
 	if err != nil {
@@ -403,10 +346,7 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	if err := s.authorizeOperation(r, id, fleet.GrantViewer); err != nil {
-		return err
-	}
-	v, err := s.ops.Operation(r.Context(), id)
+	v, err := s.ops.Operation(r.Context(), vmActor(r), id)
 	if err != nil {
 		return err
 	}
@@ -430,12 +370,8 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ids, err := s.readScope(r, clusterID)
-	if err != nil {
-		return err
-	}
-	f := operations.Filter{ClusterID: clusterID, ClusterIDs: ids, BeforeID: before, Limit: int(limit)}
-	list, err := s.ops.ListOperations(r.Context(), f)
+	f := operations.Filter{ClusterID: clusterID, BeforeID: before, Limit: int(limit)}
+	list, err := s.ops.ListOperations(r.Context(), vmActor(r), f)
 	if err != nil {
 		return err
 	}
@@ -466,9 +402,6 @@ func (s *Server) cancelOperation(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	if err := s.authorizeOperation(r, id, fleet.GrantOperator); err != nil {
-		return err
-	}
 	op, err := s.ops.CancelOperation(r.Context(), vmActor(r), id, abort)
 	if err != nil {
 		return err
@@ -489,11 +422,9 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	if err := s.authorizeOperation(r, id, fleet.GrantViewer); err != nil {
-		return err
-	}
+	a := vmActor(r)
 	follow := func(ctx context.Context, emit func(operations.View) error) error {
-		return s.ops.OperationEvents(ctx, id, emit)
+		return s.ops.OperationEvents(ctx, a, id, emit)
 	}
 	return eventStream(w, r, s.streams, "operation", follow, func(v operations.View) ([]byte, error) {
 		return json.Marshal(toOperationJSON(v))

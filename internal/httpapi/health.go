@@ -9,6 +9,10 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
+// The health of this replica: /healthz (the process answers) and /readyz (it
+// can serve: the store answers and takes writes, its clock agrees, its
+// clusters as the fleet last saw them).
+
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeData(w, map[string]string{"status": "ok"})
 	return nil
@@ -140,24 +144,5 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	writeData(w, out)
-	return nil
-}
-
-// metricsHandler serves the metrics to loopback clients, or to all with
-// Config.MetricsPublic; to anyone else /metrics does not exist (docs/security.md item 31).
-func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) error {
-	if !s.metricsAllowed(r) {
-		return errNoRoute(r)
-	}
-	s.metrics.handler().ServeHTTP(w, r)
-	return nil
-}
-
-func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
-	if len(s.openapi) == 0 {
-		return errs.E(errs.NotFound, "no API description is loaded")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(s.openapi)
 	return nil
 }
