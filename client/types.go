@@ -354,6 +354,9 @@ type Progress struct {
 	TotalBytes       int64   `json:"totalBytes"`
 	BytesPerSecond   int64   `json:"bytesPerSecond"`
 	Phase            string  `json:"phase"`
+	// DowntimeSeconds is, for a container's restart migration that ended, how
+	// long it was down; nil otherwise.
+	DowntimeSeconds *int64 `json:"downtimeSeconds"`
 }
 
 // Task is a PVE task as vmgate reports it (docs/design.md §3.3).
@@ -460,6 +463,15 @@ type OperationItem struct {
 	TaskID   *string   `json:"taskId"`
 	Error    *string   `json:"error"`
 	Progress *Progress `json:"progress"`
+	// Downtime is a running container's expected downtime in its restart
+	// migration, and what the figure rests on.
+	Downtime *Downtime `json:"downtime"`
+}
+
+// Downtime is a container's expected downtime in a restart migration.
+type Downtime struct {
+	Seconds int64  `json:"seconds"`
+	Basis   string `json:"basis"`
 }
 
 // TargetNode is the item's target, "" for none.
@@ -487,7 +499,17 @@ type Operation struct {
 	Abort           bool            `json:"abort"`
 	Counts          OperationCounts `json:"counts"`
 	Items           []OperationItem `json:"items"`
+	// Left: an evacuation's guests still on its node once it ended, and why.
+	Left []LeftGuest `json:"left"`
 	RawJSON
+}
+
+// LeftGuest is a guest an operation left where it was, and why.
+type LeftGuest struct {
+	VMID int64     `json:"vmid"`
+	Type GuestKind `json:"type"`
+	Name string    `json:"name"`
+	Why  string    `json:"why"`
 }
 
 // Finished reports whether the operation has ended.
@@ -529,6 +551,11 @@ type EvacuateRequest struct {
 	IncludeStopped *bool    `json:"includeStopped,omitempty"`
 	StopOnError    bool     `json:"stopOnError,omitempty"`
 	DryRun         bool     `json:"dryRun,omitempty"`
+	// Type is "qemu" (VMs only) or "lxc" (containers only); "" both.
+	Type string `json:"type,omitempty"`
+	// Timeout is a running container's shutdown timeout in its restart
+	// migration, in seconds; nil: PVE's.
+	Timeout *int `json:"timeout,omitempty"`
 }
 
 // BulkSelector chooses a bulk action's guests: those matching every field given.
@@ -536,6 +563,7 @@ type BulkSelector struct {
 	Node   string `json:"node,omitempty"`
 	Tag    string `json:"tag,omitempty"`
 	Status string `json:"status,omitempty"`
+	Type   string `json:"type,omitempty"` // qemu or lxc; "" both
 }
 
 // BulkRequest is the body of a bulk action: exactly one of VMIDs and Selector.

@@ -260,7 +260,8 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
 	}{{"suspend", op.Suspend}, {"resume", op.Resume}} {
 		_, err := step.run(ctx, ct201, client.PowerOptions{})
-		if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Reason != "not_offered" {
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Reason != "not_offered" {
 			t.Fatalf("%s CT 201: %v", step.op, err)
 		}
 	}

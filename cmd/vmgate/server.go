@@ -33,6 +33,7 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
 	"github.com/vmgate/vmgate/internal/idempotency"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/sse"
@@ -162,7 +163,7 @@ type app struct {
 	accounts *accounts.Service
 	fleet    *fleet.Service
 	vms      *vmops.Service
-	ops      *vmops.OperationService
+	ops      *operations.Service
 	keys     *idempotency.Keeper
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
@@ -229,7 +230,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		KeySettled: func(ctx context.Context, userID int64, key string) {
 			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
 		}})
-	a.ops = vmops.NewOperations(a.vms, vmops.OperationsConfig{Lease: c.OperationLease})
+	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
 	keys = idempotency.New(idempotency.Config{Store: st, Settle: httpapi.KeyOutcomes(a.vms, a.ops), Logger: log, Lease: c.KeyLease})
 	a.keys = keys
 	// One count of event streams for the API and the web UI: a user's cap holds

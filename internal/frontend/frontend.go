@@ -3,8 +3,8 @@
 // web UI (internal/webui), so that both depend on the same narrow set instead of a
 // near-copy each (issue 18 (docs/history.md), "one vocabulary").
 //
-// The services that implement them — auth, accounts, fleet, vmops and its
-// operations, the audit trail — hold every rule: each use case takes its caller and
+// The services that implement them — auth, accounts, fleet, vmops, operations,
+// the audit trail — hold every rule: each use case takes its caller and
 // checks the grant itself (docs/decisions/0088). A front end decodes, calls one use
 // case and renders. Tests fake an interface by embedding it and overriding a
 // method. This package, like the front ends, imports neither internal/store nor
@@ -19,6 +19,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -136,23 +137,23 @@ type VMs interface {
 
 var _ VMs = (*vmops.Service)(nil)
 
-// Operations is vmops' operations on many guests (issue 13 (docs/history.md)):
-// evacuating a node, bulk power actions, and reading, following and cancelling
-// the operations. *vmops.OperationService is one.
+// Operations is internal/operations, the use cases on many guests (issue 13
+// (docs/history.md)): evacuating a node, bulk power actions, and reading,
+// following and cancelling the operations. *operations.Service is one.
 type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
-	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
-	Operation(ctx context.Context, a vmops.Actor, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, a vmops.Actor, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(vmops.OperationView) error) error
+	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.EvacuateRequest) (operations.Launched, error)
+	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req operations.BulkRequest) (operations.Launched, error)
+	Operation(ctx context.Context, a vmops.Actor, id int64) (operations.View, error)
+	ListOperations(ctx context.Context, a vmops.Actor, f operations.Filter) ([]operations.View, error)
+	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)
+	OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(operations.View) error) error
 	// Stats are this process's operation figures, for the metrics.
-	Stats() vmops.OperationStats
-	// OperationByKey is the operation a request under an Idempotency-Key created.
-	OperationByKey(ctx context.Context, userID int64, key string, since time.Time) (vmops.Launched, bool, error)
+	Stats() operations.Stats
+	// ByKey is the operation a request under an Idempotency-Key created.
+	ByKey(ctx context.Context, userID int64, key string, since time.Time) (operations.Launched, bool, error)
 }
 
-var _ Operations = (*vmops.OperationService)(nil)
+var _ Operations = (*operations.Service)(nil)
 
 // AuditTrail is the audit trail as the admins read it; the use cases write it.
 // *audit.Trail is one.

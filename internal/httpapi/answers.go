@@ -78,6 +78,12 @@ func (t *taskAnswer) appendJSON(e *jsonEnc) {
 		e.int(p.BytesPerSecond)
 		e.key("phase", false)
 		e.str(p.Phase)
+		e.key("downtimeSeconds", false)
+		if p.DowntimeSeconds != nil {
+			e.int(*p.DowntimeSeconds)
+		} else {
+			e.raw("null")
+		}
 		e.raw("}")
 	} else {
 		e.raw("null")

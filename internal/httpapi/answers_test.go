@@ -47,6 +47,7 @@ type progressJSON struct {
 	TotalBytes       int64   `json:"totalBytes"`
 	BytesPerSecond   int64   `json:"bytesPerSecond"`
 	Phase            string  `json:"phase"`
+	DowntimeSeconds  *int64  `json:"downtimeSeconds"`
 }
 
 func strOrNull(s string) *string {
@@ -80,7 +81,7 @@ func toTaskJSON(v vmops.TaskView) taskJSON {
 	}
 	if p := v.Progress; p != nil {
 		out.Progress = &progressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
-			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase, DowntimeSeconds: p.DowntimeSeconds}
 	}
 	return out
 }

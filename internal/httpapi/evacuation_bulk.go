@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -46,6 +47,15 @@ type operationJSON struct {
 	Abort           bool       `json:"abort"`
 	Counts          countsJSON `json:"counts"`
 	Items           []itemJSON `json:"items"`
+	// Left: an evacuation's guests still on its node once it ended, and why.
+	Left []leftJSON `json:"left"`
+}
+
+type leftJSON struct {
+	VMID int64  `json:"vmid"`
+	Type string `json:"type"`
+	Name string `json:"name"`
+	Why  string `json:"why"`
 }
 
 type countsJSON struct {
@@ -59,6 +69,7 @@ type countsJSON struct {
 
 type itemJSON struct {
 	VMID     int64             `json:"vmid"`
+	Type     string            `json:"type"`
 	Name     string            `json:"name"`
 	Node     string            `json:"node"`
 	Target   *string           `json:"target"`
@@ -70,6 +81,14 @@ type itemJSON struct {
 	TaskID   *string           `json:"taskId"`
 	Error    *string           `json:"error"`
 	Progress *itemProgressJSON `json:"progress"`
+	Downtime *downtimeJSON     `json:"downtime"`
+}
+
+// downtimeJSON is a running container's expected downtime in its restart
+// migration.
+type downtimeJSON struct {
+	Seconds int64  `json:"seconds"`
+	Basis   string `json:"basis"`
 }
 
 type planJSON struct {
@@ -94,6 +113,7 @@ type itemProgressJSON struct {
 	TotalBytes       int64   `json:"totalBytes"`
 	BytesPerSecond   int64   `json:"bytesPerSecond"`
 	Phase            string  `json:"phase"`
+	DowntimeSeconds  *int64  `json:"downtimeSeconds"`
 }
 
 // nullStr is s, or null when empty.
@@ -112,31 +132,61 @@ func timeOrNull(t time.Time) *time.Time {
 	return &u
 }
 
-func toItemsJSON(items []vmops.ItemView) []itemJSON {
+func toItemsJSON(items []operations.ItemView) []itemJSON {
 	out := make([]itemJSON, 0, len(items))
 	for _, it := range items {
-		j := itemJSON{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: nullStr(it.Target), Action: it.Action,
-			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: nullStr(it.TaskID),
-			Error: nullStr(it.Error)}
+		j := itemJSON{VMID: it.VMID, Type: kindName(it.Kind), Name: it.Name, Node: it.Node, Target: nullStr(it.Target),
+			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State,
+			TaskID: nullStr(it.TaskID), Error: nullStr(it.Error)}
+		if d := it.Downtime; d != nil {
+			j.Downtime = &downtimeJSON{Seconds: d.Seconds, Basis: d.Basis}
+		}
 		if p := it.Progress; p != nil {
 			j.Progress = &itemProgressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
-				BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+				BytesPerSecond: p.BytesPerSecond, Phase: p.Phase, DowntimeSeconds: p.DowntimeSeconds}
 		}
 		out = append(out, j)
 	}
 	return out
 }
 
-func toOperationJSON(v vmops.OperationView) operationJSON {
+func toOperationJSON(v operations.View) operationJSON {
 	c := v.Counts
 	return operationJSON{ID: v.ID, Kind: v.Kind, ClusterID: v.ClusterID, Node: nullStr(v.Node), Status: v.Status,
 		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC(), StartedAt: timeOrNull(v.StartedAt), EndedAt: timeOrNull(v.EndedAt),
 		MaxParallel: v.MaxParallel, CancelRequested: v.CancelRequested, Abort: v.Abort,
 		Counts: countsJSON{Total: c.Total, Pending: c.Pending, Running: c.Running, OK: c.OK, Failed: c.Failed, Skipped: c.Skipped},
-		Items:  toItemsJSON(v.Items)}
+		Items:  toItemsJSON(v.Items), Left: toLeftJSON(v.Left)}
 }
 
-func toPlanJSON(p vmops.Plan) planJSON {
+func toLeftJSON(left []operations.LeftGuest) []leftJSON {
+	out := make([]leftJSON, 0, len(left))
+	for _, g := range left {
+		out = append(out, leftJSON{VMID: g.VMID, Type: kindName(g.Kind), Name: g.Name, Why: g.Why})
+	}
+	return out
+}
+
+// kindName is a guest kind as the API writes it: qemu or lxc.
+func kindName(k vmops.GuestKind) string {
+	if k == "" {
+		return string(vmops.GuestVM)
+	}
+	return string(k)
+}
+
+// guestType reads an optional guest type (qemu or lxc) of a request body.
+func guestType(name string, v *string) (vmops.GuestKind, error) {
+	if v == nil {
+		return "", nil
+	}
+	if k := vmops.GuestKind(*v); k == vmops.GuestVM || k == vmops.GuestCT {
+		return k, nil
+	}
+	return "", errs.E(errs.Invalid, "%s must be qemu or lxc", name)
+}
+
+func toPlanJSON(p operations.Plan) planJSON {
 	out := planJSON{Items: toItemsJSON(p.Items), Targets: make([]targetJSON, 0, len(p.Targets))}
 	for _, t := range p.Targets {
 		out.Targets = append(out.Targets, targetJSON{Node: t.Node, Status: t.Status, Eligible: t.Eligible, Mem: t.Mem,
@@ -147,7 +197,7 @@ func toPlanJSON(p vmops.Plan) planJSON {
 
 // launched answers a started operation 202 with its id and plan (Location: the
 // operation), a dry run 200 with the plan alone.
-func launched(w http.ResponseWriter, l vmops.Launched, err error) error {
+func launched(w http.ResponseWriter, l operations.Launched, err error) error {
 	if err != nil {
 		return err
 	}
@@ -180,12 +230,24 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) error {
 		IncludeStopped *bool    `json:"includeStopped"`
 		StopOnError    *bool    `json:"stopOnError"`
 		DryRun         *bool    `json:"dryRun"`
+		Type           *string  `json:"type"`
+		Timeout        *int64   `json:"timeout"`
 	}
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	req := vmops.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
+	req := operations.EvacuateRequest{IncludeStopped: in.IncludeStopped, WithLocalDisks: deref(in.WithLocalDisks),
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
+	if req.Type, err = guestType("type", in.Type); err != nil {
+		return err
+	}
+	if in.Timeout != nil {
+		if *in.Timeout < 0 || *in.Timeout > 3600 {
+			return errs.E(errs.Invalid, "timeout must be from 0 to 3600 seconds")
+		}
+		t := int(*in.Timeout)
+		req.Timeout = &t
+	}
 	if len(in.Targets) > 64 {
 		return errs.E(errs.Invalid, "targets lists at most 64 nodes")
 	}
@@ -209,7 +271,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	}
 	action := r.PathValue("action")
 	known := false
-	for _, a := range vmops.BulkActions {
+	for _, a := range operations.BulkActions {
 		known = known || a == action
 	}
 	if !known {
@@ -221,6 +283,7 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		VMIDs    []int64 `json:"vmids"`
 		Selector *struct {
+			Type   *string `json:"type"`
 			Node   *string `json:"node"`
 			Tag    *string `json:"tag"`
 			Status *string `json:"status"`
@@ -234,10 +297,13 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	req := vmops.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
+	req := operations.BulkRequest{VMIDs: in.VMIDs, Force: deref(in.Force), ToDisk: deref(in.ToDisk),
 		StopOnError: deref(in.StopOnError), DryRun: deref(in.DryRun)}
 	if sel := in.Selector; sel != nil {
-		req.Selector = &vmops.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
+		req.Selector = &operations.Selector{Node: deref(sel.Node), Tag: deref(sel.Tag), Status: deref(sel.Status)}
+		if req.Selector.Type, err = guestType("selector type", sel.Type); err != nil {
+			return err
+		}
 	}
 	if req.MaxParallel, err = maxParallel(in.MaxParallel); err != nil {
 		return err
@@ -247,13 +313,13 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request) error {
 }
 
 // maxParallel reads an operation's optional maxParallel: 1 to
-// vmops.MaxParallelLimit, or 0 (the default) when absent.
+// operations.MaxParallelLimit, or 0 (the default) when absent.
 func maxParallel(p *int64) (int, error) {
 	if p == nil {
 		return 0, nil
 	}
-	if *p < 1 || *p > vmops.MaxParallelLimit {
-		return 0, errs.E(errs.Invalid, "maxParallel must be from 1 to %d", vmops.MaxParallelLimit)
+	if *p < 1 || *p > operations.MaxParallelLimit {
+		return 0, errs.E(errs.Invalid, "maxParallel must be from 1 to %d", operations.MaxParallelLimit)
 	}
 	return int(*p), nil
 }
@@ -304,7 +370,7 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f := vmops.OperationFilter{ClusterID: clusterID, BeforeID: before, Limit: int(limit)}
+	f := operations.Filter{ClusterID: clusterID, BeforeID: before, Limit: int(limit)}
 	list, err := s.ops.ListOperations(r.Context(), vmActor(r), f)
 	if err != nil {
 		return err
@@ -357,10 +423,10 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a := vmActor(r)
-	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
+	follow := func(ctx context.Context, emit func(operations.View) error) error {
 		return s.ops.OperationEvents(ctx, a, id, emit)
 	}
-	return eventStream(w, r, s.streams, "operation", follow, func(v vmops.OperationView) ([]byte, error) {
+	return eventStream(w, r, s.streams, "operation", follow, func(v operations.View) ([]byte, error) {
 		return json.Marshal(toOperationJSON(v))
 	})
 }
@@ -368,7 +434,7 @@ func (s *Server) operationEvents(w http.ResponseWriter, r *http.Request) error {
 // operationsCollector exposes the operations' figures of this process: how many
 // ended, by kind and final status, and how many items are at PVE now.
 type operationsCollector struct {
-	stats func() vmops.OperationStats
+	stats func() operations.Stats
 }
 
 var (

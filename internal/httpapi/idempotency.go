@@ -194,7 +194,7 @@ func (s *Server) keyTaskRef(ctx context.Context, key idempotency.Key, since time
 func KeyOutcomes(vms frontend.VMs, ops frontend.Operations) idempotency.SettleFunc {
 	return func(ctx context.Context, k idempotency.Key, since time.Time) (idempotency.Settlement, error) {
 		if ops != nil {
-			l, ok, err := ops.OperationByKey(ctx, k.UserID, k.Name, since)
+			l, ok, err := ops.ByKey(ctx, k.UserID, k.Name, since)
 			if err != nil {
 				return idempotency.Settlement{}, err
 			}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,37 +32,13 @@ var adapterMayNotImport = []string{
 func TestAdaptersImportNeitherStoreNorPVE(t *testing.T) {
 	checked := 0
 	for _, dir := range adapterDirs {
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				// testdata and hidden directories hold no package code.
-				if path != dir && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
-			if err != nil {
-				return err
-			}
+		err := eachImport(dir, func(path, p string) {
 			checked++
-			for _, imp := range f.Imports {
-				p, err := strconv.Unquote(imp.Path.Value)
-				if err != nil {
-					return err
-				}
-				for _, banned := range adapterMayNotImport {
-					if p == banned || strings.HasPrefix(p, banned+"/") {
-						t.Errorf("%s imports %s: a front end calls the use cases (accounts, auth, fleet, vmops, audit), never the store or PVE", path, p)
-					}
+			for _, banned := range adapterMayNotImport {
+				if p == banned || strings.HasPrefix(p, banned+"/") {
+					t.Errorf("%s imports %s: a front end calls the use cases (accounts, auth, fleet, vmops, operations, audit), never the store or PVE", path, p)
 				}
 			}
-			return nil
 		})
 		if errors.Is(err, fs.ErrNotExist) && dir != "." {
 			continue
@@ -78,6 +55,80 @@ func TestAdaptersImportNeitherStoreNorPVE(t *testing.T) {
 	}
 }
 
+// useCaseDirs are the use-case packages, relative to this package, and the
+// packages each may not import besides the adapters: operations runs its items
+// through vmops, so vmops may not import operations (docs/design.md §2).
+var useCaseDirs = map[string][]string{
+	"../accounts":   nil,
+	"../auth":       nil,
+	"../fleet":      nil,
+	"../audit":      nil,
+	"../vmops":      {"github.com/vmgate/vmgate/internal/operations"},
+	"../operations": nil,
+}
+
+// adapterPackages are the front ends, which the use cases never import.
+var adapterPackages = []string{
+	"github.com/vmgate/vmgate/internal/httpapi",
+	"github.com/vmgate/vmgate/internal/webui",
+	"github.com/vmgate/vmgate/internal/cli",
+	"github.com/vmgate/vmgate/client",
+	"github.com/vmgate/vmgate/cmd",
+}
+
+// TestUseCasesImportNoAdapter: no non-test file of a use-case package imports a
+// front end (dependencies point inward), and vmops does not import operations.
+func TestUseCasesImportNoAdapter(t *testing.T) {
+	for dir, extra := range useCaseDirs {
+		checked := 0
+		err := eachImport(dir, func(path, p string) {
+			checked++
+			for _, banned := range append(slices.Clone(adapterPackages), extra...) {
+				if p == banned || strings.HasPrefix(p, banned+"/") {
+					t.Errorf("%s imports %s: a use case never depends on a front end, nor vmops on operations", path, p)
+				}
+			}
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		if checked == 0 {
+			t.Errorf("%s: no import checked: the test looks in the wrong place", dir)
+		}
+	}
+}
+
+// eachImport calls fn with every import of the non-test Go files below dir.
+func eachImport(dir string, fn func(path, imp string)) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			// testdata and hidden directories hold no package code.
+			if path != dir && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				return err
+			}
+			fn(path, p)
+		}
+		return nil
+	})
+}
+
 // layerRules are what the packages beside the front ends may not import, and why
 // (docs/design.md §2).
 var layerRules = []struct {
@@ -88,11 +139,15 @@ var layerRules = []struct {
 	// The keeper of Idempotency-Keys keeps answers as opaque bytes and asks its
 	// Settle what a request came to (docs/decisions/0085).
 	{"../idempotency", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
-		"github.com/vmgate/vmgate/internal/vmops", "github.com/vmgate/vmgate/internal/pve"},
+		"github.com/vmgate/vmgate/internal/vmops", "github.com/vmgate/vmgate/internal/operations",
+		"github.com/vmgate/vmgate/internal/pve"},
 		"the keeper knows neither HTTP nor the use cases"},
 	// What a request under a key did is answered in domain terms; the keys are
 	// the middleware's.
 	{"../vmops", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
+		"github.com/vmgate/vmgate/internal/idempotency"},
+		"the use cases answer in domain terms and know no Idempotency-Key machinery"},
+	{"../operations", []string{"net/http", "github.com/vmgate/vmgate/internal/httpapi",
 		"github.com/vmgate/vmgate/internal/idempotency"},
 		"the use cases answer in domain terms and know no Idempotency-Key machinery"},
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/idempotency"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -43,7 +44,7 @@ type vmEnv struct {
 	dev *pvesim.Cluster
 	cid int64 // the dev cluster's id
 	svc *vmops.Service
-	ops *vmops.OperationService // operations on many VMs (driven without Run: see opsEnv)
+	ops *operations.Service // operations on many VMs (driven without Run: see opsEnv)
 	// keys keeps the Idempotency-Keys (without Run: a test that wants the
 	// sweep of dead holders' keys runs it).
 	keys *idempotency.Keeper
@@ -111,7 +112,7 @@ func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	}
 	e.svc = vmops.New(cfg)
 	e.t.Cleanup(e.svc.Close)
-	e.ops = vmops.NewOperations(e.svc, vmops.OperationsConfig{Scan: 20 * time.Millisecond})
+	e.ops = operations.New(e.svc, operations.Config{Store: e.store, Audit: e.trail, Scan: 20 * time.Millisecond})
 	e.t.Cleanup(e.ops.Close)
 	keys = idempotency.New(idempotency.Config{Store: cfg.Store, Now: cfg.Now, Settle: KeyOutcomes(e.svc, e.ops)})
 	e.t.Cleanup(keys.Close)

@@ -105,7 +105,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // from vmgate's. Its measured offset is off the true one by errOff (the Date
 // header's second and the round trip).
 type taskListPVE struct {
-	pveAPI // nil: anything else is not used
+	PVE    // nil: anything else is not used
 	vmid   int64
 	clock  *fakeClock
 	offset time.Duration // PVE's clock less vmgate's
@@ -437,8 +437,8 @@ func (e *claimEnv) world(seed uint64) *claimWorld {
 	svc := New(Config{Store: e.st, Clients: clientsFunc(func(context.Context, int64) (*pve.Client, error) {
 		return nil, errors.New("not used")
 	}), Grants: allowAll{}, Now: e.clock.Now, Audit: audit.New(&auditLog{}, audit.Options{})})
-	svc.connect = func(context.Context, int64) (pveAPI, error) { return p, nil }
-	keys := keysFor(e.t, svc, nil, nil)
+	svc.connect = func(context.Context, int64) (PVE, error) { return p, nil }
+	keys := keysFor(e.t, svc, nil)
 	// Nothing in the background: every search, follower and heartbeat is a step
 	// of the test's own.
 	svc.Close()

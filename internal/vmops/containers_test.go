@@ -84,6 +84,28 @@ func TestContainerPowerAndMigration(t *testing.T) {
 	}
 }
 
+// TestContainerMigrationProgress: CT 202 runs on pve3 with its root volume on
+// local-lvm; its restart migration's view ends with the phase done, the
+// volume's bytes copied and the downtime it caused (from the emulator's log
+// lines, which are pve-container's).
+func TestContainerMigrationProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	taskID, err := e.svc.Migrate(e.request(), e.actor, ct("pve3", 202), MigrateRequest{Target: "pve2", Restart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := e.waitTask(taskID)
+	p := v.Progress
+	if v.Result != ResultOK || p == nil || p.Phase != PhaseDone || p.Percent != 100 || p.TransferredBytes != 8<<30 ||
+		p.TotalBytes != 8<<30 || p.DowntimeSeconds == nil || *p.DowntimeSeconds <= 0 {
+		t.Fatalf("CT 202's migration ended %+v with progress %+v", v, p)
+	}
+	if st, _ := e.sim.CT(202); st.Node != "pve2" || st.Status != "running" {
+		t.Errorf("CT 202 after its migration: %+v", st)
+	}
+}
+
 // TestMigrateRefusesTheOtherKindsFields (issue 18 (docs/history.md),
 // docs/decisions/0081): a field of the other kind's migration that asks for
 // something is 400 naming it (message and "field"), before PVE is asked; a

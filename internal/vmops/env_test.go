@@ -279,8 +279,8 @@ func wantReason(t *testing.T, err error, kind errs.Kind, reason string) *errs.Er
 }
 
 // wrapAPI wraps the PVE clients a service gets.
-func wrapAPI(connect func(context.Context, int64) (pveAPI, error), wrap func(pveAPI) pveAPI) func(context.Context, int64) (pveAPI, error) {
-	return func(ctx context.Context, id int64) (pveAPI, error) {
+func wrapAPI(connect func(context.Context, int64) (PVE, error), wrap func(PVE) PVE) func(context.Context, int64) (PVE, error) {
+	return func(ctx context.Context, id int64) (PVE, error) {
 		api, err := connect(ctx, id)
 		if err != nil {
 			return nil, err
@@ -298,7 +298,7 @@ func wrapAPI(connect func(context.Context, int64) (pveAPI, error), wrap func(pve
 // lost the answer is still down), so the request answers outcome_unknown and
 // the task is left to the search that follows.
 type hookAPI struct {
-	pveAPI
+	PVE
 	beforeWrite func()
 	loseAnswer  bool
 	// dropWrite answers as if the connection broke, without the write reaching
@@ -326,13 +326,13 @@ func (h *hookAPI) NodeTasks(ctx context.Context, node string, o pve.TaskListOpti
 	if h.blind.CompareAndSwap(true, false) {
 		return nil, errors.New("connection reset")
 	}
-	return h.pveAPI.NodeTasks(ctx, node, o)
+	return h.PVE.NodeTasks(ctx, node, o)
 }
 
 func (h *hookAPI) Start(ctx context.Context, g pve.Guest, o pve.StartOptions) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.Start(ctx, g, o) })
+	return h.write(func() (pve.UPID, error) { return h.PVE.Start(ctx, g, o) })
 }
 
 func (h *hookAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptions) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.Migrate(ctx, g, o) })
+	return h.write(func() (pve.UPID, error) { return h.PVE.Migrate(ctx, g, o) })
 }

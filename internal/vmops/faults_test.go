@@ -99,7 +99,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	if DefaultSearchEvery > 10*time.Second {
 		t.Fatalf("DefaultSearchEvery %v: a task PVE has must show up within 10 s", DefaultSearchEvery)
 	}
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{})
 	wantReason(t, err, errs.Timeout, ReasonOutcomeUnknown)
@@ -154,7 +154,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 func TestOutcomeUnknownGivenUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{cfg: func(c *Config) { c.LostGrace = 50 * time.Millisecond }})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
 	ref, ok := TaskRefOf(err)
@@ -185,8 +185,8 @@ func TestOutcomeUnknownGivenUp(t *testing.T) {
 func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{proxy: true, pveTimeout: time.Second})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { e.proxy.ResetAfterForwarding(0) }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { e.proxy.ResetAfterForwarding(0) }}
 	})
 	ctx := e.request()
 	began := time.Now()
@@ -222,8 +222,8 @@ func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 func TestFaultPOSTAnswerCutMidBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{proxy: true, pveTimeout: 5 * time.Second})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { e.proxy.CutAfter(faultproxy.ToClient, 40, 1) }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { e.proxy.CutAfter(faultproxy.ToClient, 40, 1) }}
 	})
 	ctx := e.request()
 	out, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{Wait: 10 * time.Second})
@@ -345,12 +345,12 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	keys := keysFor(t, e.svc, nil, func(c *idempotency.Config) { c.Lease = 30 * time.Second })
+	keys := keysFor(t, e.svc, func(c *idempotency.Config) { c.Lease = 30 * time.Second })
 	withUser(t, e)
 	release := make(chan struct{})
 	sent := make(chan struct{})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { close(sent); <-release }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { close(sent); <-release }}
 	})
 	key := idempotency.Key{UserID: e.actor.UserID, Name: "retry-me"}
 	ctx := e.request()
@@ -371,7 +371,7 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	// Another process, 31 s later by its clock: the lease ran out.
 	later := func() time.Time { return time.Now().Add(31 * time.Second) }
 	s2 := e.newService(func(c *Config) { c.Now = later })
-	keys2 := keysFor(t, s2, nil, func(c *idempotency.Config) { c.Lease = 30 * time.Second })
+	keys2 := keysFor(t, s2, func(c *idempotency.Config) { c.Lease = 30 * time.Second })
 	got, err := keys2.Claim(e.request(), key, "hash")
 	if err != nil || got.Claimed || got.Done {
 		t.Fatalf("a retry while the task is not found yet: %+v %v", got, err)
@@ -410,9 +410,9 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	keys := keysFor(t, e.svc, nil, nil)
+	keys := keysFor(t, e.svc, nil)
 	withUser(t, e)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, loseAnswer: true} })
 	key := idempotency.Key{UserID: e.actor.UserID, Name: "unknown-outcome"}
 	ctx := e.request()
 	e.actor.Key = key.Name // the request runs under the key (vmops.Actor.Key)
@@ -443,7 +443,7 @@ func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 func TestKeyOfAHolderThatStartedNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	keys := keysFor(t, e.svc, nil, nil)
+	keys := keysFor(t, e.svc, nil)
 	withUser(t, e)
 	key := idempotency.Key{UserID: e.actor.UserID, Name: "never-ran"}
 	if c, err := keys.Claim(e.request(), key, "h"); err != nil || !c.Claimed {
@@ -453,7 +453,7 @@ func TestKeyOfAHolderThatStartedNothing(t *testing.T) {
 	e.svc.Close()
 	later := func() time.Time { return time.Now().Add(time.Minute) }
 	s2 := e.newService(func(c *Config) { c.Now = later })
-	got, err := keysFor(t, s2, nil, nil).Claim(e.request(), key, "h")
+	got, err := keysFor(t, s2, nil).Claim(e.request(), key, "h")
 	if err != nil || !got.Claimed {
 		t.Fatalf("the retry of a request that started nothing: %+v %v, want the key claimed", got, err)
 	}
@@ -471,8 +471,8 @@ func TestFaultStoreFailsBetweenRowAndPOST(t *testing.T) {
 	t.Parallel()
 	pg, dsn := postgresThroughProxy(t)
 	e := newEnv(t, envOpts{storeDSN: dsn})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { pg.BlackHole() }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { pg.BlackHole() }}
 	})
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()

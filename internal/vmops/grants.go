@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -109,19 +108,19 @@ func (s *Service) requireTask(ctx context.Context, a Actor, id string, clusterHi
 	return s.require(ctx, a, clusterID, fleet.GrantViewer, "read task "+id)
 }
 
-// requireOperation checks a's grant on an operation's cluster. An operation on a
-// cluster a holds no grant on answers like one that does not exist (the
-// cluster's name stays unsaid).
-func (o *OperationService) requireOperation(ctx context.Context, a Actor, id int64, need string) error {
-	clusterID, err := o.OperationCluster(ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := o.svc.require(ctx, a, clusterID, need, "operation:"+strconv.FormatInt(id, 10)); err != nil {
-		if errs.KindOf(err) == errs.NotFound {
-			return denied(opNotFound(id))
-		}
-		return err
-	}
-	return nil
+// Require is require for the use cases built on this service's (internal/operations:
+// an evacuation, a bulk action, the reads of an operation): the caller's grant
+// on a cluster, a refusal audited and marked with ErrDenied.
+func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, what string) error {
+	return s.require(ctx, a, clusterID, need, what)
 }
+
+// ReadScope is readScope for the lists of the use cases built on this
+// service's (internal/operations' list of operations).
+func (s *Service) ReadScope(ctx context.Context, a Actor, clusterID int64, asked []int64, what string) ([]int64, error) {
+	return s.readScope(ctx, a, clusterID, asked, what)
+}
+
+// Denied marks err as a refusal for want of a grant (ErrDenied in its chain)
+// when it is one (fleet's NotFound or Forbidden).
+func Denied(err error) error { return denied(err) }

@@ -3,7 +3,6 @@ package vmops
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"testing"
 	"time"
 
@@ -11,12 +10,11 @@ import (
 )
 
 // keysFor is a keeper of Idempotency-Keys for svc's process, wired as vmgate
-// wires it (cmd/vmgate): settled from what svc (and ops, when given) say a
-// request came to, rendered by testSettle, and told by svc when an outcome
-// became known. Call it before svc runs anything in the background.
-func keysFor(t *testing.T, svc *Service, ops *OperationService, tweak func(*idempotency.Config)) *idempotency.Keeper {
+// wires it (cmd/vmgate): settled from what svc says a request came to,
+// rendered by testSettle, and told by svc when an outcome became known. Call it before svc runs anything in the background.
+func keysFor(t *testing.T, svc *Service, tweak func(*idempotency.Config)) *idempotency.Keeper {
 	t.Helper()
-	cfg := idempotency.Config{Store: svc.store, Now: svc.now, Settle: testSettle(svc, ops), Sweep: 10 * time.Millisecond}
+	cfg := idempotency.Config{Store: svc.store, Now: svc.now, Settle: testSettle(svc), Sweep: 10 * time.Millisecond}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -30,20 +28,9 @@ func keysFor(t *testing.T, svc *Service, ops *OperationService, tweak func(*idem
 
 // testSettle settles a key as the HTTP layer does (httpapi.KeyOutcomes), with
 // answers a test can read: the status the HTTP layer would give and the task id
-// (an operation on many VMs: 202, its id and how many items its plan has).
-func testSettle(svc *Service, ops *OperationService) idempotency.SettleFunc {
+// (internal/operations' tests settle an operation's key too).
+func testSettle(svc *Service) idempotency.SettleFunc {
 	return func(ctx context.Context, k idempotency.Key, since time.Time) (idempotency.Settlement, error) {
-		if ops != nil {
-			l, ok, err := ops.OperationByKey(ctx, k.UserID, k.Name, since)
-			if err != nil {
-				return idempotency.Settlement{}, err
-			}
-			if ok {
-				body, _ := json.Marshal(map[string]any{"operationId": l.OperationID, "items": len(l.Plan.Items)})
-				return idempotency.Settlement{Verdict: idempotency.Answered, Answer: idempotency.Answer{Status: 202,
-					Headers: map[string]string{"Location": "/operations/" + strconv.FormatInt(l.OperationID, 10)}, Body: body}}, nil
-			}
-		}
 		o, err := svc.KeyOutcome(ctx, k.UserID, k.Name, since)
 		if err != nil {
 			return idempotency.Settlement{}, err

@@ -147,7 +147,7 @@ func (s *Service) MigrateCheck(ctx context.Context, a Actor, vm GuestRef, target
 	return precheckOf(pc), nil
 }
 
-func (s *Service) precheck(ctx context.Context, api pveAPI, vm GuestRef, target string) (pve.MigratePrecheck, error) {
+func (s *Service) precheck(ctx context.Context, api PVE, vm GuestRef, target string) (pve.MigratePrecheck, error) {
 	pc, err := api.MigratePrecheck(ctx, vm.guest(), target)
 	if err != nil {
 		if pve.IsNotFound(err) {
@@ -358,7 +358,7 @@ func (s *Service) migrationUnderWay(ctx context.Context, vm GuestRef) error {
 
 // checkTarget refuses a target that is not a node of the cluster (400) or is
 // offline (409 node_offline). PVE's pre-check does not look at node state.
-func checkTarget(ctx context.Context, api pveAPI, target string) error {
+func checkTarget(ctx context.Context, api PVE, target string) error {
 	nodes, err := api.Nodes(ctx)
 	if err != nil {
 		return upstream(err)
@@ -377,10 +377,10 @@ func checkTarget(ctx context.Context, api pveAPI, target string) error {
 	return errs.E(errs.Invalid, "target %s is not a node of this cluster", target)
 }
 
-// localDiskNames names a pre-check's local disks as "volid (drive)", the CD-ROM
+// LocalDiskNames names a pre-check's local disks as "volid (drive)", the CD-ROM
 // images apart: those cannot be migrated at all, the others only with
 // withLocalDisks.
-func localDiskNames(ds []pve.LocalDisk) (disks, cdroms []string) {
+func LocalDiskNames(ds []pve.LocalDisk) (disks, cdroms []string) {
 	for _, d := range ds {
 		name := d.Volid
 		if d.DriveName != "" {
@@ -418,7 +418,7 @@ func blocked(vm GuestRef, req MigrateRequest, running bool, pc pve.MigratePreche
 		details["notAllowed"] = map[string]any{"unavailableStorages": nonNil(na.UnavailableStorages),
 			"unavailableResources": nonNil(na.UnavailableResources), "blockingHaResources": haSIDs(na.BlockingHAResources)}
 	}
-	disks, cdroms := localDiskNames(pc.LocalDisks)
+	disks, cdroms := LocalDiskNames(pc.LocalDisks)
 	if len(cdroms) > 0 {
 		reasons = append(reasons, "local CD-ROM images cannot be migrated, remove them first: "+strings.Join(cdroms, ", "))
 	}

@@ -301,8 +301,8 @@ func TestTaskRowBeforePVE(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
 	var seen []store.Task
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() {
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() {
 			rows, _ := e.store.ListTasks(ctx, store.TaskFilter{})
 			seen = append(seen, rows...)
 		}}

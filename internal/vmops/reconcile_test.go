@@ -58,7 +58,7 @@ func TestReconcilePendingRow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, loseAnswer: true} })
 	// Closed first: it answers but starts no background search of its own, as
 	// if its process died right after the call.
 	e.svc.Close()

@@ -87,6 +87,9 @@ type Config struct {
 	// MaxFollowers bounds the background goroutines that follow running tasks to
 	// their end [DefaultMaxFollowers]; the others are picked up by later sweeps.
 	MaxFollowers int
+	// Connect, when set, stands in for Clients: the PVE a cluster's calls go to.
+	// Tests put a fault between vmops and the emulator with it.
+	Connect func(ctx context.Context, clusterID int64) (PVE, error)
 }
 
 // Actor is the caller of a use case and what its request carries, handed over by
@@ -112,9 +115,10 @@ type Actor struct {
 	// (the holder died, the outcome became known later) learns what the request
 	// asked and what became of it (docs/decisions/0020).
 	Key string
-	// item, set by the operations' driver, binds the task row the action writes to
-	// an operation's item (createTaskRow).
-	item *itemBinding
+	// Item, set by the driver of an operation (internal/operations) and by nobody
+	// else, binds the task row the action writes to the operation's item it
+	// carries out (createTaskRow). Nil for a request of its own.
+	Item *Item
 }
 
 // Fleet is the caller as internal/fleet checks grants.
@@ -190,9 +194,9 @@ const (
 // with it before anything else (docs/security.md item 20).
 func ValidNode(name string) bool { return pve.ValidNode(name) }
 
-// pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests
+// PVE is what vmops uses of a PVE client; *pve.Client implements it, and tests
 // may fake it.
-type pveAPI interface {
+type PVE interface {
 	GuestStatus(ctx context.Context, g pve.Guest) (pve.GuestStatus, error)
 	Start(ctx context.Context, g pve.Guest, o pve.StartOptions) (pve.UPID, error)
 	Shutdown(ctx context.Context, g pve.Guest, o pve.ShutdownOptions) (pve.UPID, error)
@@ -226,7 +230,7 @@ var ErrMaybeStarted = errors.New("the PVE task may have started")
 // background work.
 type Service struct {
 	store   store.Store
-	connect func(ctx context.Context, clusterID int64) (pveAPI, error)
+	connect func(ctx context.Context, clusterID int64) (PVE, error)
 	grants  Grants
 	log     *slog.Logger
 	now     func() time.Time
@@ -277,7 +281,7 @@ const versionTTL = 10 * time.Minute
 // clusterVersion is the PVE version of a cluster, read from PVE at most every
 // versionTTL; an unknown version (not readable now) is the zero Version, which
 // knows nothing and so assumes a current PVE (docs/pve-versions.md).
-func (s *Service) clusterVersion(ctx context.Context, api pveAPI, clusterID int64) pve.Version {
+func (s *Service) clusterVersion(ctx context.Context, api PVE, clusterID int64) pve.Version {
 	s.mu.Lock()
 	kv, ok := s.versions[clusterID]
 	s.mu.Unlock()
@@ -314,12 +318,15 @@ func New(cfg Config) *Service {
 	if g, ok := clients.(Grants); ok && s.grants == nil {
 		s.grants = g
 	}
-	s.connect = func(ctx context.Context, clusterID int64) (pveAPI, error) {
+	s.connect = func(ctx context.Context, clusterID int64) (PVE, error) {
 		c, err := clients.Client(ctx, clusterID)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
+	}
+	if cfg.Connect != nil {
+		s.connect = cfg.Connect
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -434,7 +441,7 @@ func readUpstream(err error) error { return fleet.ReadError(err) }
 // vmNotOn builds the 404 for a VM that PVE says is not on node (fleet's wording,
 // shared by every route): it names the node the VM is on when the cluster's
 // resources show it elsewhere.
-func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm GuestRef, cause error) error {
+func (s *Service) vmNotOn(ctx context.Context, api PVE, vm GuestRef, cause error) error {
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
 		res = nil
@@ -444,7 +451,7 @@ func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm GuestRef, cause er
 
 // vmState reads the VM's status on its node, mapping "not there" to the 404 that
 // says where it is.
-func (s *Service) vmState(ctx context.Context, api pveAPI, vm GuestRef) (pve.GuestStatus, error) {
+func (s *Service) vmState(ctx context.Context, api PVE, vm GuestRef) (pve.GuestStatus, error) {
 	st, err := api.GuestStatus(ctx, vm.guest())
 	if err != nil {
 		if pve.IsNotFound(err) {

@@ -23,6 +23,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/sse"
@@ -92,7 +93,7 @@ type env struct {
 	acc   *accounts.Service
 	fleet *fleet.Service
 	vms   *vmops.Service
-	ops   *vmops.OperationService
+	ops   *operations.Service
 	trail *audit.Trail
 	ui    *UI
 	srv   *httptest.Server
@@ -141,7 +142,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.vms = vmops.New(vmops.Config{Store: st, Clients: e.fleet, Audit: e.trail, PollInterval: 20 * time.Millisecond,
 		HAGrace: 10 * time.Second, Sweep: 50 * time.Millisecond})
 	t.Cleanup(e.vms.Close)
-	e.ops = vmops.NewOperations(e.vms, vmops.OperationsConfig{})
+	e.ops = operations.New(e.vms, operations.Config{Store: st, Audit: e.trail})
 	t.Cleanup(e.ops.Close)
 
 	speed := o.speed

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -137,7 +138,7 @@ func (u *UI) funcs() template.FuncMap {
 		"guestURL": guestURL,
 		"refURL":   refURL,
 		"kindNoun": func(kind string) string { return vmops.GuestKind(kind).Noun() },
-		"opBadge": func(op vmops.OperationView) struct{ Text, Class string } {
+		"opBadge": func(op operations.View) struct{ Text, Class string } {
 			t, c := opBadge(op)
 			return struct{ Text, Class string }{t, c}
 		},

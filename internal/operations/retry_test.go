@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Issue 17: an operation's item whose request provably started nothing is made
@@ -18,7 +19,7 @@ import (
 // notSentAPI fails the first n migrate POSTs as the PVE client does when no
 // endpoint could take them: certainly not sent.
 type notSentAPI struct {
-	pveAPI
+	vmops.PVE
 	left  *atomic.Int64
 	fails *atomic.Int64
 }
@@ -28,7 +29,7 @@ func (a notSentAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptio
 		a.fails.Add(1)
 		return pve.UPID{}, &pve.NotSentError{Err: &pve.UnavailableError{Method: "POST", Path: "/nodes/" + g.Node + "/" + string(g.Kind) + "/migrate"}}
 	}
-	return a.pveAPI.Migrate(ctx, g, o)
+	return a.PVE.Migrate(ctx, g, o)
 }
 
 // TestOperationItemNotSentIsRetried: the first POST of an evacuation (one
@@ -38,16 +39,16 @@ func (a notSentAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptio
 // every VM moves, PVE got one POST per VM.
 func TestOperationItemNotSentIsRetried(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	var left, fails atomic.Int64
 	left.Store(1)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return notSentAPI{pveAPI: api, left: &left, fails: &fails} })
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1})
+	e.wrapPVE(func(api vmops.PVE) vmops.PVE { return notSentAPI{PVE: api, left: &left, fails: &fails} })
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := e.waitOp(l.OperationID)
-	if v.Status != OperationDone || v.Counts.OK != v.Counts.Total {
+	if v.Status != StatusDone || v.Counts.OK != v.Counts.Total {
 		t.Fatalf("operation %+v", v)
 	}
 	if n := e.requests("POST", routeMigratePOST); n != v.Counts.Total {
@@ -73,16 +74,16 @@ func TestOperationItemNotSentIsRetried(t *testing.T) {
 // fails after one retry and PVE got nothing for it; the other items move.
 func TestOperationItemRetriedAtMostOnce(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	var left, fails atomic.Int64
 	left.Store(2)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return notSentAPI{pveAPI: api, left: &left, fails: &fails} })
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1})
+	e.wrapPVE(func(api vmops.PVE) vmops.PVE { return notSentAPI{PVE: api, left: &left, fails: &fails} })
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := e.waitOp(l.OperationID)
-	if v.Status != OperationPartial || v.Counts.Failed != 1 || v.Counts.OK != v.Counts.Total-1 {
+	if v.Status != StatusPartial || v.Counts.Failed != 1 || v.Counts.OK != v.Counts.Total-1 {
 		t.Fatalf("operation %+v", v)
 	}
 	if n := e.requests("POST", routeMigratePOST); n != v.Counts.OK {
@@ -106,22 +107,22 @@ func TestOperationItemRetriedAtMostOnce(t *testing.T) {
 // again, once: the VM moves, PVE got one POST, the evacuation is done.
 func TestOperationItemOfADeadHolderRetriedAfterItsWindow(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{cfg: func(c *Config) { c.LostGrace = 50 * time.Millisecond }}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{cfg: func(c *vmops.Config) { c.LostGrace = 50 * time.Millisecond }}, Config{})
 	ctx := context.Background()
 	past := time.Now().Add(-time.Minute)
 	op, err := e.store.CreateOperation(ctx, store.Operation{Kind: KindEvacuate, ClusterID: 1, Node: "pve1",
 		UserID: e.actor.UserID, UserEmail: e.actor.Email, MaxParallel: 1, Params: "{}", Owner: "dead",
 		LeaseExpiresAt: time.Now().Add(time.Hour),
-		Items:          []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: OpMigrate, Online: true}}})
+		Items:          []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: vmops.OpMigrate, Online: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.SetOperationStatus(ctx, op.ID, "dead", OperationRunning, past); err != nil {
+	if err := e.store.SetOperationStatus(ctx, op.ID, "dead", StatusRunning, past); err != nil {
 		t.Fatal(err)
 	}
 	pveNow, _ := e.client.PVENow()
 	first, err := e.store.StartOperationItem(ctx, op.ID, "dead", 0, store.Task{ClusterID: 1, UserID: e.actor.UserID,
-		UserEmail: e.actor.Email, Op: OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}", PVECreatedAt: pveNow})
+		UserEmail: e.actor.Email, Op: vmops.OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}", PVECreatedAt: pveNow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestOperationItemOfADeadHolderRetriedAfterItsWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := e.waitOp(op.ID)
-	if it := item(t, v, 100); v.Status != OperationDone || it.State != ItemOK || !strings.Contains(it.TaskID, ":qmigrate:100:") {
+	if it := item(t, v, 100); v.Status != StatusDone || it.State != ItemOK || !strings.Contains(it.TaskID, ":qmigrate:100:") {
 		t.Fatalf("operation %+v", v)
 	}
 	if n := e.requests("POST", routeMigratePOST); n != 1 {

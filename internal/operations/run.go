@@ -1,15 +1,17 @@
-package vmops
+package operations
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // The scheduler: one driver per operation this process holds. A driver starts
@@ -30,7 +32,7 @@ type driver struct {
 // operations that nobody holds (their lease ran out: their process died or
 // stopped) and takes them over. Operations this process creates are driven at
 // once, without waiting for it. Run returns when ctx ends or Close is called.
-func (o *OperationService) Run(ctx context.Context) error {
+func (o *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(o.scan)
 	defer t.Stop()
 	for {
@@ -48,7 +50,7 @@ func (o *OperationService) Run(ctx context.Context) error {
 
 // pickUp takes over every unfinished operation whose lease ran out, and those
 // this process holds but no longer drives (its driver gave up on a store failure).
-func (o *OperationService) pickUp(ctx context.Context) {
+func (o *Service) pickUp(ctx context.Context) {
 	ops, err := o.st.UnfinishedOperations(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -56,7 +58,7 @@ func (o *OperationService) pickUp(ctx context.Context) {
 		}
 		return
 	}
-	now := o.svc.now()
+	now := o.svc.Now()
 	for _, op := range ops {
 		if o.isDriving(op.ID) || op.Owner != o.owner && now.Before(op.LeaseExpiresAt) {
 			continue
@@ -77,14 +79,14 @@ func (o *OperationService) pickUp(ctx context.Context) {
 	}
 }
 
-func (o *OperationService) isDriving(id int64) bool {
+func (o *Service) isDriving(id int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.driving[id] != nil
 }
 
 // startDriver drives op in the background, unless this process drives it already.
-func (o *OperationService) startDriver(op store.Operation) {
+func (o *Service) startDriver(op store.Operation) {
 	o.mu.Lock()
 	if o.driving[op.ID] != nil || o.bgCtx.Err() != nil {
 		o.mu.Unlock()
@@ -107,7 +109,7 @@ func (o *OperationService) startDriver(op store.Operation) {
 
 // kick tells the driver of operation id, if this process has it, to look at it
 // now (a cancel).
-func (o *OperationService) kick(id int64) {
+func (o *Service) kick(id int64) {
 	o.mu.Lock()
 	d := o.driving[id]
 	o.mu.Unlock()
@@ -131,7 +133,7 @@ type itemResult struct {
 
 // drive runs one operation to its end, or until its lease is lost or the
 // service closes.
-func (o *OperationService) drive(held store.Operation, d *driver) {
+func (o *Service) drive(held store.Operation, d *driver) {
 	ctx, cancel := context.WithCancel(o.bgCtx)
 	defer cancel()
 	log := o.log.With(slog.Int64("operation", held.ID))
@@ -143,8 +145,8 @@ func (o *OperationService) drive(held store.Operation, d *driver) {
 		log.Warn("reading the operation failed", slog.String("error", err.Error()))
 		return
 	}
-	if op.Status == OperationPlanned {
-		if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, OperationRunning, o.svc.now()); err != nil {
+	if op.Status == StatusPlanned {
+		if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, StatusRunning, o.svc.Now()); err != nil {
 			log.Warn("starting the operation failed", slog.String("error", err.Error()))
 			return
 		}
@@ -190,7 +192,7 @@ func (o *OperationService) drive(held store.Operation, d *driver) {
 	}
 	look()
 	next := 0
-	tick := time.NewTicker(o.svc.poll)
+	tick := time.NewTicker(o.svc.PollInterval())
 	defer tick.Stop()
 	for {
 		for stopping == "" && next < len(pending) && inflight < op.MaxParallel {
@@ -212,7 +214,7 @@ func (o *OperationService) drive(held store.Operation, d *driver) {
 				r.from = ItemRunning
 			}
 			err := o.st.UpdateOperationItems(ctx, op.ID, o.owner, []store.ItemChange{{Index: r.index, From: r.from,
-				State: r.state, Error: truncateText(r.err, 1000), EndedAt: o.svc.now()}})
+				State: r.state, Error: truncateText(r.err, 1000), EndedAt: o.svc.Now()}})
 			if err != nil {
 				// Lost the lease, or the store failed: whoever drives the
 				// operation next reads the item's end from its task.
@@ -240,8 +242,8 @@ func (o *OperationService) drive(held store.Operation, d *driver) {
 
 // finish skips the items that never started and gives the operation its final
 // status.
-func (o *OperationService) finish(ctx context.Context, op store.Operation, left []int, why string, log *slog.Logger) {
-	now := o.svc.now()
+func (o *Service) finish(ctx context.Context, op store.Operation, left []int, why string, log *slog.Logger) {
+	now := o.svc.Now()
 	if len(left) > 0 {
 		changes := make([]store.ItemChange, 0, len(left))
 		for _, i := range left {
@@ -266,14 +268,17 @@ func (o *OperationService) finish(ctx context.Context, op store.Operation, left 
 	for _, it := range cur.Items {
 		c.add(it.State)
 	}
-	status := OperationDone
+	status := StatusDone
 	switch {
 	case !cur.CancelRequestedAt.IsZero():
-		status = OperationCancelled
+		status = StatusCancelled
 	case c.Failed > 0 && c.OK > 0:
-		status = OperationPartial
+		status = StatusPartial
 	case c.Failed > 0:
-		status = OperationFailed
+		status = StatusFailed
+	case c.Skipped > 0 && op.Kind == KindEvacuate:
+		// Guests are left on the node: "done" would say it is empty.
+		status = StatusDoneWithSkips
 	}
 	if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, status, now); err != nil {
 		log.Warn("ending the operation failed", slog.String("error", err.Error()))
@@ -282,15 +287,15 @@ func (o *OperationService) finish(ctx context.Context, op store.Operation, left 
 	o.mu.Lock()
 	o.ended[[2]string{op.Kind, status}]++
 	o.mu.Unlock()
-	o.svc.trail.Append(ctx, store.AuditRecord{At: now, UserID: op.UserID, UserEmail: op.UserEmail,
-		Action: "operation.finished", ClusterID: op.ClusterID, Node: op.Node, Target: "operation:" + itoa(op.ID),
+	o.trail.Append(ctx, store.AuditRecord{At: now, UserID: op.UserID, UserEmail: op.UserEmail,
+		Action: "operation.finished", ClusterID: op.ClusterID, Node: op.Node, Target: "operation:" + strconv.FormatInt(op.ID, 10),
 		Params: jsonText(map[string]any{"kind": op.Kind, "total": c.Total, "ok": c.OK, "failed": c.Failed,
 			"skipped": c.Skipped}), Result: status})
 	log.Info("operation ended", slog.String("status", status), slog.Int("ok", c.OK), slog.Int("failed", c.Failed),
 		slog.Int("skipped", c.Skipped))
 }
 
-func (o *OperationService) addInFlight(n int) {
+func (o *Service) addInFlight(n int) {
 	o.mu.Lock()
 	o.inFlight += n
 	o.mu.Unlock()
@@ -299,20 +304,20 @@ func (o *OperationService) addInFlight(n int) {
 // heartbeat renews the lease every third of its length until ctx ends; when it
 // cannot (another process holds the operation, or the store failed until the
 // lease ran out) it closes lost.
-func (o *OperationService) heartbeat(ctx context.Context, id int64, until time.Time, lost chan<- struct{}) {
+func (o *Service) heartbeat(ctx context.Context, id int64, until time.Time, lost chan<- struct{}) {
 	every := o.lease / 3
 	for {
 		if sleep(ctx, every) != nil {
 			return
 		}
-		next := o.svc.now().Add(o.lease)
+		next := o.svc.Now().Add(o.lease)
 		err := o.st.RenewOperationLease(ctx, id, o.owner, next)
 		switch {
 		case err == nil:
 			until = next
 		case ctx.Err() != nil:
 			return
-		case errs.KindOf(err) == errs.Conflict || errs.KindOf(err) == errs.NotFound || !o.svc.now().Before(until):
+		case errs.KindOf(err) == errs.Conflict || errs.KindOf(err) == errs.NotFound || !o.svc.Now().Before(until):
 			close(lost)
 			return
 		}
@@ -323,10 +328,11 @@ func (o *OperationService) heartbeat(ctx context.Context, id int64, until time.T
 // Migrate or a power operation, with all their checks, as the operation's
 // creator — and follows its task to the end. The item's task row is written by
 // StartOperationItem (createTaskRow) before PVE is called.
-func (o *OperationService) runItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
-	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index}
+func (o *Service) runItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
+	b := &vmops.Item{OperationID: op.ID, Owner: o.owner, Index: it.Index}
 	err := o.startItem(ctx, op, it, p, b)
-	if b.row == nil {
+	row, started := b.Row()
+	if !started {
 		if err == nil {
 			err = errors.New("it was not started")
 		}
@@ -335,27 +341,26 @@ func (o *OperationService) runItem(ctx context.Context, op store.Operation, it s
 		// means another driver has it; then this one stops anyway.
 		return itemResult{index: it.Index, from: ItemPending, state: ItemFailed, err: errMessage(err).Error()}
 	}
-	it.TaskID = b.row.ID
+	it.TaskID = row.ID
 	return o.afterStart(ctx, op, it, p, err)
 }
 
 // startItem runs the item's use case once, its task row bound to the item by b.
-func (o *OperationService) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *itemBinding) error {
-	a := Actor{UserID: op.UserID, Email: op.UserEmail, item: b}
-	ref := GuestRef{ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID}
-	if it.Action == OpMigrate {
-		online := it.Online
-		_, err := o.svc.migrate(ctx, a, ref, MigrateRequest{Target: it.Target, Online: &online, WithLocalDisks: p.WithLocalDisks})
-		return err
+func (o *Service) startItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, b *vmops.Item) error {
+	a := vmops.Actor{UserID: op.UserID, Email: op.UserEmail, Item: b}
+	ref := vmops.GuestRef{ClusterID: op.ClusterID, Node: it.Node, Kind: vmops.GuestKind(it.GuestKind), VMID: it.VMID}
+	act := vmops.Action{Op: it.Action, Target: it.Target, Online: it.Online, WithLocalDisks: p.WithLocalDisks}
+	if ref.Kind == vmops.GuestCT {
+		// A running container moves by a restart migration, never live.
+		act.Online, act.Restart, act.Timeout, act.WithLocalDisks = false, it.Online, p.Timeout, false
 	}
-	_, err := o.svc.power(ctx, a, ref, it.Action, nil, 0)
-	return err
+	return o.svc.Act(ctx, a, ref, act)
 }
 
 // afterStart follows an item whose task row was written: when the call failed
 // and the row is lost it ends here (or is retried), otherwise its task is
 // followed (an unknown outcome's row is searched for meanwhile).
-func (o *OperationService) afterStart(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, err error) itemResult {
+func (o *Service) afterStart(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, err error) itemResult {
 	if err != nil {
 		if row, rerr := o.st.TaskByID(context.WithoutCancel(ctx), it.TaskID); rerr == nil && row.Status == store.TaskLost {
 			if retryable(row) && it.Retries == 0 {
@@ -388,21 +393,22 @@ func retryable(row store.Task) bool {
 // same use case and checks, its task row written by RetryOperationItem in place
 // of the lost one; audited as operation.retry. It keeps the item's parallel
 // slot, as the first attempt did.
-func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, lost store.Task) itemResult {
+func (o *Service) retryItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams, lost store.Task) itemResult {
 	o.log.Info("an item's request provably started nothing; making it again", slog.Int64("operation", op.ID),
 		slog.Int("item", it.Index), slog.Int64("lost", lost.ID), slog.String("reason", lost.LostReason))
-	b := &itemBinding{opID: op.ID, owner: o.owner, index: it.Index, retryOf: lost.ID}
+	b := &vmops.Item{OperationID: op.ID, Owner: o.owner, Index: it.Index, RetryOf: lost.ID}
 	err := o.startItem(ctx, op, it, p, b)
-	rec := store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail, Action: "operation.retry",
+	row, started := b.Row()
+	rec := store.AuditRecord{At: o.svc.Now(), UserID: op.UserID, UserEmail: op.UserEmail, Action: "operation.retry",
 		ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
 		Params: jsonText(map[string]any{"operationId": op.ID, "action": it.Action, "lostTaskRef": lost.ID,
 			"lostReason": lost.LostReason}), Result: audit.Result(err)}
-	if b.row != nil {
+	if started {
 		rec.Params = jsonText(map[string]any{"operationId": op.ID, "action": it.Action, "lostTaskRef": lost.ID,
-			"lostReason": lost.LostReason, "taskRef": b.row.ID})
+			"lostReason": lost.LostReason, "taskRef": row.ID})
 	}
-	o.svc.trail.Append(ctx, rec)
-	if b.row == nil {
+	o.trail.Append(ctx, rec)
+	if !started {
 		if err == nil {
 			err = errors.New("it was not started again")
 		}
@@ -411,7 +417,7 @@ func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it
 		it.Retries++
 		return itemResult{index: it.Index, state: ItemFailed, err: retried(it, errMessage(err).Error())}
 	}
-	it.TaskID, it.Retries = b.row.ID, it.Retries+1
+	it.TaskID, it.Retries = row.ID, it.Retries+1
 	return o.afterStart(ctx, op, it, p, err)
 }
 
@@ -420,54 +426,52 @@ func (o *OperationService) retryItem(ctx context.Context, op store.Operation, it
 // then the task itself, an HA stand-in to the HA stack's real task. A row left
 // pending by a process that died is searched for at once; a row lost without a
 // task that provably never started one is retried once (retryItem).
-func (o *OperationService) followItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
-	var t *tracker
+func (o *Service) followItem(ctx context.Context, op store.Operation, it store.OperationItem, p opParams) itemResult {
+	var row store.Task
 	first := true
 	for {
-		if t == nil {
-			row, err := o.st.TaskByID(ctx, it.TaskID)
+		if row.UPID == "" {
+			r, err := o.st.TaskByID(ctx, it.TaskID)
 			switch {
 			case err != nil:
-			case row.Finished() && row.UPID == "":
-				if retryable(row) && it.Retries == 0 {
-					return o.retryItem(ctx, op, it, p, row)
+			case r.Finished() && r.UPID == "":
+				if retryable(r) && it.Retries == 0 {
+					return o.retryItem(ctx, op, it, p, r)
 				}
-				msg := row.Error
+				msg := r.Error
 				if msg == "" {
 					msg = "PVE has no task for it: the call did not reach PVE"
 				}
 				return itemResult{index: it.Index, state: ItemFailed, err: retried(it, msg)}
-			case row.UPID == "":
+			case r.UPID == "":
 				if first {
 					// Its writer is gone (this driver took the operation over) or
 					// its outcome is unknown: look for it now, not at the next sweep.
-					o.svc.startSearch(o.svc.holderGone(ctx, row))
+					o.svc.SearchItemTask(ctx, r)
 				}
 			default:
-				if u, ok := taskUPID(row); ok {
-					t = o.svc.track(u, row.ClusterID, &row)
-				}
+				row = r
 			}
 			first = false
 		}
-		if t != nil {
-			v, err := o.svc.current(ctx, t)
-			if err == nil && v.Finished() {
+		if row.UPID != "" {
+			v, ok, err := o.svc.ItemTask(ctx, row)
+			if err == nil && ok && v.Finished() {
 				r := itemResult{index: it.Index, state: ItemOK, upid: v.TaskID}
-				if v.Result == ResultFailed {
+				if v.Result == vmops.ResultFailed {
 					r.state, r.err = ItemFailed, itemError(v)
 				}
 				return r
 			}
 		}
-		if sleep(ctx, o.svc.poll) != nil {
+		if sleep(ctx, o.svc.PollInterval()) != nil {
 			return itemResult{index: it.Index, state: ItemFailed, err: "vmgate stopped following it"}
 		}
 	}
 }
 
 // itemError says why an item's task failed.
-func itemError(v TaskView) string {
+func itemError(v vmops.TaskView) string {
 	msg := "PVE task failed: " + v.ExitStatus
 	if v.Error != "" && v.Error != v.ExitStatus {
 		msg += " (" + v.Error + ")"
@@ -479,10 +483,10 @@ func itemError(v TaskView) string {
 // task: PVE's worker gets SIGTERM and aborts the migration, or, once the VM has
 // moved, finishes it), once each. An HA migration is stopped through the HA
 // stack's task once it is known.
-func (o *OperationService) abortRunning(ctx context.Context, op store.Operation, done map[int]bool) {
-	var api pveAPI
+func (o *Service) abortRunning(ctx context.Context, op store.Operation, done map[int]bool) {
+	var api vmops.PVE
 	for _, it := range op.Items {
-		if it.State != ItemRunning || it.Action != OpMigrate || done[it.Index] || it.UPID == "" {
+		if it.State != ItemRunning || it.Action != vmops.OpMigrate || done[it.Index] || it.UPID == "" {
 			continue
 		}
 		target := it.UPID
@@ -497,7 +501,7 @@ func (o *OperationService) abortRunning(ctx context.Context, op store.Operation,
 			continue
 		}
 		if api == nil {
-			if api, err = o.svc.connect(ctx, op.ClusterID); err != nil {
+			if api, err = o.svc.Connect(ctx, op.ClusterID); err != nil {
 				return
 			}
 		}
@@ -508,7 +512,7 @@ func (o *OperationService) abortRunning(ctx context.Context, op store.Operation,
 			continue
 		}
 		done[it.Index] = true
-		o.svc.trail.Append(ctx, store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail,
+		o.trail.Append(ctx, store.AuditRecord{At: o.svc.Now(), UserID: op.UserID, UserEmail: op.UserEmail,
 			Action: "operation.abort", ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
 			Params: jsonText(map[string]any{"operationId": op.ID}), Result: "ok", UPID: target})
 	}

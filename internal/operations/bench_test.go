@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/testkit"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Issue 13's benchmark: evacuating a node of 50 running VMs through the emulator
@@ -82,25 +83,26 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	svc := New(Config{Store: st, Grants: allowAll{}, PollInterval: benchPoll, Audit: audit.New(&auditLog{}, audit.Options{}),
-		Clients: clientsFunc(func(context.Context, int64) (*pve.Client, error) { return cl, nil })})
+	trail := audit.New(&auditLog{}, audit.Options{})
+	svc := vmops.New(vmops.Config{Store: st, Grants: allowAll{}, PollInterval: benchPoll, Audit: trail,
+		Connect: func(context.Context, int64) (vmops.PVE, error) { return cl, nil }})
 	defer svc.Close()
-	ops := NewOperations(svc, OperationsConfig{})
+	ops := New(svc, Config{Store: st, Audit: trail})
 	defer ops.Close()
 	go svc.Run(ctx)
 	before := totalRequests(sim)
-	benchActor := Actor{UserID: 1, Email: "bench@example.com"}
+	benchActor := vmops.Actor{UserID: 1, Email: "bench@example.com"}
 
 	b.StartTimer()
 	began := time.Now()
-	l, err := ops.Evacuate(ctx, benchActor, 1, "pve1", EvacuateRequest{MaxParallel: maxParallel})
+	l, err := ops.Evacuate(ctx, benchActor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: maxParallel})
 	if err != nil {
 		b.Fatal(err)
 	}
 	// The evacuation takes as long as its migrations: each wait is for the next
 	// item's end, so the deadline guards against a hang (no item ends within
 	// testkit.Deadline), never against a slow machine's long run.
-	var v OperationView
+	var v View
 	for ended, done := 0, false; !done; ended = v.Counts.OK + v.Counts.Failed + v.Counts.Skipped {
 		testkit.Until(b, fmt.Sprintf("operation %d: an item's end after %d of %d", l.OperationID, ended, benchVMs), func() bool {
 			v, err = ops.Operation(ctx, benchActor, l.OperationID)
@@ -111,7 +113,7 @@ func benchEvacuation(b *testing.B, maxParallel int) {
 	wall := time.Since(began)
 	b.StopTimer()
 
-	if v.Status != OperationDone || v.Counts.OK != benchVMs {
+	if v.Status != StatusDone || v.Counts.OK != benchVMs {
 		b.Fatalf("operation %s: %+v", v.Status, v.Counts)
 	}
 	var tasks []pvesim.TaskState

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // EvacuateRequest is what an evacuation of a node is asked to do (issue 13 (docs/history.md)).
@@ -26,6 +27,12 @@ type EvacuateRequest struct {
 	IncludeStopped *bool
 	// StopOnError starts no further item once one has failed.
 	StopOnError bool
+	// Type limits the evacuation to VMs (qemu) or containers (lxc); "" moves
+	// both.
+	Type vmops.GuestKind
+	// Timeout is how long a running container may take to shut down in its
+	// restart migration, in seconds (nil: PVE's 180).
+	Timeout *int
 	// DryRun returns the plan without starting anything.
 	DryRun bool
 }
@@ -40,14 +47,14 @@ const preReads = 8
 // the plan. The operation holds the node until it ends: while another one holds
 // it, an evacuation is 409 operation_in_progress naming that one, a dry run too
 // (holds.go). It needs an operator grant on the cluster, a dry run too.
-func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
+func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req EvacuateRequest) (Launched, error) {
 	if err := validEvacuation(clusterID, node, &req); err != nil {
 		return Launched{}, err
 	}
-	if err := o.svc.require(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
 		return Launched{}, err
 	}
-	api, err := o.svc.connect(ctx, clusterID)
+	api, err := o.svc.Connect(ctx, clusterID)
 	if err != nil {
 		return Launched{}, err
 	}
@@ -62,19 +69,20 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 	}
 	nodes, err := api.Nodes(ctx)
 	if err != nil {
-		return Launched{}, readUpstream(err)
+		return Launched{}, fleet.ReadError(err)
 	}
 	if err := checkEvacuationNodes(node, nodes, req.Targets); err != nil {
 		return Launched{}, err
 	}
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
-		return Launched{}, readUpstream(err)
+		return Launched{}, fleet.ReadError(err)
 	}
 	var vms []planVM
 	for _, r := range res {
-		if r.Type == string(pve.Qemu) && r.Node == node { // containers: not yet (docs/decisions/0080)
-			vms = append(vms, planVM{res: r})
+		kind, ok := guestKind(r)
+		if ok && r.Node == node && (req.Type == "" || req.Type == kind) {
+			vms = append(vms, planVM{res: r, kind: kind})
 		}
 	}
 	if len(vms) > MaxOperationItems {
@@ -92,7 +100,7 @@ func (o *OperationService) Evacuate(ctx context.Context, a Actor, clusterID int6
 		return Launched{Plan: plan}, nil
 	}
 	p := opParams{Targets: req.Targets, WithLocalDisks: req.WithLocalDisks, IncludeStopped: req.IncludeStopped,
-		StopOnError: req.StopOnError}
+		StopOnError: req.StopOnError, Type: req.Type, Timeout: req.Timeout}
 	return o.launch(ctx, a, store.Operation{Kind: KindEvacuate, ClusterID: clusterID, Node: node,
 		MaxParallel: req.MaxParallel, Params: jsonText(p)}, plan)
 }
@@ -104,6 +112,12 @@ func validEvacuation(clusterID int64, node string, req *EvacuateRequest) error {
 	}
 	if !pve.ValidNode(node) {
 		return errs.E(errs.Invalid, "node %q is not a PVE node name", node)
+	}
+	if req.Type != "" && (!req.Type.Valid()) {
+		return errs.E(errs.Invalid, "type must be qemu or lxc")
+	}
+	if req.Timeout != nil && (*req.Timeout < 0 || *req.Timeout > maxShutdownTimeout) {
+		return errs.E(errs.Invalid, "timeout must be from 0 to %d seconds", maxShutdownTimeout)
 	}
 	if req.MaxParallel == 0 {
 		req.MaxParallel = DefaultEvacParallel
@@ -154,15 +168,15 @@ func checkEvacuationNodes(node string, nodes []pve.Node, targets []string) error
 // precheckAll runs PVE's migration pre-check of every VM, a few at once. A VM
 // whose pre-check fails keeps the error (the plan skips it); PVE unreachable
 // fails the whole plan.
-func (o *OperationService) precheckAll(ctx context.Context, api pveAPI, clusterID int64, node string, vms []planVM) error {
+func (o *Service) precheckAll(ctx context.Context, api vmops.PVE, clusterID int64, node string, vms []planVM) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(preReads)
 	for i := range vms {
 		g.Go(func() error {
-			ref := GuestRef{ClusterID: clusterID, Node: node, VMID: int64(vms[i].res.VMID)}
-			pc, err := o.svc.precheck(gctx, api, ref, "")
+			ref := vmops.GuestRef{ClusterID: clusterID, Node: node, Kind: vms[i].kind, VMID: int64(vms[i].res.VMID)}
+			pc, err := o.svc.MigrationPrecheck(gctx, api, ref, "")
 			if err != nil {
-				if transient(err) {
+				if vmops.Transient(err) {
 					return err
 				}
 				vms[i].checkErr = errMessage(err)
@@ -184,8 +198,8 @@ func errMessage(err error) error {
 
 // launch stores a planned operation, held by this process, audits it and its
 // skipped items, and starts driving it.
-func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operation, plan Plan) (out Launched, err error) {
-	now := o.svc.now()
+func (o *Service) launch(ctx context.Context, a vmops.Actor, op store.Operation, plan Plan) (out Launched, err error) {
+	now := o.svc.Now()
 	op.UserID, op.UserEmail, op.Owner, op.LeaseExpiresAt = a.UserID, a.Email, o.owner, now.Add(o.lease)
 	// The operation names the Idempotency-Key its request runs under, with the
 	// plan it answers, in the same write that creates it: if this process dies
@@ -193,7 +207,7 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 	// the operation instead of letting a retry start a second one (settleHeld).
 	op.IdemKey = a.Key
 	defer func() {
-		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
+		o.audit(ctx, a, store.AuditRecord{Action: "operation." + op.Kind, ClusterID: op.ClusterID,
 			Node: op.Node, Target: fmt.Sprintf("operation:%d", out.OperationID), Params: op.Params,
 			Result: audit.Result(err)})
 	}()
@@ -204,8 +218,9 @@ func (o *OperationService) launch(ctx context.Context, a Actor, op store.Operati
 		}
 		op.Items = op.Items[:0]
 		for _, it := range plan.Items {
-			si := store.OperationItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
-				Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, Error: it.Error}
+			si := store.OperationItem{VMID: it.VMID, GuestKind: string(it.Kind), Name: it.Name, Node: it.Node,
+				Target: it.Target, Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State,
+				Error: it.Error}
 			if si.State == ItemSkipped {
 				si.EndedAt = now
 			}
@@ -247,12 +262,28 @@ const createAttempts = 3
 
 // auditItem records an item's end (or its skip in the plan), for the operation's
 // creator.
-func (o *OperationService) auditItem(ctx context.Context, op store.Operation, it store.OperationItem, upid string) {
+func (o *Service) auditItem(ctx context.Context, op store.Operation, it store.OperationItem, upid string) {
 	params := map[string]any{"operationId": op.ID, "action": it.Action}
 	if it.Error != "" {
 		params["error"] = it.Error
 	}
-	o.svc.trail.Append(ctx, store.AuditRecord{At: o.svc.now(), UserID: op.UserID, UserEmail: op.UserEmail,
+	o.trail.Append(ctx, store.AuditRecord{At: o.svc.Now(), UserID: op.UserID, UserEmail: op.UserEmail,
 		Action: "operation.item", ClusterID: op.ClusterID, Node: it.Node, VMID: it.VMID, Target: it.Target,
 		Params: jsonText(params), Result: it.State, UPID: upid})
+}
+
+// maxShutdownTimeout bounds a container's shutdown timeout in a restart
+// migration (an hour).
+const maxShutdownTimeout = 3600
+
+// guestKind is the kind of a guest resource of PVE's; ok is false for
+// anything else.
+func guestKind(r pve.Resource) (vmops.GuestKind, bool) {
+	switch r.Type {
+	case string(pve.Qemu):
+		return vmops.GuestVM, true
+	case string(pve.LXC):
+		return vmops.GuestCT, true
+	}
+	return "", false
 }

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -14,11 +14,9 @@ import (
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
-
 	"github.com/vmgate/vmgate/internal/testkit"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-const routeMigratePOST = "/nodes/{node}/qemu/{vmid}/migrate"
 
 // TestEvacuateDevNode evacuates pve1 of the dev cluster, with an HA-managed VM
 // added to it: every VM leaves pve1 (the running ones online, the stopped one
@@ -26,12 +24,12 @@ const routeMigratePOST = "/nodes/{node}/qemu/{vmid}/migrate"
 // task), each is migrated once, and the operation ends done, audited.
 func TestEvacuateDevNode(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	if err := e.sim.AddVM(pvesim.VMSpec{VMID: 106, Node: "pve1", Name: "ha-db", Running: true, MemBytes: 2 << 30, HA: true,
 		Disks: []pvesim.Disk{{Name: "scsi0", Volid: "ceph:vm-106-disk-0", Size: 8 << 30}}}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +42,7 @@ func TestEvacuateDevNode(t *testing.T) {
 		}
 	}
 	v := e.waitOp(l.OperationID)
-	if v.Status != OperationDone || v.Counts != (Counts{Total: 3, OK: 3}) || v.Kind != KindEvacuate ||
+	if v.Status != StatusDone || v.Counts != (Counts{Total: 3, OK: 3}) || v.Kind != KindEvacuate ||
 		v.CreatedBy != e.actor.Email || v.EndedAt.IsZero() {
 		t.Fatalf("final operation: %+v", v)
 	}
@@ -66,7 +64,7 @@ func TestEvacuateDevNode(t *testing.T) {
 		t.Fatalf("task rows: %+v %v", rows, err)
 	}
 	for _, r := range rows {
-		if r.ClusterID != 1 || r.UserID != e.actor.UserID || r.UserEmail != e.actor.Email || r.Op != OpMigrate ||
+		if r.ClusterID != 1 || r.UserID != e.actor.UserID || r.UserEmail != e.actor.Email || r.Op != vmops.OpMigrate ||
 			!strings.Contains(r.Params, fmt.Sprintf(`"operationId":%d`, l.OperationID)) {
 			t.Errorf("an item's task row: %+v", r)
 		}
@@ -96,7 +94,7 @@ func TestEvacuateDevNode(t *testing.T) {
 	if items != 3 {
 		t.Errorf("%d operation.item records, want 3", items)
 	}
-	if st := e.ops.Stats(); st.Ended[[2]string{KindEvacuate, OperationDone}] != 1 || st.InFlight != 0 {
+	if st := e.ops.Stats(); st.Ended[[2]string{KindEvacuate, StatusDone}] != 1 || st.InFlight != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -106,15 +104,15 @@ func TestEvacuateDevNode(t *testing.T) {
 // operation is done. With withLocalDisks, a dry run plans it.
 func TestEvacuateSkipsLocalDisk(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve2", EvacuateRequest{})
+	e := newOpsEnv(t, envOpts{}, Config{})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve2", EvacuateRequest{Type: vmops.GuestVM})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := e.waitOp(l.OperationID)
 	it := item(t, v, 102)
-	if it.State != ItemSkipped || !strings.Contains(it.Error, "local-lvm:vm-102-disk-0") ||
-		!strings.Contains(it.Error, "withLocalDisks") {
+	if it.State != ItemSkipped || !strings.Contains(it.Error, "VM 102 has a local disk on local-lvm (scsi0)") ||
+		!strings.Contains(it.Error, "tick 'copy local disks'") {
 		t.Errorf("VM 102: %+v", it)
 	}
 	if st, _ := e.sim.VM(102); st.Node != "pve2" {
@@ -123,7 +121,9 @@ func TestEvacuateSkipsLocalDisk(t *testing.T) {
 	if it := item(t, v, 103); it.State != ItemOK {
 		t.Errorf("VM 103: %+v", it)
 	}
-	if v.Status != OperationDone || v.Counts != (Counts{Total: 2, OK: 1, Skipped: 1}) {
+	// A guest left on the node: done with skips, naming it (issue 19 item 6).
+	if v.Status != StatusDoneWithSkips || v.Counts != (Counts{Total: 2, OK: 1, Skipped: 1}) ||
+		len(v.Left) != 1 || v.Left[0].VMID != 102 || v.Left[0].Why != it.Error {
 		t.Errorf("operation %+v", v)
 	}
 	if rec, ok := e.audit.last("operation.item"); !ok {
@@ -132,7 +132,7 @@ func TestEvacuateSkipsLocalDisk(t *testing.T) {
 		t.Errorf("item record %+v", rec)
 	}
 
-	l, err = e.ops.Evacuate(e.request(), e.actor, 1, "pve3", EvacuateRequest{WithLocalDisks: true, DryRun: true})
+	l, err = e.ops.Evacuate(e.request(), e.actor, 1, "pve3", EvacuateRequest{Type: vmops.GuestVM, WithLocalDisks: true, DryRun: true})
 	if err != nil || l.OperationID != 0 {
 		t.Fatalf("dry run: %+v %v", l, err)
 	}
@@ -143,14 +143,14 @@ func TestEvacuateSkipsLocalDisk(t *testing.T) {
 // names why a VM fits nowhere.
 func TestEvacuateDryRunPlan(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	// pve1 gets ten 8 GiB VMs more; only pve3 may take them. pve3 (64 GiB) uses
 	// 3 GiB + 60 % of its running VM (4 GiB) + what its running container 202
 	// uses (0.43 GiB): 5.83 GiB, so 90 % leaves 51.77 GiB: six of the 8 GiB
 	// VMs fit, and then VM 100's 4 GiB no longer does. (VMIDs from 300: the dev
 	// cluster's containers are 200-203.)
 	ids := e.addVMs("pve1", 300, 10, 8<<30)
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Targets: []string{"pve3"}, DryRun: true})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, Targets: []string{"pve3"}, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +190,11 @@ func TestEvacuateDryRunPlan(t *testing.T) {
 		req  EvacuateRequest
 		kind errs.Kind
 	}{
-		{"pve1", EvacuateRequest{MaxParallel: 17}, errs.Invalid},
-		{"pve1", EvacuateRequest{Targets: []string{"pve1"}}, errs.Invalid},
-		{"pve1", EvacuateRequest{Targets: []string{"pve9"}}, errs.Invalid},
-		{"pve9", EvacuateRequest{}, errs.NotFound},
-		{"bad/node", EvacuateRequest{}, errs.Invalid},
+		{"pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 17}, errs.Invalid},
+		{"pve1", EvacuateRequest{Type: vmops.GuestVM, Targets: []string{"pve1"}}, errs.Invalid},
+		{"pve1", EvacuateRequest{Type: vmops.GuestVM, Targets: []string{"pve9"}}, errs.Invalid},
+		{"pve9", EvacuateRequest{Type: vmops.GuestVM}, errs.NotFound},
+		{"bad/node", EvacuateRequest{Type: vmops.GuestVM}, errs.Invalid},
 	} {
 		if _, err := e.ops.Evacuate(e.request(), e.actor, 1, tc.node, tc.req); errs.KindOf(err) != tc.kind {
 			t.Errorf("evacuate %s %+v: %v, want %v", tc.node, tc.req, err, tc.kind)
@@ -203,9 +203,9 @@ func TestEvacuateDryRunPlan(t *testing.T) {
 	if err := e.sim.SetNodeOnline("pve3", false); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.ops.Evacuate(e.request(), e.actor, 1, "pve3", EvacuateRequest{DryRun: true})
+	_, err = e.ops.Evacuate(e.request(), e.actor, 1, "pve3", EvacuateRequest{Type: vmops.GuestVM, DryRun: true})
 	wantReason(t, err, errs.Conflict, "node_offline")
-	l, err = e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Targets: []string{"pve3"}, DryRun: true})
+	l, err = e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, Targets: []string{"pve3"}, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,9 +226,9 @@ func TestEvacuateDryRunPlan(t *testing.T) {
 // three deep (a driver that ignored the bound would start the rest at once).
 func TestEvacuateParallelBound(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{manual: true}, Config{})
 	ids := append(e.addVMs("pve1", 300, 10, 8<<30), 100, 101)
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 3})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestEvacuateParallelBound(t *testing.T) {
 		return running == 3
 	})
 	v := e.finish(l.OperationID)
-	if v.Status != OperationDone || v.Counts.OK != 12 {
+	if v.Status != StatusDone || v.Counts.OK != 12 {
 		t.Fatalf("operation %+v", v)
 	}
 	tasks := e.migrations(ids)
@@ -273,10 +273,10 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			// a migration to pve3 is in its memory phase at PVE (2 GiB take about
 			// 7 emulated seconds), takes pve3 offline there, and only then lets the
 			// clock run to the operation's end.
-			e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+			e := newOpsEnv(t, envOpts{manual: true}, Config{})
 			e.addVMs("pve1", 300, 8, 2<<30)
 			l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1",
-				EvacuateRequest{MaxParallel: 2, StopOnError: stopOnError, Targets: []string{"pve2", "pve3"}})
+				EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 2, StopOnError: stopOnError, Targets: []string{"pve2", "pve3"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -330,7 +330,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
 				v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				for _, it := range v.Items {
-					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
+					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == vmops.PhaseMemory {
 						return true
 					}
 				}
@@ -355,7 +355,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 					t.Errorf("VM %d bound for pve3: %+v", it.VMID, it)
 				}
 			}
-			if v.Counts.Failed == 0 || v.Status != OperationPartial && v.Status != OperationFailed {
+			if v.Counts.Failed == 0 || v.Status != StatusPartial && v.Status != StatusFailed {
 				t.Errorf("operation %+v", v)
 			}
 			if stopOnError {
@@ -367,7 +367,7 @@ func TestEvacuateTargetOffline(t *testing.T) {
 						t.Errorf("skipped item %+v", it)
 					}
 				}
-			} else if v.Status != OperationPartial || v.Counts.Skipped != 0 {
+			} else if v.Status != StatusPartial || v.Counts.Skipped != 0 {
 				t.Errorf("operation %+v", v)
 			}
 		})
@@ -391,9 +391,9 @@ func TestOperationCancel(t *testing.T) {
 			// seconds each) is in its memory phase at PVE, waits for vmgate to see
 			// it there, cancels with the clock held (an abort: until its kill
 			// reached PVE), and only then lets the clock run to the end.
-			e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+			e := newOpsEnv(t, envOpts{manual: true}, Config{})
 			ids := append(e.addVMs("pve1", 300, 4, 8<<30), 100, 101)
-			l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 1, IncludeStopped: boolp(false)})
+			l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 1, IncludeStopped: boolp(false)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -437,7 +437,7 @@ func TestOperationCancel(t *testing.T) {
 			testkit.Until(t, fmt.Sprintf("vmgate following VM %d's migration in its memory phase", moving), func() bool {
 				v, _ := e.ops.Operation(context.Background(), e.actor, l.OperationID)
 				for _, it := range v.Items {
-					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == PhaseMemory {
+					if it.VMID == moving && it.State == ItemRunning && it.Progress != nil && it.Progress.Phase == vmops.PhaseMemory {
 						first = it
 						return true
 					}
@@ -456,7 +456,7 @@ func TestOperationCancel(t *testing.T) {
 				})
 			}
 			v := e.finish(l.OperationID)
-			if v.Status != OperationCancelled {
+			if v.Status != StatusCancelled {
 				t.Fatalf("status %s", v.Status)
 			}
 			got := item(t, v, first.VMID)
@@ -504,9 +504,9 @@ func TestOperationCancel(t *testing.T) {
 // Each VM is migrated once: PVE gets one migrate POST per VM.
 func TestOperationTakeOver(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{speed: 50}, OperationsConfig{Lease: 300 * time.Millisecond})
+	e := newOpsEnv(t, envOpts{speed: 50}, Config{Lease: 300 * time.Millisecond})
 	ids := append(e.addVMs("pve1", 300, 6, 2<<30), 100, 101)
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{MaxParallel: 2})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, MaxParallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,10 +518,10 @@ func TestOperationTakeOver(t *testing.T) {
 
 	other := e.newService(nil)
 	go other.Run(t.Context())
-	ops := e.newOps(other, OperationsConfig{Lease: 300 * time.Millisecond})
+	ops := e.newOps(other, Config{Lease: 300 * time.Millisecond})
 	e.ops = ops
 	v := e.waitOp(l.OperationID)
-	if v.Status != OperationDone || v.Counts.OK != len(ids) {
+	if v.Status != StatusDone || v.Counts.OK != len(ids) {
 		t.Fatalf("operation %+v", v)
 	}
 	op, _ := e.store.OperationByID(context.Background(), l.OperationID)
@@ -544,21 +544,21 @@ func TestOperationTakeOver(t *testing.T) {
 // and follows it: the item ends ok and PVE got one POST.
 func TestOperationTakeOverReconciles(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	ctx := context.Background()
 	past := time.Now().Add(-time.Minute)
 	op, err := e.store.CreateOperation(ctx, store.Operation{Kind: KindEvacuate, ClusterID: 1, Node: "pve1",
 		UserID: e.actor.UserID, UserEmail: e.actor.Email, MaxParallel: 1, Params: "{}", Owner: "dead",
 		LeaseExpiresAt: time.Now().Add(time.Hour),
-		Items:          []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: OpMigrate, Online: true}}})
+		Items:          []store.OperationItem{{VMID: 100, Node: "pve1", Target: "pve2", Action: vmops.OpMigrate, Online: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.SetOperationStatus(ctx, op.ID, "dead", OperationRunning, past); err != nil {
+	if err := e.store.SetOperationStatus(ctx, op.ID, "dead", StatusRunning, past); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.StartOperationItem(ctx, op.ID, "dead", 0, store.Task{ClusterID: 1, UserID: e.actor.UserID,
-		UserEmail: e.actor.Email, Op: OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}"}); err != nil {
+		UserEmail: e.actor.Email, Op: vmops.OpMigrate, Node: "pve1", VMID: 100, Target: "pve2", Params: "{}"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.client.Migrate(ctx, pve.VMOn("pve1", 100), pve.MigrateOptions{Target: "pve2", Online: true}); err != nil {
@@ -569,7 +569,7 @@ func TestOperationTakeOverReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := e.waitOp(op.ID)
-	if v.Status != OperationDone || v.Items[0].State != ItemOK || !strings.Contains(v.Items[0].TaskID, ":qmigrate:100:") {
+	if v.Status != StatusDone || v.Items[0].State != ItemOK || !strings.Contains(v.Items[0].TaskID, ":qmigrate:100:") {
 		t.Fatalf("operation %+v", v)
 	}
 	if n := e.requests("POST", routeMigratePOST); n != 1 {
@@ -581,9 +581,9 @@ func TestOperationTakeOverReconciles(t *testing.T) {
 // wanted state are skipped, not failed; a VMID the cluster lacks is skipped.
 func TestBulk(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{}, Config{})
 	ctx := e.request()
-	run := func(action string, req BulkRequest) OperationView {
+	run := func(action string, req BulkRequest) View {
 		t.Helper()
 		l, err := e.ops.Bulk(ctx, e.actor, 1, action, req)
 		if err != nil {
@@ -592,7 +592,7 @@ func TestBulk(t *testing.T) {
 		return e.waitOp(l.OperationID)
 	}
 	v := run(BulkStart, BulkRequest{VMIDs: []int64{100, 101, 105, 999}})
-	if v.Kind != "bulk.start" || v.Status != OperationDone || v.Counts != (Counts{Total: 4, OK: 2, Skipped: 2}) {
+	if v.Kind != "bulk.start" || v.Status != StatusDone || v.Counts != (Counts{Total: 4, OK: 2, Skipped: 2}) {
 		t.Fatalf("bulk start: %+v", v)
 	}
 	if it := item(t, v, 100); it.State != ItemSkipped || it.Error != "already running" {
@@ -607,29 +607,29 @@ func TestBulk(t *testing.T) {
 		}
 	}
 
-	v = run(BulkSuspend, BulkRequest{Selector: &Selector{Node: "pve1"}})
-	if v.Status != OperationDone || v.Counts.OK != 2 {
+	v = run(BulkSuspend, BulkRequest{Selector: &Selector{Type: vmops.GuestVM, Node: "pve1"}})
+	if v.Status != StatusDone || v.Counts.OK != 2 {
 		t.Fatalf("bulk suspend: %+v", v)
 	}
-	v = run(BulkSuspend, BulkRequest{Selector: &Selector{Node: "pve1"}})
+	v = run(BulkSuspend, BulkRequest{Selector: &Selector{Type: vmops.GuestVM, Node: "pve1"}})
 	if v.Counts.Skipped != 2 || !strings.Contains(v.Items[0].Error, "already paused") {
 		t.Fatalf("bulk suspend again: %+v", v)
 	}
-	v = run(BulkResume, BulkRequest{Selector: &Selector{Node: "pve1"}})
-	if v.Status != OperationDone || v.Counts.OK != 2 {
+	v = run(BulkResume, BulkRequest{Selector: &Selector{Type: vmops.GuestVM, Node: "pve1"}})
+	if v.Status != StatusDone || v.Counts.OK != 2 {
 		t.Fatalf("bulk resume: %+v", v)
 	}
-	v = run(BulkStop, BulkRequest{Selector: &Selector{Tag: "web"}, Force: true})
-	if v.Counts != (Counts{Total: 1, OK: 1}) || v.Items[0].Action != OpStop {
+	v = run(BulkStop, BulkRequest{Selector: &Selector{Type: vmops.GuestVM, Tag: "web"}, Force: true})
+	if v.Counts != (Counts{Total: 1, OK: 1}) || v.Items[0].Action != vmops.OpStop {
 		t.Fatalf("bulk stop by tag: %+v", v)
 	}
-	v = run(BulkStop, BulkRequest{Selector: &Selector{Node: "pve1", Status: "stopped"}})
-	if v.Status != OperationDone || v.Counts != (Counts{Total: 1, Skipped: 1}) || v.Items[0].Error != "already stopped" {
+	v = run(BulkStop, BulkRequest{Selector: &Selector{Type: vmops.GuestVM, Node: "pve1", Status: "stopped"}})
+	if v.Status != StatusDone || v.Counts != (Counts{Total: 1, Skipped: 1}) || v.Items[0].Error != "already stopped" {
 		t.Errorf("stopping a stopped VM: %+v", v)
 	}
 
 	// A dry run plans and starts nothing.
-	l, err := e.ops.Bulk(ctx, e.actor, 1, BulkReboot, BulkRequest{Selector: &Selector{Status: "running"}, DryRun: true})
+	l, err := e.ops.Bulk(ctx, e.actor, 1, BulkReboot, BulkRequest{Selector: &Selector{Type: vmops.GuestVM, Status: "running"}, DryRun: true})
 	if err != nil || l.OperationID != 0 || len(l.Plan.Items) == 0 {
 		t.Fatalf("dry run: %+v %v", l, err)
 	}
@@ -670,7 +670,7 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 		posts  int
 	}{
 		{"evacuate", func(ctx context.Context, e *opsEnv) (Launched, error) {
-			return e.ops.Evacuate(ctx, e.actor, 1, "pve1", EvacuateRequest{})
+			return e.ops.Evacuate(ctx, e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM})
 		}, routeMigratePOST, 2}, // VMs 100 and 101
 		{"bulk start", func(ctx context.Context, e *opsEnv) (Launched, error) {
 			return e.ops.Bulk(ctx, e.actor, 1, BulkStart, BulkRequest{VMIDs: []int64{101, 105}})
@@ -679,8 +679,8 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newOpsEnv(t, envOpts{}, OperationsConfig{})
-			keys := keysFor(t, e.svc, e.ops, nil)
+			e := newOpsEnv(t, envOpts{}, Config{})
+			keys := e.keysFor(e.svc, e.ops, nil)
 			withUser(t, e.env)
 			key := idempotency.Key{UserID: e.actor.UserID, Name: "once-only"}
 			ctx := e.request()
@@ -699,9 +699,9 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 			e.svc.Close()
 
 			later := func() time.Time { return time.Now().Add(31 * time.Second) }
-			other := e.newService(func(c *Config) { c.Now = later })
-			e.ops = e.newOps(other, OperationsConfig{})
-			otherKeys := keysFor(t, other, e.ops, nil)
+			other := e.newService(func(c *vmops.Config) { c.Now = later })
+			e.ops = e.newOps(other, Config{})
+			otherKeys := e.keysFor(other, e.ops, nil)
 			go other.Run(t.Context())
 			go otherKeys.Run(t.Context()) // its sweep takes the key over
 			var got idempotency.Claim
@@ -719,7 +719,7 @@ func TestOperationKeyTakenOverFromADeadHolder(t *testing.T) {
 					got.Answer.Status, got.Answer.Headers, got.Answer.Body, l.OperationID)
 			}
 			v := e.waitOp(l.OperationID)
-			if v.Status != OperationDone || v.Counts.OK != c.posts {
+			if v.Status != StatusDone || v.Counts.OK != c.posts {
 				t.Fatalf("operation %+v", v)
 			}
 			if ops, err := e.store.ListOperations(context.Background(), store.OperationFilter{}); err != nil || len(ops) != 1 {

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
-
 	"github.com/vmgate/vmgate/internal/testkit"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // runningOp starts an evacuation of node on the env's manual clock, so that it
@@ -18,7 +19,7 @@ import (
 // only follows their tasks).
 func (e *opsEnv) runningOp(node string) Launched {
 	e.t.Helper()
-	l, err := e.ops.Evacuate(e.request(), e.actor, 1, node, EvacuateRequest{})
+	l, err := e.ops.Evacuate(e.request(), e.actor, 1, node, EvacuateRequest{Type: vmops.GuestVM})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -38,9 +39,9 @@ func (e *opsEnv) runningOp(node string) Launched {
 }
 
 // finish moves the emulator's clock on until operation id has ended.
-func (e *opsEnv) finish(id int64) OperationView {
+func (e *opsEnv) finish(id int64) View {
 	e.t.Helper()
-	var v OperationView
+	var v View
 	testkit.Until(e.t, fmt.Sprintf("operation %d's end", id), func() bool {
 		e.sim.Advance(time.Minute)
 		v, _ = e.ops.Operation(context.Background(), e.actor, id)
@@ -57,13 +58,13 @@ func (e *opsEnv) finish(id int64) OperationView {
 // first has ended, pve1 may be evacuated again.
 func TestEvacuationHoldsItsNode(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{manual: true}, Config{})
 	first := e.runningOp("pve1")
-	other := Actor{UserID: 8, Email: "other@example.com"}
+	other := vmops.Actor{UserID: 8, Email: "other@example.com"}
 	posts := e.requests("POST", routeMigratePOST)
 	reads := e.requests("GET", "/nodes") + e.requests("GET", "/nodes/{node}/qemu/{vmid}/migrate")
 	for _, dry := range []bool{false, true} {
-		_, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{DryRun: dry})
+		_, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, DryRun: dry})
 		got := wantReason(t, err, errs.Conflict, ReasonOperationInProgress)
 		named := fmt.Sprintf("operation %d (evacuate of pve1, started by %s)", first.OperationID, e.actor.Email)
 		if !strings.Contains(got.Message, named) {
@@ -82,13 +83,13 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 		rec.UserID != other.UserID || rec.Node != "pve1" {
 		t.Errorf("the refusal's audit record: %+v", rec)
 	}
-	list, err := e.ops.ListOperations(context.Background(), e.actor, OperationFilter{})
+	list, err := e.ops.ListOperations(context.Background(), e.actor, Filter{})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("operations after the refusals: %d %v", len(list), err)
 	}
 
 	// pve1 is held: no target of pve2's evacuation.
-	l2, err := e.ops.Evacuate(e.request(), other, 1, "pve2", EvacuateRequest{DryRun: true})
+	l2, err := e.ops.Evacuate(e.request(), other, 1, "pve2", EvacuateRequest{Type: vmops.GuestVM, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +105,13 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 	}
 
 	v := e.finish(first.OperationID)
-	if v.Status != OperationDone {
+	if v.Status != StatusDone {
 		t.Fatalf("the first evacuation ended %s", v.Status)
 	}
 	if n := e.requests("POST", routeMigratePOST); n != posts {
 		t.Errorf("PVE got %d more migrate POSTs after the first evacuation's", n-posts)
 	}
-	if _, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{DryRun: true}); err != nil {
+	if _, err := e.ops.Evacuate(e.request(), other, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM, DryRun: true}); err != nil {
 		t.Errorf("pve1 after its evacuation ended: %v", err)
 	}
 }
@@ -121,7 +122,7 @@ func TestEvacuationHoldsItsNode(t *testing.T) {
 // ahead.
 func TestBulkSkipsHeldGuests(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{manual: true}, Config{})
 	evac := e.runningOp("pve1")                                                                      // VMs 100 (running) and 101 (stopped)
 	e.addVMs("pve1", 120, 1, 1<<30)                                                                  // on pve1, not one of the evacuation's VMs
 	reboot, err := e.ops.Bulk(e.request(), e.actor, 1, BulkReboot, BulkRequest{VMIDs: []int64{104}}) // on pve3
@@ -138,7 +139,7 @@ func TestBulkSkipsHeldGuests(t *testing.T) {
 		evac.OperationID, e.actor.Email)
 	byBulk := fmt.Sprintf("not started: operation %d (bulk.reboot, started by %s) acts on this VM",
 		reboot.OperationID, e.actor.Email)
-	other := Actor{UserID: 8, Email: "other@example.com"}
+	other := vmops.Actor{UserID: 8, Email: "other@example.com"}
 	for _, dry := range []bool{true, false} {
 		l, err := e.ops.Bulk(e.request(), other, 1, BulkStop, BulkRequest{VMIDs: []int64{100, 102, 104, 120}, Force: true,
 			DryRun: dry})
@@ -163,7 +164,7 @@ func TestBulkSkipsHeldGuests(t *testing.T) {
 		}
 		if !dry {
 			v := e.finish(l.OperationID)
-			if v.Status != OperationDone || v.Counts != (Counts{Total: 4, OK: 1, Skipped: 3}) {
+			if v.Status != StatusDone || v.Counts != (Counts{Total: 4, OK: 1, Skipped: 3}) {
 				t.Errorf("the bulk stop ended %s %+v", v.Status, v.Counts)
 			}
 		}
@@ -194,9 +195,9 @@ func (staleHolds) OperationHolds(context.Context, int64) (store.Holds, error) {
 // operation_in_progress.
 func TestBulkSkipsVMsTakenMeanwhile(t *testing.T) {
 	t.Parallel()
-	e := newOpsEnv(t, envOpts{manual: true}, OperationsConfig{})
+	e := newOpsEnv(t, envOpts{manual: true}, Config{})
 	evac := e.runningOp("pve1")
-	stale := NewOperations(e.newService(func(c *Config) { c.Store = staleHolds{c.Store} }), OperationsConfig{})
+	stale := New(e.newService(nil), Config{Store: staleHolds{e.store}, Audit: audit.New(e.audit, audit.Options{})})
 	t.Cleanup(stale.Close)
 	l, err := stale.Bulk(e.request(), e.actor, 1, BulkStop, BulkRequest{VMIDs: []int64{100, 102}, Force: true})
 	if err != nil {
@@ -209,7 +210,7 @@ func TestBulkSkipsVMsTakenMeanwhile(t *testing.T) {
 			t.Errorf("the plan and the operation: %+v, want VM 100 skipped (%s)", items, skipped)
 		}
 	}
-	_, err = stale.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{})
+	_, err = stale.Evacuate(e.request(), e.actor, 1, "pve1", EvacuateRequest{Type: vmops.GuestVM})
 	got := wantReason(t, err, errs.Conflict, ReasonOperationInProgress)
 	if !strings.Contains(got.Message, fmt.Sprintf("operation %d", evac.OperationID)) {
 		t.Errorf("the refusal %q does not name operation %d", got.Message, evac.OperationID)

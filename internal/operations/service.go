@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -11,27 +11,11 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Operations are work on many VMs of a cluster as one object (issue 13 (docs/history.md)): the
-// evacuation of a node (evacuate.go, planned by plan.go) and bulk power actions
-// (bulk.go). An operation is kept in the store with its items and driven by one
-// process at a time, which holds it by a lease and renews it; when that process
-// dies (kill -9) the lease runs out and the restarted process, or another
-// replica, takes it over (operations_run.go). Each item runs through the same
-// use case as a single request (Migrate, the power operations), whose task row is
-// written before PVE is called: here that row is written in the same store
-// transaction that moves the item from pending to running, so an item starts at
-// most once whoever drives it, and a driver that takes over follows the item's
-// task (reconciled from PVE's task list when its UPID was never recorded) instead
-// of starting it again. An unfinished operation holds its node (an evacuation)
-// and its items' VMs: a second evacuation of the node is refused, and other
-// operations skip the VMs, naming it (holds.go). docs/decisions/ has the model
-// and the planner's rules.
-
-// Operation kinds (OperationView.Kind, the metrics' kind label).
+// Operation kinds (View.Kind, the metrics' kind label).
 const (
 	KindEvacuate = "evacuate"
 	kindBulk     = "bulk." // + the action: bulk.start, bulk.stop, ...
@@ -39,12 +23,16 @@ const (
 
 // Operation statuses and item states, as the store keeps them.
 const (
-	OperationPlanned   = store.OperationPlanned
-	OperationRunning   = store.OperationRunning
-	OperationDone      = store.OperationDone
-	OperationPartial   = store.OperationPartial
-	OperationFailed    = store.OperationFailed
-	OperationCancelled = store.OperationCancelled
+	StatusPlanned = store.OperationPlanned
+	StatusRunning = store.OperationRunning
+	StatusDone    = store.OperationDone
+	// StatusDoneWithSkips: an evacuation that ended without a failure but left
+	// guests on its node (skipped: a local disk, a lock, no room); View.Left
+	// names them and why (issue 19 item 6).
+	StatusDoneWithSkips = store.OperationDoneWithSkips
+	StatusPartial       = store.OperationPartial
+	StatusFailed        = store.OperationFailed
+	StatusCancelled     = store.OperationCancelled
 
 	ItemPending = store.ItemPending
 	ItemRunning = store.ItemRunning
@@ -64,7 +52,7 @@ const (
 )
 
 // OperationView is an operation as the API shows it.
-type OperationView struct {
+type View struct {
 	ID          int64
 	Kind        string
 	ClusterID   int64
@@ -81,11 +69,22 @@ type OperationView struct {
 	Abort           bool
 	Counts          Counts
 	Items           []ItemView
+	// Left names, for an evacuation, each guest still on its node once the
+	// operation has ended (skipped or failed), and why, in a person's words.
+	Left []LeftGuest
+}
+
+// LeftGuest is a guest an evacuation left on its node.
+type LeftGuest struct {
+	VMID int64
+	Kind vmops.GuestKind
+	Name string
+	Why  string
 }
 
 // Finished reports whether the operation has ended.
-func (v OperationView) Finished() bool {
-	return v.Status != OperationPlanned && v.Status != OperationRunning
+func (v View) Finished() bool {
+	return v.Status != StatusPlanned && v.Status != StatusRunning
 }
 
 // Counts counts an operation's items by state.
@@ -93,20 +92,32 @@ type Counts struct {
 	Total, Pending, Running, OK, Failed, Skipped int
 }
 
-// ItemView is one VM of an operation (or of a plan).
+// ItemView is one guest of an operation (or of a plan).
 type ItemView struct {
-	VMID     int64
-	Name     string
-	Node     string
-	Target   string // a migration's target; "" otherwise
-	Action   string // migrate, start, shutdown, stop, reboot, suspend, hibernate, resume
-	Online   bool   // a live migration
+	VMID   int64
+	Kind   vmops.GuestKind // a VM (qemu) or a container (lxc)
+	Name   string
+	Node   string
+	Target string // a migration's target; "" otherwise
+	Action string // migrate, start, shutdown, stop, reboot, suspend, hibernate, resume
+	// Online moves a running guest: live for a VM, by a restart migration for
+	// a container (PVE shuts it down, moves it and starts it on the target).
+	Online   bool
 	HA       bool
 	MemBytes int64
 	State    string
-	TaskID   string    // the item's PVE task (UPID) once known
-	Error    string    // why it failed or was skipped
-	Progress *Progress // a running or finished migration's progress
+	TaskID   string          // the item's PVE task (UPID) once known
+	Error    string          // why it failed or was skipped
+	Progress *vmops.Progress // a running or finished migration's progress
+	// Downtime is, for a running container's migration, how long it is
+	// expected to be down, and on what the estimate rests.
+	Downtime *Downtime
+}
+
+// Downtime is a container's expected downtime during a restart migration.
+type Downtime struct {
+	Seconds int64  // at most, by the basis
+	Basis   string // what the estimate rests on, in a person's words
 }
 
 // Plan is what an operation will do: every VM it considered, pending or skipped
@@ -132,11 +143,11 @@ type TargetView struct {
 type Launched struct {
 	OperationID int64
 	Plan        Plan
-	Operation   OperationView // the operation as created; zero for a dry run
+	Operation   View // the operation as created; zero for a dry run
 }
 
 // OperationFilter selects operations for ListOperations.
-type OperationFilter struct {
+type Filter struct {
 	ClusterIDs []int64 // only these clusters, of those the caller may read; nil = all of those (an empty non-nil list matches nothing)
 	ClusterID  int64   // 0 = any
 	BeforeID   int64   // paging; 0 = from the newest
@@ -144,7 +155,7 @@ type OperationFilter struct {
 }
 
 // OperationStats are this process's operation figures for the metrics.
-type OperationStats struct {
+type Stats struct {
 	// Ended counts the operations this process brought to an end, by kind and
 	// final status.
 	Ended map[[2]string]int64
@@ -152,8 +163,13 @@ type OperationStats struct {
 	InFlight int
 }
 
-// OperationsConfig is what NewOperations needs besides the Service.
-type OperationsConfig struct {
+// Config is what New needs besides the guest service. Store is required.
+type Config struct {
+	Store store.Store
+	// Audit records each operation, its items' ends and its end (attributed to
+	// the request in the context, internal/audit). Nil: a trail on Store.
+	Audit  *audit.Trail
+	Logger *slog.Logger
 	// Owner names this process as the driver of the operations it holds [the
 	// Service's Owner].
 	Owner string
@@ -165,12 +181,13 @@ type OperationsConfig struct {
 	Scan time.Duration
 }
 
-// OperationService runs operations on many VMs. It is safe for concurrent use;
+// Service runs operations on many guests. It is safe for concurrent use;
 // Run drives the operations (those this process created, and those it takes
 // over), Close stops it.
-type OperationService struct {
-	svc   *Service
+type Service struct {
+	svc   *vmops.Service
 	st    store.Store
+	trail *audit.Trail
 	log   *slog.Logger
 	owner string
 	lease time.Duration
@@ -187,13 +204,19 @@ type OperationService struct {
 	inFlight int
 }
 
-// NewOperations builds the operation service on svc (its store, clients, clock,
-// poll interval and audit trail).
-func NewOperations(svc *Service, cfg OperationsConfig) *OperationService {
-	o := &OperationService{svc: svc, st: svc.store, log: svc.log, owner: cfg.Owner, lease: cfg.Lease, scan: cfg.Scan,
-		wake: make(chan struct{}, 1), driving: map[int64]*driver{}, ended: map[[2]string]int64{}}
+// New builds the operation service on svc, whose use cases carry out the items
+// (its PVE clients, clock and poll interval are the operations' too).
+func New(svc *vmops.Service, cfg Config) *Service {
+	o := &Service{svc: svc, st: cfg.Store, trail: cfg.Audit, log: cfg.Logger, owner: cfg.Owner, lease: cfg.Lease,
+		scan: cfg.Scan, wake: make(chan struct{}, 1), driving: map[int64]*driver{}, ended: map[[2]string]int64{}}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if o.trail == nil {
+		o.trail = audit.New(cfg.Store, audit.Options{Logger: o.log, Now: svc.Now})
+	}
 	if o.owner == "" {
-		o.owner = svc.owner // the process's one identity, as for Idempotency-Keys
+		o.owner = svc.Owner() // the process's one identity, as for Idempotency-Keys
 	}
 	if o.lease <= 0 {
 		o.lease = DefaultOperationTTL
@@ -209,7 +232,7 @@ func NewOperations(svc *Service, cfg OperationsConfig) *OperationService {
 // gives up their leases, so that the next process (or another replica) takes
 // them over at once; PVE tasks under way run on. (A process that is killed
 // gives up nothing: its leases run out after Lease.)
-func (o *OperationService) Close() {
+func (o *Service) Close() {
 	o.mu.Lock()
 	o.bgCancel()
 	held := make([]int64, 0, len(o.driving))
@@ -221,7 +244,7 @@ func (o *OperationService) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, id := range held {
-		now := o.svc.now()
+		now := o.svc.Now()
 		if _, _, err := o.st.TakeOverOperation(ctx, id, o.owner, now, now); err != nil {
 			o.log.Warn("giving up an operation's lease failed", slog.Int64("operation", id), slog.String("error", err.Error()))
 		}
@@ -229,10 +252,10 @@ func (o *OperationService) Close() {
 }
 
 // Stats returns this process's figures for the metrics.
-func (o *OperationService) Stats() OperationStats {
+func (o *Service) Stats() Stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := OperationStats{Ended: make(map[[2]string]int64, len(o.ended)), InFlight: o.inFlight}
+	out := Stats{Ended: make(map[[2]string]int64, len(o.ended)), InFlight: o.inFlight}
 	for k, n := range o.ended {
 		out.Ended[k] = n
 	}
@@ -249,6 +272,11 @@ type opParams struct {
 	ToDisk         bool      `json:"toDisk,omitempty"`
 	VMIDs          []int64   `json:"vmids,omitempty"`
 	Selector       *Selector `json:"selector,omitempty"`
+	// Type limits an evacuation to one kind of guest ("" both).
+	Type vmops.GuestKind `json:"type,omitempty"`
+	// Timeout is a container's shutdown timeout in a restart migration, in
+	// seconds (nil: PVE's 180).
+	Timeout *int `json:"timeout,omitempty"`
 }
 
 func paramsOf(op store.Operation) opParams {
@@ -263,7 +291,7 @@ func opNotFound(id int64) error {
 
 // OperationCluster says which cluster an operation belongs to: the grant every
 // use case on an existing operation checks is on that cluster.
-func (o *OperationService) OperationCluster(ctx context.Context, id int64) (int64, error) {
+func (o *Service) OperationCluster(ctx context.Context, id int64) (int64, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
@@ -277,30 +305,30 @@ func (o *OperationService) OperationCluster(ctx context.Context, id int64) (int6
 // Operation returns an operation with its items: their states from the store,
 // a running migration's progress as this process last read it (else as its task
 // row keeps it). It needs a viewer grant on the operation's cluster.
-func (o *OperationService) Operation(ctx context.Context, a Actor, id int64) (OperationView, error) {
+func (o *Service) Operation(ctx context.Context, a vmops.Actor, id int64) (View, error) {
 	if err := o.requireOperation(ctx, a, id, fleet.GrantViewer); err != nil {
-		return OperationView{}, err
+		return View{}, err
 	}
 	return o.operation(ctx, id)
 }
 
 // operation is Operation once the grant is checked.
-func (o *OperationService) operation(ctx context.Context, id int64) (OperationView, error) {
+func (o *Service) operation(ctx context.Context, id int64) (View, error) {
 	op, err := o.st.OperationByID(ctx, id)
 	if err != nil {
 		if errs.KindOf(err) == errs.NotFound {
-			return OperationView{}, opNotFound(id)
+			return View{}, opNotFound(id)
 		}
-		return OperationView{}, err
+		return View{}, err
 	}
 	return o.view(op), nil
 }
 
 // ListOperations lists operations, newest first, of the clusters a may read; a
 // cluster asked for (f.ClusterID) needs a viewer grant.
-func (o *OperationService) ListOperations(ctx context.Context, a Actor, f OperationFilter) ([]OperationView, error) {
+func (o *Service) ListOperations(ctx context.Context, a vmops.Actor, f Filter) ([]View, error) {
 	var err error
-	if f.ClusterIDs, err = o.svc.readScope(ctx, a, f.ClusterID, f.ClusterIDs, "list operations"); err != nil {
+	if f.ClusterIDs, err = o.svc.ReadScope(ctx, a, f.ClusterID, f.ClusterIDs, "list operations"); err != nil {
 		return nil, err
 	}
 	ops, err := o.st.ListOperations(ctx, store.OperationFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
@@ -308,7 +336,7 @@ func (o *OperationService) ListOperations(ctx context.Context, a Actor, f Operat
 	if err != nil {
 		return nil, err
 	}
-	out := make([]OperationView, 0, len(ops))
+	out := make([]View, 0, len(ops))
 	for _, op := range ops {
 		out = append(out, o.view(op))
 	}
@@ -316,45 +344,50 @@ func (o *OperationService) ListOperations(ctx context.Context, a Actor, f Operat
 }
 
 // view renders a stored operation.
-func (o *OperationService) view(op store.Operation) OperationView {
-	v := OperationView{ID: op.ID, Kind: op.Kind, ClusterID: op.ClusterID, Node: op.Node, Status: op.Status,
+func (o *Service) view(op store.Operation) View {
+	v := View{ID: op.ID, Kind: op.Kind, ClusterID: op.ClusterID, Node: op.Node, Status: op.Status,
 		CreatedBy: op.UserEmail, CreatedAt: op.CreatedAt, StartedAt: op.StartedAt, EndedAt: op.EndedAt,
 		MaxParallel: op.MaxParallel, CancelRequested: !op.CancelRequestedAt.IsZero(), Abort: op.Abort,
 		Items: make([]ItemView, 0, len(op.Items))}
 	for _, it := range op.Items {
-		iv := ItemView{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action,
-			Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: it.UPID, Error: it.Error}
-		if it.Action == OpMigrate && it.UPID != "" {
+		iv := ItemView{VMID: it.VMID, Kind: vmops.GuestKind(it.GuestKind), Name: it.Name, Node: it.Node, Target: it.Target,
+			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: it.UPID,
+			Error: it.Error}
+		if iv.Kind == vmops.GuestCT && iv.Action == vmops.OpMigrate && iv.Online {
+			iv.Downtime = containerDowntime(paramsOf(op).Timeout)
+		}
+		if it.Action == vmops.OpMigrate && it.UPID != "" {
 			iv.Progress = o.progressOf(it)
 		}
 		v.Items = append(v.Items, iv)
 		v.Counts.add(it.State)
+		if op.Kind == KindEvacuate && v.Finished() && (it.State == ItemSkipped || it.State == ItemFailed) {
+			v.Left = append(v.Left, LeftGuest{VMID: it.VMID, Kind: iv.Kind, Name: it.Name, Why: it.Error})
+		}
 	}
 	return v
 }
 
 // progressOf is a migration item's progress: what this process last read of its
 // task, else what the task row keeps.
-func (o *OperationService) progressOf(it store.OperationItem) *Progress {
-	if t := o.svc.trackerOf(it.UPID); t != nil {
-		if tv, ok := t.cached(o.svc.now(), time.Duration(1<<62)); ok && tv.Progress != nil {
-			p := *tv.Progress
-			return &p
-		}
+func (o *Service) progressOf(it store.OperationItem) *vmops.Progress {
+	if tv, ok := o.svc.LastView(it.UPID); ok && tv.Progress != nil {
+		p := *tv.Progress
+		return &p
 	}
 	if it.Progress != "" {
-		var p Progress
+		var p vmops.Progress
 		if json.Unmarshal([]byte(it.Progress), &p) == nil {
 			return &p
 		}
 	}
 	switch it.State {
 	case ItemOK:
-		return &Progress{Percent: 100, Phase: PhaseDone}
+		return &vmops.Progress{Percent: 100, Phase: vmops.PhaseDone}
 	case ItemFailed:
-		return &Progress{Phase: PhaseFailed}
+		return &vmops.Progress{Phase: vmops.PhaseFailed}
 	}
-	return &Progress{Phase: PhaseStarting}
+	return &vmops.Progress{Phase: vmops.PhaseStarting}
 }
 
 func (c *Counts) add(state string) {
@@ -379,24 +412,24 @@ func (c *Counts) add(state string) {
 // the operation as it is then (the driver acts within a poll interval). An
 // operation that has ended is 409 conflict. It needs an operator grant on the
 // operation's cluster.
-func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int64, abort bool) (v OperationView, err error) {
+func (o *Service) CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (v View, err error) {
 	if err := o.requireOperation(ctx, a, id, fleet.GrantOperator); err != nil {
-		return OperationView{}, err
+		return View{}, err
 	}
 	var op store.Operation
 	defer func() {
-		o.svc.audit(ctx, a, store.AuditRecord{Action: "operation.cancel", ClusterID: op.ClusterID, Node: op.Node,
+		o.audit(ctx, a, store.AuditRecord{Action: "operation.cancel", ClusterID: op.ClusterID, Node: op.Node,
 			Target: fmt.Sprintf("operation:%d", id), Params: jsonText(map[string]any{"abort": abort}),
 			Result: audit.Result(err)})
 	}()
-	op, err = o.st.RequestOperationCancel(ctx, id, abort, o.svc.now())
+	op, err = o.st.RequestOperationCancel(ctx, id, abort, o.svc.Now())
 	switch {
 	case errs.KindOf(err) == errs.NotFound:
-		return OperationView{}, opNotFound(id)
+		return View{}, opNotFound(id)
 	case err != nil && errs.KindOf(err) == errs.Conflict && op.ID != 0:
 		return o.view(op), errs.E(errs.Conflict, "operation %d has already ended (%s)", id, op.Status)
 	case err != nil:
-		return OperationView{}, err
+		return View{}, err
 	}
 	o.kick(id)
 	return o.view(op), nil
@@ -407,60 +440,54 @@ func (o *OperationService) CancelOperation(ctx context.Context, a Actor, id int6
 // service drains for a shutdown it returns ErrDraining at once (the operation
 // goes on: its lease passes to the next process). It needs a viewer grant on the
 // operation's cluster.
-func (o *OperationService) OperationEvents(ctx context.Context, a Actor, id int64, emit func(OperationView) error) error {
+func (o *Service) OperationEvents(ctx context.Context, a vmops.Actor, id int64, emit func(View) error) error {
 	if err := o.requireOperation(ctx, a, id, fleet.GrantViewer); err != nil {
 		return err
 	}
-	return follow(ctx, o.svc, func() (OperationView, error) { return o.operation(ctx, id) }, emit)
+	return vmops.Follow(ctx, o.svc, func() (View, error) { return o.operation(ctx, id) }, emit)
 }
 
-// itemBinding ties the task row a use case writes to an operation's item: the
-// row is written by StartOperationItem, which moves the item to running in the
-// same transaction (createTaskRow).
-type itemBinding struct {
-	opID  int64
-	owner string
-	index int
-	// retryOf is, for a retry, the item's lost task row the new one replaces
-	// (RetryOperationItem); 0 for the first start.
-	retryOf int64
-	row     *store.Task // the row once written
+// audit records one operation of a, completed with the request's session,
+// address and id from ctx.
+func (o *Service) audit(ctx context.Context, a vmops.Actor, rec store.AuditRecord) {
+	rec.At = o.svc.Now()
+	rec.UserID, rec.UserEmail = a.UserID, a.Email
+	o.trail.Record(ctx, rec)
 }
 
-// createTaskRow writes the task row of an operation, before PVE is called: as
-// an operation's item when the actor carries one (the item moves to running in the same
-// transaction, and an item that is not pending any more gets Conflict and no row),
-// else as a row of its own.
-func (s *Service) createTaskRow(ctx context.Context, a Actor, t store.Task) (store.Task, error) {
-	b := a.item
-	if b == nil {
-		return s.store.CreateTask(ctx, t)
-	}
-	var params map[string]any
-	if json.Unmarshal([]byte(t.Params), &params) != nil || params == nil {
-		params = map[string]any{}
-	}
-	params["operationId"] = b.opID
-	t.Params = jsonText(params)
-	var row store.Task
-	var err error
-	if b.retryOf != 0 {
-		row, err = s.store.RetryOperationItem(ctx, b.opID, b.owner, b.index, b.retryOf, t)
-	} else {
-		row, err = s.store.StartOperationItem(ctx, b.opID, b.owner, b.index, t)
-	}
+// jsonText renders v for an operation's or audit record's params.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return store.Task{}, err
+		return ""
 	}
-	b.row = &row
-	return row, nil
+	return string(b)
 }
 
-// taskUPID parses a task row's UPID; ok is false while it has none.
-func taskUPID(r store.Task) (pve.UPID, bool) {
-	if r.UPID == "" {
-		return pve.UPID{}, false
+// orUnknown is a node's status, "unknown" when PVE gives none.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
 	}
-	u, err := pve.ParseUPID(r.UPID)
-	return u, err == nil
+	return s
+}
+
+// truncateText cuts s after n bytes, marking the cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -1,4 +1,4 @@
-package vmops
+package operations
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // One operation per node, one per guest (issue 17 (docs/history.md)). An evacuation holds its
@@ -105,9 +106,9 @@ func (p *Plan) skip(i int, why string) {
 
 // refuseHeld refuses an operation of kind on node, which h holds, and audits
 // the refusal.
-func (o *OperationService) refuseHeld(ctx context.Context, a Actor, kind string, clusterID int64, node string, h store.Holder) error {
+func (o *Service) refuseHeld(ctx context.Context, a vmops.Actor, kind string, clusterID int64, node string, h store.Holder) error {
 	err := errOperationInProgress(node, h)
-	o.svc.audit(ctx, a, store.AuditRecord{Action: "operation." + kind, ClusterID: clusterID, Node: node,
+	o.audit(ctx, a, store.AuditRecord{Action: "operation." + kind, ClusterID: clusterID, Node: node,
 		Target: "node:" + node, Params: jsonText(map[string]any{"heldBy": h.OperationID}), Result: audit.Result(err),
 		Reason: audit.Reason(err)})
 	return err

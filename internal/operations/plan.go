@@ -1,13 +1,15 @@
-package vmops
+package operations
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // The evacuation planner's rules (docs/decisions: the planner):
@@ -21,6 +23,10 @@ import (
 //     not allowed (storage or mapped resources missing, HA rules) is out; local
 //     devices, local CD-ROM images, a lock and (without withLocalDisks) local
 //     disks skip the VM, naming them.
+//   - Containers are planned like VMs: a running one needs its configured
+//     memory on the target and moves by a restart migration (PVE shuts it
+//     down, moves it and starts it on the target), its expected downtime shown
+//     (containerDowntime); a stopped one moves as it is.
 //   - Memory: a running VM needs its configured memory on the target. A target
 //     takes it only while its memory in use (PVE's figure) plus what the plan has
 //     put there already stays at or below 90 % of its memory. A stopped VM needs
@@ -30,6 +36,8 @@ import (
 //     Running VMs are placed first, the largest first (so the big ones find room),
 //     then stopped ones.
 //   - A VM that fits nowhere is skipped with the reason; the rest go ahead.
+//     Every reason names the guest and says what would move it, in a person's
+//     words: the evacuation's end names each guest it left (View.Left).
 //
 // Items are listed, and started, in VMID order.
 
@@ -39,6 +47,7 @@ const memoryBound = 0.9
 // planVM is what the planner knows of one VM of the source node.
 type planVM struct {
 	res      pve.Resource
+	kind     vmops.GuestKind
 	check    pve.MigratePrecheck
 	checkErr error  // the pre-check failed
 	held     string // another operation holds the VM: why it is skipped
@@ -105,8 +114,11 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 	for _, i := range order {
 		v := vms[i]
 		on := running(v)
-		it := ItemView{VMID: int64(v.res.VMID), Name: v.res.Name, Node: source, Action: OpMigrate, Online: on,
-			HA: v.res.HAState != "", MemBytes: v.res.MaxMem, State: ItemPending}
+		it := ItemView{VMID: int64(v.res.VMID), Kind: v.kind, Name: v.res.Name, Node: source, Action: vmops.OpMigrate,
+			Online: on, HA: v.res.HAState != "", MemBytes: v.res.MaxMem, State: ItemPending}
+		if v.kind == vmops.GuestCT && on {
+			it.Downtime = containerDowntime(req.Timeout)
+		}
 		if why := blockedFrom(v, req, on); why != "" {
 			it.State, it.Error = ItemSkipped, why
 			items[i] = it
@@ -149,13 +161,13 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 			it.Target = best.name
 		case fits == 0:
 			it.State = ItemSkipped
-			it.Error = "no node may take it"
+			it.Error = "no node may take " + guestName(v)
 			if len(excluded) > 0 {
 				it.Error += ": " + strings.Join(excluded, "; ")
 			}
 		default:
 			it.State = ItemSkipped
-			it.Error = fmt.Sprintf("no target has room for its %s under %d %% of its memory", humanBytes(need),
+			it.Error = fmt.Sprintf("no target has room for %s's %s under %d %% of its memory", guestName(v), humanBytes(need),
 				int(memoryBound*100))
 			var rooms []string
 			for _, n := range targets {
@@ -178,31 +190,103 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 	return plan
 }
 
-// blockedFrom says why a VM cannot leave its node at all, "" when it may.
+// blockedFrom says why a guest cannot leave its node at all, "" when it may, in
+// a person's words: the guest, the cause, and what would move it.
 func blockedFrom(v planVM, req EvacuateRequest, running bool) string {
+	name := guestName(v)
 	if v.held != "" {
 		return v.held
 	}
 	if v.checkErr != nil {
-		return "PVE's migration pre-check failed: " + v.checkErr.Error()
+		return "PVE's migration pre-check of " + name + " failed: " + v.checkErr.Error()
 	}
 	if !running && req.IncludeStopped != nil && !*req.IncludeStopped {
-		return "stopped (includeStopped is false)"
+		return name + " is stopped and stopped guests were left out; include stopped guests (includeStopped) to move it"
 	}
 	if v.res.Lock != "" {
-		return "locked (" + v.res.Lock + ")"
+		return name + " is locked (" + v.res.Lock + "); it can move once the lock is released"
 	}
 	if len(v.check.LocalResources) > 0 {
-		return "local devices prevent migration: " + strings.Join(v.check.LocalResources, ", ")
+		return name + " uses local devices (" + strings.Join(v.check.LocalResources, ", ") +
+			"); remove them from its configuration to move it"
 	}
-	disks, cdroms := localDiskNames(v.check.LocalDisks)
+	disks, cdroms := vmops.LocalDiskNames(v.check.LocalDisks)
 	if len(cdroms) > 0 {
-		return "local CD-ROM images cannot be migrated: " + strings.Join(cdroms, ", ")
+		return name + " has a local CD-ROM image (" + strings.Join(cdroms, ", ") + "); eject it to move the VM"
 	}
 	if len(disks) > 0 && !req.WithLocalDisks {
-		return "local disk needs withLocalDisks=true: " + strings.Join(disks, ", ")
+		what := "a local disk"
+		if len(disks) > 1 {
+			what = "local disks"
+		}
+		if st := localStorages(v.check.LocalDisks); st != "" {
+			what += " on " + st
+		}
+		return name + " has " + what + " (" + strings.Join(driveNames(v.check.LocalDisks), ", ") +
+			"); tick 'copy local disks' (withLocalDisks) to move it"
 	}
 	return ""
+}
+
+// driveNames names a guest's local disks by their drive (scsi0), an unused
+// volume by its volume id.
+func driveNames(ds []pve.LocalDisk) []string {
+	var out []string
+	for _, d := range ds {
+		switch {
+		case d.CDROM:
+		case d.DriveName != "":
+			out = append(out, d.DriveName)
+		default:
+			out = append(out, d.Volid)
+		}
+	}
+	return out
+}
+
+// guestName is "VM 102" or "CT 202".
+func guestName(v planVM) string {
+	return v.kind.Noun() + " " + strconv.Itoa(v.res.VMID)
+}
+
+// localStorages names the storages of a guest's local disks (the volume id's
+// storage: "local-lvm" of "local-lvm:vm-102-disk-0"), each once, in order.
+func localStorages(ds []pve.LocalDisk) string {
+	var out []string
+	for _, d := range ds {
+		if d.CDROM {
+			continue
+		}
+		if st, _, ok := strings.Cut(d.Volid, ":"); ok && !slices.Contains(out, st) {
+			out = append(out, st)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// defaultCTShutdown is PVE's shutdown timeout of a container's restart
+// migration when none is given (pve-container's migrate: 180 s).
+const defaultCTShutdown = 180
+
+// ctStartAllowance is what the estimate adds for the container's start on the
+// target and the move of its configuration, which take seconds.
+const ctStartAllowance = 10
+
+// containerDowntime is a running container's expected downtime in a restart
+// migration: at most its shutdown timeout (PVE waits that long, then stops it)
+// plus its start on the target. Its local volumes, if any, are copied while it
+// is down too; PVE's pre-check for containers does not list them, so the plan
+// cannot add their copy, and says so.
+func containerDowntime(timeout *int) *Downtime {
+	t := defaultCTShutdown
+	basis := "PVE's default shutdown timeout of 180 s"
+	if timeout != nil {
+		t = *timeout
+		basis = fmt.Sprintf("the shutdown timeout of %d s", t)
+	}
+	return &Downtime{Seconds: int64(t + ctStartAllowance), Basis: fmt.Sprintf(
+		"at most %s plus about %d s to start it on the target; local volumes, if any, are copied while it is down "+
+			"and add their copy time (PVE's pre-check for containers does not list them)", basis, ctStartAllowance)}
 }
 
 // notAllowedText says why PVE does not allow a node as a target.

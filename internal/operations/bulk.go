@@ -1,9 +1,10 @@
-package vmops
+package operations
 
 import (
 	"cmp"
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -12,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // Bulk power actions (POST …/bulk/{action}).
@@ -26,12 +28,13 @@ const (
 // BulkActions lists the actions Bulk takes.
 var BulkActions = []string{BulkStart, BulkStop, BulkReboot, BulkSuspend, BulkResume}
 
-// Selector picks a cluster's VMs by their node, a tag and their status; every
-// field given must match.
+// Selector picks a cluster's guests by their kind, node, a tag and their
+// status; every field given must match.
 type Selector struct {
-	Node   string `json:"node,omitempty"`
-	Tag    string `json:"tag,omitempty"`
-	Status string `json:"status,omitempty"` // running or stopped
+	Type   vmops.GuestKind `json:"type,omitempty"` // qemu (VMs) or lxc (containers); "" both
+	Node   string          `json:"node,omitempty"`
+	Tag    string          `json:"tag,omitempty"`
+	Status string          `json:"status,omitempty"` // running or stopped
 }
 
 // BulkRequest is what a bulk power action is asked to do (issue 13 (docs/history.md)). Exactly one
@@ -59,22 +62,22 @@ type BulkRequest struct {
 // skipped too, and so is a VM another unfinished operation holds (its item, or
 // on the node it holds: holds.go), naming that operation. The selection never leaves the cluster, on which it
 // needs an operator grant, a dry run too.
-func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
+func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req BulkRequest) (Launched, error) {
 	if err := validBulk(clusterID, action, &req); err != nil {
 		return Launched{}, err
 	}
-	if err := o.svc.require(ctx, a, clusterID, fleet.GrantOperator, "bulk "+action); err != nil {
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "bulk "+action); err != nil {
 		return Launched{}, err
 	}
-	api, err := o.svc.connect(ctx, clusterID)
+	api, err := o.svc.Connect(ctx, clusterID)
 	if err != nil {
 		return Launched{}, err
 	}
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
-		return Launched{}, readUpstream(err)
+		return Launched{}, fleet.ReadError(err)
 	}
-	res = slices.DeleteFunc(res, func(r pve.Resource) bool { return r.Type != string(pve.Qemu) })
+	res = slices.DeleteFunc(res, func(r pve.Resource) bool { _, ok := guestKind(r); return !ok })
 	chosen, missing := selectVMs(res, req)
 	if len(chosen)+len(missing) > MaxOperationItems {
 		return Launched{}, errs.E(errs.Invalid, "the selection has %d VMs; one operation acts on at most %d",
@@ -86,9 +89,10 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 	g.SetLimit(preReads)
 	for i, r := range chosen {
 		g.Go(func() error {
-			st, err := api.GuestStatus(gctx, pve.VMOn(r.Node, r.VMID))
+			kind, _ := guestKind(r)
+			st, err := api.GuestStatus(gctx, vmops.GuestRef{Node: r.Node, Kind: kind, VMID: int64(r.VMID)}.Guest())
 			if err != nil {
-				if e := readUpstream(err); transient(e) {
+				if e := fleet.ReadError(err); vmops.Transient(e) {
 					return e
 				}
 				readErrs[i] = err
@@ -103,13 +107,16 @@ func (o *OperationService) Bulk(ctx context.Context, a Actor, clusterID int64, a
 	op := bulkOp(action, req)
 	var plan Plan
 	for i, r := range chosen {
-		it := ItemView{VMID: int64(r.VMID), Name: r.Name, Node: r.Node, Action: op, HA: r.HAState != "",
+		kind, _ := guestKind(r)
+		it := ItemView{VMID: int64(r.VMID), Kind: kind, Name: r.Name, Node: r.Node, Action: op, HA: r.HAState != "",
 			MemBytes: r.MaxMem, State: ItemPending}
 		switch {
+		case kind == vmops.GuestCT && (action == BulkSuspend || action == BulkResume):
+			it.State, it.Error = ItemSkipped, "CT "+strconv.Itoa(r.VMID)+" is a container: vmgate does not suspend containers (PVE marks it experimental)"
 		case readErrs[i] != nil:
 			it.State, it.Error = ItemSkipped, "its state could not be read: "+readErrs[i].Error()
 		default:
-			if why := alreadyThere(op, states[i]); why != "" {
+			if why := vmops.NothingToDo(op, states[i]); why != "" {
 				it.State, it.Error = ItemSkipped, why
 			}
 		}
@@ -162,8 +169,8 @@ func validBulk(clusterID int64, action string, req *BulkRequest) error {
 	}
 	seen := map[int64]bool{}
 	for _, id := range req.VMIDs {
-		if id < MinVMID || id > MaxVMID {
-			return bad("vmids must be integers from %d to %d", MinVMID, MaxVMID)
+		if id < vmops.MinVMID || id > vmops.MaxVMID {
+			return bad("vmids must be integers from %d to %d", vmops.MinVMID, vmops.MaxVMID)
 		}
 		if seen[id] {
 			return bad("vmid %d is listed twice", id)
@@ -172,8 +179,10 @@ func validBulk(clusterID int64, action string, req *BulkRequest) error {
 	}
 	if sel := req.Selector; sel != nil {
 		switch {
-		case sel.Node == "" && sel.Tag == "" && sel.Status == "":
-			return bad("the selector needs node, tag or status")
+		case sel.Node == "" && sel.Tag == "" && sel.Status == "" && sel.Type == "":
+			return bad("the selector needs type, node, tag or status")
+		case !sel.Type.Valid():
+			return bad("selector type must be qemu or lxc")
 		case sel.Node != "" && !pve.ValidNode(sel.Node):
 			return bad("selector node %q is not a PVE node name", sel.Node)
 		case sel.Status != "" && sel.Status != "running" && sel.Status != "stopped":
@@ -204,6 +213,9 @@ func selectVMs(res []pve.Resource, req BulkRequest) (chosen []pve.Resource, miss
 	}
 	sel := req.Selector
 	for _, r := range res {
+		if kind, _ := guestKind(r); sel.Type != "" && kind != sel.Type {
+			continue
+		}
 		if sel.Node != "" && r.Node != sel.Node || sel.Status != "" && r.Status != sel.Status ||
 			sel.Tag != "" && !slices.Contains(strings.FieldsFunc(r.Tags, func(c rune) bool { return c == ';' || c == ',' || c == ' ' }), sel.Tag) {
 			continue
@@ -218,57 +230,14 @@ func bulkOp(action string, req BulkRequest) string {
 	switch action {
 	case BulkStop:
 		if req.Force {
-			return OpStop
+			return vmops.OpStop
 		}
-		return OpShutdown
+		return vmops.OpShutdown
 	case BulkSuspend:
 		if req.ToDisk {
-			return OpHibernate
+			return vmops.OpHibernate
 		}
-		return OpSuspend
+		return vmops.OpSuspend
 	}
 	return action // start, reboot, resume
-}
-
-// alreadyThere says why op has nothing to do on a VM in state st ("" when it has):
-// the VM is in the wanted state already, or is not in a state the action acts on.
-func alreadyThere(op string, st pve.GuestStatus) string {
-	switch op {
-	case OpStart:
-		if st.Status == "running" && !paused(st) {
-			return "already running"
-		}
-	case OpShutdown, OpStop:
-		if st.Status != "running" {
-			return "already stopped"
-		}
-	case OpReboot:
-		if st.Status != "running" {
-			return "not running: reboot acts on running VMs"
-		}
-	case OpSuspend:
-		switch {
-		case paused(st):
-			return "already " + st.QMPStatus
-		case hibernated(st):
-			return "already suspended to disk"
-		case st.Status != "running":
-			return "not running: suspend acts on running VMs"
-		}
-	case OpHibernate:
-		switch {
-		case hibernated(st):
-			return "already suspended to disk"
-		case st.Status != "running":
-			return "not running: suspend acts on running VMs"
-		}
-	case OpResume:
-		switch {
-		case st.Status == "running" && !paused(st):
-			return "already running"
-		case st.Status != "running" && !hibernated(st):
-			return "not running and not suspended to disk: resume acts on paused VMs"
-		}
-	}
-	return ""
 }
