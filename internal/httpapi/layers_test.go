@@ -179,3 +179,23 @@ func TestPackagesStayInTheirLayer(t *testing.T) {
 		}
 	}
 }
+
+// TestClientStandsAlone: the typed API client (client/) is for programs outside
+// this module too, so it speaks the API's wire shapes and imports nothing of
+// vmgate's internal packages (issue 18 (docs/history.md): one method per endpoint with
+// the API's own types).
+func TestClientStandsAlone(t *testing.T) {
+	checked := 0
+	err := eachImport("../../client", func(path, p string) {
+		checked++
+		if strings.HasPrefix(p, "github.com/vmgate/vmgate/") {
+			t.Errorf("%s imports %s: the client knows only the API", path, p)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no import of client/ checked: the test looks in the wrong place")
+	}
+}
