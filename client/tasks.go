@@ -47,6 +47,15 @@ func (c *Client) Task(ctx context.Context, taskID string, q TaskQuery) (Task, er
 	return t, err
 }
 
+// AbortTask asks PVE to stop a running task (PVE's own Stop): the answer is
+// the task as it was when PVE was asked; its end follows on Task. clusterID
+// names the cluster of a task vmgate did not start (0: vmgate knows it).
+func (c *Client) AbortTask(ctx context.Context, taskID string, clusterID int64) (Task, error) {
+	var t Task
+	_, err := c.do(ctx, http.MethodDelete, TaskPath(taskID), TaskQuery{ClusterID: clusterID}.values(), nil, &t)
+	return t, err
+}
+
 // TaskLogPage reads limit lines of a task's log from line start (0-based).
 func (c *Client) TaskLogPage(ctx context.Context, taskID string, clusterID int64, start, limit int) (TaskLog, error) {
 	q := TaskQuery{ClusterID: clusterID}.values()

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,7 +222,7 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	}
 	// The container's vmid on a VM's path: 404 naming the right path.
 	_, err = op.GuestStatus(ctx, client.VM(cl.ID, "pve2", 201))
-	if ae, ok := err.(*client.APIError); !ok || ae.Status != http.StatusNotFound ||
+	if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusNotFound ||
 		ae.Detail("path") != ct201.Path() || ae.Detail("kind") != "lxc" {
 		t.Fatalf("CT 201 read as a VM: %v", err)
 	}
@@ -250,7 +250,7 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
 	}{{"suspend", op.Suspend}, {"resume", op.Resume}} {
 		_, err := step.run(ctx, ct201, client.PowerOptions{})
-		if ae, ok := err.(*client.APIError); !ok || ae.Status != http.StatusBadRequest || ae.Reason != "not_offered" {
+		if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Reason != "not_offered" {
 			t.Fatalf("%s CT 201: %v", step.op, err)
 		}
 	}
@@ -261,6 +261,18 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	must("suspend", err)
 	_, err = op.Resume(ctx, vm100, client.PowerOptions{})
 	must("resume", err)
+
+	// A graceful stop of VM 104 (it ignores ACPI) aborted while it runs: its
+	// task ends at once (issue 19 item 3).
+	stop104, err := op.Stop(ctx, client.VM(cl.ID, "pve3", 104), client.PowerOptions{Wait: ptr(0), Timeout: ptr(600)})
+	if err != nil || !stop104.Running {
+		t.Fatalf("a graceful stop of VM 104: %+v, %v", stop104, err)
+	}
+	_, err = op.AbortTask(ctx, stop104.TaskID, 0)
+	must("abort the stop of VM 104", err)
+	if tk, err := op.Task(ctx, stop104.TaskID, client.TaskQuery{Wait: 60}); err != nil || tk.Status != "stopped" || tk.Result == "ok" {
+		t.Fatalf("the aborted stop: %+v %v", tk, err)
+	}
 
 	// Operations on many VMs: an evacuation planned, started and cancelled at
 	// once (its running migration finishes), followed to its end; a bulk start.

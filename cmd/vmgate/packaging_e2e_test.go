@@ -22,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -640,8 +638,7 @@ func TestSystemdUnitStartsTheBinary(t *testing.T) {
 	// The first admin, by the command the unit's comment documents.
 	const pw = "unit first admin pass"
 	email := runDocumentedAdmin(t, u, l, pw)
-	c := cli.NewClient(base, "")
-	c.HTTP.Transport = apitest.Transport(t, client.Transport)
+	c := checkedClientVia(t, base, "", client.Transport.(*http.Transport))
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Deadline)
 	defer cancel()
 	if _, err := c.Login(ctx, email, pw); err != nil {

@@ -22,8 +22,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vmgate/vmgate/internal/apitest"
-	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/servertls/servertlstest"
 	"github.com/vmgate/vmgate/internal/testkit"
 )
@@ -301,8 +299,7 @@ func TestContainerImage(t *testing.T) {
 	if b, err := run(ctx, strings.NewReader(pw+"\n"), nil, admin).CombinedOutput(); err != nil {
 		t.Fatalf("the documented first admin: %v\n%s", err, b)
 	}
-	c := cli.NewClient(base, "")
-	c.HTTP.Transport = apitest.Transport(t, client.Transport)
+	c := checkedClientVia(t, base, "", client.Transport.(*http.Transport))
 	if _, err := c.Login(ctx, email, pw); err != nil {
 		t.Fatalf("log in as the image's first admin %s: %v\n%s", email, err, p.log())
 	}

@@ -201,4 +201,6 @@ const (
 	// ReasonNotOffered (kind Invalid): vmgate does not offer this action for this
 	// kind of guest (a container's suspend: PVE marks it experimental).
 	ReasonNotOffered = "not_offered"
+	// ReasonTaskFinished (kind Conflict): the task to abort has ended already.
+	ReasonTaskFinished = "task_finished"
 )

@@ -48,6 +48,9 @@ type Config struct {
 	// and the security events the fleet notices by itself (a node that presents an
 	// unexpected certificate). Nil: a trail on Store.
 	Audit *audit.Trail
+	// WatchAfter is the clock the clusters' watchers wait on (watch.go)
+	// [time.After]; tests drive it.
+	WatchAfter func(time.Duration) <-chan time.Time
 }
 
 // Service is the fleet. It is safe for concurrent use.
@@ -73,6 +76,11 @@ type Service struct {
 	tlsSeen map[string]bool
 
 	lastVM lastKnownVMs // for stale answers (lastknown.go)
+
+	watch      watchers // one per watched cluster, for the live pages (watch.go)
+	watchAfter func(time.Duration) <-chan time.Time
+	watchStop  chan struct{} // closed by Close
+	closeOnce  sync.Once
 }
 
 // New builds the fleet. It fails when the seal key is missing or when clusters are
@@ -88,6 +96,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{
 		store: cfg.Store, sealer: cfg.Sealer, log: cfg.Logger, now: cfg.Now, timeout: cfg.PVETimeout,
 		audit: cfg.Audit, clients: map[int64]*cachedClient{}, health: map[int64]healthEntry{}, tlsSeen: map[string]bool{},
+		watchAfter: cfg.WatchAfter, watchStop: make(chan struct{}),
+	}
+	if s.watchAfter == nil {
+		s.watchAfter = time.After
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -155,6 +167,7 @@ func (s *Service) changed(c store.Change) {
 
 // Close stops following the change feed and closes every cached PVE client.
 func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.watchStop) })
 	s.unsubscribe()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -96,6 +96,9 @@ type Fleet interface {
 	GuestStatus(ctx context.Context, a fleet.Actor, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error)
 	// FleetGuests lists the guests of every cluster a may read.
 	FleetGuests(ctx context.Context, a fleet.Actor, q fleet.FleetQuery) (fleet.FleetGuestList, error)
+	// Watch follows a cluster's inventory for the web UI's live pages; the
+	// caller has read the cluster with the caller's grant first.
+	Watch(clusterID int64) (<-chan fleet.Tick, func())
 }
 
 var _ Fleet = (*fleet.Service)(nil)
@@ -121,6 +124,10 @@ type VMs interface {
 	Events(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
 	Tasks(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, error)
 	TaskPage(ctx context.Context, a vmops.Actor, f vmops.TaskFilter) ([]vmops.TaskView, int64, error)
+	// Abort stops a running task in PVE (operator grant); OutsideTasks lists
+	// the tasks of a cluster vmgate did not start (viewer grant).
+	Abort(ctx context.Context, a vmops.Actor, id string, clusterHint int64) (vmops.TaskView, error)
+	OutsideTasks(ctx context.Context, a vmops.Actor, clusterID, vmid int64) ([]vmops.TaskView, error)
 
 	KeyOutcome(ctx context.Context, userID int64, key string, since time.Time) (vmops.KeyOutcome, error)
 	// KeyTaskRef is the task row a request under a key still in progress wrote.

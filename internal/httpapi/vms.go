@@ -59,6 +59,7 @@ func (s *Server) vmRoutes() []route {
 	}
 	return append(out,
 		route{"GET", "/api/v1/pve/task/{taskId}", authed, s.task},
+		route{"DELETE", "/api/v1/pve/task/{taskId}", authed, s.abortTask}, // abort.go
 		route{"GET", "/api/v1/pve/task/{taskId}/log", authed, s.taskLog},
 		route{"GET", "/api/v1/pve/task/{taskId}/events", authed, s.taskEvents},
 		route{"GET", "/api/v1/pve/tasks", authed, s.tasks},

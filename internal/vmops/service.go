@@ -247,7 +247,8 @@ type Service struct {
 
 	onKeySettled func(ctx context.Context, userID int64, key string) // Config.KeySettled
 
-	reads singleflight.Group // one PVE read per task at a time
+	reads   singleflight.Group // one PVE read per task at a time
+	outside outsideTasks       // PVE's cluster task lists, shared (outside.go)
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc

@@ -533,7 +533,7 @@ type auditView struct {
 var auditActions = []string{"access.denied", "auth.login", "auth.login_failed", "auth.lockout", "auth.logout",
 	"auth.token_reuse", "auth.sessions_revoked", "user.create", "user.update", "user.delete", "user.password_change",
 	"cluster.create", "cluster.update", "cluster.delete", "grant.put", "grant.delete",
-	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate"}
+	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate", "task.abort"}
 
 // auditPage lists the audit trail, newest first, filtered by action, user,
 // cluster, result and days (UTC), a page at a time.

@@ -183,7 +183,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
-		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second,
+		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
 		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)

@@ -155,12 +155,13 @@ func TestSuspendResumeFromTheVMPage(t *testing.T) {
 		t.Fatalf("running VM's page:\n%s", p.body)
 	}
 	p := b.post("/vms/1/pve1/100/suspend", nil).expect(t, http.StatusSeeOther)
-	page := b.get(p.location()).expect(t, 200)
-	if !strings.Contains(page.body, "VM 100 paused.") || !strings.Contains(page.body, ">Resume</button>") ||
+	page := b.awaitPage(t, p.location(), "VM 100 paused.")
+	if !strings.Contains(page.body, ">Resume</button>") ||
 		strings.Contains(page.body, ">Suspend</button>") {
 		t.Fatalf("after suspend:\n%s", page.body)
 	}
-	b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
+	p = b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
+	b.awaitPage(t, p.location(), "VM 100 resumed.")
 	if st, _ := e.sim.VM(100); st.QMPStatus != "running" {
 		t.Fatalf("VM 100 after resume: %+v", st)
 	}
@@ -171,9 +172,7 @@ func TestSuspendResumeFromTheVMPage(t *testing.T) {
 		t.Fatalf("a VM paused behind vmgate's back:\n%s", p.body)
 	}
 	p = b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
-	if page := b.get(p.location()); !strings.Contains(page.body, "VM 100 resumed.") {
-		t.Errorf("after resume:\n%s", page.body)
-	}
+	b.awaitPage(t, p.location(), "VM 100 resumed.")
 	v := e.browser()
 	v.login(viewerEmail)
 	v.post("/vms/1/pve1/100/suspend", nil).expect(t, http.StatusForbidden)

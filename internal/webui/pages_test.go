@@ -103,8 +103,9 @@ func TestVMPageOffersWhatRoleAndStateAllow(t *testing.T) {
 }
 
 // TestPowerActionsShowTheOutcome: Start, Stop (the guest of 104 ignores it:
-// shutdown_timeout, with Force stop offered) and Force stop, each ending on the VM's
-// page with the outcome read from the task; the audit rows name the caller.
+// shutdown_timeout, with Force stop offered) and Force stop, each answering at
+// once with the VM's page and its task (?task=), which then shows the outcome
+// read from the task (issue 19 item 2); the audit rows name the caller.
 func TestPowerActionsShowTheOutcome(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -112,11 +113,11 @@ func TestPowerActionsShowTheOutcome(t *testing.T) {
 	b.login(opEmail)
 	b.get("/vms/1/pve1/101")
 	p := b.post("/vms/1/pve1/101/start", nil).expect(t, http.StatusSeeOther)
-	if p.location() != "/vms/1/pve1/101" {
+	if !strings.HasPrefix(p.location(), "/vms/1/pve1/101?task=UPID%3Apve1%3A") {
 		t.Fatalf("after start: %s", p.location())
 	}
-	p = b.get(p.location()).expect(t, 200)
-	if !strings.Contains(p.body, "VM 101 started.") || !strings.Contains(p.body, `<a href="/tasks/UPID:pve1:`) ||
+	p = b.awaitPage(t, p.location(), "VM 101 started.")
+	if !strings.Contains(p.body, `<a href="/tasks/UPID:pve1:`) ||
 		strings.Join(offered(p.body), ",") != "Stop,Reboot,Force stop,Migrate" {
 		t.Fatalf("after start:\n%s", p.body)
 	}
@@ -131,17 +132,17 @@ func TestPowerActionsShowTheOutcome(t *testing.T) {
 	}
 
 	b.get("/vms/1/pve3/104")
-	b.post("/vms/1/pve3/104/stop", nil).expect(t, http.StatusSeeOther)
-	p = b.get("/vms/1/pve3/104").expect(t, 200)
-	if !strings.Contains(p.body, "shutdown_timeout") || !strings.Contains(p.body, "Force stop") {
+	p = b.post("/vms/1/pve3/104/stop", nil).expect(t, http.StatusSeeOther)
+	p = b.awaitPage(t, p.location(), "shutdown_timeout")
+	if !strings.Contains(p.body, `action="/vms/1/pve3/104/force-stop"><button type="submit" class="btn btn-danger">Force stop`) {
 		t.Fatalf("graceful stop of 104:\n%s", p.body)
 	}
 	if p := b.get("/vms/1/pve3/104/force-stop").expect(t, 200); !strings.Contains(p.body, "Force stop VM 104?") {
 		t.Fatalf("confirmation:\n%s", p.body)
 	}
-	b.post("/vms/1/pve3/104/force-stop", nil).expect(t, http.StatusSeeOther)
-	p = b.get("/vms/1/pve3/104").expect(t, 200)
-	if !strings.Contains(p.body, "VM 104 powered off.") || strings.Join(offered(p.body), ",") != "Start,Migrate" {
+	p = b.post("/vms/1/pve3/104/force-stop", nil).expect(t, http.StatusSeeOther)
+	p = b.awaitPage(t, p.location(), "VM 104 powered off.")
+	if strings.Join(offered(p.body), ",") != "Start,Migrate" {
 		t.Fatalf("after force stop:\n%s", p.body)
 	}
 	recs, _ := e.trail.List(context.Background(), 100, 0)

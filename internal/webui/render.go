@@ -56,6 +56,7 @@ type view struct {
 	Data    any
 	Status  int
 	Message string // the error page's message
+	Live    string // the page's live stream (live.go); "" for a page that is not live
 }
 
 type viewUser struct {
@@ -69,6 +70,7 @@ func (u *UI) page(w http.ResponseWriter, r *http.Request, title, nav string, dat
 	if p := principal(r); p.UserID != 0 {
 		v.User = &viewUser{Email: p.Email, IsAdmin: p.Role == "admin"}
 		v.CSRF = u.csrfToken(p.SessionID)
+		v.Live = u.liveURL(r)
 	}
 	return v
 }
@@ -96,7 +98,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name str
 
 func (u *UI) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	v := u.page(w, r, http.StatusText(status), "", nil)
-	v.Status, v.Message = status, msg
+	v.Status, v.Message, v.Live = status, msg, ""
 	u.render(w, r, status, "error", v)
 }
 

@@ -61,6 +61,9 @@ func (u *UI) tasksPage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v.Tasks, v.Next = tasks, next
+	if before == 0 && !v.Mine {
+		v.Tasks = u.withOutside(r, v.Tasks, u.outsideClusters(r, v.Cluster), v.VMID, v.Result)
+	}
 	if next != 0 {
 		v.Older = queryWith(q, "before", strconv.FormatInt(next, 10))
 	}
@@ -96,6 +99,7 @@ type taskView struct {
 	LogURL   string // the whole log, as text
 	Events   string // the address of the page's event stream
 	CanAct   bool
+	CanAbort bool // a running shutdown or migration the caller may abort (abort.go)
 }
 
 // taskPage shows a task: its state, the migration's progress, the whole log; while
@@ -134,6 +138,7 @@ func (u *UI) taskPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	v.Events = taskURL(upid) + "/events?" + ev.Encode()
 	v.CanAct = t.VMID != 0 && u.canAct(r.Context(), r, t.ClusterID)
+	v.CanAbort = v.CanAct && abortable(t.Op()) && !t.Finished() && t.TaskID != ""
 	u.render(w, r, http.StatusOK, "task", u.page(w, r, taskTitle(t), "tasks", v))
 	return nil
 }

@@ -25,6 +25,7 @@ type vmView struct {
 	CanAct      bool // the caller's grant allows power and migration
 	Tasks       []vmops.TaskView
 	TasksErr    string
+	Inline      *inlineTask // the task of ?task=: what a power action started (inline.go)
 	// Offer is what the buttons offer: start while stopped; stop, force stop,
 	// reboot and migrate while running; a paused VM can only be forced off.
 	// Suspend and resume are a VM's only (guestKind.suspend).
@@ -72,10 +73,13 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 				v.ClusterName = cs[i].Name
 			}
 		}
+		v.Inline = u.inline(r, vm, r.URL.Query().Get("task"), v.CanAct, r.URL.RequestURI())
 		v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
 		if err != nil {
 			v.TasksErr = errorText(err)
 		}
+		v.Tasks = u.withOutside(r, v.Tasks, []int64{vm.ClusterID}, vm.VMID, "")
+		v.Tasks = v.Tasks[:min(len(v.Tasks), 8)]
 		title := guestName(vm)
 		if st.Name != "" {
 			title += " " + st.Name
@@ -99,31 +103,32 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 	return err == nil
 }
 
-// The power actions: each runs the operation through vmops (the operator grant,
-// audited when refused; state checks, task, audit, wait) and goes back to the
-// guest's page, which shows the outcome from the task.
+// The power actions: each starts the operation through vmops (the operator
+// grant, audited when refused; state checks, task, audit) without waiting for
+// it, and goes back at once to the guest's page, which follows the task to its
+// outcome (inline.go); a refusal is a notice there.
 
 func (u *UI) guestStart(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "start", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Start(ctx, a, vm, vmops.PowerOptions{Wait: u.powerWait})
+		return u.vms.Start(ctx, a, vm, vmops.PowerOptions{})
 	})
 }
 
 func (u *UI) guestStop(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "stop", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Wait: u.powerWait})
+		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{})
 	})
 }
 
 func (u *UI) guestForceStop(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "force stop", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: true, Wait: u.powerWait})
+		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: true})
 	})
 }
 
 func (u *UI) guestReboot(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "reboot", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Reboot(ctx, a, vm, vmops.PowerOptions{Wait: u.powerWait})
+		return u.vms.Reboot(ctx, a, vm, vmops.PowerOptions{})
 	})
 }
 
@@ -141,6 +146,11 @@ func (u *UI) power(k guestKind, action string,
 		out, err := op(r.Context(), vmActor(r), vm)
 		if errors.Is(err, vmops.ErrDenied) {
 			return err // the error page's 404 or 403, as for any refused grant
+		}
+		if err == nil && out.TaskID != "" {
+			// Answered at once: the guest's page follows the task (inline.go).
+			redirect(w, r, withTask(refURL(vm), out.TaskID))
+			return nil
 		}
 		n := outcomeNotice(action, vm, out, err)
 		if n.Kind == "" {

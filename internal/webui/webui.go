@@ -56,9 +56,6 @@ type Config struct {
 	TokenTTL time.Duration
 	// Status is the HTTP status of an error: httpapi.StatusOf, the one table.
 	Status func(error) int
-	// PowerWait is how long a start, stop or reboot waits for its task before the
-	// page says it still runs (default 15 s).
-	PowerWait time.Duration
 	// NoteCaller, when set, names the authenticated caller of a request in its
 	// log line (httpapi.NoteCaller).
 	NoteCaller func(r *http.Request, userID int64, session string)
@@ -84,14 +81,14 @@ type UI struct {
 	now      func() time.Time
 
 	ttl        time.Duration
-	powerWait  time.Duration
 	noteCaller func(*http.Request, int64, string)
 	csrfKey    []byte
 	noticeKey  []byte
 
-	pages  map[string]*template.Template
-	assets *assets
-	mux    *http.ServeMux
+	pages   map[string]*template.Template
+	assets  *assets
+	mux     *http.ServeMux
+	liveMux *http.ServeMux // the live pages, for their stream (live.go)
 
 	renewMu  sync.Mutex
 	renewals map[string]renewal // by the replaced token's hash: renewals shared with stragglers
@@ -106,7 +103,7 @@ func New(cfg Config) (*UI, error) {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
 	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
-		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
+		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
 		u.streams = sse.NewLimiter(sse.Limits{})
@@ -119,9 +116,6 @@ func New(cfg Config) (*UI, error) {
 	}
 	if u.ttl <= 0 {
 		u.ttl = time.Hour
-	}
-	if u.powerWait <= 0 {
-		u.powerWait = 15 * time.Second
 	}
 	if u.noteCaller == nil {
 		u.noteCaller = func(*http.Request, int64, string) {}
@@ -139,7 +133,9 @@ func New(cfg Config) (*UI, error) {
 	if u.pages, err = u.parsePages(); err != nil {
 		return nil, err
 	}
+	u.fleet = liveFleet{Fleet: cfg.Fleet, status: &liveStatus{known: map[liveGuest]liveStatusEntry{}}, now: u.now}
 	u.mux = http.NewServeMux()
+	u.buildLive(u.routes())
 	for _, rt := range u.routes() {
 		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
 	}
