@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -62,6 +64,8 @@ type VMView struct {
 	CPU    float64
 	Mem    int64
 	Uptime int64
+
+	lname string // Name lower-cased, for VMQuery.Q; "" in a view not from a snapshot
 }
 
 // HAView is a VM's high-availability state.
@@ -204,9 +208,27 @@ func (s *Service) guestResources(ctx context.Context, clusterID int64) ([]pve.Re
 }
 
 // guestSet is one read of a cluster's guests: all of them by vmid, and each
-// kind's by vmid (copies, so that a list of one kind is a sub-slice too).
+// kind's by vmid (copies, so that a list of one kind is a sub-slice too). memo
+// keeps what a front end derives from all (Memo).
 type guestSet struct {
 	all, qemu, lxc []VMView
+	memo           *Memo
+}
+
+// Memo holds one value a front end derives from a snapshot of a cluster's
+// guests — the API keeps each guest's JSON there — computed once for the
+// snapshot's life: a snapshot never changes, so neither does what follows from
+// it, and it goes with the snapshot.
+type Memo struct {
+	once sync.Once
+	val  any
+}
+
+// Do returns the memo's value, computing it with f the first time (once, however
+// many callers ask at the same time).
+func (m *Memo) Do(f func() any) any {
+	m.once.Do(func() { m.val = f() })
+	return m.val
 }
 
 // of returns the guests of kind, every guest for "".
@@ -250,7 +272,7 @@ func guestViews(res []pve.Resource) guestSet {
 	// One backing array for the three lists: all, then the VMs, then the
 	// containers.
 	views := make([]VMView, 2*len(keys))
-	g := guestSet{all: views[:len(keys):len(keys)]}
+	g := guestSet{all: views[:len(keys):len(keys)], memo: new(Memo)}
 	g.qemu = views[len(keys) : len(keys) : len(keys)+nqemu]
 	g.lxc = views[len(keys)+nqemu : len(keys)+nqemu : 2*len(keys)]
 	tags := make([]string, 0, ntags)
@@ -260,7 +282,7 @@ func guestViews(res []pve.Resource) guestSet {
 		tags = appendTags(tags, r.Tags)
 		v := VMView{VMID: k.vmid, Type: pve.GuestKind(r.Type), Name: r.Name, Node: r.Node, Status: r.Status,
 			Lock: r.Lock, Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, Pool: r.Pool,
-			MaxMem: r.MaxMem, MaxCPU: r.MaxCPU, Mem: r.Mem, CPU: r.CPU, Uptime: r.Uptime}
+			MaxMem: r.MaxMem, MaxCPU: r.MaxCPU, Mem: r.Mem, CPU: r.CPU, Uptime: r.Uptime, lname: strings.ToLower(r.Name)}
 		g.all[i] = v
 		if v.Type == pve.Qemu {
 			g.qemu = append(g.qemu, v)
