@@ -53,7 +53,7 @@ func (s *Server) guestStatus(kind vmops.GuestKind) handler {
 
 // notOffered answers an action vmgate does not offer for a kind of guest, once
 // the request is valid (path, no query, no body) and before anything else:
-// nothing of the cluster is looked at (docs/decisions/0081).
+// nothing of the cluster is looked at (docs/decisions/0090).
 func notOffered(kind vmops.GuestKind, action, why string) handler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := pathGuest(r, kind); err != nil {
@@ -363,7 +363,7 @@ func (l guestItems) finite() bool {
 // writeGuestsStreamed answers 200 with a guest list as writeEncoded would, but
 // written out in chunks of about streamChunk as it is encoded, without a
 // Content-Length: the fleet's list of 100 000 guests is ~30 MB, which a
-// buffered answer would hold whole per request (docs/decisions/0081). A list
+// buffered answer would hold whole per request (docs/decisions/0090). A list
 // with a number JSON cannot hold is checked first and answered 500 by
 // writeEncoded, as every hand-encoded answer is.
 func writeGuestsStreamed(w http.ResponseWriter, l guestItems, extra func(*jsonEnc)) {

@@ -92,7 +92,7 @@ func TestContainerPowerAndMigration(t *testing.T) {
 }
 
 // TestMigrateRefusesTheOtherKindsFields (issue 18 (docs/history.md),
-// docs/decisions/0081): a field of the other kind's migration that asks for
+// docs/decisions/0090): a field of the other kind's migration that asks for
 // something is 400 naming it (message and "field"), before PVE is asked; a
 // false asks for nothing and passes.
 func TestMigrateRefusesTheOtherKindsFields(t *testing.T) {

@@ -36,7 +36,7 @@ type MigrateRequest struct {
 }
 
 // kindFields refuses a field of the other kind's migration that asks for
-// something (docs/decisions/0081): online=true and withLocalDisks=true for a
+// something (docs/decisions/0090): online=true and withLocalDisks=true for a
 // container, restart=true and a timeout for a VM. A false asks for nothing
 // (a client may send one body for both kinds). The error names the field, also
 // as its "field" detail.
