@@ -103,7 +103,7 @@ type ctMigrateCmd struct {
 	conn
 	ctRef
 	Target        string `required:"" help:"Target node."`
-	Restart       bool   `help:"Move a running container by a restart: shut down, moved, started on the target (PVE cannot move a container live)."`
+	Restart       bool   `help:"Move a running container by a restart: shut down, moved, started on the target (PVE cannot move a container live). Without it a running container is refused (ct_running)."`
 	Timeout       *int   `help:"Seconds the restart gives the container to shut down (PVE's default: 180)."`
 	TargetStorage string `help:"Target storage (PVE storage map)."`
 	BWLimit       *int   `name:"bwlimit" help:"Bandwidth limit in KiB/s."`
@@ -115,8 +115,9 @@ func (c *ctMigrateCmd) Run() error {
 	if c.Restart {
 		req.Restart = &c.Restart
 	} else {
-		// Without --restart a running container is refused with the command that
-		// moves it (the API's default would restart it unasked).
+		// Without --restart a running container is refused (409 ct_running)
+		// with the command that moves it: the API's default would restart it
+		// unasked, and a person at a terminal says so.
 		no := false
 		req.Restart = &no
 	}
@@ -133,10 +134,12 @@ func ctHint(err error, v ctRef, op string, target ...string) error {
 	switch ae.Reason {
 	case errs.ReasonShutdownTimeout:
 		e.Hint = "stop it at once: vmgate ct stop " + v.args() + " --force"
-	case errs.ReasonVMRunning, "ct_running":
+	case errs.ReasonCTRunning:
 		if op == "migrate" && len(target) > 0 {
 			e.Hint = "move it by a restart: vmgate ct migrate " + v.args() + " --target " + target[0] + " --restart"
 		}
+	case errs.ReasonCTStopped:
+		e.Hint = "start it first: vmgate ct start " + v.args()
 	case errs.ReasonVMLocked, errs.ReasonInProgress:
 		e.Hint = fmt.Sprintf("see what runs on it: vmgate task list --cluster %s --vmid %d", v.Cluster, v.VMID)
 	case "not_found":

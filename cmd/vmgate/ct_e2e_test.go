@@ -6,9 +6,10 @@ import (
 )
 
 // TestCLIContainers: `vmgate ct` drives containers through the real binary, server
-// and emulator: start, a running container refused a migration with the exact
-// command that gets past it, the restart migration followed to its end, a graceful
-// stop, and a VM's id given to `ct` answered with the `vm` command to use.
+// and emulator: start, a running container refused a migration (ct_running) with
+// the exact command that gets past it, the restart migration followed to its end, a graceful
+// stop, a stopped container's reboot refused (ct_stopped) with the start to run,
+// and a VM's id given to `ct` answered with the `vm` command to use.
 func TestCLIContainers(t *testing.T) {
 	const pw = "containers on the command line"
 	_, _, c, _ := startLab(t, pw, "--speed", "50", "--auth-delay", "0s")
@@ -34,6 +35,10 @@ func TestCLIContainers(t *testing.T) {
 	r = runCLI(t, env, "", "ct", "stop", "lab", "pve3", "201").want(t, 0, "ct stop")
 	if !strings.Contains(r.stdout, ":vzshutdown:201:") {
 		t.Fatalf("ct stop printed %q", r.stdout)
+	}
+	r = runCLI(t, env, "", "ct", "reboot", "lab", "pve3", "201").want(t, 4, "reboot a stopped CT")
+	if !strings.Contains(r.stderr, "vmgate ct start lab pve3 201") {
+		t.Fatalf("the refusal of a stopped CT's reboot (ct_stopped) does not say how to get past it:\n%s", r.stderr)
 	}
 	r = runCLI(t, env, "", "ct", "start", "lab", "pve1", "101").want(t, 4, "ct start of a VM")
 	if !strings.Contains(r.stderr, "vmgate vm start lab pve1 101") {

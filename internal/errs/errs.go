@@ -170,11 +170,16 @@ func TimedOut(ctx context.Context, err error) error {
 // The reasons of guest actions, accounts and requests (docs/design.md §3). The API,
 // the web UI and the CLI branch on these words; they are written here once.
 const (
-	// ReasonVMRunning, ReasonVMStopped, ReasonVMPaused (kind Conflict): the guest's
-	// power state forbids the action (a container answers with the same words).
+	// ReasonVMRunning, ReasonVMStopped, ReasonVMPaused (kind Conflict): a VM's
+	// power state forbids the action.
 	ReasonVMRunning = "vm_running"
 	ReasonVMStopped = "vm_stopped"
 	ReasonVMPaused  = "vm_paused"
+	// ReasonCTRunning, ReasonCTStopped (kind Conflict): a container's power state
+	// forbids the action — among them a running container's migration with
+	// restart=false (issue 18 (docs/history.md)).
+	ReasonCTRunning = "ct_running"
+	ReasonCTStopped = "ct_stopped"
 	// ReasonVMLocked (kind Conflict): PVE holds a lock on the guest (backup, migrate…).
 	ReasonVMLocked = "vm_locked"
 	// ReasonShutdownTimeout (kind Conflict): PVE's graceful shutdown ran out of its

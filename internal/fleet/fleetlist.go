@@ -42,6 +42,10 @@ type ClusterGuests struct {
 	Name      string
 	Guests    []VMView
 	AsOf      time.Time // when PVE was read for this cluster
+	// All and Memo are VMList's: every guest of the cluster's snapshot, and
+	// what a front end keeps of them.
+	All  []VMView
+	Memo *Memo
 }
 
 // ClusterUnavailable is a cluster whose guests could not be read: Err is the
@@ -181,7 +185,8 @@ func (s *Service) FleetGuests(ctx context.Context, a Actor, q FleetQuery) (Fleet
 			out.AsOf = sn.at
 		}
 		if len(page) > 0 {
-			out.Clusters = append(out.Clusters, ClusterGuests{ClusterID: rec.row.ID, Name: rec.row.Name, Guests: page, AsOf: sn.at})
+			out.Clusters = append(out.Clusters, ClusterGuests{ClusterID: rec.row.ID, Name: rec.row.Name, Guests: page, AsOf: sn.at,
+				All: sn.val.all, Memo: sn.val.memo})
 		}
 		if q.Limit > 0 {
 			room -= len(page)

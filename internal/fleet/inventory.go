@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -62,6 +64,8 @@ type VMView struct {
 	CPU    float64
 	Mem    int64
 	Uptime int64
+
+	lname string // Name lower-cased, for VMQuery.Q; "" in a view not from a snapshot
 }
 
 // HAView is a VM's high-availability state.
@@ -203,21 +207,69 @@ func (s *Service) guestResources(ctx context.Context, clusterID int64) ([]pve.Re
 	return res, nil
 }
 
-// guestSet is one read of a cluster's guests: all of them by vmid, and each
-// kind's by vmid (copies, so that a list of one kind is a sub-slice too).
+// guestSet is one read of a cluster's guests: all of them by vmid; each
+// kind's by vmid, copied from all by the first list of one kind that asks (so
+// that it is a sub-slice too; the fleet-wide list of both kinds never pays for
+// them); and what a front end derives from all (Memo).
 type guestSet struct {
-	all, qemu, lxc []VMView
+	all   []VMView
+	kinds *kindLists
+	memo  *Memo
+}
+
+// kindLists are a guestSet's guests of each kind, made once.
+type kindLists struct {
+	once      sync.Once
+	qemu, lxc []VMView
+}
+
+// Memo holds one value a front end derives from a snapshot of a cluster's
+// guests — the API keeps each guest's JSON there — computed once for the
+// snapshot's life: a snapshot never changes, so neither does what follows from
+// it, and it goes with the snapshot.
+type Memo struct {
+	once sync.Once
+	val  any
+}
+
+// Do returns the memo's value, computing it with f the first time (once, however
+// many callers ask at the same time).
+func (m *Memo) Do(f func() any) any {
+	m.once.Do(func() { m.val = f() })
+	return m.val
 }
 
 // of returns the guests of kind, every guest for "".
 func (g guestSet) of(kind pve.GuestKind) []VMView {
-	switch kind {
-	case pve.Qemu:
-		return g.qemu
-	case pve.LXC:
-		return g.lxc
+	if kind != pve.Qemu && kind != pve.LXC {
+		return g.all
 	}
-	return g.all
+	k := g.kinds
+	if k == nil { // no read
+		return nil
+	}
+	k.once.Do(func() {
+		nqemu := 0
+		for i := range g.all {
+			if g.all[i].Type == pve.Qemu {
+				nqemu++
+			}
+		}
+		// One backing array for both: the VMs, then the containers.
+		views := make([]VMView, len(g.all))
+		k.qemu, k.lxc = views[:0:nqemu], views[nqemu:nqemu]
+		for i := range g.all {
+			if g.all[i].Type == pve.Qemu {
+				k.qemu = append(k.qemu, g.all[i])
+			} else {
+				k.lxc = append(k.lxc, g.all[i])
+			}
+		}
+	})
+	if kind == pve.Qemu {
+		return k.qemu
+	}
+	return k.lxc
 }
 
 // guestViews turns a /cluster/resources?type=vm answer into the cluster's
@@ -233,40 +285,26 @@ func guestViews(res []pve.Resource) guestSet {
 		at   int
 	}
 	keys := make([]key, 0, len(res))
-	ntags, nqemu := 0, 0
+	ntags := 0
 	for i := range res {
-		if k := pve.GuestKind(res[i].Type); k.Valid() {
+		if pve.GuestKind(res[i].Type).Valid() {
 			keys = append(keys, key{int64(res[i].VMID), i})
 			ntags += countTags(res[i].Tags)
-			if k == pve.Qemu {
-				nqemu++
-			}
 		}
 	}
 	byVMID := func(x, y key) int { return cmp.Compare(x.vmid, y.vmid) }
 	if !slices.IsSortedFunc(keys, byVMID) {
 		slices.SortFunc(keys, byVMID)
 	}
-	// One backing array for the three lists: all, then the VMs, then the
-	// containers.
-	views := make([]VMView, 2*len(keys))
-	g := guestSet{all: views[:len(keys):len(keys)]}
-	g.qemu = views[len(keys) : len(keys) : len(keys)+nqemu]
-	g.lxc = views[len(keys)+nqemu : len(keys)+nqemu : 2*len(keys)]
+	g := guestSet{all: make([]VMView, len(keys)), kinds: new(kindLists), memo: new(Memo)}
 	tags := make([]string, 0, ntags)
 	for i, k := range keys {
 		r := &res[k.at]
 		start := len(tags)
 		tags = appendTags(tags, r.Tags)
-		v := VMView{VMID: k.vmid, Type: pve.GuestKind(r.Type), Name: r.Name, Node: r.Node, Status: r.Status,
+		g.all[i] = VMView{VMID: k.vmid, Type: pve.GuestKind(r.Type), Name: r.Name, Node: r.Node, Status: r.Status,
 			Lock: r.Lock, Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, Pool: r.Pool,
-			MaxMem: r.MaxMem, MaxCPU: r.MaxCPU, Mem: r.Mem, CPU: r.CPU, Uptime: r.Uptime}
-		g.all[i] = v
-		if v.Type == pve.Qemu {
-			g.qemu = append(g.qemu, v)
-		} else {
-			g.lxc = append(g.lxc, v)
-		}
+			MaxMem: r.MaxMem, MaxCPU: r.MaxCPU, Mem: r.Mem, CPU: r.CPU, Uptime: r.Uptime, lname: strings.ToLower(r.Name)}
 	}
 	return g
 }

@@ -26,6 +26,11 @@ type VMQuery struct {
 	// Cursor continues after the page whose NextCursor it is; "" starts at the
 	// lowest vmid. It is opaque to clients.
 	Cursor string
+
+	// lq is Q lower-cased and qid the vmid Q names (0: none), worked out once
+	// per page (page), not once per guest.
+	lq  string
+	qid int64
 }
 
 // The states /cluster/resources gives a VM (unknown: its node does not answer).
@@ -46,6 +51,11 @@ const (
 // VMList is one page of a cluster's VMs by VMID, as of AsOf.
 type VMList struct {
 	VMs []VMView // shared with other answers: read only
+	// All are every guest of the snapshot VMs come from, of both kinds by vmid
+	// (VMs are among them), and Memo what a front end keeps of them (the API:
+	// each guest's JSON). Read only.
+	All  []VMView
+	Memo *Memo
 	// AsOf is when PVE was read; at most SnapshotMaxAge before the request.
 	AsOf time.Time
 	// NextCursor continues with the next page (VMQuery.Cursor); "" on the last.
@@ -142,7 +152,25 @@ func (q VMQuery) match(v *VMView) bool {
 			return false
 		}
 	}
-	return q.Q == "" || containsFold(v.Name, q.Q) || strconv.FormatInt(v.VMID, 10) == q.Q
+	return q.Q == "" || q.nameMatch(v) || q.idMatch(v)
+}
+
+// idMatch reports whether Q names v's vmid.
+func (q VMQuery) idMatch(v *VMView) bool {
+	if q.lq != "" { // page worked qid out
+		return q.qid != 0 && v.VMID == q.qid
+	}
+	return strconv.FormatInt(v.VMID, 10) == q.Q
+}
+
+// nameMatch reports whether v's name holds q.Q, ignoring case: in the name
+// lower-cased once per snapshot when v has it (q.lq is q.Q lower-cased, set by
+// page), else folding as it compares.
+func (q VMQuery) nameMatch(v *VMView) bool {
+	if v.lname != "" && q.lq != "" {
+		return strings.Contains(v.lname, q.lq)
+	}
+	return containsFold(v.Name, q.Q)
 }
 
 // containsFold reports whether sub occurs in s, ignoring case, without
@@ -186,7 +214,7 @@ func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindN
 	if err != nil {
 		return VMList{}, err
 	}
-	out := VMList{AsOf: sn.at}
+	out := VMList{AsOf: sn.at, All: sn.val.all, Memo: sn.val.memo}
 	var more bool
 	out.VMs, more = q.page(sn.val.of(kind), after, q.Limit)
 	if more {
@@ -220,6 +248,10 @@ func (q VMQuery) page(all []VMView, after int64, limit int) (page []VMView, more
 			end, more = start+limit, true
 		}
 		return all[start:end:end], more
+	}
+	q.lq = strings.ToLower(q.Q)
+	if id, err := strconv.ParseInt(q.Q, 10, 64); err == nil && strconv.FormatInt(id, 10) == q.Q {
+		q.qid = id
 	}
 	page = make([]VMView, 0, min(max(limit, 16), len(all)-start))
 	for i := start; i < len(all); i++ {

@@ -291,6 +291,25 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 	if got, want := hand(parts), marshal(refFleet); got != want {
 		t.Errorf("fleet guest list:\n got %s\nwant %s", got, want)
 	}
+	// Through a snapshot's Memo: each guest's JSON encoded once, then spliced,
+	// byte for byte the same for the whole snapshot and for a page of some of it.
+	memo := new(fleet.Memo)
+	var some []fleet.VMView
+	var refSome []guestJSON
+	for i := 1; i < len(guests); i += 2 {
+		some, refSome = append(some, guests[i]), append(refSome, refGuests[i])
+	}
+	for _, round := range []string{"encoding", "spliced"} {
+		if got, want := hand(guestItems{{Guests: guests, All: guests, Memo: memo}}), marshal(refGuests); got != want {
+			t.Errorf("guest list from the memo (%s):\n got %s\nwant %s", round, got, want)
+		}
+		if got, want := hand(guestItems{{Guests: some, All: guests, Memo: memo}}), marshal(refSome); got != want {
+			t.Errorf("a page from the memo (%s):\n got %s\nwant %s", round, got, want)
+		}
+	}
+	if enc, _ := memo.Do(func() any { return nil }).(*encodedGuests); enc == nil || len(enc.offs) != len(guests)+1 {
+		t.Errorf("the memo holds %+v, want every guest's JSON", enc)
+	}
 	if got := hand(guestItems(nil)); got != "[]" {
 		t.Errorf("empty guest list: %s", got)
 	}

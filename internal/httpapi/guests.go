@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -52,7 +53,7 @@ func (s *Server) guestStatus(kind vmops.GuestKind) handler {
 
 // notOffered answers an action vmgate does not offer for a kind of guest, once
 // the request is valid (path, no query, no body) and before anything else:
-// nothing of the cluster is looked at (docs/decisions/0081).
+// nothing of the cluster is looked at (docs/decisions/0090).
 func notOffered(kind vmops.GuestKind, action, why string) handler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := pathGuest(r, kind); err != nil {
@@ -147,7 +148,8 @@ func (s *Server) listClusterGuests(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	writeEncoded(w, http.StatusOK, "success", guestItems{{Guests: l.VMs}}, func(e *jsonEnc) { e.asOf(l.AsOf, l.NextCursor, true) })
+	writeEncoded(w, http.StatusOK, "success", guestItems{{Guests: l.VMs, All: l.All, Memo: l.Memo}},
+		func(e *jsonEnc) { e.asOf(l.AsOf, l.NextCursor, true) })
 	return nil
 }
 
@@ -218,7 +220,8 @@ func (l guestItems) appendJSON(e *jsonEnc) {
 const streamChunk = 32 << 10
 
 // appendItems writes the list, calling flush (when not nil) whenever the
-// buffer holds streamChunk bytes or more.
+// buffer holds streamChunk bytes or more. A part with a snapshot's Memo splices
+// each guest's JSON, encoded once per snapshot (guestJSONOf), after its prefix.
 func (l guestItems) appendItems(e *jsonEnc, flush func(*jsonEnc)) {
 	b := append(e.b, '[')
 	finite := true
@@ -236,6 +239,11 @@ func (l guestItems) appendItems(e *jsonEnc, flush func(*jsonEnc)) {
 		} else {
 			prefix = append(prefix, `{"vmid":`...)
 		}
+		enc, at := guestJSONOf(part), 0
+		if enc != nil && len(part.Guests) > 0 {
+			from := part.Guests[0].VMID
+			at = sort.Search(len(part.All), func(i int) bool { return part.All[i].VMID >= from })
+		}
 		for j := range part.Guests {
 			v := &part.Guests[j]
 			if !first {
@@ -243,41 +251,18 @@ func (l guestItems) appendItems(e *jsonEnc, flush func(*jsonEnc)) {
 			}
 			first = false
 			b = append(b, prefix...)
-			b = strconv.AppendInt(b, v.VMID, 10)
-			b = append(b, `,"type":`...)
-			b = appendString(b, string(v.Type))
-			b = append(b, `,"name":`...)
-			b = appendString(b, v.Name)
-			b = append(b, `,"node":`...)
-			b = appendString(b, v.Node)
-			b = append(b, `,"status":`...)
-			b = appendString(b, v.Status)
-			b = append(b, `,"lock":`...)
-			b = appendString(b, v.Lock)
-			b = append(b, `,"tags":[`...)
-			for k, t := range v.Tags {
-				if k > 0 {
-					b = append(b, ',')
-				}
-				b = appendString(b, t)
+			// The page's guests are the snapshot's, in the same order.
+			for enc != nil && at < len(part.All) && part.All[at].VMID < v.VMID {
+				at++
 			}
-			b = append(b, `],"haState":`...)
-			b = appendString(b, v.HAState)
-			b = append(b, `,"pool":`...)
-			b = appendString(b, v.Pool)
-			b = append(b, `,"maxMem":`...)
-			b = strconv.AppendInt(b, v.MaxMem, 10)
-			b = append(b, `,"maxCpu":`...)
-			var ok1, ok2 bool
-			b, ok1 = appendFloat(b, v.MaxCPU)
-			b = append(b, `,"mem":`...)
-			b = strconv.AppendInt(b, v.Mem, 10)
-			b = append(b, `,"cpu":`...)
-			b, ok2 = appendFloat(b, v.CPU)
-			finite = finite && ok1 && ok2
-			b = append(b, `,"uptime":`...)
-			b = strconv.AppendInt(b, v.Uptime, 10)
-			b = append(b, '}')
+			if enc != nil && at < len(part.All) && part.All[at].VMID == v.VMID {
+				b = append(b, enc.b[enc.offs[at]:enc.offs[at+1]]...)
+				at++
+			} else {
+				var ok bool
+				b, ok = appendGuest(b, v)
+				finite = finite && ok
+			}
 			if flush != nil && len(b) >= streamChunk {
 				e.b = b
 				flush(e)
@@ -289,6 +274,77 @@ func (l guestItems) appendItems(e *jsonEnc, flush func(*jsonEnc)) {
 	if !finite && e.err == nil {
 		e.err = errNotFinite
 	}
+}
+
+// appendGuest appends a guest's JSON from its vmid's value on (the part's
+// prefix is written), and whether its numbers are finite.
+func appendGuest(b []byte, v *fleet.VMView) ([]byte, bool) {
+	b = strconv.AppendInt(b, v.VMID, 10)
+	b = append(b, `,"type":`...)
+	b = appendString(b, string(v.Type))
+	b = append(b, `,"name":`...)
+	b = appendString(b, v.Name)
+	b = append(b, `,"node":`...)
+	b = appendString(b, v.Node)
+	b = append(b, `,"status":`...)
+	b = appendString(b, v.Status)
+	b = append(b, `,"lock":`...)
+	b = appendString(b, v.Lock)
+	b = append(b, `,"tags":[`...)
+	for k, t := range v.Tags {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, t)
+	}
+	b = append(b, `],"haState":`...)
+	b = appendString(b, v.HAState)
+	b = append(b, `,"pool":`...)
+	b = appendString(b, v.Pool)
+	b = append(b, `,"maxMem":`...)
+	b = strconv.AppendInt(b, v.MaxMem, 10)
+	b = append(b, `,"maxCpu":`...)
+	var ok1, ok2 bool
+	b, ok1 = appendFloat(b, v.MaxCPU)
+	b = append(b, `,"mem":`...)
+	b = strconv.AppendInt(b, v.Mem, 10)
+	b = append(b, `,"cpu":`...)
+	b, ok2 = appendFloat(b, v.CPU)
+	b = append(b, `,"uptime":`...)
+	b = strconv.AppendInt(b, v.Uptime, 10)
+	return append(b, '}'), ok1 && ok2
+}
+
+// encodedGuests is every guest of a snapshot as appendGuest writes it, one after
+// the other: guest i of the snapshot's All is b[offs[i]:offs[i+1]].
+type encodedGuests struct {
+	b    []byte
+	offs []int
+}
+
+// guestJSONOf is the part's snapshot's guests' JSON, encoded by the first
+// request that needs it and kept in the snapshot's Memo for every later one
+// (a snapshot never changes); nil when the part has no Memo or a number of
+// the snapshot is not one JSON can hold (each guest is then encoded as it is
+// written, and the answer is refused as before).
+func guestJSONOf(part *fleet.ClusterGuests) *encodedGuests {
+	if part.Memo == nil || len(part.All) == 0 {
+		return nil
+	}
+	all := part.All
+	enc, _ := part.Memo.Do(func() any {
+		g := &encodedGuests{b: make([]byte, 0, len(all)*200), offs: make([]int, 1, len(all)+1)}
+		for i := range all {
+			var ok bool
+			if g.b, ok = appendGuest(g.b, &all[i]); !ok {
+				return (*encodedGuests)(nil)
+			}
+			g.offs = append(g.offs, len(g.b))
+		}
+		g.b = slices.Clip(g.b)
+		return g
+	}).(*encodedGuests)
+	return enc
 }
 
 // finite reports whether every number of the list is one JSON can hold.
@@ -307,7 +363,7 @@ func (l guestItems) finite() bool {
 // writeGuestsStreamed answers 200 with a guest list as writeEncoded would, but
 // written out in chunks of about streamChunk as it is encoded, without a
 // Content-Length: the fleet's list of 100 000 guests is ~30 MB, which a
-// buffered answer would hold whole per request (docs/decisions/0081). A list
+// buffered answer would hold whole per request (docs/decisions/0090). A list
 // with a number JSON cannot hold is checked first and answered 500 by
 // writeEncoded, as every hand-encoded answer is.
 func writeGuestsStreamed(w http.ResponseWriter, l guestItems, extra func(*jsonEnc)) {

@@ -271,9 +271,7 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 	if in.Target != nil {
 		req.Target = *in.Target
 	}
-	if in.Restart != nil {
-		req.Restart = *in.Restart
-	}
+	req.Restart = in.Restart
 	if in.Timeout != nil {
 		n := clampInt(*in.Timeout)
 		req.Timeout = &n

@@ -36,25 +36,29 @@ func TestContainerPowerAndMigration(t *testing.T) {
 		t.Fatalf("the start's task row: %+v, %v", row, err)
 	}
 	_, err = e.svc.Start(ctx, e.actor, ct("pve2", 201), PowerOptions{})
-	if e := wantReason(t, err, errs.Conflict, "vm_running"); e.Message != "CT 201 is already running" {
+	if e := wantReason(t, err, errs.Conflict, errs.ReasonCTRunning); e.Message != "CT 201 is already running" {
 		t.Errorf("second start: %q", e.Message)
 	}
 
-	// A running CT does not migrate live; with restart it moves and runs again.
-	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3"})
-	wantReason(t, err, errs.Conflict, "vm_running")
+	// A running CT does not migrate live: restart=false is 409 ct_running; by
+	// default (restart not given) it moves by a restart and runs again.
+	no := false
+	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", Restart: &no})
+	if e := wantReason(t, err, errs.Conflict, errs.ReasonCTRunning); !strings.Contains(e.Message, "restart=false") {
+		t.Errorf("restart=false on a running CT: %q", e.Message)
+	}
 	online := true
 	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", Online: &online})
 	wantReason(t, err, errs.Invalid, "invalid_request")
 	_, err = e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", WithLocalDisks: true})
 	wantReason(t, err, errs.Invalid, "invalid_request")
-	_, err = e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2", Restart: true})
+	_, err = e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2", Restart: &online})
 	wantReason(t, err, errs.Invalid, "invalid_request")
 	if n := e.requests("POST", "/nodes/{node}/lxc/{vmid}/migrate"); n != 0 {
 		t.Fatalf("%d migrate POSTs reached PVE for refused requests", n)
 	}
 
-	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3", Restart: true})
+	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve2", 201), MigrateRequest{Target: "pve3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +73,10 @@ func TestContainerPowerAndMigration(t *testing.T) {
 	out, err = e.svc.Stop(ctx, e.actor, ct("pve3", 201), StopOptions{Wait: 30 * time.Second})
 	if err != nil || out.Running || out.Task.Type != "vzshutdown" {
 		t.Fatalf("graceful stop of CT 201 on pve3: %+v, %v", out, err)
+	}
+	_, err = e.svc.Reboot(ctx, e.actor, ct("pve3", 201), PowerOptions{})
+	if e := wantReason(t, err, errs.Conflict, errs.ReasonCTStopped); e.Message != "CT 201 is not running" {
+		t.Errorf("reboot of a stopped CT: %q", e.Message)
 	}
 	// An HA-managed container: PVE answers with the HA stand-in, and the view
 	// follows the container's own task the HA stack ran for it.
@@ -91,7 +99,7 @@ func TestContainerPowerAndMigration(t *testing.T) {
 func TestContainerMigrationProgress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	taskID, err := e.svc.Migrate(e.request(), e.actor, ct("pve3", 202), MigrateRequest{Target: "pve2", Restart: true})
+	taskID, err := e.svc.Migrate(e.request(), e.actor, ct("pve3", 202), MigrateRequest{Target: "pve2", Restart: func() *bool { b := true; return &b }()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +115,7 @@ func TestContainerMigrationProgress(t *testing.T) {
 }
 
 // TestMigrateRefusesTheOtherKindsFields (issue 18 (docs/history.md),
-// docs/decisions/0081): a field of the other kind's migration that asks for
+// docs/decisions/0090): a field of the other kind's migration that asks for
 // something is 400 naming it (message and "field"), before PVE is asked; a
 // false asks for nothing and passes.
 func TestMigrateRefusesTheOtherKindsFields(t *testing.T) {
@@ -121,11 +129,12 @@ func TestMigrateRefusesTheOtherKindsFields(t *testing.T) {
 	}{
 		{"online on a CT", GuestCT, MigrateRequest{Online: &yes}, "online"},
 		{"withLocalDisks on a CT", GuestCT, MigrateRequest{WithLocalDisks: true}, "withLocalDisks"},
-		{"restart on a VM", GuestVM, MigrateRequest{Restart: true}, "restart"},
+		{"restart on a VM", GuestVM, MigrateRequest{Restart: &yes}, "restart"},
 		{"timeout on a VM", GuestVM, MigrateRequest{Timeout: &thirty}, "timeout"},
 		{"timeout 0 on a VM", GuestVM, MigrateRequest{Timeout: new(int)}, "timeout"},
 		{"online=false on a CT", GuestCT, MigrateRequest{Online: &no}, ""},
-		{"restart and timeout on a CT", GuestCT, MigrateRequest{Restart: true, Timeout: &thirty}, ""},
+		{"restart and timeout on a CT", GuestCT, MigrateRequest{Restart: &yes, Timeout: &thirty}, ""},
+		{"restart=false on a VM", GuestVM, MigrateRequest{Restart: &no}, ""},
 		{"online and withLocalDisks on a VM", GuestVM, MigrateRequest{Online: &yes, WithLocalDisks: true}, ""},
 	}
 	for _, tc := range cases {
@@ -172,7 +181,7 @@ func TestTaskLogHasNoStandIn(t *testing.T) {
 	ctx := e.request()
 	// A restart migration of the running CT 202 writes its first line, the
 	// shutdown, only after the emulator's clock moves.
-	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve3", 202), MigrateRequest{Target: "pve1", Restart: true})
+	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve3", 202), MigrateRequest{Target: "pve1", Restart: func() *bool { b := true; return &b }()})
 	if err != nil {
 		t.Fatal(err)
 	}

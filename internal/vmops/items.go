@@ -91,8 +91,8 @@ type Action struct {
 // Evacuate or Bulk); its driver acts for it later, maybe in another process.
 func (s *Service) Act(ctx context.Context, a Actor, g GuestRef, act Action) error {
 	if act.Op == OpMigrate {
-		online := act.Online
-		req := MigrateRequest{Target: act.Target, WithLocalDisks: act.WithLocalDisks, Restart: act.Restart, Timeout: act.Timeout}
+		online, restart := act.Online, act.Restart
+		req := MigrateRequest{Target: act.Target, WithLocalDisks: act.WithLocalDisks, Restart: &restart, Timeout: act.Timeout}
 		if g.Kind != GuestCT {
 			req.Online = &online
 		}

@@ -27,14 +27,16 @@ type MigrateRequest struct {
 	BWLimit        *int   // KiB/s; nil = PVE's configured limit
 	// Restart (containers only) migrates a running CT by a restart: PVE shuts it
 	// down, moves it and starts it on the target (PVE cannot move a container
-	// live). A running CT without it is 409 vm_running. Timeout is the restart's
-	// shutdown timeout in seconds (PVE's default 180).
-	Restart bool
+	// live). nil means true, as Online's nil does for a VM; a running CT with
+	// Restart false is 409 ct_running (issue 18 (docs/history.md)). A stopped CT
+	// moves as it is whatever it says. Timeout is the restart's shutdown timeout
+	// in seconds (PVE's default 180).
+	Restart *bool
 	Timeout *int
 }
 
 // kindFields refuses a field of the other kind's migration that asks for
-// something (docs/decisions/0081): online=true and withLocalDisks=true for a
+// something (docs/decisions/0090): online=true and withLocalDisks=true for a
 // container, restart=true and a timeout for a VM. A false asks for nothing
 // (a client may send one body for both kinds). The error names the field, also
 // as its "field" detail.
@@ -45,7 +47,7 @@ func kindFields(kind GuestKind, req MigrateRequest) error {
 		field, why = "online", "online is for VMs: PVE cannot migrate a container live; migrate it with restart=true, or stop it first"
 	case kind == GuestCT && req.WithLocalDisks:
 		field, why = "withLocalDisks", "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)"
-	case kind != GuestCT && req.Restart:
+	case kind != GuestCT && req.Restart != nil && *req.Restart:
 		field, why = "restart", "restart is for containers: a running VM migrates live (online=true)"
 	case kind != GuestCT && req.Timeout != nil:
 		field, why = "timeout", "timeout is for containers (the restart's shutdown timeout): a running VM migrates live (online=true)"
@@ -285,13 +287,13 @@ func (s *Service) migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 	running := st.Status == "running" || pc.Running
 	if vm.Kind == GuestCT {
 		// A container moves stopped, or by a restart; "online" is never sent.
-		online = req.Restart
+		online = req.Restart == nil || *req.Restart
 		if running && !online {
-			return "", errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running; migrate it with restart=true (PVE shuts it down, moves it and starts it on %s) or stop it first", vm.name(), req.Target)
+			return "", runningErr(vm, "%s is running and restart=false was asked; migrate it by a restart (restart=true, the default: PVE shuts it down, moves it and starts it on %s) or stop it first", vm.name(), req.Target)
 		}
 	}
 	if running && !online {
-		return "", errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running; migrate it online (online=true) or stop it first", vm.name())
+		return "", runningErr(vm, "%s is running; migrate it online (online=true) or stop it first", vm.name())
 	}
 	if err := blocked(vm, req, running, pc); err != nil {
 		return "", err
@@ -308,7 +310,7 @@ func (s *Service) migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 		TargetStorage: req.TargetStorage, BWLimit: req.BWLimit}
 	if vm.Kind == GuestCT {
 		opts.Online = false
-		opts.Restart, opts.Timeout = running && req.Restart, req.Timeout
+		opts.Restart, opts.Timeout = running, req.Timeout
 		params["online"] = false
 		if opts.Restart {
 			params["restart"] = true

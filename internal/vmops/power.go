@@ -98,11 +98,11 @@ func checkPower(op string, vm GuestRef, st pve.GuestStatus) error {
 			return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is %s; start does not resume it (resume it: POST …/resume, or stop it first)", vm.name(), st.QMPStatus)
 		}
 		if st.Status == "running" {
-			return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is already running", vm.name())
+			return runningErr(vm, "%s is already running", vm.name())
 		}
 	default:
 		if st.Status != "running" {
-			return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is not running", vm.name())
+			return stoppedErr(vm, "%s is not running", vm.name())
 		}
 	}
 	if locked {
@@ -112,6 +112,24 @@ func checkPower(op string, vm GuestRef, st pve.GuestStatus) error {
 		return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is %s; PVE cannot %s a paused VM (resume it first: POST …/resume, or stop it with force=true)", vm.name(), st.QMPStatus, op)
 	}
 	return nil
+}
+
+// runningErr and stoppedErr are the 409 of a guest whose power state refuses
+// the action: vm_running and vm_stopped for a VM, ct_running and ct_stopped for
+// a container, so that a client tells which kind's rule it met (issue 18
+// (docs/history.md)).
+func runningErr(vm GuestRef, format string, args ...any) *errs.Error {
+	if vm.Kind == GuestCT {
+		return errs.R(errs.Conflict, errs.ReasonCTRunning, format, args...)
+	}
+	return errs.R(errs.Conflict, errs.ReasonVMRunning, format, args...)
+}
+
+func stoppedErr(vm GuestRef, format string, args ...any) *errs.Error {
+	if vm.Kind == GuestCT {
+		return errs.R(errs.Conflict, errs.ReasonCTStopped, format, args...)
+	}
+	return errs.R(errs.Conflict, errs.ReasonVMStopped, format, args...)
 }
 
 func lockedErr(vmid int64, lock string) *errs.Error {
@@ -392,13 +410,13 @@ func stateError(op string, vm GuestRef, msg string) error {
 	case strings.Contains(low, "vm is locked"):
 		return lockedErr(vm.VMID, lockName(msg))
 	case strings.Contains(low, "already running"):
-		return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is already running", vm.name())
+		return runningErr(vm, "%s is already running", vm.name())
 	case strings.Contains(low, "not running"):
-		return errs.R(errs.Conflict, errs.ReasonVMStopped, "%s is not running", vm.name())
+		return stoppedErr(vm, "%s is not running", vm.name())
 	case strings.Contains(low, "is paused"):
 		return errs.R(errs.Conflict, errs.ReasonVMPaused, "%s is paused; PVE cannot %s it", vm.name(), op)
 	case strings.Contains(low, "can't migrate running vm without --online"):
-		return errs.R(errs.Conflict, errs.ReasonVMRunning, "%s is running; migrate it online or stop it first", vm.name())
+		return runningErr(vm, "%s is running; migrate it online or stop it first", vm.name())
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ func TestContainerPage(t *testing.T) {
 		t.Error("the container's migrate form offers a VM's options")
 	}
 	p = b.post("/cts/1/pve1/200/migrate", url.Values{"target": {"pve2"}, "timeout": {""}}).expect(t, http.StatusSeeOther)
-	if p = b.get(p.location()); !strings.Contains(p.body, "vm_running") || !strings.Contains(p.body, "restart") {
+	if p = b.get(p.location()); !strings.Contains(p.body, "ct_running") || !strings.Contains(p.body, "restart") {
 		t.Errorf("a running container's migration without restart:\n%s", p.body)
 	}
 	p = b.post("/cts/1/pve1/200/migrate", url.Values{"target": {"pve2"}, "restart": {"on"}, "timeout": {"30"}}).expect(t, http.StatusSeeOther)

@@ -141,7 +141,8 @@ func (u *UI) guestMigrate(k guestKind) func(w http.ResponseWriter, r *http.Reque
 		back += "?target=" + url.QueryEscape(target)
 		var req vmops.MigrateRequest
 		if vm.Kind == vmops.GuestCT {
-			req = vmops.MigrateRequest{Target: target, Restart: r.PostFormValue("restart") == "on"}
+			restart := r.PostFormValue("restart") == "on" // the form checks it for a running CT
+			req = vmops.MigrateRequest{Target: target, Restart: &restart}
 			if t := strings.TrimSpace(r.PostFormValue("timeout")); t != "" { // empty: not given, as in PVE
 				n, err := strconv.Atoi(t)
 				if err != nil {

@@ -198,7 +198,7 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 	case errs.ReasonShutdownTimeout:
 		n.Message = guestName(vm) + " did not shut down in time (shutdown_timeout): the guest ignored the request. " +
 			"Force stop powers it off at once."
-	case errs.ReasonVMRunning, errs.ReasonVMStopped, errs.ReasonVMPaused, errs.ReasonVMLocked:
+	case errs.ReasonVMRunning, errs.ReasonVMStopped, errs.ReasonVMPaused, errs.ReasonVMLocked, errs.ReasonCTRunning, errs.ReasonCTStopped:
 		n.Message = sentence(what + " was refused (" + e.Reason + "): " + e.Message)
 	}
 	return n
