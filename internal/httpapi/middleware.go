@@ -28,8 +28,10 @@ type reqInfo struct {
 	metrics *routeMetrics
 	// query is the parsed query string, parsed once (query).
 	query url.Values
-	base  *slog.Logger // the server's logger
-	log   *slog.Logger // base with the request id, made when first needed (logFrom)
+	// deadline is the request's deadline, when its route has one (deadline.go).
+	deadline requestDeadline
+	base     *slog.Logger // the server's logger
+	log      *slog.Logger // base with the request id, made when first needed (logFrom)
 }
 
 // logger returns the request's logger: the server's, with the request id.
