@@ -155,6 +155,11 @@ func (c *Client) Audit(ctx context.Context, f AuditFilter) (Listing[AuditRecord]
 // list reads the list at path, following nextCursor to the end when the API
 // pages it, and decodes every item.
 func list[T any](ctx context.Context, c *Client, path string, q url.Values) (Listing[T], error) {
+	return listPages[T](ctx, c, path, q, nil)
+}
+
+// listPages is list, calling each (when not nil) with every page's answer.
+func listPages[T any](ctx context.Context, c *Client, path string, q url.Values, each func(*Response)) (Listing[T], error) {
 	var out Listing[T]
 	q = cloneValues(q)
 	for {
@@ -162,6 +167,9 @@ func list[T any](ctx context.Context, c *Client, path string, q url.Values) (Lis
 		resp, err := c.do(ctx, http.MethodGet, path, q, nil, &page)
 		if err != nil {
 			return out, err
+		}
+		if each != nil {
+			each(resp)
 		}
 		for _, r := range page {
 			var v T

@@ -133,6 +133,9 @@ type Response struct {
 	AsOf *time.Time
 	// NextCursor is a paged list's cursor of the next page ("" on the last).
 	NextCursor string
+	// Unavailable are the clusters the fleet-wide guest list could not read
+	// (nil elsewhere).
+	Unavailable []ClusterUnavailable
 }
 
 // TaskID is the X-Task-Id header: the UPID of the task the request started.
@@ -302,6 +305,8 @@ type envelope struct {
 	Data       json.RawMessage `json:"data"`
 	AsOf       *time.Time      `json:"asOf"`
 	NextCursor *string         `json:"nextCursor"`
+	// Unavailable is the fleet-wide guest list's.
+	Unavailable []ClusterUnavailable `json:"unavailable"`
 }
 
 // send makes one request and decodes its envelope.
@@ -342,7 +347,8 @@ func (c *Client) send(ctx context.Context, method, u string, hdr http.Header, bo
 			return nil, fmt.Errorf("%s %s: decode the answer: %w", method, req.URL.Path, err)
 		}
 	}
-	answer := &Response{Status: resp.StatusCode, Message: env.Message, Data: env.Data, Header: resp.Header, AsOf: env.AsOf}
+	answer := &Response{Status: resp.StatusCode, Message: env.Message, Data: env.Data, Header: resp.Header, AsOf: env.AsOf,
+		Unavailable: env.Unavailable}
 	if env.NextCursor != nil {
 		answer.NextCursor = *env.NextCursor
 	}

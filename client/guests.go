@@ -106,9 +106,21 @@ func (c *Client) ClusterGuests(ctx context.Context, clusterID int64, f GuestFilt
 }
 
 // Guests lists the guests of every cluster the caller may see that pass f,
-// every page; each names its cluster.
-func (c *Client) Guests(ctx context.Context, f GuestFilter) (Listing[Guest], error) {
-	return list[Guest](ctx, c, fleetGuests, f.query())
+// every page; each names its cluster. A cluster vmgate could not read is in
+// Unavailable (once, however many pages named it), its guests missing.
+func (c *Client) Guests(ctx context.Context, f GuestFilter) (FleetGuests, error) {
+	var out FleetGuests
+	seen := map[int64]bool{}
+	l, err := listPages[Guest](ctx, c, fleetGuests, f.query(), func(r *Response) {
+		for _, u := range r.Unavailable {
+			if !seen[u.ClusterID] {
+				seen[u.ClusterID] = true
+				out.Unavailable = append(out.Unavailable, u)
+			}
+		}
+	})
+	out.Listing = l
+	return out, err
 }
 
 // GuestStatus reads a guest's status on its node.

@@ -47,6 +47,17 @@ func (c *Client) Task(ctx context.Context, taskID string, q TaskQuery) (Task, er
 	return t, err
 }
 
+// AbortTask stops a running task as PVE's own Stop does (the operator grant on
+// its cluster). The answer is the task as it was when PVE was asked: PVE ends it
+// a moment later with what it writes ("migration aborted", "received
+// interrupt"), which Task with Wait reads. clusterID names the cluster of a task
+// vmgate did not start (0 otherwise). An ended task is a 409 task_finished.
+func (c *Client) AbortTask(ctx context.Context, taskID string, clusterID int64) (Task, error) {
+	var t Task
+	_, err := c.do(ctx, http.MethodDelete, TaskPath(taskID), TaskQuery{ClusterID: clusterID}.values(), nil, &t)
+	return t, err
+}
+
 // TaskLogPage reads limit lines of a task's log from line start (0-based).
 func (c *Client) TaskLogPage(ctx context.Context, taskID string, clusterID int64, start, limit int) (TaskLog, error) {
 	q := TaskQuery{ClusterID: clusterID}.values()

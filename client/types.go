@@ -240,6 +240,30 @@ type Guest struct {
 	Type        GuestKind `json:"type"`
 	ClusterID   int64     `json:"clusterId,omitempty"`
 	ClusterName string    `json:"clusterName,omitempty"`
+	Pool        string    `json:"pool"` // "" for none
+	// What PVE's statistics say the guest uses now (they lag by about 10 s):
+	// memory in bytes, the share of its CPUs (0–1), seconds since it started.
+	Mem    int64   `json:"mem"`
+	CPU    float64 `json:"cpu"`
+	Uptime int64   `json:"uptime"`
+}
+
+// FleetGuests is the fleet-wide guest list (Client.Guests): the guests of
+// every cluster the caller may see, and the clusters that could not be read.
+type FleetGuests struct {
+	Listing[Guest]
+	// Unavailable are the clusters whose guests are missing: vmgate could not
+	// read them (no endpoint answers, PVE failed).
+	Unavailable []ClusterUnavailable
+}
+
+// ClusterUnavailable is a cluster the fleet-wide list could not read, with
+// the reason and message a list of that cluster alone would have answered.
+type ClusterUnavailable struct {
+	ClusterID   int64  `json:"clusterId"`
+	ClusterName string `json:"clusterName"`
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
 }
 
 // GuestFilter selects the guests of a list (every field optional). PageSize > 0
@@ -330,6 +354,9 @@ type Progress struct {
 	TotalBytes       int64   `json:"totalBytes"`
 	BytesPerSecond   int64   `json:"bytesPerSecond"`
 	Phase            string  `json:"phase"`
+	// DowntimeSeconds is, for a container's restart migration that ended, how
+	// long it was down; nil otherwise.
+	DowntimeSeconds *int64 `json:"downtimeSeconds"`
 }
 
 // Task is a PVE task as vmgate reports it (docs/design.md §3.3).
@@ -436,6 +463,15 @@ type OperationItem struct {
 	TaskID   *string   `json:"taskId"`
 	Error    *string   `json:"error"`
 	Progress *Progress `json:"progress"`
+	// Downtime is a running container's expected downtime in its restart
+	// migration, and what the figure rests on.
+	Downtime *Downtime `json:"downtime"`
+}
+
+// Downtime is a container's expected downtime in a restart migration.
+type Downtime struct {
+	Seconds int64  `json:"seconds"`
+	Basis   string `json:"basis"`
 }
 
 // TargetNode is the item's target, "" for none.
@@ -463,7 +499,17 @@ type Operation struct {
 	Abort           bool            `json:"abort"`
 	Counts          OperationCounts `json:"counts"`
 	Items           []OperationItem `json:"items"`
+	// Left: an evacuation's guests still on its node once it ended, and why.
+	Left []LeftGuest `json:"left"`
 	RawJSON
+}
+
+// LeftGuest is a guest an operation left where it was, and why.
+type LeftGuest struct {
+	VMID int64     `json:"vmid"`
+	Type GuestKind `json:"type"`
+	Name string    `json:"name"`
+	Why  string    `json:"why"`
 }
 
 // Finished reports whether the operation has ended.
@@ -505,6 +551,11 @@ type EvacuateRequest struct {
 	IncludeStopped *bool    `json:"includeStopped,omitempty"`
 	StopOnError    bool     `json:"stopOnError,omitempty"`
 	DryRun         bool     `json:"dryRun,omitempty"`
+	// Type is "qemu" (VMs only) or "lxc" (containers only); "" both.
+	Type string `json:"type,omitempty"`
+	// Timeout is a running container's shutdown timeout in its restart
+	// migration, in seconds; nil: PVE's.
+	Timeout *int `json:"timeout,omitempty"`
 }
 
 // BulkSelector chooses a bulk action's guests: those matching every field given.
@@ -512,6 +563,7 @@ type BulkSelector struct {
 	Node   string `json:"node,omitempty"`
 	Tag    string `json:"tag,omitempty"`
 	Status string `json:"status,omitempty"`
+	Type   string `json:"type,omitempty"` // qemu or lxc; "" both
 }
 
 // BulkRequest is the body of a bulk action: exactly one of VMIDs and Selector.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Release build: static vmgate binaries for linux/amd64 and linux/arm64 (CGO_ENABLED=0;
-# the SQLite driver is pure Go), their SHA-256 checksums, and, when a Docker daemon
-# answers, the container image from packaging/Containerfile.
+# the SQLite driver is pure Go), and, when buildah is installed, the container image
+# of packaging/Containerfile for the same platforms as one OCI archive; SHA-256
+# checksums of them all in SHA256SUMS.
 #
 #   scripts/release.sh [VERSION]        # default: git describe, else "dev"
 #   OUT=dist PLATFORMS="linux/amd64" scripts/release.sh v1.0.0
@@ -35,17 +36,37 @@ for p in $platforms; do
     "$bin" version
   fi
 done
-(cd "$out" && sha256sum vmgate-* > SHA256SUMS && cat SHA256SUMS)
 
-# The image needs no base image from a registry: FROM scratch, the static binary, the
-# build host's CA certificates (for PVE endpoints with a public CA), a non-root user.
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  ctx="$out/image"; mkdir -p "$ctx/data"
-  cp "$out/vmgate-${version}-linux-amd64" "$ctx/vmgate"
-  cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca-certificates.crt"
+# The container image (packaging/Containerfile): built with buildah, daemonless, on vfs
+# storage of its own under $out/.buildah (the machine's container storage is left
+# alone), one image per platform above from the same Containerfile, FROM scratch with no
+# RUN step, so the arm64 image is assembled on any host. Both go into one OCI archive,
+# $out/vmgate-VERSION-image.oci.tar (an index naming vmgate:VERSION, one manifest per
+# platform): `podman load -i` it, or push every platform with
+# `skopeo copy --all oci-archive:FILE docker://YOUR-REGISTRY/vmgate:VERSION`.
+if command -v buildah >/dev/null 2>&1; then
+  ca=/etc/ssl/certs/ca-certificates.crt
+  if [ ! -s "$ca" ]; then echo "$ca is missing: install Debian's ca-certificates" >&2; exit 1; fi
+  ctx="$out/image"; mkdir -p "$ctx/data" "$ctx/tmp"; chmod 0755 "$ctx/data"; chmod 1777 "$ctx/tmp"
+  cp "$ca" "$ctx/ca-certificates.crt"
   printf 'vmgate:x:65532:65532:vmgate:/data:/vmgate\n' > "$ctx/passwd"
   printf 'vmgate:x:65532:\n' > "$ctx/group"
-  docker build -f packaging/Containerfile -t "vmgate:${version}" "$ctx"
+  storage="$out/.buildah"
+  buildah=(buildah --storage-driver vfs --root "$storage/root" --runroot "$storage/run")
+  tag="${version//[^A-Za-z0-9_.-]/-}"
+  archive="$out/vmgate-${version}-image.oci.tar"
+  for p in $platforms; do
+    cp "$out/vmgate-${version}-${p%/*}-${p#*/}" "$ctx/vmgate-${p%/*}-${p#*/}"
+    echo "building the image for $p"
+    "${buildah[@]}" build --quiet --platform "$p" --build-arg VERSION="$version" \
+      --manifest "localhost/vmgate:${tag}" -f packaging/Containerfile "$ctx"
+  done
+  "${buildah[@]}" manifest push --quiet --all --format oci "localhost/vmgate:${tag}" \
+    "oci-archive:${archive}:vmgate:${tag}"
+  if [ "$(id -u)" -eq 0 ]; then rm -rf "$storage"; else buildah unshare rm -rf "$storage"; fi
+  rm -rf "$ctx"
+  echo "image: $archive ($platforms)"
 else
-  echo "no Docker daemon: container image not built (packaging/Containerfile)"
+  echo "buildah not found: the container image (packaging/Containerfile) was not built; install Debian's buildah"
 fi
+(cd "$out" && sha256sum vmgate-* > SHA256SUMS && cat SHA256SUMS)

@@ -98,6 +98,8 @@ var measurements = []measurement{
 	{"rss", (*bench).measureRSS},
 	{"conns", (*bench).measureConns},
 	{"list", (*bench).measureList},
+	{"live", (*bench).measureLive},   // live.go
+	{"fleet", (*bench).measureFleet}, // fleet.go: its own vmgate and emulators
 	{"login", (*bench).measureLogin},
 	{"flood", (*bench).measureFlood},
 	{"replica", (*bench).measureReplica},
@@ -130,10 +132,12 @@ func goalList(c config) []*goal {
 		&goal{id: "list.cold", measurement: "list", what: fmt.Sprintf("VM list of %d VMs, cold cache, p50", c.vms), want: "≤ 50 ms"},
 		&goal{id: "list.fresh", measurement: "list", what: fmt.Sprintf("VM list of %d VMs, fresh snapshot, p50", c.vms), want: "≤ 10 ms"},
 		&goal{id: "list.listers", measurement: "list", what: fmt.Sprintf("PVE reads while %d clients list the VMs", c.listers), want: "≤ 1 per second"},
+		&goal{id: "live.reads", measurement: "live", what: fmt.Sprintf("PVE inventory reads while %d live pages watch one cluster", c.liveStreams), want: "≤ 1 per 2 s"},
 		&goal{id: "login.rate", measurement: "login", what: "logins per second", want: "≥ 0.8 × slots / t_hash"},
 		&goal{id: "login.flood", measurement: "flood", what: fmt.Sprintf("authenticated GET p99 during a wrong-password flood from %d addresses", c.floodAddrs), want: "≤ 50 ms"},
 		&goal{id: "replica.change", measurement: "replica", what: fmt.Sprintf("a change on replica A in force on replica B, p99 of %d", c.replicaTrials), want: "≤ 100 ms"},
 	)
+	g = append(g, fleetGoals(c)...)
 	g = append(g, floorGoals(c)...)
 	for _, x := range g {
 		x.state = stateNotRun

@@ -49,6 +49,8 @@ type config struct {
 	only          map[string]bool
 	vms           int
 	listers       int
+	liveStreams   int
+	liveDuration  time.Duration
 	loginClients  int
 	floodAddrs    int
 	mixedRate     float64
@@ -60,6 +62,9 @@ type config struct {
 	cpuProfile    string
 	vmgateBin     string
 	keep          bool
+	fleetClusters int
+	fleetGuests   int
+	fleetClients  int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -73,6 +78,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	only := fs.String("only", "", "comma-separated measurements to run (default all): "+strings.Join(measurementNames(), ","))
 	fs.IntVar(&c.vms, "vms", 10000, "VMs in the large emulated cluster (list)")
 	fs.IntVar(&c.listers, "listers", 100, "concurrent VM listers (list)")
+	fs.IntVar(&c.liveStreams, "live-streams", 500, "open live pages watching one cluster (live)")
+	fs.DurationVar(&c.liveDuration, "live-duration", 20*time.Second, "length of one round of the open live pages (live)")
 	fs.IntVar(&c.loginClients, "login-clients", 8, "concurrent clients logging in (login)")
 	fs.IntVar(&c.floodAddrs, "flood-addresses", 50, "source addresses of the wrong-password flood (flood)")
 	fs.Float64Var(&c.mixedRate, "mixed-rate", 1000, "requests per second of mixed reads for the first RSS goal (rss)")
@@ -84,6 +91,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of vmgate over the whole run to this file")
 	fs.StringVar(&c.vmgateBin, "vmgate", "", "use this vmgate binary instead of building ./cmd/vmgate")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (logs, database)")
+	fs.IntVar(&c.fleetClusters, "fleet-clusters", 20, "emulator processes (clusters) of the fleet-wide guest list (fleet)")
+	fs.IntVar(&c.fleetGuests, "fleet-guests", 5000, "guests of each fleet cluster, ¾ VMs and ¼ containers (fleet)")
+	fs.IntVar(&c.fleetClients, "fleet-clients", 4, "concurrent clients of the fleet-wide guest list (fleet)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -91,8 +101,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if c.rounds < 1 || c.duration <= 0 || c.clients < 1 || c.listers < 1 || c.loginClients < 1 ||
-		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 {
-		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials must be positive; -flood-addresses 1-254; -vms at least 6")
+		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 ||
+		c.fleetClusters < 1 || c.fleetClusters > 100 || c.fleetGuests < 16 || c.fleetClients < 1 ||
+		c.liveStreams < 1 || c.liveDuration < 2*time.Second {
+		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials, -fleet-clients, -live-streams must be positive; -flood-addresses 1-254; -vms at least 6; -fleet-clusters 1-100; -fleet-guests at least 16; -live-duration at least 2s")
 	}
 	for _, s := range strings.Split(*conns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

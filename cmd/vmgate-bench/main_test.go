@@ -34,7 +34,7 @@ func TestSmoke(t *testing.T) {
 	}
 	md := filepath.Join(t.TempDir(), "report.md")
 	args := []string{"-rounds", "1", "-duration", "200ms", "-clients", "2", "-conn-clients", "1,2",
-		"-vms", "300", "-listers", "4", "-login-clients", "2", "-flood-addresses", "3", "-mixed-rate", "50",
+		"-vms", "300", "-listers", "4", "-live-streams", "20", "-live-duration", "2s", "-login-clients", "2", "-flood-addresses", "3", "-mixed-rate", "50",
 		"-max-clients", "2", "-replica-trials", "8", "-no-fail", "-markdown", md}
 	postgres := os.Getenv("VMGATE_TEST_POSTGRES")
 	if postgres != "" {

@@ -308,7 +308,11 @@ func (b *bench) mixedReads() request {
 // rssPeak runs load while it samples vmgate's VmRSS every 50 ms and returns the
 // highest sample in MiB.
 func (b *bench) rssPeak(load func() loadResult) (loadResult, float64, error) {
-	pid := b.vg.proc.pid()
+	return b.rssPeakOf(b.vg.proc.pid(), load)
+}
+
+// rssPeakOf is rssPeak of the process pid.
+func (b *bench) rssPeakOf(pid int, load func() loadResult) (loadResult, float64, error) {
 	var peak atomic.Int64
 	done := make(chan struct{})
 	var wg sync.WaitGroup

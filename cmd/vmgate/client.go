@@ -809,6 +809,7 @@ type taskCmd struct {
 	Show  taskShowCmd  `cmd:"" help:"Show a task."`
 	Watch taskWatchCmd `cmd:"" help:"Follow a task to its end."`
 	Log   taskLogCmd   `cmd:"" help:"Print a task's log."`
+	Abort taskAbortCmd `cmd:"" help:"Stop a running task in PVE (a migration, a hung shutdown) and print how PVE ended it."`
 }
 
 type taskListCmd struct {
@@ -890,6 +891,49 @@ func (c *taskLogCmd) Run() error {
 		}
 		for _, l := range lines {
 			show("%s", l.T)
+		}
+		return nil
+	})
+}
+
+type taskAbortCmd struct {
+	conn
+	taskRef
+}
+
+// Run asks PVE to stop the task, as PVE's own Stop does (the server checks the
+// operator grant and audits task.abort), then waits for PVE to end it and
+// prints PVE's own words: its exit status ("migration aborted", "received
+// interrupt") and its log's error line. A task that ended first is a conflict
+// (task_finished).
+func (c *taskAbortCmd) Run() error {
+	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		t, err := s.AbortTask(ctx, c.UPID, c.Cluster)
+		if err != nil {
+			return err
+		}
+		id := c.UPID
+		if t.UPID() != "" {
+			id = t.UPID()
+		}
+		say("abort %s: PVE was asked to stop it; waiting for its end", id)
+		for !t.Finished() {
+			t, err = s.Task(ctx, id, client.TaskQuery{ClusterID: c.Cluster, Wait: 30})
+			if errors.Is(err, context.Canceled) {
+				return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "waiting stopped; PVE was asked to stop the task",
+					Hint: "see how it ended: vmgate task show " + id}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if t.Result == "ok" || t.Result == "warnings" {
+			show("the task ended before PVE stopped it: %s", cli.Summary(t, ""))
+			return nil
+		}
+		show("stopped in PVE: %s", t.Exit())
+		if line := t.ErrorLine(); line != "" && line != t.Exit() {
+			show("PVE's log: %s", line)
 		}
 		return nil
 	})

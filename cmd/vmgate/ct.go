@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 
 	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/cli"
@@ -153,41 +150,11 @@ func ctHint(err error, v ctRef, op string, target ...string) error {
 	return e
 }
 
-// containers lists a cluster's containers. The guest list (GET
-// /pve/clusters/{id}/guests?type=lxc, issue 18) replaces the container list of
-// /cts; until a server has it, the older route answers.
+// containers lists a cluster's containers: the guest list of type lxc (GET
+// /pve/clusters/{id}/guests?type=lxc, issue 18).
 func containers(ctx context.Context, s *cli.Session, clusterID int64, f client.GuestFilter) (client.Listing[client.Guest], error) {
 	f.Type = client.LXC
-	l, err := s.ClusterGuests(ctx, clusterID, f)
-	if client.StatusOf(err) != http.StatusNotFound {
-		return l, err
-	}
-	if _, cerr := s.Nodes(ctx, clusterID); cerr != nil {
-		return l, err // the cluster itself is not there
-	}
-	var raw []json.RawMessage
-	q := url.Values{}
-	for k, v := range map[string]string{"node": f.Node, "status": f.Status, "tag": f.Tag, "q": f.Q} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	resp, err := s.Do(ctx, http.MethodGet, fmt.Sprintf("/api/v1/pve/clusters/%d/cts", clusterID), q, nil, &raw)
-	if err != nil {
-		return client.Listing[client.Guest]{}, err
-	}
-	out := client.Listing[client.Guest]{Raw: raw, Items: make([]client.Guest, 0, len(raw))}
-	if resp.AsOf != nil {
-		out.AsOf = *resp.AsOf
-	}
-	for _, r := range raw {
-		g := client.Guest{Type: client.LXC}
-		if err := json.Unmarshal(r, &g.VMView); err != nil {
-			return client.Listing[client.Guest]{}, err
-		}
-		out.Items = append(out.Items, g)
-	}
-	return out, nil
+	return s.ClusterGuests(ctx, clusterID, f)
 }
 
 // ---- guests of both kinds ----
@@ -215,7 +182,12 @@ func (c *guestListCmd) Run() error {
 			fleet = c.Cluster == ""
 		)
 		if fleet {
-			l, err = s.Guests(ctx, f)
+			var fl client.FleetGuests
+			fl, err = s.Guests(ctx, f)
+			l = fl.Listing
+			for _, u := range fl.Unavailable {
+				say("cluster %s (%d) could not be read, its guests are missing: %s", u.ClusterName, u.ClusterID, u.Message)
+			}
 		} else {
 			id, rerr := clusterID(ctx, s, c.Cluster)
 			if rerr != nil {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,12 +187,55 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		}
 	}
 
+	// A hung shutdown aborted: VM 104's guest ignores it, and PVE would wait an
+	// hour (72 s here) before giving up.
+	hung, err := op.Stop(ctx, client.VM(cl.ID, "pve3", 104), client.PowerOptions{Wait: ptr(0), Timeout: ptr(3600)})
+	must("a shutdown to abort", err)
+	_, err = op.AbortTask(ctx, hung.TaskID, 0)
+	must("abort a task", err)
+	if tk, err := op.Task(ctx, hung.TaskID, client.TaskQuery{Wait: 30}); err != nil || tk.Result != "failed" {
+		t.Fatalf("the aborted shutdown: %+v %v", tk, err)
+	}
+
 	// Container 201 (pve2, stopped): started, rebooted, its pre-check read, moved
 	// by a restart and stopped (docs/decisions/0080).
 	ct201 := client.CT(cl.ID, "pve2", 201)
-	// The container list of /cts, until the guest lists replace it (issue 18).
-	_, err = op.Do(ctx, http.MethodGet, "/api/v1/pve/clusters/"+strconv.FormatInt(cl.ID, 10)+"/cts", url.Values{"node": {"pve2"}}, nil, nil)
-	must("containers", err)
+	// The guest lists: a cluster's containers, the fleet's guests in pages of
+	// three (issue 18).
+	if cts, err := op.ClusterGuests(ctx, cl.ID, client.GuestFilter{Type: client.LXC, Node: "pve2"}); err != nil ||
+		len(cts.Items) == 0 || cts.AsOf.IsZero() {
+		t.Fatalf("containers on pve2: %+v, %v", cts, err)
+	} else {
+		for _, g := range cts.Items {
+			if g.Type != client.LXC || g.Node != "pve2" || g.ClusterID != 0 {
+				t.Fatalf("the container list holds %+v", g)
+			}
+		}
+	}
+	if all, err := op.Guests(ctx, client.GuestFilter{PageSize: 3}); err != nil || len(all.Unavailable) != 0 {
+		t.Fatalf("the fleet's guests: %+v, %v", all, err)
+	} else if kinds := map[client.GuestKind]bool{}; len(all.Items) < 4 {
+		t.Fatalf("the fleet's guests in pages of three: only %d", len(all.Items))
+	} else {
+		for _, g := range all.Items {
+			if g.ClusterID != cl.ID || g.ClusterName != "lab-east" {
+				t.Fatalf("a fleet guest names its cluster %d %q", g.ClusterID, g.ClusterName)
+			}
+			kinds[g.Type] = true
+		}
+		if !kinds[client.QEMU] || !kinds[client.LXC] {
+			t.Fatalf("the fleet's guests hold the kinds %v", kinds)
+		}
+	}
+	if st, err := op.GuestStatus(ctx, ct201); err != nil || st.Type != client.LXC || st.MaxSwap == nil {
+		t.Fatalf("CT 201's status: %+v, %v", st, err)
+	}
+	// The container's vmid on a VM's path: 404 naming the right path.
+	_, err = op.GuestStatus(ctx, client.VM(cl.ID, "pve2", 201))
+	if ae, ok := err.(*client.APIError); !ok || ae.Status != http.StatusNotFound ||
+		ae.Detail("path") != ct201.Path() || ae.Detail("kind") != "lxc" {
+		t.Fatalf("CT 201 read as a VM: %v", err)
+	}
 	for _, step := range []struct {
 		op  string
 		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
@@ -208,8 +251,20 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	if tk, err := op.Task(ctx, ctUPID, client.TaskQuery{Wait: 60}); err != nil || tk.Result != "ok" || !tk.IsMigration || tk.Kind() != client.LXC {
 		t.Fatalf("the container's migration: %+v %v", tk, err)
 	}
-	_, err = op.Stop(ctx, client.CT(cl.ID, "pve3", 201), client.PowerOptions{})
+	ct201 = client.CT(cl.ID, "pve3", 201)
+	_, err = op.Stop(ctx, ct201, client.PowerOptions{})
 	must("stop CT 201", err)
+	// A container's suspend and resume: refused by design (400 not_offered).
+	for _, step := range []struct {
+		op  string
+		run func(context.Context, client.GuestRef, client.PowerOptions, ...client.CallOption) (client.PowerResult, error)
+	}{{"suspend", op.Suspend}, {"resume", op.Resume}} {
+		_, err := step.run(ctx, ct201, client.PowerOptions{})
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Reason != "not_offered" {
+			t.Fatalf("%s CT 201: %v", step.op, err)
+		}
+	}
 
 	// Suspend and resume VM 100 (on pve2 since its migration).
 	vm100 = client.VM(cl.ID, "pve2", 100)

@@ -56,7 +56,7 @@ func TestEvacuationSurvivesKill9(t *testing.T) {
 	if err != nil {
 		t.Fatalf("register the cluster: %v", err)
 	}
-	started, err := c.Evacuate(ctx, cl.ID, "pve1", client.EvacuateRequest{MaxParallel: 2})
+	started, err := c.Evacuate(ctx, cl.ID, "pve1", client.EvacuateRequest{MaxParallel: 2, Type: "qemu"})
 	if err != nil {
 		t.Fatalf("evacuate: %v", err)
 	}

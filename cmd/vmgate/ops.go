@@ -32,6 +32,7 @@ type nodeEvacuateCmd struct {
 	Target         []string `placeholder:"NODE" help:"Only this node may take VMs (repeat for several; default: every other online node)."`
 	WithLocalDisks bool     `help:"Copy local disks too (without it a VM with one is skipped)."`
 	NoStopped      bool     `help:"Leave stopped VMs where they are."`
+	Type           string   `enum:",qemu,lxc" default:"" help:"Only VMs (qemu) or only containers (lxc); default both."`
 }
 
 func (c *nodeEvacuateCmd) Run() error {
@@ -42,7 +43,7 @@ func (c *nodeEvacuateCmd) Run() error {
 		}
 		includeStopped := !c.NoStopped
 		req := client.EvacuateRequest{DryRun: c.DryRun, WithLocalDisks: c.WithLocalDisks, IncludeStopped: &includeStopped,
-			StopOnError: c.StopOnError, Targets: c.Target, MaxParallel: c.MaxParallel}
+			StopOnError: c.StopOnError, Targets: c.Target, MaxParallel: c.MaxParallel, Type: c.Type}
 		return launch(ctx, s, c.output, c.opStart, true, func(ctx context.Context) (client.Launched, error) {
 			return s.Evacuate(ctx, id, c.Node, req)
 		})
@@ -59,13 +60,14 @@ type bulkCmd struct {
 	Node    string  `help:"The VMs on this node."`
 	Tag     string  `help:"The VMs with this tag."`
 	Status  string  `enum:",running,stopped" default:"" help:"The VMs in this state: running or stopped."`
+	Type    string  `enum:",qemu,lxc" default:"" help:"Only VMs (qemu) or only containers (lxc)."`
 	Force   bool    `help:"stop: power off at once instead of a graceful shutdown."`
 	ToDisk  bool    `name:"to-disk" help:"suspend: hibernate (save the state to disk) instead of pausing."`
 }
 
 func (c *bulkCmd) Run() error {
 	sel := map[string]string{}
-	for k, v := range map[string]string{"node": c.Node, "tag": c.Tag, "status": c.Status} {
+	for k, v := range map[string]string{"node": c.Node, "tag": c.Tag, "status": c.Status, "type": c.Type} {
 		if v != "" {
 			sel[k] = v
 		}
@@ -88,7 +90,7 @@ func (c *bulkCmd) Run() error {
 		req := client.BulkRequest{DryRun: c.DryRun, StopOnError: c.StopOnError, Force: c.Force, ToDisk: c.ToDisk,
 			MaxParallel: c.MaxParallel, VMIDs: c.VMID}
 		if len(c.VMID) == 0 {
-			req.Selector = &client.BulkSelector{Node: c.Node, Tag: c.Tag, Status: c.Status}
+			req.Selector = &client.BulkSelector{Node: c.Node, Tag: c.Tag, Status: c.Status, Type: c.Type}
 		}
 		return launch(ctx, s, c.output, c.opStart, false, func(ctx context.Context) (client.Launched, error) {
 			return s.Bulk(ctx, id, c.Action, req)

@@ -28,7 +28,7 @@ func TestCLIOperations(t *testing.T) {
 	env := cliEnv(t)
 	runCLI(t, env, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
 
-	r := runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--dry-run", "-o", "table").want(t, 0, "dry run")
+	r := runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--type", "qemu", "--dry-run", "-o", "table").want(t, 0, "dry run")
 	if got := column(t, r.stdout, "VMID"); !slices.Contains(got, "100") || !slices.Contains(got, "101") {
 		t.Fatalf("dry run's plan:\n%s", r.stdout)
 	}
@@ -40,7 +40,7 @@ func TestCLIOperations(t *testing.T) {
 			Items []map[string]any `json:"items"`
 		} `json:"plan"`
 	}
-	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--dry-run").want(t, 0, "dry run piped")
+	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve1", "--type", "qemu", "--dry-run").want(t, 0, "dry run piped")
 	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil || len(plan.Plan.Items) != 2 {
 		t.Fatalf("dry run piped is not the API's JSON: %v\n%s", err, r.stdout)
 	}
@@ -49,7 +49,7 @@ func TestCLIOperations(t *testing.T) {
 	// running: drawn from the operation's events, a start could otherwise pass
 	// between two snapshots on a busy machine.
 	sim.SetSpeed(frozen)
-	ev := startCLI(t, env, "node", "evacuate", "lab", "pve1", "--max-parallel", "2", "-o", "table")
+	ev := startCLI(t, env, "node", "evacuate", "lab", "pve1", "--type", "qemu", "--max-parallel", "2", "-o", "table")
 	ev.waitStderr(t, "started  VM 100 web1 pve1 → ")
 	ev.waitStderr(t, "started  VM 101 db-staging pve1 → ")
 	sim.SetSpeed(50)
@@ -130,8 +130,11 @@ func TestCLIOperations(t *testing.T) {
 	runCLI(t, env, "", "vm", "resume", "lab", "pve3", "104").want(t, 0, "resume")
 	runCLI(t, env, "", "vm", "status", "LAB", "pve3", "104", "-o", "json").want(t, 0, "status, the name in any case")
 
-	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve2", "--target", "pve3", "-o", "table").want(t, 0, "evacuate pve2")
-	if !strings.Contains(r.stdout, "local-lvm:vm-102-disk-0") || !strings.Contains(lastLine(r.stdout), "2 ok, 0 failed, 1 skipped of 3") {
-		t.Fatalf("evacuation of pve2 (VM 100 is there since the first evacuation):\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	// VM 102 stays on pve2 (a local disk): the evacuation ends done_with_skips,
+	// which is no success for a script that empties a node (issue 19 item 6).
+	r = runCLI(t, env, "", "node", "evacuate", "lab", "pve2", "--target", "pve3", "-o", "table").want(t, 1, "evacuate pve2")
+	if !strings.Contains(r.stdout, "local-lvm") || !strings.Contains(lastLine(r.stdout), "3 ok, 0 failed, 1 skipped of 4") ||
+		!strings.Contains(r.stderr, "ended done_with_skips") {
+		t.Fatalf("evacuation of pve2 (VM 100 is there since the first evacuation, with CT 201):\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
 }

@@ -22,6 +22,7 @@ type pvesimCmd struct {
 	Plain     bool          `env:"PVESIM_PLAIN" help:"Serve plain HTTP instead of HTTPS."`
 	AuthDelay time.Duration `default:"3s" env:"PVESIM_AUTH_DELAY" help:"Delay of authentication failures (PVE waits 3 s)."`
 	VMs       int           `name:"vms" default:"6" env:"PVESIM_VMS" help:"VMs in the cluster: the dev cluster's six (100-105) and, beyond them, generated ones from VMID 1000 spread over the nodes (for benchmarks: --vms 10000)."`
+	CTs       int           `name:"cts" default:"0" env:"PVESIM_CTS" help:"Containers beyond the dev cluster's four (200-203): generated ones from VMID 100000 spread over the nodes (for benchmarks: --cts 1000)."`
 	Stats     string        `env:"PVESIM_STATS" placeholder:"ADDR" help:"Also serve, in plain HTTP on this address (loopback), the emulator's request counters per route as JSON; the first line then has a \"stats\" URL. For benchmarks."`
 	Version   string        `name:"pve-version" default:"9.1" env:"PVESIM_PVE_VERSION" help:"The PVE release to answer as: 8.0, 8.3, 8.4 or 9.1 (docs/pve-versions.md lists what differs)."`
 	Ceph      bool          `env:"PVESIM_CEPH" help:"Run Ceph on every node: /cluster/ceph/status and /cluster/ceph/flags answer, and a node away degrades the health."`
@@ -39,7 +40,10 @@ func (c *pvesimCmd) Run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if c.VMs <= devVMs && c.Stats == "" {
+	if c.CTs < 0 {
+		return fmt.Errorf("pvesim: --cts must not be negative")
+	}
+	if c.VMs <= devVMs && c.CTs == 0 && c.Stats == "" {
 		return pvesim.RunDev(ctx, pvesim.DevOptions{
 			Listen:    c.Listen,
 			Speed:     c.Speed,
@@ -54,7 +58,8 @@ func (c *pvesimCmd) Run() error {
 	return c.runForBench(ctx)
 }
 
-// runForBench is RunDev with the benchmark's extras: more VMs and the counters.
+// runForBench is RunDev with the benchmark's extras: more VMs and containers,
+// and the counters.
 // It lives here rather than in pvesim because only the benchmark wants it.
 func (c *pvesimCmd) runForBench(ctx context.Context) error {
 	sim := pvesim.DevCluster(pvesim.Options{Speed: c.Speed, AuthDelay: c.AuthDelay, Location: time.Local, Version: c.Version,
@@ -66,6 +71,17 @@ func (c *pvesimCmd) runForBench(ctx context.Context) error {
 			VMID: vmid, Node: nodes[i%len(nodes)], Name: fmt.Sprintf("bench-%d", vmid), Running: i%2 == 0,
 			Tags:  []string{"bench", "bench;web", "bench;db"}[i%3],
 			Disks: []pvesim.Disk{{Name: "scsi0", Volid: fmt.Sprintf("ceph:vm-%d-disk-0", vmid), Size: 8 << 30}},
+		})
+		if err != nil {
+			return fmt.Errorf("pvesim: %w", err)
+		}
+	}
+	for i := 0; i < c.CTs; i++ {
+		vmid := 100000 + i
+		err := sim.AddCT(pvesim.CTSpec{
+			VMID: vmid, Node: nodes[i%len(nodes)], Hostname: fmt.Sprintf("bench-ct-%d", vmid), Running: i%2 == 0,
+			Tags:   []string{"bench", "bench;web", "bench;db"}[i%3],
+			RootFS: pvesim.Disk{Volid: fmt.Sprintf("ceph:vm-%d-disk-0", vmid), Size: 4 << 30},
 		})
 		if err != nil {
 			return fmt.Errorf("pvesim: %w", err)
@@ -104,7 +120,7 @@ func (c *pvesimCmd) runForBench(ctx context.Context) error {
 	for _, w := range srv.Warnings() {
 		say("pvesim: warning: %s", w)
 	}
-	say("pvesim: %d VMs on %d nodes at %s; interrupt to stop", max(c.VMs, devVMs), len(nodes), eps[0].URL)
+	say("pvesim: %d VMs and %d containers on %d nodes at %s; interrupt to stop", max(c.VMs, devVMs), 4+c.CTs, len(nodes), eps[0].URL)
 	<-ctx.Done()
 	return nil
 }

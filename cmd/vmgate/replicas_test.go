@@ -321,7 +321,7 @@ func TestReplicasHoldANodeOnce(t *testing.T) {
 	for i, c := range clients {
 		wg.Go(func() {
 			<-start
-			l, err := c.Evacuate(context.Background(), cl.ID, "pve1", client.EvacuateRequest{})
+			l, err := c.Evacuate(context.Background(), cl.ID, "pve1", client.EvacuateRequest{Type: "qemu"})
 			errsOf[i], ids[i] = err, l.OperationID
 		})
 	}

@@ -32,6 +32,8 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/idempotency"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/sse"
@@ -161,7 +163,8 @@ type app struct {
 	accounts *accounts.Service
 	fleet    *fleet.Service
 	vms      *vmops.Service
-	ops      *vmops.OperationService
+	ops      *operations.Service
+	keys     *idempotency.Keeper
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
 	registry *prometheus.Registry // the metrics /metrics serves
@@ -219,11 +222,17 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	// A key whose holder died, or whose outcome became known later, is finished
-	// with the answer the API would have given (httpapi.KeyAnswer).
-	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, Answers: httpapi.KeyAnswer,
-		KeyLease: c.KeyLease, PollInterval: c.TaskPoll})
-	a.ops = vmops.NewOperations(a.vms, vmops.OperationsConfig{Lease: c.OperationLease})
+	// An Idempotency-Key whose holder died, or whose outcome became known later,
+	// is settled with the answer the API would have given (httpapi.KeyOutcomes);
+	// the use cases say when a request's outcome became known (KeySettled).
+	var keys *idempotency.Keeper
+	a.vms = vmops.New(vmops.Config{Store: st, Clients: a.fleet, Logger: log, Audit: a.trail, PollInterval: c.TaskPoll,
+		KeySettled: func(ctx context.Context, userID int64, key string) {
+			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
+		}})
+	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
+	keys = idempotency.New(idempotency.Config{Store: st, Settle: httpapi.KeyOutcomes(a.vms, a.ops), Logger: log, Lease: c.KeyLease})
+	a.keys = keys
 	// One count of event streams for the API and the web UI: a user's cap holds
 	// across both.
 	streams := sse.NewLimiter(sse.Limits{PerSession: flagCap(c.MaxStreamsPerSession), PerUser: flagCap(c.MaxStreamsPerUser)})
@@ -255,6 +264,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.registry.MustRegister(a.clock)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
+		Keys:   a.keys,
 		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
@@ -350,7 +360,7 @@ func (c *serverCmd) Run() error {
 	}
 	// The trail's Run writes the denials it folds; at the end it writes every
 	// count still open, before the store closes.
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, prune, a.trail.Run, a.clock.Run} {
+	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -387,6 +397,7 @@ func (c *serverCmd) Run() error {
 	// operations on many VMs this process drove are given up for them too.
 	a.ops.Close()
 	a.vms.Close()
+	a.keys.Close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

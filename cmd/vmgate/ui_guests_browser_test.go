@@ -35,10 +35,10 @@ func TestUIBrowserGuests(t *testing.T) {
 		t.Error("a container offers Suspend")
 	}
 	b.click("button", "Start")
-	b.waitText("CT 201 started.")
-	if got := eval[string](b, `document.getElementById("vm-status").innerText`); !strings.Contains(got, "running") {
-		t.Errorf("CT 201's status after Start: %q", got)
-	}
+	b.waitPath("/cts/1/pve2/201?task=")
+	b.waitJS("CT 201 started and shown running", `document.querySelector("#inline-task[data-result=ok]") &&
+		document.getElementById("inline-task").innerText.includes("CT 201 started.") &&
+		document.getElementById("vm-status").innerText.includes("running")`)
 	b.shot("ct-started")
 
 	// Migrate CT 202 with a restart, and watch it.

@@ -211,14 +211,17 @@ type OperationCoverage struct {
 	Seen      map[int]int // status → answers checked
 }
 
-// Succeeded reports whether some checked answer was a 2xx.
+// Succeeded reports whether some checked answer was a 2xx (for an operation
+// documented without one, whether any answer was checked).
 func (c OperationCoverage) Succeeded() bool {
 	for s := range c.Seen {
 		if s >= 200 && s < 300 {
 			return true
 		}
 	}
-	return false
+	// An operation the document gives no success has none to see: any of its
+	// documented answers checked covers it.
+	return c.Operation.refusesOnly && len(c.Seen) > 0
 }
 
 // Coverage lists every operation of the document with the statuses of the answers

@@ -258,7 +258,7 @@ func (s *Spec) eventsAt(ptr string) (*media, error) {
 const runningTask = `{"code":200,"message":"success","data":{"taskId":"UPID:pve1:0000B2C4:0001A3F1:6740A0B0:qmigrate:100:vmgate@pve!gw:",` +
 	`"clusterId":1,"node":"pve1","type":"qmigrate","guestKind":"qemu","op":"migrate","isMigration":true,"vmid":100,"pveUser":"vmgate@pve!gw","startedBy":null,"status":"running",` +
 	`"exitStatus":null,"result":"running","error":null,"startTime":"2026-11-22T10:00:00Z","endTime":null,"target":"pve2",` +
-	`"progress":{"percent":42.1,"transferredBytes":1808939008,"totalBytes":4294967296,"bytesPerSecond":614924697,"phase":"memory"},` +
+	`"progress":{"percent":42.1,"transferredBytes":1808939008,"totalBytes":4294967296,"bytesPerSecond":614924697,"phase":"memory","downtimeSeconds":null},` +
 	`"followTaskId":null,"taskRef":17,"stale":false,"staleSince":null}}`
 
 func check(t *testing.T, method, path string, status int, hdr http.Header, body string) error {

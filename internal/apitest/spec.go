@@ -52,6 +52,9 @@ type Operation struct {
 
 	segs      []string
 	responses map[string]*response // by status code ("200"), range ("4XX") or "default"
+	// refusesOnly: the document lists no 2xx answer (an action vmgate refuses by
+	// design, such as a container's suspend).
+	refusesOnly bool
 }
 
 // Key is "METHOD /path/template", as the route table writes a route.
@@ -172,6 +175,12 @@ func (s *Spec) operation(raw map[string]any, ptr string) (*Operation, error) {
 			return nil, fmt.Errorf("response %s: %w", code, err)
 		}
 		op.responses[code] = r
+	}
+	op.refusesOnly = true
+	for code := range op.responses {
+		if code[0] == '2' {
+			op.refusesOnly = false
+		}
 	}
 	return op, nil
 }

@@ -198,4 +198,9 @@ const (
 	ReasonShuttingDown = "shutting_down"
 	// ReasonNotReady (kind Unavailable): a readiness gate is not passed yet.
 	ReasonNotReady = "not_ready"
+	// ReasonTaskFinished (kind Conflict): the task to abort has ended already.
+	ReasonTaskFinished = "task_finished"
+	// ReasonNotOffered (kind Invalid): vmgate does not offer this action for this
+	// kind of guest (a container's suspend: PVE marks it experimental).
+	ReasonNotOffered = "not_offered"
 )

@@ -16,6 +16,10 @@ type Actor struct {
 	// login session. A token never changes grants, whoever owns it (docs/security.md
 	// 32): they are credentials, and a leaked token must not widen itself.
 	APITokenID string
+	// Via names the request as the caller made it ("GET /api/v1/…", the web
+	// UI's "UI GET /vms/…"): a read refused for want of a grant is audited with
+	// it as the attempt (Require).
+	Via string
 }
 
 // IsAdmin reports whether the actor may administer the fleet: an admin, not

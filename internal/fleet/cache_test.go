@@ -93,7 +93,7 @@ func TestCacheFollowsTheFeed(t *testing.T) {
 				return errs.E(errs.Internal, "got %v, want %s %s", err, k, reason)
 			}
 			readVM := func() error {
-				_, err := svc.VMStatus(ctx, c.ID, "pve1", 100)
+				_, err := svc.VMStatus(ctx, testReader, c.ID, "pve1", 100)
 				return err
 			}
 

@@ -48,6 +48,9 @@ type Config struct {
 	// and the security events the fleet notices by itself (a node that presents an
 	// unexpected certificate). Nil: a trail on Store.
 	Audit *audit.Trail
+	// WatchAfter is the clock the clusters' watchers wait on (watch.go)
+	// [time.After]; tests drive it.
+	WatchAfter func(time.Duration) <-chan time.Time
 }
 
 // Service is the fleet. It is safe for concurrent use.
@@ -61,11 +64,11 @@ type Service struct {
 	// cache holds clusters and grants, kept true by the store's change feed.
 	cache       *cache
 	unsubscribe func()
-	// vmSnaps and nodeSnaps are each cluster's latest VM and node lists.
-	vmSnaps *snapshots[VMView]
-	ctSnaps *snapshots[VMView] // the containers'
+	// guestSnaps and nodeSnaps are each cluster's latest guest (VMs and
+	// containers, from one read) and node lists.
+	guestSnaps *snapshots[guestSet]
 
-	nodeSnaps *snapshots[NodeView]
+	nodeSnaps *snapshots[[]NodeView]
 
 	mu      sync.Mutex
 	clients map[int64]*cachedClient
@@ -75,6 +78,11 @@ type Service struct {
 	tlsSeen map[string]bool
 
 	lastVM lastKnownVMs // for stale answers (lastknown.go)
+
+	watch      watchers // one per watched cluster, for the live pages (watch.go)
+	watchAfter func(time.Duration) <-chan time.Time
+	watchStop  chan struct{} // closed by Close
+	closeOnce  sync.Once
 }
 
 // New builds the fleet. It fails when the seal key is missing or when clusters are
@@ -90,6 +98,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{
 		store: cfg.Store, sealer: cfg.Sealer, log: cfg.Logger, now: cfg.Now, timeout: cfg.PVETimeout,
 		audit: cfg.Audit, clients: map[int64]*cachedClient{}, health: map[int64]healthEntry{}, tlsSeen: map[string]bool{},
+		watchAfter: cfg.WatchAfter, watchStop: make(chan struct{}),
+	}
+	if s.watchAfter == nil {
+		s.watchAfter = time.After
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -105,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.cache = newCache(cfg.Store)
 	s.cache.loaded = s.closeGone
-	s.vmSnaps, s.ctSnaps, s.nodeSnaps = newSnapshots[VMView](), newSnapshots[VMView](), newSnapshots[NodeView]()
+	s.guestSnaps, s.nodeSnaps = newSnapshots[guestSet](), newSnapshots[[]NodeView]()
 	s.unsubscribe = cfg.Store.Subscribe(s.changed)
 	return s, nil
 }
@@ -147,18 +159,17 @@ func (s *Service) changed(c store.Change) {
 	s.cache.apply(c)
 	switch c.Kind {
 	case store.ChangeCluster:
-		s.vmSnaps.drop(c.ClusterID)
-		s.ctSnaps.drop(c.ClusterID)
+		s.guestSnaps.drop(c.ClusterID)
 		s.nodeSnaps.drop(c.ClusterID)
 	case store.ChangeResync:
-		s.vmSnaps.dropAll()
-		s.ctSnaps.dropAll()
+		s.guestSnaps.dropAll()
 		s.nodeSnaps.dropAll()
 	}
 }
 
 // Close stops following the change feed and closes every cached PVE client.
 func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.watchStop) })
 	s.unsubscribe()
 	s.mu.Lock()
 	defer s.mu.Unlock()

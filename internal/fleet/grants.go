@@ -58,10 +58,11 @@ func (s *Service) Authorize(ctx context.Context, a Actor, clusterID int64, need 
 	}
 }
 
-// Require is Authorize for a front end about to act: nil when the actor's grant
-// allows need on the cluster, else Authorize's NotFound or Forbidden, audited as
-// access.denied with attempt (what the front end was asked to do) as its target.
-// Front ends call it after validating the request and before anything touches PVE.
+// Require is Authorize for a use case about to act or read: nil when the actor's
+// grant allows need on the cluster, else Authorize's NotFound or Forbidden,
+// audited as access.denied with attempt (the request as the caller made it) as
+// its target. The use cases (vmops, the fleet's reads) call it first, after
+// judging the request and before anything touches PVE.
 func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, attempt string) error {
 	_, err := s.Authorize(ctx, a, clusterID, need)
 	if err == nil {
@@ -72,6 +73,18 @@ func (s *Service) Require(ctx context.Context, a Actor, clusterID int64, need, a
 			Params: audit.Params(map[string]string{"need": need}), Result: "denied", Reason: audit.Reason(err)})
 	}
 	return err
+}
+
+// requireRead checks the actor's viewer grant on a cluster before one of the
+// fleet's reads, audited when refused with the request as the actor made it
+// (Actor.Via): the reads check their caller's grant themselves, like every use
+// case (issue 18 (docs/history.md)).
+func (s *Service) requireRead(ctx context.Context, a Actor, clusterID int64) error {
+	attempt := a.Via
+	if attempt == "" {
+		attempt = "read cluster " + strconv.FormatInt(clusterID, 10)
+	}
+	return s.Require(ctx, a, clusterID, GrantViewer, attempt)
 }
 
 // Grant roles on one cluster.

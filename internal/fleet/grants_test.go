@@ -259,3 +259,70 @@ func TestUserGrants(t *testing.T) {
 		t.Fatalf("no grants: %+v %v", gs, err)
 	}
 }
+
+// testReader reads any cluster: the fleet's reads check a viewer grant, which an
+// admin has on every cluster there is.
+var testReader = Actor{UserID: 1, Email: "admin@example.com", Role: store.RoleAdmin}
+
+// TestReadsCheckGrants: the inventory reads check the caller's viewer grant
+// themselves (issue 18 (docs/history.md), "rules once"): a caller without one, or
+// an admin's token for another cluster, gets the NotFound of a cluster that does
+// not exist, audited with the request as the caller made it, and PVE is not asked.
+func TestReadsCheckGrants(t *testing.T) {
+	t.Parallel()
+	s, svc, c := registeredSim(t, 0)
+	ctx := context.Background()
+	viewer := storeUser(t, svc.store, "viewer@x", store.RoleUser)
+	none := storeUser(t, svc.store, "none@x", store.RoleUser)
+	admin := storeUser(t, svc.store, "admin@x", store.RoleAdmin)
+	if _, err := svc.PutGrant(ctx, rootActor, viewer.ID, c.ID, store.GrantViewer); err != nil {
+		t.Fatal(err)
+	}
+	reads := []struct {
+		name string
+		do   func(a Actor) error
+	}{
+		{"node list", func(a Actor) error { _, err := svc.NodeList(ctx, a, c.ID); return err }},
+		{"nodes", func(a Actor) error { _, err := svc.Nodes(ctx, a, c.ID); return err }},
+		{"vms", func(a Actor) error { _, err := svc.VMs(ctx, a, c.ID); return err }},
+		{"vm list", func(a Actor) error { _, err := svc.VMList(ctx, a, c.ID, VMQuery{}); return err }},
+		{"container list", func(a Actor) error { _, err := svc.GuestList(ctx, a, c.ID, "lxc", VMQuery{}); return err }},
+		{"guest list", func(a Actor) error { _, err := svc.GuestList(ctx, a, c.ID, "", VMQuery{}); return err }},
+		{"vm status", func(a Actor) error { _, err := svc.VMStatus(ctx, a, c.ID, "pve1", 100); return err }},
+		{"container status", func(a Actor) error { _, err := svc.GuestStatus(ctx, a, c.ID, "lxc", "pve1", 200); return err }},
+	}
+	callers := []struct {
+		name    string
+		a       Actor
+		allowed bool
+	}{
+		{"viewer", Actor{UserID: viewer.ID, Email: viewer.Email, Role: viewer.Role}, true},
+		{"admin", Actor{UserID: admin.ID, Email: admin.Email, Role: admin.Role}, true},
+		{"no grant", Actor{UserID: none.ID, Email: none.Email, Role: none.Role}, false},
+		{"admin token elsewhere", Actor{UserID: admin.ID, Email: admin.Email, Role: admin.Role,
+			Limit: map[int64]string{c.ID + 1: store.GrantViewer}, APITokenID: "tok"}, false},
+	}
+	for _, rd := range reads {
+		for _, cl := range callers {
+			a := cl.a
+			a.Via = "GET " + rd.name + " as " + cl.name
+			before := s.requests()
+			err := rd.do(a)
+			if cl.allowed {
+				if err != nil {
+					t.Errorf("%s: %v", a.Via, err)
+				}
+				continue
+			}
+			if errs.KindOf(err) != errs.NotFound {
+				t.Errorf("%s: %v, want NotFound", a.Via, err)
+			}
+			if n := s.requests() - before; n != 0 {
+				t.Errorf("%s: refused, yet PVE got %d requests", a.Via, n)
+			}
+			if rec := lastRecord(t, svc.store); rec.Action != "access.denied" || rec.Target != a.Via {
+				t.Errorf("%s: last audit record %+v", a.Via, rec)
+			}
+		}
+	}
+}

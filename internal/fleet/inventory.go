@@ -43,15 +43,18 @@ type NodeView struct {
 	Uptime int64
 }
 
-// VMView is one QEMU guest of a cluster.
+// VMView is one guest of a cluster, as /cluster/resources shows it (its name
+// is older than containers in vmgate: a VMList holds QEMU guests only).
 type VMView struct {
 	VMID    int64
+	Type    pve.GuestKind // pve.Qemu or pve.LXC
 	Name    string
 	Node    string
 	Status  string
 	Lock    string
 	Tags    []string
 	HAState string
+	Pool    string // the resource pool it is a member of; "" for none
 	MaxMem  int64
 	MaxCPU  float64 // a CPU limit may be fractional
 	// What /cluster/resources says the guest uses now: the share of its CPUs
@@ -67,18 +70,23 @@ type HAView struct {
 	State   string
 }
 
-// VMStatusView is a VM's current status on its node.
+// VMStatusView is a guest's current status on its node (PVE's status/current);
+// its name is from before containers.
 type VMStatusView struct {
 	VMID      int64
+	Type      pve.GuestKind // pve.Qemu or pve.LXC
 	Node      string
 	Name      string
 	Status    string // running or stopped
-	QMPStatus string // running, paused, prelaunch, ...
+	QMPStatus string // running, paused, prelaunch, ... (QEMU only)
 	Lock      string
 	HA        HAView
 	Uptime    int64
 	CPUs      float64 // a CPU limit may be fractional
 	MaxMem    int64
+	MaxDisk   int64 // the boot disk's size (QEMU), the root volume's (LXC)
+	MaxSwap   int64 // LXC only
+	Tags      []string
 	CPU       float64 // the share of CPUs in use now (0–1)
 	Mem       int64   // memory in use now
 	// Stale is set when PVE could not be asked and this is the last status vmgate
@@ -139,8 +147,11 @@ type NodeList struct {
 
 // NodeList returns a cluster's nodes by name, from a snapshot younger than
 // SnapshotMaxAge or one /nodes read shared by every request meanwhile
-// (snapshot.go). The caller has authorized.
-func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, error) {
+// (snapshot.go). It needs a viewer grant.
+func (s *Service) NodeList(ctx context.Context, a Actor, clusterID int64) (NodeList, error) {
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return NodeList{}, err
+	}
 	sn, err := s.nodeSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]NodeView, error) {
 		cl, err := s.Client(ctx, clusterID)
 		if err != nil {
@@ -161,20 +172,20 @@ func (s *Service) NodeList(ctx context.Context, clusterID int64) (NodeList, erro
 	if err != nil {
 		return NodeList{}, err
 	}
-	return NodeList{Nodes: sn.items[:len(sn.items):len(sn.items)], AsOf: sn.at}, nil
+	return NodeList{Nodes: sn.val[:len(sn.val):len(sn.val)], AsOf: sn.at}, nil
 }
 
-// Nodes lists a cluster's nodes by name (NodeList's, a copy). The caller has
-// authorized.
-func (s *Service) Nodes(ctx context.Context, clusterID int64) ([]NodeView, error) {
-	l, err := s.NodeList(ctx, clusterID)
+// Nodes lists a cluster's nodes by name (NodeList's, a copy). It needs a viewer
+// grant.
+func (s *Service) Nodes(ctx context.Context, a Actor, clusterID int64) ([]NodeView, error) {
+	l, err := s.NodeList(ctx, a, clusterID)
 	return slices.Clone(l.Nodes), err
 }
 
-// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). The
-// caller has authorized.
-func (s *Service) VMs(ctx context.Context, clusterID int64) ([]VMView, error) {
-	l, err := s.VMList(ctx, clusterID, VMQuery{})
+// VMs lists a cluster's QEMU guests by VMID (VMList's whole list, a copy). It
+// needs a viewer grant.
+func (s *Service) VMs(ctx context.Context, a Actor, clusterID int64) ([]VMView, error) {
+	l, err := s.VMList(ctx, a, clusterID, VMQuery{})
 	return slices.Clone(l.VMs), err
 }
 
@@ -192,45 +203,72 @@ func (s *Service) guestResources(ctx context.Context, clusterID int64) ([]pve.Re
 	return res, nil
 }
 
-// vmViews turns a /cluster/resources?type=vm answer into the cluster's VMs by
-// VMID, containers left out, without an allocation per VM: the tags of every VM
-// share one backing array (each VM's capped, so that no append reaches its
-// neighbour's).
-func vmViews(res []pve.Resource) []VMView { return guestViews(res, pve.Qemu) }
+// guestSet is one read of a cluster's guests: all of them by vmid, and each
+// kind's by vmid (copies, so that a list of one kind is a sub-slice too).
+type guestSet struct {
+	all, qemu, lxc []VMView
+}
 
-// guestViews is vmViews for the guests of kind (containers: pve.LXC).
-func guestViews(res []pve.Resource, kind pve.GuestKind) []VMView {
+// of returns the guests of kind, every guest for "".
+func (g guestSet) of(kind pve.GuestKind) []VMView {
+	switch kind {
+	case pve.Qemu:
+		return g.qemu
+	case pve.LXC:
+		return g.lxc
+	}
+	return g.all
+}
+
+// guestViews turns a /cluster/resources?type=vm answer into the cluster's
+// guests by vmid, without an allocation per guest: the tags of every guest
+// share one backing array (each guest's capped, so that no append reaches its
+// neighbour's). A type vmgate does not know is left out.
+func guestViews(res []pve.Resource) guestSet {
 	// Sorted by a compact key first, so the sort moves 16 bytes per swap, not
 	// a whole view (PVE orders /cluster/resources by id as text: qemu/1000 before
-	// qemu/101).
+	// qemu/101, every VM before every container).
 	type key struct {
 		vmid int64
 		at   int
 	}
 	keys := make([]key, 0, len(res))
-	ntags := 0
+	ntags, nqemu := 0, 0
 	for i := range res {
-		if res[i].Type == string(kind) {
+		if k := pve.GuestKind(res[i].Type); k.Valid() {
 			keys = append(keys, key{int64(res[i].VMID), i})
 			ntags += countTags(res[i].Tags)
+			if k == pve.Qemu {
+				nqemu++
+			}
 		}
 	}
 	byVMID := func(x, y key) int { return cmp.Compare(x.vmid, y.vmid) }
 	if !slices.IsSortedFunc(keys, byVMID) {
 		slices.SortFunc(keys, byVMID)
 	}
-	out := make([]VMView, 0, len(keys))
+	// One backing array for the three lists: all, then the VMs, then the
+	// containers.
+	views := make([]VMView, 2*len(keys))
+	g := guestSet{all: views[:len(keys):len(keys)]}
+	g.qemu = views[len(keys) : len(keys) : len(keys)+nqemu]
+	g.lxc = views[len(keys)+nqemu : len(keys)+nqemu : 2*len(keys)]
 	tags := make([]string, 0, ntags)
-	for _, k := range keys {
+	for i, k := range keys {
 		r := &res[k.at]
 		start := len(tags)
 		tags = appendTags(tags, r.Tags)
-		out = append(out, VMView{VMID: k.vmid, Name: r.Name, Node: r.Node, Status: r.Status, Lock: r.Lock,
-			Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, MaxMem: r.MaxMem, MaxCPU: r.MaxCPU})
-		now := &out[len(out)-1]
-		now.CPU, now.Mem, now.Uptime = r.CPU, r.Mem, r.Uptime
+		v := VMView{VMID: k.vmid, Type: pve.GuestKind(r.Type), Name: r.Name, Node: r.Node, Status: r.Status,
+			Lock: r.Lock, Tags: tags[start:len(tags):len(tags)], HAState: r.HAState, Pool: r.Pool,
+			MaxMem: r.MaxMem, MaxCPU: r.MaxCPU, Mem: r.Mem, CPU: r.CPU, Uptime: r.Uptime}
+		g.all[i] = v
+		if v.Type == pve.Qemu {
+			g.qemu = append(g.qemu, v)
+		} else {
+			g.lxc = append(g.lxc, v)
+		}
 	}
-	return out
+	return g
 }
 
 // isTagSep says what separates PVE's tags: ';' in /cluster/resources; ',' and
@@ -265,28 +303,31 @@ func appendTags(dst []string, s string) []string {
 	return dst
 }
 
-// VMStatus reads a VM's current status on a node. A VM that is not on that node is
-// NotFound, saying on which node it is when the cluster shows it elsewhere. When PVE
-// cannot be asked (the node is cut off, no endpoint answers) the last status this
-// process read answers, marked stale; without one the read is 503 (504 on a
-// timeout), never 409. The caller has authorized.
-func (s *Service) VMStatus(ctx context.Context, clusterID int64, node string, vmid int64) (VMStatusView, error) {
-	return s.GuestStatus(ctx, clusterID, string(pve.Qemu), node, vmid)
+// VMStatus reads a VM's current status on a node (GuestStatus of a QEMU
+// guest). It needs a viewer grant.
+func (s *Service) VMStatus(ctx context.Context, a Actor, clusterID int64, node string, vmid int64) (VMStatusView, error) {
+	return s.GuestStatus(ctx, a, clusterID, string(pve.Qemu), node, vmid)
 }
 
-// GuestStatus is VMStatus for a guest of kind, PVE's name of it ("qemu" or
-// "lxc"): a container's status, or a VM's. A vmid of the other kind is NotFound
-// saying which kind it is (NotOnNodeOf).
-func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
+// GuestStatus reads a guest's current status on a node: kindName is PVE's name
+// of its kind, "qemu" or "lxc". A guest that is not on that node is NotFound,
+// saying on which node it is when the cluster shows it elsewhere, and what it
+// is when the vmid is a guest of the other kind (NotOnNodeOf). When PVE cannot
+// be asked (the node is cut off, no endpoint answers) the last status this
+// process read answers, marked stale; without one the read is 503 (504 on a
+// timeout), never 409. It needs a viewer grant.
+func (s *Service) GuestStatus(ctx context.Context, a Actor, clusterID int64, kindName, node string, vmid int64) (VMStatusView, error) {
 	kind := pve.GuestKind(kindName)
-	if kind != pve.Qemu && kind != pve.LXC {
-		return VMStatusView{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(kindName))
-	}
-	if !pve.ValidNode(node) {
+	switch {
+	case !kind.Valid():
+		return VMStatusView{}, invalid("type must be %s or %s", pve.Qemu, pve.LXC)
+	case !pve.ValidNode(node):
 		return VMStatusView{}, invalid("node %q is not a PVE node name", quoteSafe(node))
-	}
-	if vmid < pve.MinVMID || vmid > pve.MaxVMID {
+	case vmid < pve.MinVMID || vmid > pve.MaxVMID:
 		return VMStatusView{}, invalid("vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
+	}
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return VMStatusView{}, err
 	}
 	cl, err := s.Client(ctx, clusterID)
 	if err != nil {
@@ -294,7 +335,7 @@ func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, no
 	}
 	// While the guest's node cannot be reached, its last known status answers,
 	// marked stale (lastknown.go).
-	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, vmid}, func(ctx context.Context) (VMStatusView, error) {
+	return s.vmStatusOrStale(ctx, knownVMKey{clusterID, node, kind, vmid}, func(ctx context.Context) (VMStatusView, error) {
 		st, err := cl.GuestStatus(ctx, pve.Guest{Kind: kind, Node: node, VMID: int(vmid)})
 		if err != nil {
 			if pve.IsNotFound(err) {
@@ -302,9 +343,10 @@ func (s *Service) GuestStatus(ctx context.Context, clusterID int64, kindName, no
 			}
 			return VMStatusView{}, ReadError(s.upstream(ctx, clusterID, err))
 		}
-		return VMStatusView{VMID: vmid, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+		return VMStatusView{VMID: vmid, Type: kind, Node: node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
 			Lock: st.Lock, HA: HAView{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime,
-			CPUs: st.CPUs, MaxMem: st.MaxMem, CPU: st.CPU, Mem: st.Mem}, nil
+			CPUs: st.CPUs, MaxMem: st.MaxMem, MaxDisk: st.MaxDisk, MaxSwap: st.MaxSwap, Tags: appendTags(nil, st.Tags),
+			CPU: st.CPU, Mem: st.Mem}, nil
 	})
 }
 

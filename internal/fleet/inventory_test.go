@@ -30,7 +30,7 @@ func TestListersShareOneRead(t *testing.T) {
 	errc := make(chan error, 2*listers)
 	for range listers {
 		wg.Go(func() {
-			l, err := svc.VMList(ctx, c.ID, VMQuery{})
+			l, err := svc.VMList(ctx, testReader, c.ID, VMQuery{})
 			switch {
 			case err != nil:
 				errc <- err
@@ -39,7 +39,7 @@ func TestListersShareOneRead(t *testing.T) {
 			}
 		})
 		wg.Go(func() {
-			l, err := svc.NodeList(ctx, c.ID)
+			l, err := svc.NodeList(ctx, testReader, c.ID)
 			if err == nil && (len(l.Nodes) != 3 || !l.AsOf.Equal(read)) {
 				err = fmt.Errorf("%d nodes as of %v", len(l.Nodes), l.AsOf)
 			}
@@ -58,14 +58,14 @@ func TestListersShareOneRead(t *testing.T) {
 	}
 
 	clock.Advance(SnapshotMaxAge - time.Millisecond)
-	if l, err := svc.VMList(ctx, c.ID, VMQuery{}); err != nil || !l.AsOf.Equal(read) {
+	if l, err := svc.VMList(ctx, testReader, c.ID, VMQuery{}); err != nil || !l.AsOf.Equal(read) {
 		t.Fatalf("a snapshot younger than %v: %v, as of %v", SnapshotMaxAge, err, l.AsOf)
 	}
 	if vms, _ := reads(); vms-vms0 != 1 {
 		t.Fatalf("a fresh snapshot was read again")
 	}
 	clock.Advance(time.Millisecond)
-	l, err := svc.VMList(ctx, c.ID, VMQuery{})
+	l, err := svc.VMList(ctx, testReader, c.ID, VMQuery{})
 	if err != nil || !l.AsOf.Equal(clock.Now()) {
 		t.Fatalf("after %v: %v, as of %v", SnapshotMaxAge, err, l.AsOf)
 	}
@@ -78,7 +78,7 @@ func TestListersShareOneRead(t *testing.T) {
 	if _, err := svc.Update(ctx, c.ID, ClusterPatch{Name: &name}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.VMList(ctx, c.ID, VMQuery{}); err != nil {
+	if _, err := svc.VMList(ctx, testReader, c.ID, VMQuery{}); err != nil {
 		t.Fatal(err)
 	}
 	if vms, _ := reads(); vms-vms0 != 3 {
@@ -92,7 +92,7 @@ func TestVMListFiltersAndPages(t *testing.T) {
 	t.Parallel()
 	_, svc, c := registeredSim(t, 300) // VMs 100–105 and 1000–1299 (tag bulk, every other running)
 	ctx := context.Background()
-	all, err := svc.VMList(ctx, c.ID, VMQuery{})
+	all, err := svc.VMList(ctx, testReader, c.ID, VMQuery{})
 	if err != nil || len(all.VMs) != 306 || all.NextCursor != "" {
 		t.Fatalf("all: %d VMs, next %q, %v", len(all.VMs), all.NextCursor, err)
 	}
@@ -143,7 +143,7 @@ func TestVMListFiltersAndPages(t *testing.T) {
 			q.Limit = limit
 			var got []int64
 			for page := 0; ; page++ {
-				l, err := svc.VMList(ctx, c.ID, q)
+				l, err := svc.VMList(ctx, testReader, c.ID, q)
 				if err != nil {
 					t.Fatalf("%+v: %v", q, err)
 				}
@@ -167,7 +167,7 @@ func TestVMListFiltersAndPages(t *testing.T) {
 		}
 	}
 	// A cursor past the end is an empty last page.
-	if l, err := svc.VMList(ctx, c.ID, VMQuery{Cursor: "999999999", Limit: 5}); err != nil || len(l.VMs) != 0 || l.NextCursor != "" {
+	if l, err := svc.VMList(ctx, testReader, c.ID, VMQuery{Cursor: "999999999", Limit: 5}); err != nil || len(l.VMs) != 0 || l.NextCursor != "" {
 		t.Fatalf("past the end: %+v %v", l, err)
 	}
 
@@ -176,7 +176,7 @@ func TestVMListFiltersAndPages(t *testing.T) {
 		{Tag: strings.Repeat("t", 129)}, {Q: strings.Repeat("q", 129)}, {Q: "a\x00b"}, {Q: "\xff"}, {Limit: -1},
 		{Limit: MaxVMPage + 1}, {Cursor: "abc"}, {Cursor: "99"}, {Cursor: "+100"}, {Cursor: "0100"}, {Cursor: "1000000000"},
 	} {
-		if _, err := svc.VMList(ctx, c.ID, bad); errs.KindOf(err) != errs.Invalid {
+		if _, err := svc.VMList(ctx, testReader, c.ID, bad); errs.KindOf(err) != errs.Invalid {
 			t.Errorf("%+v: %v, want invalid_request", bad, err)
 		}
 	}
@@ -187,12 +187,12 @@ func TestVMListFiltersAndPages(t *testing.T) {
 func BenchmarkVMListFresh(b *testing.B) {
 	_, svc, c := registeredSim(b, 10000-6)
 	ctx := context.Background()
-	if l, err := svc.VMList(ctx, c.ID, VMQuery{}); err != nil || len(l.VMs) != 10000 {
+	if l, err := svc.VMList(ctx, testReader, c.ID, VMQuery{}); err != nil || len(l.VMs) != 10000 {
 		b.Fatalf("%d VMs, %v", len(l.VMs), err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := svc.VMList(ctx, c.ID, VMQuery{}); err != nil {
+		if _, err := svc.VMList(ctx, testReader, c.ID, VMQuery{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
 )
 
 // StaleAfter is how long a read waits for PVE when vmgate holds a snapshot it may
@@ -38,6 +39,7 @@ const maxKnownVMs = 10000
 type knownVMKey struct {
 	cluster int64
 	node    string
+	kind    pve.GuestKind // a VM's status never answers for a container
 	vmid    int64
 }
 

@@ -81,7 +81,7 @@ func registeredSim(t testing.TB, extra int, opts ...func(*Config)) (*sim, *Servi
 	twice := 2 * uint64(len(fed))
 	mu.Unlock()
 	testkit.Until(t, "the change feed's reader delivering the registration's changes", func() bool {
-		return svc.vmSnaps.epochNow() >= twice && svc.nodeSnaps.epochNow() >= twice
+		return svc.guestSnaps.epochNow() >= twice && svc.nodeSnaps.epochNow() >= twice
 	})
 	return s, svc, c
 }
@@ -261,14 +261,14 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	clock := newFakeClock()
 	s, svc, c := registeredSim(t, 0, func(c *Config) { c.Now = clock.Now })
 	ctx := context.Background()
-	if _, err := svc.Nodes(ctx, c.ID); err != nil {
+	if _, err := svc.Nodes(ctx, testReader, c.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.c.SetNodeOnline("pve1", false); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(SnapshotMaxAge) // the node list is read again
-	nodes, err := svc.Nodes(ctx, c.ID)
+	nodes, err := svc.Nodes(ctx, testReader, c.ID)
 	if err != nil {
 		t.Fatalf("no failover: %v", err)
 	}
@@ -291,7 +291,7 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	}
 	// A VM on the offline node: PVE cannot reach the node (595); for a read that
 	// is 503 naming the node, never 409.
-	_, err = svc.VMStatus(ctx, c.ID, "pve1", 100)
+	_, err = svc.VMStatus(ctx, testReader, c.ID, "pve1", 100)
 	if e, ok := errs.As(err); !ok || e.Kind != errs.Unavailable || e.ReasonOrDefault() != "cluster_unavailable" || e.Details["node"] != "pve1" {
 		t.Fatalf("VM on an offline node: %v", err)
 	}
@@ -299,7 +299,7 @@ func TestClientFailsOverWhenANodeGoesOffline(t *testing.T) {
 	s.c.SetNodeOnline("pve2", false)
 	s.c.SetNodeOnline("pve3", false)
 	clock.Advance(SnapshotMaxAge)
-	if _, err := svc.Nodes(ctx, c.ID); errs.KindOf(err) != errs.Unavailable {
+	if _, err := svc.Nodes(ctx, testReader, c.ID); errs.KindOf(err) != errs.Unavailable {
 		t.Fatalf("all nodes down: %v", err)
 	}
 }
@@ -308,7 +308,7 @@ func TestInventory(t *testing.T) {
 	t.Parallel()
 	_, svc, c := registeredSim(t, 0)
 	ctx := context.Background()
-	vms, err := svc.VMs(ctx, c.ID)
+	vms, err := svc.VMs(ctx, testReader, c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,18 +316,18 @@ func TestInventory(t *testing.T) {
 		vms[1].Tags == nil || vms[3].HAState != "started" || vms[0].Node != "pve1" || vms[0].MaxMem != 4<<30 || vms[0].MaxCPU != 2 {
 		t.Fatalf("vms %+v", vms)
 	}
-	st, err := svc.VMStatus(ctx, c.ID, "pve2", 103)
+	st, err := svc.VMStatus(ctx, testReader, c.ID, "pve2", 103)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Status != "running" || st.Name != "ha-app" || !st.HA.Managed || st.HA.State != "started" || st.Node != "pve2" || st.VMID != 103 {
 		t.Fatalf("status %+v", st)
 	}
-	_, err = svc.VMStatus(ctx, c.ID, "pve2", 100)
+	_, err = svc.VMStatus(ctx, testReader, c.ID, "pve2", 100)
 	if e, ok := errs.As(err); !ok || e.Kind != errs.NotFound || !strings.Contains(e.Message, "it is on node pve1") {
 		t.Fatalf("VM on another node: %v", err)
 	}
-	_, err = svc.VMStatus(ctx, c.ID, "pve2", 4242)
+	_, err = svc.VMStatus(ctx, testReader, c.ID, "pve2", 4242)
 	if e, ok := errs.As(err); !ok || e.Kind != errs.NotFound || !strings.Contains(e.Message, "not found") {
 		t.Fatalf("missing VM: %v", err)
 	}
@@ -493,11 +493,11 @@ func TestConnectionReuse(t *testing.T) {
 		clock.Advance(SnapshotMaxAge) // no list from a snapshot: every read reaches PVE
 		switch i % 3 {
 		case 0:
-			_, err = svc.Nodes(ctx, c.ID)
+			_, err = svc.Nodes(ctx, testReader, c.ID)
 		case 1:
-			_, err = svc.VMs(ctx, c.ID)
+			_, err = svc.VMs(ctx, testReader, c.ID)
 		default:
-			_, err = svc.VMStatus(ctx, c.ID, "pve1", 100)
+			_, err = svc.VMStatus(ctx, testReader, c.ID, "pve1", 100)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -535,14 +535,14 @@ func BenchmarkVMList10k(b *testing.B) {
 	clock := newFakeClock()
 	_, svc, c := registeredSim(b, 10000-6, func(c *Config) { c.Now = clock.Now })
 	ctx := context.Background()
-	l, err := svc.VMList(ctx, c.ID, VMQuery{})
+	l, err := svc.VMList(ctx, testReader, c.ID, VMQuery{})
 	if err != nil || len(l.VMs) != 10000 {
 		b.Fatalf("%d VMs, %v", len(l.VMs), err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		clock.Advance(SnapshotMaxAge)
-		if _, err := svc.VMList(ctx, c.ID, VMQuery{}); err != nil {
+		if _, err := svc.VMList(ctx, testReader, c.ID, VMQuery{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -16,11 +16,11 @@ import (
 // answer says how old its data is (asOf).
 const SnapshotMaxAge = 2 * time.Second
 
-// snapshot is one read of a cluster's list from PVE: items are shared by every
+// snapshot is one read of a cluster's list from PVE: val is shared by every
 // request it answers and never changed.
 type snapshot[T any] struct {
-	at    time.Time // when the read began: the data is at least this old
-	items []T
+	at  time.Time // when the read began: the data is at least this old
+	val T
 }
 
 // snapshots holds the latest list of each cluster. A request is answered from a
@@ -53,7 +53,7 @@ func (c *snapshots[T]) fresh(id int64, now time.Time) (*snapshot[T], uint64) {
 // with load when there is none. The read goes on if the request that started it
 // goes away (the others waiting for it may still want it); each request stops
 // waiting when its own ctx ends.
-func (c *snapshots[T]) get(ctx context.Context, id int64, now func() time.Time, load func(context.Context) ([]T, error)) (*snapshot[T], error) {
+func (c *snapshots[T]) get(ctx context.Context, id int64, now func() time.Time, load func(context.Context) (T, error)) (*snapshot[T], error) {
 	sn, epoch := c.fresh(id, now())
 	if sn != nil {
 		return sn, nil
@@ -66,11 +66,11 @@ func (c *snapshots[T]) get(ctx context.Context, id int64, now func() time.Time, 
 		if sn, _ := c.fresh(id, at); sn != nil {
 			return sn, nil
 		}
-		items, err := load(context.WithoutCancel(ctx))
+		val, err := load(context.WithoutCancel(ctx))
 		if err != nil {
 			return nil, err
 		}
-		sn := &snapshot[T]{at: at, items: items}
+		sn := &snapshot[T]{at: at, val: val}
 		c.mu.Lock()
 		if c.epoch == epoch {
 			c.byID[id] = sn

@@ -18,6 +18,7 @@ type VMQuery struct {
 	Node   string // only VMs on this node
 	Status string // only VMs in this state: VMStatusRunning, VMStatusStopped or VMStatusUnknown
 	Tag    string // only VMs with this tag (exactly)
+	Pool   string // only VMs in this resource pool (exactly)
 	// Q keeps the VMs whose name holds it, ignoring case, or whose vmid it is.
 	Q string
 	// Limit is the most VMs of one page, 1 to MaxVMPage; 0 is no paging.
@@ -36,9 +37,10 @@ const (
 
 // Bounds of VMQuery's values.
 const (
-	MaxVMPage = 10000
-	maxTagLen = 128 // PVE's tags are short words
-	maxQLen   = 128
+	MaxVMPage  = 10000
+	maxTagLen  = 128 // PVE's tags are short words
+	maxPoolLen = 128
+	maxQLen    = 128
 )
 
 // VMList is one page of a cluster's VMs by VMID, as of AsOf.
@@ -66,6 +68,8 @@ func (q VMQuery) validate() (after int64, err error) {
 		return 0, invalid("status must be %s, %s or %s", VMStatusRunning, VMStatusStopped, VMStatusUnknown)
 	case q.Tag != "" && !validTag(q.Tag):
 		return 0, invalid("tag %q is not a PVE tag (letters, digits, _ - + . ; at most %d)", quoteSafe(q.Tag), maxTagLen)
+	case q.Pool != "" && !validPool(q.Pool):
+		return 0, invalid("pool %q is not a PVE pool id (letters, digits, _ -, nested with /; at most %d)", quoteSafe(q.Pool), maxPoolLen)
 	case q.Q != "" && (len(q.Q) > maxQLen || !utf8.ValidString(q.Q) || strings.IndexFunc(q.Q, unicode.IsControl) >= 0):
 		return 0, invalid("q must be at most %d bytes of text", maxQLen)
 	case q.Limit < 0 || q.Limit > MaxVMPage:
@@ -98,13 +102,36 @@ func validTag(t string) bool {
 	return t != ""
 }
 
-func (q VMQuery) filters() bool { return q.Node != "" || q.Status != "" || q.Tag != "" || q.Q != "" }
+// validPool accepts PVE's pool ids: [A-Za-z0-9_][A-Za-z0-9_-]*, nested pools
+// joined by '/' (PVE 8.1 and later).
+func validPool(p string) bool {
+	if len(p) > maxPoolLen {
+		return false
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == "" || part[0] == '-' {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (q VMQuery) filters() bool {
+	return q.Node != "" || q.Status != "" || q.Tag != "" || q.Pool != "" || q.Q != ""
+}
 
 // match reports whether v passes q's filters.
 func (q VMQuery) match(v *VMView) bool {
 	switch {
 	case q.Node != "" && v.Node != q.Node,
-		q.Status != "" && v.Status != q.Status:
+		q.Status != "" && v.Status != q.Status,
+		q.Pool != "" && v.Pool != q.Pool:
 		return false
 	case q.Tag != "":
 		found := false
@@ -133,61 +160,76 @@ func containsFold(s, sub string) bool {
 // a snapshot younger than SnapshotMaxAge or one /cluster/resources?type=vm read
 // shared by every request meanwhile (snapshot.go). Filters and paging are applied
 // here, on the snapshot: PVE is read the same way whatever the query. A bad value
-// of q is invalid_request. The caller has authorized.
-func (s *Service) VMList(ctx context.Context, clusterID int64, q VMQuery) (VMList, error) {
-	return s.GuestList(ctx, clusterID, string(pve.Qemu), q)
+// of q is invalid_request. It needs a viewer grant.
+func (s *Service) VMList(ctx context.Context, a Actor, clusterID int64, q VMQuery) (VMList, error) {
+	return s.GuestList(ctx, a, clusterID, string(pve.Qemu), q)
 }
 
 // GuestList is VMList for the guests of kind, PVE's name of it: "qemu" are
-// VMList, "lxc" a cluster's containers, from a snapshot of their own (the same
-// read of /cluster/resources?type=vm, shared by the containers' listers).
-func (s *Service) GuestList(ctx context.Context, clusterID int64, kindName string, q VMQuery) (VMList, error) {
+// VMList, "lxc" a cluster's containers, "" every guest of both kinds by vmid
+// (each with its Type). Every kind is answered from the one snapshot of the
+// cluster's guests (one read of /cluster/resources?type=vm answers both). It
+// needs a viewer grant.
+func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindName string, q VMQuery) (VMList, error) {
 	kind := pve.GuestKind(kindName)
+	if kind != "" && !kind.Valid() {
+		return VMList{}, invalid("type must be %s or %s", pve.Qemu, pve.LXC)
+	}
 	after, err := q.validate()
 	if err != nil {
 		return VMList{}, err
 	}
-	snaps := s.vmSnaps
-	if kind == pve.LXC {
-		snaps = s.ctSnaps
-	} else if kind != pve.Qemu {
-		return VMList{}, invalid("guest kind %q is neither qemu nor lxc", quoteSafe(string(kind)))
+	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return VMList{}, err
 	}
-	sn, err := snaps.get(ctx, clusterID, s.now, func(ctx context.Context) ([]VMView, error) {
-		res, err := s.guestResources(ctx, clusterID)
-		if err != nil {
-			return nil, err
-		}
-		return guestViews(res, kind), nil
-	})
+	sn, err := s.guests(ctx, clusterID)
 	if err != nil {
 		return VMList{}, err
 	}
-	all := sn.items
+	out := VMList{AsOf: sn.at}
+	var more bool
+	out.VMs, more = q.page(sn.val.of(kind), after, q.Limit)
+	if more {
+		out.NextCursor = strconv.FormatInt(out.VMs[len(out.VMs)-1].VMID, 10)
+	}
+	return out, nil
+}
+
+// guests returns the cluster's guest snapshot (snapshot.go).
+func (s *Service) guests(ctx context.Context, clusterID int64) (*snapshot[guestSet], error) {
+	return s.guestSnaps.get(ctx, clusterID, s.now, func(ctx context.Context) (guestSet, error) {
+		res, err := s.guestResources(ctx, clusterID)
+		if err != nil {
+			return guestSet{}, err
+		}
+		return guestViews(res), nil
+	})
+}
+
+// page returns at most limit (0: no limit) guests of all, which is sorted by
+// vmid, after the vmid after (0: from the start) that pass q's filters, and
+// whether more would pass after them. An unfiltered page is a sub-slice of all.
+func (q VMQuery) page(all []VMView, after int64, limit int) (page []VMView, more bool) {
 	start := 0
-	if q.Cursor != "" {
+	if after > 0 {
 		start = sort.Search(len(all), func(i int) bool { return all[i].VMID > after })
 	}
-	out := VMList{AsOf: sn.at}
 	if !q.filters() {
 		end := len(all)
-		if q.Limit > 0 && start+q.Limit < end {
-			end = start + q.Limit
-			out.NextCursor = strconv.FormatInt(all[end-1].VMID, 10)
+		if limit > 0 && start+limit < end {
+			end, more = start+limit, true
 		}
-		out.VMs = all[start:end:end]
-		return out, nil
+		return all[start:end:end], more
 	}
-	out.VMs = make([]VMView, 0, min(max(q.Limit, 16), len(all)-start))
+	page = make([]VMView, 0, min(max(limit, 16), len(all)-start))
 	for i := start; i < len(all); i++ {
 		if !q.match(&all[i]) {
 			continue
 		}
-		if q.Limit > 0 && len(out.VMs) == q.Limit {
-			out.NextCursor = strconv.FormatInt(out.VMs[len(out.VMs)-1].VMID, 10)
-			break
+		if limit > 0 && len(page) == limit {
+			return page, true
 		}
-		out.VMs = append(out.VMs, all[i])
+		page = append(page, all[i])
 	}
-	return out, nil
+	return page, false
 }

@@ -78,6 +78,12 @@ func (t *taskAnswer) appendJSON(e *jsonEnc) {
 		e.int(p.BytesPerSecond)
 		e.key("phase", false)
 		e.str(p.Phase)
+		e.key("downtimeSeconds", false)
+		if p.DowntimeSeconds != nil {
+			e.int(*p.DowntimeSeconds)
+		} else {
+			e.raw("null")
+		}
 		e.raw("}")
 	} else {
 		e.raw("null")
@@ -112,26 +118,25 @@ func (a *vmStatusAnswer) appendJSON(e *jsonEnc) {
 	e.str(a.Node)
 	e.key("name", false)
 	e.str(a.Name)
+	e.key("type", false)
+	e.str(string(vmops.GuestVM))
 	e.key("status", false)
 	e.str(a.Status)
 	e.key("qmpStatus", false)
 	e.str(a.QMPStatus)
 	e.key("lock", false)
 	e.str(a.Lock)
-	e.key("ha", false)
-	e.key("managed", true)
-	e.bool(a.HA.Managed)
-	if a.HA.State != "" {
-		e.key("state", false)
-		e.str(a.HA.State)
-	}
-	e.raw("}")
+	e.ha(a.HA)
 	e.key("uptime", false)
 	e.int(a.Uptime)
 	e.key("cpus", false)
 	e.float(a.CPUs)
 	e.key("maxMem", false)
 	e.int(a.MaxMem)
+	e.key("maxDisk", false)
+	e.int(a.MaxDisk)
+	e.key("tags", false)
+	e.strs(a.Tags)
 	e.stale(a.Stale, a.StaleSince)
 	e.raw("}")
 }

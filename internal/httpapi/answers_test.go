@@ -47,6 +47,7 @@ type progressJSON struct {
 	TotalBytes       int64   `json:"totalBytes"`
 	BytesPerSecond   int64   `json:"bytesPerSecond"`
 	Phase            string  `json:"phase"`
+	DowntimeSeconds  *int64  `json:"downtimeSeconds"`
 }
 
 func strOrNull(s string) *string {
@@ -80,26 +81,73 @@ func toTaskJSON(v vmops.TaskView) taskJSON {
 	}
 	if p := v.Progress; p != nil {
 		out.Progress = &progressJSON{Percent: p.Percent, TransferredBytes: p.TransferredBytes, TotalBytes: p.TotalBytes,
-			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase}
+			BytesPerSecond: p.BytesPerSecond, Phase: p.Phase, DowntimeSeconds: p.DowntimeSeconds}
 	}
 	return out
 }
 
 // vmStatusJSON is a VM's status as docs/design.md §3.2 shows it.
 type vmStatusJSON struct {
-	VMID      int64   `json:"vmid"`
-	Node      string  `json:"node"`
-	Name      string  `json:"name"`
-	Status    string  `json:"status"`
-	QMPStatus string  `json:"qmpStatus"`
-	Lock      string  `json:"lock"`
-	HA        haJSON  `json:"ha"`
-	Uptime    int64   `json:"uptime"`
-	CPUs      float64 `json:"cpus"`
-	MaxMem    int64   `json:"maxMem"`
+	VMID      int64    `json:"vmid"`
+	Node      string   `json:"node"`
+	Name      string   `json:"name"`
+	Type      string   `json:"type"` // qemu
+	Status    string   `json:"status"`
+	QMPStatus string   `json:"qmpStatus"`
+	Lock      string   `json:"lock"`
+	HA        haJSON   `json:"ha"`
+	Uptime    int64    `json:"uptime"`
+	CPUs      float64  `json:"cpus"`
+	MaxMem    int64    `json:"maxMem"`
+	MaxDisk   int64    `json:"maxDisk"`
+	Tags      []string `json:"tags"`
 	// Stale: PVE could not be asked; this is what vmgate last read, at StaleSince.
 	Stale      bool       `json:"stale"`
 	StaleSince *time.Time `json:"staleSince"`
+}
+
+// ctStatusJSON is a container's status as docs/design.md §3.2a shows it.
+type ctStatusJSON struct {
+	VMID       int64      `json:"vmid"`
+	Node       string     `json:"node"`
+	Name       string     `json:"name"`
+	Type       string     `json:"type"` // lxc
+	Status     string     `json:"status"`
+	Lock       string     `json:"lock"`
+	HA         haJSON     `json:"ha"`
+	Uptime     int64      `json:"uptime"`
+	CPUs       float64    `json:"cpus"`
+	MaxMem     int64      `json:"maxMem"`
+	MaxSwap    int64      `json:"maxSwap"`
+	MaxDisk    int64      `json:"maxDisk"`
+	Tags       []string   `json:"tags"`
+	Stale      bool       `json:"stale"`
+	StaleSince *time.Time `json:"staleSince"`
+}
+
+// guestJSON is a guest of a cluster's guest list (docs/design.md §3.4).
+type guestJSON struct {
+	VMID    int64    `json:"vmid"`
+	Type    string   `json:"type"`
+	Name    string   `json:"name"`
+	Node    string   `json:"node"`
+	Status  string   `json:"status"`
+	Lock    string   `json:"lock"`
+	Tags    []string `json:"tags"`
+	HAState string   `json:"haState"`
+	Pool    string   `json:"pool"`
+	MaxMem  int64    `json:"maxMem"`
+	MaxCPU  float64  `json:"maxCpu"`
+	Mem     int64    `json:"mem"`
+	CPU     float64  `json:"cpu"`
+	Uptime  int64    `json:"uptime"`
+}
+
+// fleetGuestJSON is a guest of the fleet's guest list: its cluster first.
+type fleetGuestJSON struct {
+	ClusterID   int64  `json:"clusterId"`
+	ClusterName string `json:"clusterName"`
+	guestJSON
 }
 
 type haJSON struct {
@@ -177,12 +225,16 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 		if got, want := hand(taskList(nil)), "[]"; got != want {
 			t.Errorf("empty task list: %s", got)
 		}
+		tags := strings.Fields(s)
+		if tags == nil {
+			tags = []string{}
+		}
 		st := fleet.VMStatusView{VMID: int64(i), Node: s, Name: s, Status: s, QMPStatus: s, Lock: s,
 			HA: fleet.HAView{Managed: i%2 == 0, State: strings.Repeat(s, i%2)}, Uptime: int64(i) << 33, CPUs: f, MaxMem: 1 << 33,
-			Stale: i%3 == 0, StaleSince: start.Add(-time.Minute)}
-		ref := vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus,
+			MaxDisk: int64(i) << 30, MaxSwap: int64(i) << 20, Tags: tags, Stale: i%3 == 0, StaleSince: start.Add(-time.Minute)}
+		ref := vmStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Type: "qemu", Status: st.Status, QMPStatus: st.QMPStatus,
 			Lock: st.Lock, HA: haJSON{Managed: st.HA.Managed, State: st.HA.State}, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem,
-			Stale: st.Stale}
+			MaxDisk: st.MaxDisk, Tags: tags, Stale: st.Stale}
 		if st.Stale {
 			since := st.StaleSince.UTC()
 			ref.StaleSince = &since
@@ -190,6 +242,12 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 		want := marshal(ref)
 		if got := hand((*vmStatusAnswer)(&st)); got != want {
 			t.Errorf("vm status:\n got %s\nwant %s", got, want)
+		}
+		ctRef := ctStatusJSON{VMID: st.VMID, Node: st.Node, Name: st.Name, Type: "lxc", Status: st.Status, Lock: st.Lock,
+			HA: ref.HA, Uptime: st.Uptime, CPUs: st.CPUs, MaxMem: st.MaxMem, MaxSwap: st.MaxSwap, MaxDisk: st.MaxDisk, Tags: tags,
+			Stale: st.Stale, StaleSince: ref.StaleSince}
+		if got, want := hand((*ctStatusAnswer)(&st)), marshal(ctRef); got != want {
+			t.Errorf("ct status:\n got %s\nwant %s", got, want)
 		}
 	}
 	var vms []fleet.VMView
@@ -211,6 +269,30 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 	}
 	if got, want := hand(vmList(vms)), marshal(refVMs); got != want {
 		t.Errorf("vm list:\n got %s\nwant %s", got, want)
+	}
+	var guests []fleet.VMView
+	var refGuests []guestJSON
+	var refFleet []fleetGuestJSON
+	for i, v := range vms {
+		v.Type, v.Pool, v.Mem, v.CPU, v.Uptime = "lxc", v.Name, v.MaxMem/2, v.MaxCPU/3, int64(i)*7
+		guests = append(guests, v)
+		g := guestJSON{VMID: v.VMID, Type: "lxc", Name: v.Name, Node: v.Node, Status: v.Status, Lock: v.Lock, Tags: v.Tags,
+			HAState: v.HAState, Pool: v.Pool, MaxMem: v.MaxMem, MaxCPU: v.MaxCPU, Mem: v.Mem, CPU: v.CPU, Uptime: v.Uptime}
+		refGuests = append(refGuests, g)
+		refFleet = append(refFleet, fleetGuestJSON{ClusterID: int64(1 + i/3), ClusterName: awkward[i/3], guestJSON: g})
+	}
+	if got, want := hand(guestItems{{Guests: guests}}), marshal(refGuests); got != want {
+		t.Errorf("guest list:\n got %s\nwant %s", got, want)
+	}
+	var parts guestItems
+	for i := 0; i < len(guests); i += 3 {
+		parts = append(parts, fleet.ClusterGuests{ClusterID: int64(1 + i/3), Name: awkward[i/3], Guests: guests[i:min(i+3, len(guests))]})
+	}
+	if got, want := hand(parts), marshal(refFleet); got != want {
+		t.Errorf("fleet guest list:\n got %s\nwant %s", got, want)
+	}
+	if got := hand(guestItems(nil)); got != "[]" {
+		t.Errorf("empty guest list: %s", got)
 	}
 	if got, want := hand(nodeList(nodes)), marshal(refNodes); got != want {
 		t.Errorf("node list:\n got %s\nwant %s", got, want)

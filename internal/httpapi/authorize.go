@@ -4,54 +4,38 @@ import (
 	"net/http"
 
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
+
+// The use cases check the caller's grant themselves (docs/security.md items 18,
+// 19; issue 18 (docs/history.md)): a handler hands them the caller, with the
+// request as it was made (Via) for the audit record of a refusal, and renders
+// what they answer.
+
+// via names the request as the caller made it, for the audit record of a
+// refused grant: "POST /api/v1/pve/vm/1/pve1/100/start".
+func via(r *http.Request) string { return r.Method + " " + r.URL.Path }
 
 // actor is the caller as internal/fleet sees it: an API token's grants go along
 // as the actor's Limit, which the fleet applies under the owner's at every check,
 // and its id, which no grant change accepts.
 func actor(r *http.Request) fleet.Actor {
 	p := principal(r)
-	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants, APITokenID: p.APITokenID}
+	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants, APITokenID: p.APITokenID,
+		Via: via(r)}
+}
+
+// vmActor is the caller as the use cases of internal/vmops take it, with the
+// request's Idempotency-Key (validated by then; "" when none). The audit trail
+// takes the rest of the request from the context.
+func vmActor(r *http.Request) vmops.Actor {
+	p := principal(r)
+	key, _, _ := idempotencyKey(r)
+	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants, APITokenID: p.APITokenID,
+		Via: via(r), Key: key}
 }
 
 // pathClusterID reads and validates {clusterId}.
 func pathClusterID(r *http.Request) (int64, error) {
 	return parseIntParam("clusterId", r.PathValue("clusterId"), 1, 1<<53)
-}
-
-// authorize checks the caller's grant on a cluster (docs/security.md items 18, 19); fleet
-// audits a denial, naming the request. It runs after path and body validation and
-// before anything touches PVE.
-func (s *Server) authorize(r *http.Request, clusterID int64, need string) error {
-	return s.fleet.Require(r.Context(), actor(r), clusterID, need, r.Method+" "+r.URL.Path)
-}
-
-// operatorWrite ends a VM write handler once its path, query and body are valid,
-// in the order of every request's checks: the Idempotency-Key header (400), then
-// the caller's operator grant on the cluster (404/403), then act under the key.
-func (s *Server) operatorWrite(w http.ResponseWriter, r *http.Request, clusterID int64, body []byte,
-	act func(w http.ResponseWriter, r *http.Request) error) error {
-	if _, _, err := idempotencyKey(r); err != nil {
-		return err
-	}
-	if err := s.authorize(r, clusterID, fleet.GrantOperator); err != nil {
-		return err
-	}
-	return s.idempotent(w, r, body, act)
-}
-
-// readScope is what a list of tasks or operations may show the caller: with a
-// clusterId (non-zero) that one cluster, once the caller's grant on it is checked,
-// and nil for "no further restriction"; without one the clusters the caller may
-// read, or nil for all of them (an admin). The use cases read a non-nil but empty
-// list as "none".
-func (s *Server) readScope(r *http.Request, clusterID int64) ([]int64, error) {
-	if clusterID != 0 {
-		return nil, s.authorize(r, clusterID, fleet.GrantViewer)
-	}
-	ids, all, err := s.fleet.Readable(r.Context(), actor(r))
-	if err != nil || all {
-		return nil, err
-	}
-	return ids, nil
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
-	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // clusterJSON is a cluster as admins see it: never the token secret; the CA bundle
@@ -209,9 +208,9 @@ func (s *Server) inventoryClusters(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// readCluster validates a cluster read (a valid {clusterId}, no query but the
-// allowed parameters, check(r) when given) and checks the caller's viewer grant;
-// it returns the cluster id.
+// readCluster decodes a cluster read (a valid {clusterId}, no query but the
+// allowed parameters, check(r) when given); the read checks the caller's viewer
+// grant. It returns the cluster id.
 func (s *Server) readCluster(r *http.Request, check func() error, allowed ...string) (int64, error) {
 	id, err := pathClusterID(r)
 	if err != nil {
@@ -225,9 +224,6 @@ func (s *Server) readCluster(r *http.Request, check func() error, allowed ...str
 			return 0, err
 		}
 	}
-	if err := s.authorize(r, id, fleet.GrantViewer); err != nil {
-		return 0, err
-	}
 	return id, nil
 }
 
@@ -236,7 +232,7 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	l, err := s.fleet.NodeList(r.Context(), id)
+	l, err := s.fleet.NodeList(r.Context(), actor(r), id)
 	if err != nil {
 		return err
 	}
@@ -247,6 +243,15 @@ func (s *Server) clusterNodes(w http.ResponseWriter, r *http.Request) error {
 // vmQuery reads the VM list's filters and paging: each parameter at most once,
 // limit an integer; fleet.VMQuery.Validate judges the values.
 func vmQuery(r *http.Request) (fleet.VMQuery, error) {
+	q, err := readVMQuery(r)
+	if err != nil {
+		return q, err
+	}
+	return q, q.Validate()
+}
+
+// readVMQuery is vmQuery without judging the values.
+func readVMQuery(r *http.Request) (fleet.VMQuery, error) {
 	var q fleet.VMQuery
 	for _, p := range []struct {
 		name string
@@ -266,46 +271,22 @@ func vmQuery(r *http.Request) (fleet.VMQuery, error) {
 		return q, err
 	}
 	q.Limit = int(limit)
-	return q, q.Validate()
+	return q, nil
 }
 
-// clusterGuests lists a cluster's guests of kind: its VMs (…/vms) or its
-// containers (…/cts), with the same filters and paging.
-func (s *Server) clusterGuests(kind vmops.GuestKind) handler {
-	return func(w http.ResponseWriter, r *http.Request) error { return s.clusterGuestList(w, r, kind) }
-}
-
-func (s *Server) clusterGuestList(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind) error {
+// clusterVMs lists a cluster's VMs (QEMU guests; …/guests lists both kinds).
+func (s *Server) clusterVMs(w http.ResponseWriter, r *http.Request) error {
 	var q fleet.VMQuery
 	id, err := s.readCluster(r, func() (err error) { q, err = vmQuery(r); return err },
 		"node", "status", "tag", "q", "limit", "cursor")
 	if err != nil {
 		return err
 	}
-	l, err := s.fleet.GuestList(r.Context(), id, string(kind), q)
+	l, err := s.fleet.VMList(r.Context(), actor(r), id, q)
 	if err != nil {
 		return err
 	}
 	writeEncoded(w, http.StatusOK, "success", vmList(l.VMs), func(e *jsonEnc) { e.asOf(l.AsOf, l.NextCursor, true) })
-	return nil
-}
-
-func (s *Server) vmStatus(w http.ResponseWriter, r *http.Request) error {
-	vm, err := pathVM(r)
-	if err != nil {
-		return err
-	}
-	if err := checkQuery(r); err != nil {
-		return err
-	}
-	if err := s.authorize(r, vm.ClusterID, fleet.GrantViewer); err != nil {
-		return err
-	}
-	st, err := s.fleet.VMStatus(r.Context(), vm.ClusterID, vm.Node, vm.VMID)
-	if err != nil {
-		return err
-	}
-	writeEncoded(w, http.StatusOK, "success", (*vmStatusAnswer)(&st), nil)
 	return nil
 }
 

@@ -26,17 +26,24 @@ func TestContainersHTTP(t *testing.T) {
 		Node   string `json:"node"`
 		Status string `json:"status"`
 	}
-	a := e.call("view", "GET", "/api/v1/pve/clusters/"+itoa(e.cid)+"/cts", "").expect(t, 200, "")
+	a := e.call("view", "GET", "/api/v1/pve/clusters/"+itoa(e.cid)+"/guests?type=lxc", "").expect(t, 200, "")
 	if err := json.Unmarshal(a.env.Data, &cts); err != nil || len(cts) != 4 || cts[0].VMID != 200 || cts[3].VMID != 203 {
 		t.Fatalf("the containers: %+v, %v (%s)", cts, err, a.raw)
 	}
-	a = e.call("view", "GET", "/api/v1/pve/clusters/"+itoa(e.cid)+"/cts?status=stopped", "").expect(t, 200, "")
+	a = e.call("view", "GET", "/api/v1/pve/clusters/"+itoa(e.cid)+"/guests?type=lxc&status=stopped", "").expect(t, 200, "")
 	if err := json.Unmarshal(a.env.Data, &cts); err != nil || len(cts) != 1 || cts[0].VMID != 201 || cts[0].Node != "pve2" {
 		t.Fatalf("the stopped containers: %+v, %v", cts, err)
 	}
 
 	e.call("view", "POST", e.ctPath("pve2", 201)+"/start", "").expect(t, 403, "forbidden")
-	e.call("op", "POST", e.ctPath("pve2", 201)+"/suspend", "").expect(t, 404, "not_found")
+	for _, action := range []string{"suspend", "resume"} {
+		a = e.call("op", "POST", e.ctPath("pve2", 201)+"/"+action, "").expect(t, 400, "not_offered")
+		if !strings.Contains(a.env.Message, "experimental") || !strings.Contains(a.env.Message, action) {
+			t.Errorf("%s of a container: %q", action, a.env.Message)
+		}
+		e.call("nobody", "POST", e.ctPath("pve2", 201)+"/"+action, "").expect(t, 400, "not_offered") // nothing looked at
+	}
+	e.call("op", "POST", e.ctPath("pve2", 0)+"/suspend", "").expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.ctPath("pve1", 100)+"/start", "").expect(t, 404, "not_found") // VM 100 is no container
 
 	a = e.call("op", "POST", e.ctPath("pve2", 201)+"/start", "").expect(t, 200, "")
@@ -60,8 +67,16 @@ func TestContainersHTTP(t *testing.T) {
 	// The pre-check and PVE's rules for moving a container.
 	e.call("view", "GET", e.ctPath("pve2", 201)+"/migrate?target=pve3", "").expect(t, 200, "")
 	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3"}`).expect(t, 409, "vm_running")
-	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3","online":true}`).expect(t, 400, "invalid_request")
-	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3","withLocalDisks":true}`).expect(t, 400, "invalid_request")
+	for _, tc := range []struct{ path, body, field string }{
+		{e.ctPath("pve2", 201), `{"target":"pve3","online":true}`, "online"},
+		{e.ctPath("pve2", 201), `{"target":"pve3","withLocalDisks":true}`, "withLocalDisks"},
+		{e.vmPath("pve1", 100), `{"target":"pve2","timeout":0}`, "timeout"},
+	} {
+		a := e.call("op", "POST", tc.path+"/migrate", tc.body).expect(t, 400, "invalid_request")
+		if !strings.Contains(string(a.raw), `"field":"`+tc.field+`"`) || !strings.HasPrefix(a.env.Message, tc.field+" is for") {
+			t.Errorf("%s: %s", tc.body, a.raw)
+		}
+	}
 	e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve2","restart":true}`).expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.vmPath("pve1", 100)+"/migrate", `{"target":"pve2","restart":true}`).expect(t, 400, "invalid_request")
 	a = e.call("op", "POST", e.ctPath("pve2", 201)+"/migrate", `{"target":"pve3","restart":true,"timeout":30}`).expect(t, 200, "")

@@ -11,6 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -38,7 +39,7 @@ func managesCredentials(method, pattern string) bool {
 
 // fullRouteTable is every route, with every group of routes on.
 func fullRouteTable() []route {
-	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil), ops: (*vmops.OperationService)(nil)}
+	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil), ops: (*operations.Service)(nil)}
 	return s.routes()
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
@@ -227,18 +228,18 @@ func TestStaleReadsWhileNodeCutOff(t *testing.T) {
 // longPolls is the VM service with a word when a task query that may wait (a
 // long-poll) has reached it.
 type longPolls struct {
-	VMs
+	frontend.VMs
 	entered chan struct{}
 }
 
-func (l longPolls) Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error) {
+func (l longPolls) Task(ctx context.Context, a vmops.Actor, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error) {
 	if wait > 0 {
 		select {
 		case l.entered <- struct{}{}:
 		default:
 		}
 	}
-	return l.VMs.Task(ctx, upid, clusterHint, wait)
+	return l.VMs.Task(ctx, a, upid, clusterHint, wait)
 }
 
 // TestShutdownDrainOverHTTP: the drain answers an open long-poll at once with the

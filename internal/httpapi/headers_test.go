@@ -53,16 +53,18 @@ var sampleBodies = map[string]string{
 }
 
 var noBodyRoutes = map[string]bool{
-	"POST /api/v1/user/refresh":                             true,
-	"POST /api/v1/user/logout":                              true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":   true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/start":  true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/stop":   true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/reboot": true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":    true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":  true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend": true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/resume":  true,
+	"POST /api/v1/user/refresh":                              true,
+	"POST /api/v1/user/logout":                               true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":    true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/start":   true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/stop":    true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/reboot":  true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":     true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":   true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend":  true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/resume":   true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/suspend": true, // not_offered, after the body is checked
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/resume":  true,
 }
 
 // allRoutes is the route table of a server with every use case, VMs included.

@@ -102,3 +102,13 @@ func (rm *routeMetrics) observe(method string, status int, d time.Duration) {
 func (m *metrics) LoginOutcome(outcome string) { m.logins.WithLabelValues(outcome).Inc() }
 
 func (m *metrics) handler() http.Handler { return m.scrape }
+
+// metricsHandler serves the metrics to loopback clients, or to all with
+// Config.MetricsPublic; to anyone else /metrics does not exist (docs/security.md item 31).
+func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) error {
+	if !s.metricsAllowed(r) {
+		return errNoRoute(r)
+	}
+	s.metrics.handler().ServeHTTP(w, r)
+	return nil
+}

@@ -104,7 +104,7 @@ func TestEvacuateAPI(t *testing.T) {
 	t.Parallel()
 	e := newOpsEnv(t, 1000)
 	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve1/evacuate"
-	a := e.call("op", "POST", path, `{"dryRun":true,"maxParallel":3}`).expect(t, 200, "")
+	a := e.call("op", "POST", path, `{"type":"qemu","dryRun":true,"maxParallel":3}`).expect(t, 200, "")
 	var dry struct {
 		Plan planJSON `json:"plan"`
 	}
@@ -115,7 +115,7 @@ func TestEvacuateAPI(t *testing.T) {
 		t.Fatalf("a dry run sent %d migrations", n)
 	}
 
-	a = e.call("op", "POST", path, `{"targets":["pve3"]}`).expect(t, 202, "")
+	a = e.call("op", "POST", path, `{"type":"qemu","targets":["pve3"]}`).expect(t, 202, "")
 	var started struct {
 		OperationID int64    `json:"operationId"`
 		Plan        planJSON `json:"plan"`
@@ -210,7 +210,7 @@ func TestEvacuateKeySurvivesItsHolder(t *testing.T) {
 	go e.ops.Run(first)
 	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve1/evacuate"
 	const key = "Idempotency-Key: evacuate-pve1-once"
-	a := e.call("op", "POST", path, `{"maxParallel":1}`, key).expect(t, 202, "")
+	a := e.call("op", "POST", path, `{"type":"qemu","maxParallel":1}`, key).expect(t, 202, "")
 	var started struct {
 		OperationID int64    `json:"operationId"`
 		Plan        planJSON `json:"plan"`
@@ -221,17 +221,19 @@ func TestEvacuateKeySurvivesItsHolder(t *testing.T) {
 	cancel() // the process is gone: no driver, no heartbeat
 	e.ops.Close()
 	e.svc.Close()
+	e.keys.Close()
 
 	e.start(func(c *vmops.Config) { c.Now = func() time.Time { return time.Now().Add(31 * time.Second) } })
 	second, cancel2 := context.WithCancel(context.Background())
 	t.Cleanup(cancel2)
 	go e.svc.Run(second)
 	go e.ops.Run(second)
+	go e.keys.Run(second)
 	// The restarted process's sweep may be taking the key over just now: a retry
 	// meanwhile is 409 in_progress.
 	var r answer
 	testkit.Until(t, "the retry past the key's take-over", func() bool {
-		r = e.call("op", "POST", path, `{"maxParallel":1}`, key)
+		r = e.call("op", "POST", path, `{"type":"qemu","maxParallel":1}`, key)
 		return r.status != http.StatusConflict || r.env.Reason != "in_progress"
 	})
 	r.expect(t, 202, "")
@@ -266,7 +268,7 @@ func TestOperationCancelAPI(t *testing.T) {
 	go e.svc.Run(ctx)
 	go e.ops.Run(ctx)
 	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve1/evacuate"
-	a := e.call("op", "POST", path, `{"maxParallel":1,"includeStopped":false}`).expect(t, 202, "")
+	a := e.call("op", "POST", path, `{"type":"qemu","maxParallel":1,"includeStopped":false}`).expect(t, 202, "")
 	loc := a.header.Get("Location")
 	var upid string
 	testkit.Until(t, "VM 100's migration at PVE", func() bool {
@@ -323,17 +325,17 @@ func TestBulkAPI(t *testing.T) {
 	if v.Kind != "bulk.start" || v.Status != "done" || v.Counts.OK != 2 || v.Counts.Skipped != 1 || v.Node != nil {
 		t.Fatalf("bulk start: %+v", v)
 	}
-	a = e.call("op", "POST", base+"stop", `{"selector":{"node":"pve1","status":"running"},"force":true,"maxParallel":2}`).expect(t, 202, "")
+	a = e.call("op", "POST", base+"stop", `{"selector":{"type":"qemu","node":"pve1","status":"running"},"force":true,"maxParallel":2}`).expect(t, 202, "")
 	v = e.waitOperation("op", a.header.Get("Location"))
 	if v.Status != "done" || v.Counts.OK != 2 || v.Items[0].Action != "stop" {
 		t.Fatalf("bulk stop: %+v", v)
 	}
-	a = e.call("op", "POST", base+"reboot", `{"selector":{"tag":"web"},"dryRun":true}`).expect(t, 200, "")
+	a = e.call("op", "POST", base+"reboot", `{"selector":{"type":"qemu","tag":"web"},"dryRun":true}`).expect(t, 200, "")
 	if !strings.Contains(string(a.raw), `"state":"skipped"`) {
 		t.Errorf("dry run of a reboot of a stopped VM: %s", a.raw)
 	}
 	e.call("op", "POST", base+"suspend", `{"vmids":[100],"toDisk":true,"dryRun":true}`).expect(t, 200, "")
-	e.call("op", "POST", base+"resume", `{"selector":{"status":"stopped"},"dryRun":true}`).expect(t, 200, "")
+	e.call("op", "POST", base+"resume", `{"selector":{"type":"qemu","status":"stopped"},"dryRun":true}`).expect(t, 200, "")
 
 	e.call("op", "POST", base+"destroy", `{"vmids":[100]}`).expect(t, 400, "invalid_request")
 	e.call("op", "POST", base+"start", `{}`).expect(t, 400, "invalid_request")
@@ -394,7 +396,7 @@ func TestBulkSelectorStaysInCluster(t *testing.T) {
 	e.call("op", "POST", "/api/v1/pve/clusters/"+itoa(created.ID)+"/bulk/stop", `{"selector":{"status":"running"}}`).
 		expect(t, 404, "not_found")
 	a := e.call("op", "POST", "/api/v1/pve/clusters/"+itoa(e.cid)+"/bulk/stop",
-		`{"selector":{"status":"running"},"force":true,"maxParallel":8}`).expect(t, 202, "")
+		`{"selector":{"type":"qemu","status":"running"},"force":true,"maxParallel":8}`).expect(t, 202, "")
 	v := e.waitOperation("op", a.header.Get("Location"))
 	if v.Counts.OK != 4 || v.ClusterID != e.cid {
 		t.Fatalf("bulk stop: %+v", v)
@@ -440,7 +442,7 @@ func TestEvacuateHeldNodeAPI(t *testing.T) {
 	var started struct {
 		OperationID int64 `json:"operationId"`
 	}
-	if a := e.call("op", "POST", path, `{}`).expect(t, 202, ""); json.Unmarshal(a.env.Data, &started) != nil {
+	if a := e.call("op", "POST", path, `{"type":"qemu"}`).expect(t, 202, ""); json.Unmarshal(a.env.Data, &started) != nil {
 		t.Fatalf("started: %s", a.raw)
 	}
 	a := e.call("root", "POST", path, `{"dryRun":true}`).expect(t, 409, "operation_in_progress")

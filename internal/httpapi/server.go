@@ -20,54 +20,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/sse"
 )
-
-// Sessions is what the HTTP layer needs of internal/auth: tokens and sessions.
-// *auth.Service implements it.
-type Sessions interface {
-	Authenticate(ctx context.Context, raw string) (auth.Principal, error)
-	Refresh(ctx context.Context, raw, addr string) (auth.Token, error)
-	Logout(ctx context.Context, p auth.Principal) error
-	ActiveSessions(ctx context.Context) int
-}
-
-// Accounts is what the HTTP layer needs of internal/accounts: logging in, the
-// caller's own account, and the administration of users. *accounts.Service
-// implements it.
-type Accounts interface {
-	Login(ctx context.Context, email, password, addr string) (auth.Token, accounts.User, error)
-	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
-	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
-	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
-	RequireSession(ctx context.Context, p auth.Principal, attempt string) error
-
-	Users(ctx context.Context) ([]accounts.User, error)
-	User(ctx context.Context, id int64) (accounts.User, error)
-	CreateUser(ctx context.Context, p auth.Principal, in accounts.NewUser) (accounts.User, error)
-	UpdateUser(ctx context.Context, p auth.Principal, id int64, ch accounts.UserChange) (accounts.User, error)
-	DeleteUser(ctx context.Context, p auth.Principal, id int64) error
-
-	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
-	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
-	DeleteMyToken(ctx context.Context, p auth.Principal, id string) error
-	UserTokens(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Token, error)
-	DeleteUserToken(ctx context.Context, p auth.Principal, userID int64, id string) error
-
-	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
-	EndMySession(ctx context.Context, p auth.Principal, sid string) error
-	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
-	EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error
-}
-
-// AuditTrail is what the HTTP layer needs of the audit trail; *audit.Trail is one.
-type AuditTrail interface {
-	Query(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
-}
 
 // ReadyGate is a condition of this replica /readyz checks: Name is the
 // dependency its 503 names; Check's error, an *errs.Error of kind Unavailable,
@@ -84,10 +42,10 @@ type Pinger interface {
 
 // Config is what New needs.
 type Config struct {
-	Sessions Sessions
-	Accounts Accounts
+	Sessions frontend.Sessions
+	Accounts frontend.Accounts
 	// Audit lists the audit trail for admins; the use cases write it.
-	Audit AuditTrail
+	Audit frontend.AuditTrail
 	// Store is checked by /readyz; every store.Store is one. A store that is a
 	// WriteProber is also written to (ReadyWriteProbe).
 	Store Pinger
@@ -99,11 +57,14 @@ type Config struct {
 	// internal/dbclock).
 	Gates []ReadyGate
 	// Fleet and VMs serve the cluster and VM routes; nil leaves those routes out.
-	Fleet Fleet
-	VMs   VMs
+	Fleet frontend.Fleet
+	VMs   frontend.VMs
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
-	Operations Operations
+	Operations frontend.Operations
+	// Keys keeps the Idempotency-Keys of the guest and operation writes
+	// (keyed). Nil: a write that carries a key is refused.
+	Keys Keys
 
 	Logger         *slog.Logger
 	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For or Forwarded is believed
@@ -134,15 +95,16 @@ type Config struct {
 
 // Server is vmgate's HTTP handler.
 type Server struct {
-	sessions Sessions
-	accounts Accounts
-	trail    AuditTrail
+	sessions frontend.Sessions
+	accounts frontend.Accounts
+	trail    frontend.AuditTrail
 	store    Pinger
 	writes   *writeProbe // nil: /readyz does not write
 	gates    []ReadyGate
-	fleet    Fleet
-	vms      VMs
-	ops      Operations
+	fleet    frontend.Fleet
+	vms      frontend.VMs
+	ops      frontend.Operations
+	keys     Keys
 	log      *slog.Logger
 	proxies  proxies
 	metrics  *metrics
@@ -166,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
-		streams: cfg.Streams,
+		streams: cfg.Streams, keys: cfg.Keys,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})

@@ -8,9 +8,9 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// Suspend and resume (issue 13 (docs/history.md)): the power operations' flow (validate,
-// authorize as operator, once per Idempotency-Key, wait for the task, 200/202 or
-// the mapped error), each with its own query string.
+// Suspend and resume (issue 13 (docs/history.md)): the power operations' flow (decode,
+// once per Idempotency-Key the use case with its checks and the operator grant,
+// wait for the task, 200/202 or the mapped error), each with its own query string.
 
 // readSuspendQuery reads ?wait= and ?todisk=.
 func readSuspendQuery(r *http.Request) (powerQuery, error) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
@@ -25,19 +24,10 @@ func pathTask(r *http.Request) (string, error) {
 	return id, nil
 }
 
-// authorizeTask validates the clusterId hint and checks the caller's viewer grant
-// on the task's cluster: the one vmgate recorded for a task it started, else the
-// hint. It returns the hint.
-func (s *Server) authorizeTask(r *http.Request, upid string) (int64, error) {
-	hint, err := queryInt(r, "clusterId", 0, 1, 1<<53)
-	if err != nil {
-		return 0, err
-	}
-	clusterID, err := s.vms.TaskCluster(r.Context(), upid, hint)
-	if err != nil {
-		return 0, err
-	}
-	return hint, s.authorize(r, clusterID, fleet.GrantViewer)
+// clusterHint reads ?clusterId=, the cluster of a task vmgate did not start (0
+// when not given).
+func clusterHint(r *http.Request) (int64, error) {
+	return queryInt(r, "clusterId", 0, 1, 1<<53)
 }
 
 func (s *Server) task(w http.ResponseWriter, r *http.Request) error {
@@ -52,11 +42,11 @@ func (s *Server) task(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	hint, err := s.authorizeTask(r, upid)
+	hint, err := clusterHint(r)
 	if err != nil {
 		return err
 	}
-	v, err := s.vms.Task(r.Context(), upid, hint, time.Duration(wait)*time.Second)
+	v, err := s.vms.Task(r.Context(), vmActor(r), upid, hint, time.Duration(wait)*time.Second)
 	if err != nil {
 		return err
 	}
@@ -83,11 +73,11 @@ func (s *Server) taskLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	hint, err := s.authorizeTask(r, upid)
+	hint, err := clusterHint(r)
 	if err != nil {
 		return err
 	}
-	lg, err := s.vms.TaskLog(r.Context(), upid, hint, int(start), int(limit))
+	lg, err := s.vms.TaskLog(r.Context(), vmActor(r), upid, hint, int(start), int(limit))
 	if err != nil {
 		return err
 	}
@@ -126,12 +116,13 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r, "clusterId"); err != nil {
 		return err
 	}
-	hint, err := s.authorizeTask(r, upid)
+	hint, err := clusterHint(r)
 	if err != nil {
 		return err
 	}
+	a := vmActor(r)
 	follow := func(ctx context.Context, emit func(vmops.TaskView) error) error {
-		return s.vms.Events(ctx, upid, hint, emit)
+		return s.vms.Events(ctx, a, upid, hint, emit)
 	}
 	return eventStream(w, r, s.streams, "task", follow, func(v vmops.TaskView) ([]byte, error) {
 		return encode((*taskAnswer)(&v))
@@ -197,12 +188,8 @@ func (s *Server) tasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ids, err := s.readScope(r, clusterID)
-	if err != nil {
-		return err
-	}
-	f := vmops.TaskFilter{ClusterID: clusterID, ClusterIDs: ids, VMID: vmid, Limit: int(limit)}
-	list, err := s.vms.Tasks(r.Context(), f)
+	f := vmops.TaskFilter{ClusterID: clusterID, VMID: vmid, Limit: int(limit)}
+	list, err := s.vms.Tasks(r.Context(), vmActor(r), f)
 	if err != nil {
 		return err
 	}

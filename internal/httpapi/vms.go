@@ -1,43 +1,16 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"io"
+	"math"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// VMs is what the HTTP layer needs of internal/vmops: the VM operations and the
-// task queries (docs/design.md §3.2, §3.3). *vmops.Service implements it. The handlers
-// validate and authorize before they call it.
-type VMs interface {
-	Start(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Stop(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.StopOptions) (vmops.Outcome, error)
-	Reboot(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Suspend(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.SuspendOptions) (vmops.Outcome, error)
-	Resume(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.ResumeOptions) (vmops.Outcome, error)
-	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
-	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
-
-	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
-	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
-	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
-	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
-	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
-
-	ClaimKey(ctx context.Context, userID int64, key, requestHash string) (vmops.KeyClaim, error)
-	KeepAnswer(ctx context.Context, userID int64, key string, a vmops.Answer) error
-	ReleaseKey(ctx context.Context, userID int64, key string) error
-	HoldKey(ctx context.Context, userID int64, key string)
-}
 
 // guestKindRoutes are the kinds of guest the API serves, each under its own path
 // segment: /api/v1/pve/vm/… for QEMU VMs (the seed API), /api/v1/pve/lxc/… for
@@ -53,43 +26,44 @@ var guestKindRoutes = []struct {
 }
 
 // vmRoutes are the guest operations and the task queries. Every one needs a
-// token; each handler checks the grant on the cluster (operator for writes,
-// viewer for reads) after validating the request and before anything touches PVE.
+// token; each use case checks the caller's grant on the cluster (operator for
+// writes, viewer for reads) after judging the request and before anything
+// touches PVE. Every write takes an Idempotency-Key (keyed).
 func (s *Server) vmRoutes() []route {
 	var out []route
 	for _, k := range guestKindRoutes {
 		g := "/api/v1/pve/" + k.segment + "/{clusterId}/{node}/{vmid}"
 		out = append(out,
-			route{"POST", g + "/start", authed, s.vmStart(k.kind)},
-			route{"POST", g + "/stop", authed, s.vmStop(k.kind)},
-			route{"POST", g + "/reboot", authed, s.vmReboot(k.kind)},
+			route{"POST", g + "/start", authed, s.keyed(s.vmStart(k.kind))},
+			route{"POST", g + "/stop", authed, s.keyed(s.vmStop(k.kind))},
+			route{"POST", g + "/reboot", authed, s.keyed(s.vmReboot(k.kind))},
 		)
 		if k.suspend {
 			out = append(out,
-				route{"POST", g + "/suspend", authed, s.vmSuspend(k.kind)}, // suspend.go
-				route{"POST", g + "/resume", authed, s.vmResume(k.kind)},
+				route{"POST", g + "/suspend", authed, s.keyed(s.vmSuspend(k.kind))}, // suspend.go
+				route{"POST", g + "/resume", authed, s.keyed(s.vmResume(k.kind))},
+			)
+		} else {
+			// Keyed like every write under /pve/: a client sends its key with
+			// each, and the refusal releases it.
+			why := "PVE marks a container's suspend experimental (CRIU); stop it instead"
+			out = append(out,
+				route{"POST", g + "/suspend", authed, s.keyed(notOffered(k.kind, "suspend", why))}, // guests.go
+				route{"POST", g + "/resume", authed, s.keyed(notOffered(k.kind, "resume", why))},
 			)
 		}
 		out = append(out,
-			route{"POST", g + "/migrate", authed, s.vmMigrate(k.kind)},
+			route{"POST", g + "/migrate", authed, s.keyed(s.vmMigrate(k.kind))},
 			route{"GET", g + "/migrate", authed, s.vmMigrateCheck(k.kind)},
 		)
 	}
 	return append(out,
 		route{"GET", "/api/v1/pve/task/{taskId}", authed, s.task},
+		route{"DELETE", "/api/v1/pve/task/{taskId}", authed, s.abortTask}, // abort.go
 		route{"GET", "/api/v1/pve/task/{taskId}/log", authed, s.taskLog},
 		route{"GET", "/api/v1/pve/task/{taskId}/events", authed, s.taskEvents},
 		route{"GET", "/api/v1/pve/tasks", authed, s.tasks},
 	)
-}
-
-// vmActor is the caller as the use cases take it, with the request's
-// Idempotency-Key (validated by then; "" when none). The audit trail takes the
-// rest of the request from the context.
-func vmActor(r *http.Request) vmops.Actor {
-	p := principal(r)
-	key, _, _ := idempotencyKey(r)
-	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Limit: p.TokenGrants, APITokenID: p.APITokenID, Key: key}
 }
 
 // pathVM reads and validates {clusterId}/{node}/{vmid} of a VM's route.
@@ -193,8 +167,8 @@ func (s *Server) vmReboot(kind vmops.GuestKind) handler {
 	}
 }
 
-// power is the common handler of start, stop and reboot: validate, authorize
-// (operator), run once per Idempotency-Key, answer 200 when the task ended well,
+// power is the common handler of start, stop and reboot: decode, run the use case
+// (which checks the operator grant) once per Idempotency-Key, answer 200 when the task ended well,
 // 202 with Location while it runs, the mapped error when it failed. Every answer
 // that started a task carries X-Task-Id.
 func (s *Server) power(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind, withForce bool,
@@ -216,10 +190,8 @@ func (s *Server) powerWith(w http.ResponseWriter, r *http.Request, kind vmops.Gu
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	return s.operatorWrite(w, r, vm.ClusterID, nil, func(w http.ResponseWriter, r *http.Request) error {
-		out, err := op(r.Context(), vmActor(r), vm, q)
-		return renderPower(w, out, err)
-	})
+	out, err := op(r.Context(), vmActor(r), vm, q)
+	return renderPower(w, out, withRightPath(r, vm, err))
 }
 
 // renderPower answers a power operation: 200 when its task ended well, 202 with
@@ -242,6 +214,10 @@ func renderPower(w http.ResponseWriter, out vmops.Outcome, err error) error {
 	writeOK(w)
 	return nil
 }
+
+// clampInt is n as an int, saturated where int is narrower than int64, so that
+// the use case's range check sees a number out of range as one.
+func clampInt(n int64) int { return int(max(min(n, math.MaxInt), math.MinInt)) }
 
 // renderMigrate answers a migration: its task id at once.
 func renderMigrate(w http.ResponseWriter, upid string, err error) error {
@@ -266,18 +242,11 @@ func outcomeHeaders(w http.ResponseWriter, err error) {
 	}
 }
 
-// storageMapPattern is PVE's storage-pair-list, loosely: storage ids, ':' and ','
-// (or "1" for "the same ids").
-var storageMapPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:,-]*$`)
-
-// maxBWLimit is PVE's bwlimit bound in practice (KiB/s; about 2 TiB/s).
-const maxBWLimit = 1<<31 - 1
-
 func (s *Server) vmMigrate(kind vmops.GuestKind) handler {
 	return func(w http.ResponseWriter, r *http.Request) error { return s.migrate(w, r, kind) }
 }
 
-// migrate decodes a migration request; the use case validates it (vmops.Migrate).
+// migrate decodes a migration request; the use case judges it (vmops.Migrate).
 func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.GuestKind) error {
 	vm, err := pathGuest(r, kind)
 	if err != nil {
@@ -286,12 +255,6 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	// The body is read once: decoded strictly, and hashed for the Idempotency-Key.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		return bodyError(err)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var in struct {
 		Target         *string `json:"target"`
 		Online         *bool   `json:"online"`
@@ -305,14 +268,6 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 		return err
 	}
 	req := vmops.MigrateRequest{Online: in.Online}
-	switch {
-	case in.BWLimit != nil && (*in.BWLimit < 0 || *in.BWLimit > maxBWLimit):
-		return errs.E(errs.Invalid, "bwlimit must be an integer from 0 to %d (KiB/s)", maxBWLimit)
-	case in.Timeout != nil && (*in.Timeout < 0 || *in.Timeout > 86400):
-		return errs.E(errs.Invalid, "timeout must be an integer from 0 to 86400 (seconds)")
-	case in.TargetStorage != nil && (len(*in.TargetStorage) > 1024 || !storageMapPattern.MatchString(*in.TargetStorage)):
-		return errs.E(errs.Invalid, "targetStorage must be a storage id or a map like src:dst,src2:dst2")
-	}
 	if in.Target != nil {
 		req.Target = *in.Target
 	}
@@ -320,7 +275,7 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 		req.Restart = *in.Restart
 	}
 	if in.Timeout != nil {
-		n := int(*in.Timeout)
+		n := clampInt(*in.Timeout)
 		req.Timeout = &n
 	}
 	if in.WithLocalDisks != nil {
@@ -330,13 +285,11 @@ func (s *Server) migrate(w http.ResponseWriter, r *http.Request, kind vmops.Gues
 		req.TargetStorage = *in.TargetStorage
 	}
 	if in.BWLimit != nil {
-		n := int(*in.BWLimit)
+		n := clampInt(*in.BWLimit)
 		req.BWLimit = &n
 	}
-	return s.operatorWrite(w, r, vm.ClusterID, body, func(w http.ResponseWriter, r *http.Request) error {
-		upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
-		return renderMigrate(w, upid, err)
-	})
+	upid, err := s.vms.Migrate(r.Context(), vmActor(r), vm, req)
+	return renderMigrate(w, upid, withRightPath(r, vm, err))
 }
 
 // precheckJSON is PVE's migration pre-check as vmgate shows it. The node lists are
@@ -409,15 +362,9 @@ func (s *Server) migrateCheck(w http.ResponseWriter, r *http.Request, kind vmops
 	if err != nil {
 		return err
 	}
-	if target != "" && !vmops.ValidNode(target) {
-		return errs.E(errs.Invalid, "target %q is not a PVE node name", safeText(target))
-	}
-	if err := s.authorize(r, vm.ClusterID, fleet.GrantViewer); err != nil {
-		return err
-	}
-	pc, err := s.vms.MigrateCheck(r.Context(), vm, target)
+	pc, err := s.vms.MigrateCheck(r.Context(), vmActor(r), vm, target)
 	if err != nil {
-		return err
+		return withRightPath(r, vm, err)
 	}
 	writeData(w, toPrecheckJSON(pc))
 	return nil

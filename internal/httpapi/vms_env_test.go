@@ -16,6 +16,8 @@ import (
 	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/idempotency"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -24,8 +26,6 @@ import (
 // The VM operations' tests run the whole stack over real HTTP on loopback: the
 // real server, SQLite store, auth and fleet, and the emulator's dev cluster
 // (docs/design.md §7) registered through the fleet over HTTPS.
-
-var _ VMs = (*vmops.Service)(nil)
 
 // vmPoll is the task poll interval in these tests.
 const vmPoll = 10 * time.Millisecond
@@ -44,8 +44,11 @@ type vmEnv struct {
 	dev *pvesim.Cluster
 	cid int64 // the dev cluster's id
 	svc *vmops.Service
-	ops *vmops.OperationService // operations on many VMs (driven without Run: see opsEnv)
-	srv *httptest.Server
+	ops *operations.Service // operations on many VMs (driven without Run: see opsEnv)
+	// keys keeps the Idempotency-Keys (without Run: a test that wants the
+	// sweep of dead holders' keys runs it).
+	keys *idempotency.Keeper
+	srv  *httptest.Server
 }
 
 func newVMEnv(t testing.TB, speed float64) *vmEnv {
@@ -93,21 +96,29 @@ func newVMEnvOf(t testing.TB, te *testEnv, opts pvesim.Options) *vmEnv {
 	return e
 }
 
-// start (re)builds the VM service and the HTTP server on the env's store, as a
-// (re)started vmgate process would. The previous service is not closed.
+// start (re)builds the VM service, the keeper of Idempotency-Keys and the HTTP
+// server on the env's store, wired as cmd/vmgate wires them, as a (re)started
+// vmgate process would. The keeper takes the tweaked service's store and clock.
+// The previous service is not closed.
 func (e *vmEnv) start(tweak func(*vmops.Config)) {
 	e.t.Helper()
+	var keys *idempotency.Keeper
 	cfg := vmops.Config{Store: e.store, Clients: e.fleet, Audit: e.trail, PollInterval: vmPoll, HAGrace: 10 * time.Second,
-		Sweep: 20 * time.Millisecond, Answers: KeyAnswer}
+		Sweep: 20 * time.Millisecond, KeySettled: func(ctx context.Context, userID int64, key string) {
+			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
+		}}
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	e.svc = vmops.New(cfg)
 	e.t.Cleanup(e.svc.Close)
-	e.ops = vmops.NewOperations(e.svc, vmops.OperationsConfig{Scan: 20 * time.Millisecond})
+	e.ops = operations.New(e.svc, operations.Config{Store: e.store, Audit: e.trail, Scan: 20 * time.Millisecond})
 	e.t.Cleanup(e.ops.Close)
+	keys = idempotency.New(idempotency.Config{Store: cfg.Store, Now: cfg.Now, Settle: KeyOutcomes(e.svc, e.ops)})
+	e.t.Cleanup(keys.Close)
+	e.keys = keys
 	apiCfg := e.apiConfig()
-	apiCfg.VMs, apiCfg.Operations = e.svc, e.ops
+	apiCfg.VMs, apiCfg.Operations, apiCfg.Keys = e.svc, e.ops, e.keys
 	api, err := New(apiCfg)
 	if err != nil {
 		e.t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -49,7 +50,7 @@ func TestVMMatrix(t *testing.T) {
 	t.Cleanup(svc.Close)
 	cfg := e.apiConfig()
 	cfg.VMs = svc
-	cfg.Operations = vmops.NewOperations(svc, vmops.OperationsConfig{})
+	cfg.Operations = operations.New(svc, operations.Config{Store: e.store, Audit: e.trail})
 	api, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

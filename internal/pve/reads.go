@@ -338,6 +338,8 @@ type GuestStatus struct {
 	CPU       float64
 	MaxMem    int64
 	Mem       int64
+	MaxDisk   int64 // the boot disk's size (QEMU), the root volume's (LXC)
+	MaxSwap   int64 // LXC only
 	Tags      string
 	Agent     bool // QEMU: the guest agent is enabled in the config
 	Template  bool
@@ -375,6 +377,8 @@ func (c *Client) GuestStatus(ctx context.Context, g Guest) (GuestStatus, error) 
 		CPU      flexFloat  `json:"cpu"`
 		MaxMem   flexInt    `json:"maxmem"`
 		Mem      flexInt    `json:"mem"`
+		MaxDisk  flexInt    `json:"maxdisk"`
+		MaxSwap  flexInt    `json:"maxswap"`
 		Tags     flexString `json:"tags"`
 		Agent    Bool       `json:"agent"`
 		Template Bool       `json:"template"`
@@ -393,7 +397,7 @@ func (c *Client) GuestStatus(ctx context.Context, g Guest) (GuestStatus, error) 
 		Kind: g.Kind, VMID: vmid, Name: string(w.Name), Status: string(w.Status), QMPStatus: string(w.QMPStatus),
 		Lock: string(w.Lock), HA: HAStatus{Managed: bool(w.HA.Managed), State: string(w.HA.State), Group: string(w.HA.Group)},
 		Uptime: int64(w.Uptime), CPUs: float64(w.CPUs), CPU: float64(w.CPU), MaxMem: int64(w.MaxMem),
-		Mem: int64(w.Mem), Tags: string(w.Tags), Agent: bool(w.Agent), Template: bool(w.Template), PID: intIn(w.PID),
+		Mem: int64(w.Mem), MaxDisk: int64(w.MaxDisk), MaxSwap: int64(w.MaxSwap), Tags: string(w.Tags), Agent: bool(w.Agent), Template: bool(w.Template), PID: intIn(w.PID),
 	}, nil
 }
 

@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -18,6 +21,16 @@ const IdempotencyTTL = 24 * time.Hour
 // for two heartbeats to fail before the lease is lost), and a key whose holder died
 // can be taken over this long after its last heartbeat.
 const IdempotencyLease = 30 * time.Second
+
+// NewOwner names a process as the holder of leases (an Idempotency-Key's, an
+// operation's): host, pid and a random part, so that a restarted process on the
+// same host is another owner.
+func NewOwner() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
 
 const idemColumns = `user_id, idem_key, request_hash, state, status_code, headers, body, created_at, expires_at,
 	owner, lease_expires_at`

@@ -14,12 +14,15 @@ import (
 // Operation statuses (issue 13 (docs/history.md)). Planned and running are unfinished; the others
 // are final and never change.
 const (
-	OperationPlanned   = "planned"   // written, not yet picked up by a scheduler
-	OperationRunning   = "running"   // a scheduler drives its items
-	OperationDone      = "done"      // every item ended ok or was skipped
-	OperationPartial   = "partial"   // some items failed, some ended ok
-	OperationFailed    = "failed"    // items failed and none ended ok
-	OperationCancelled = "cancelled" // cancelled before every item could run
+	OperationPlanned = "planned" // written, not yet picked up by a scheduler
+	OperationRunning = "running" // a scheduler drives its items
+	OperationDone    = "done"    // every item ended ok
+	// OperationDoneWithSkips: no item failed, but some were skipped (planned
+	// so, or never started): an evacuation that left guests on its node.
+	OperationDoneWithSkips = "done_with_skips"
+	OperationPartial       = "partial"   // some items failed, some ended ok
+	OperationFailed        = "failed"    // items failed and none ended ok
+	OperationCancelled     = "cancelled" // cancelled before every item could run
 )
 
 // Operation item states.
@@ -75,16 +78,19 @@ func (o Operation) Finished() bool {
 
 // OperationItem is one VM of an operation.
 type OperationItem struct {
-	Index    int // 0-based, the order items start in
-	VMID     int64
-	Name     string
-	Node     string // the VM's node when planned
-	Target   string // a migration's target node
-	Action   string // migrate, start, stop, shutdown, reboot, suspend, hibernate, resume
-	Online   bool   // a live migration
-	HA       bool   // HA-managed when planned
-	MemBytes int64  // the VM's memory when planned
-	State    string // ItemPending, ...
+	Index  int // 0-based, the order items start in
+	VMID   int64
+	Name   string
+	Node   string // the VM's node when planned
+	Target string // a migration's target node
+	Action string // migrate, start, stop, shutdown, reboot, suspend, hibernate, resume
+	// GuestKind is the guest's kind, "qemu" (a VM) or "lxc" (a container); ""
+	// is written as "qemu".
+	GuestKind string
+	Online    bool   // a live migration
+	HA        bool   // HA-managed when planned
+	MemBytes  int64  // the VM's memory when planned
+	State     string // ItemPending, ...
 	// TaskID is the id of the item's task row (Task.ID) once started; 0 before.
 	TaskID    int64
 	Error     string // why it failed or was skipped
@@ -132,7 +138,7 @@ func scanOperation(sc scanner) (Operation, error) {
 
 // The items' columns, joined with their task rows.
 const itemColumns = `i.operation_id, i.idx, i.vmid, i.name, i.node, i.target, i.action, i.online, i.ha, i.mem_bytes,
-	i.state, i.task_id, i.error, i.started_at, i.ended_at, i.retries, t.upid, t.follow_upid, t.progress, t.status`
+	i.state, i.task_id, i.error, i.started_at, i.ended_at, i.retries, i.guest_kind, t.upid, t.follow_upid, t.progress, t.status`
 
 func scanItem(sc scanner) (int64, OperationItem, error) {
 	var (
@@ -142,7 +148,7 @@ func scanItem(sc scanner) (int64, OperationItem, error) {
 	)
 	err := sc.Scan(&opID, &it.Index, &it.VMID, &it.Name, &it.Node, &it.Target, &it.Action, &it.Online, &it.HA,
 		&it.MemBytes, &it.State, &taskID, &it.Error, timeCol{&it.StartedAt}, timeCol{&it.EndedAt}, &it.Retries,
-		textCol{&it.UPID}, textCol{&it.FollowUPID}, textCol{&it.Progress}, textCol{&it.TaskStatus})
+		&it.GuestKind, textCol{&it.UPID}, textCol{&it.FollowUPID}, textCol{&it.Progress}, textCol{&it.TaskStatus})
 	it.TaskID = taskID.Int64
 	return opID, it, err
 }
@@ -188,12 +194,15 @@ func (s *sqlStore) CreateOperation(ctx context.Context, o Operation) (Operation,
 			if it.State == "" {
 				it.State = ItemPending
 			}
+			if it.GuestKind == "" {
+				it.GuestKind = "qemu"
+			}
 			if _, err := tx.ExecContext(ctx, `
 				INSERT INTO operation_items (operation_id, idx, vmid, name, node, target, action, online, ha, mem_bytes,
-					state, task_id, error, started_at, ended_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL, $12, $13, $14)`,
+					state, task_id, error, started_at, ended_at, guest_kind)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL, $12, $13, $14, $15)`,
 				created.ID, i, it.VMID, it.Name, it.Node, it.Target, it.Action, it.Online, it.HA, it.MemBytes,
-				it.State, it.Error, s.t(ms(it.StartedAt)), s.t(ms(it.EndedAt))); err != nil {
+				it.State, it.Error, s.t(ms(it.StartedAt)), s.t(ms(it.EndedAt)), it.GuestKind); err != nil {
 				return err
 			}
 			it.Index = i

@@ -3,6 +3,7 @@ package store_test
 import (
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +167,69 @@ func TestPostgresHoldsUpgrade(t *testing.T) {
 	t.Parallel()
 	dsn := freshSchema(t)
 	testHoldsUpgrade(t, "pgx", dsn, dsn, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+}
+
+// testOperationsUpgrade: an older vmgate's (schema 0080) operation, its items and
+// the hold of its node survive the rebuild that lets an operation end
+// 'done_with_skips' (0091); its items are VMs (0090); a new operation gets a new
+// id, and the old one can end with skips.
+func testOperationsUpgrade(t *testing.T, driver, raw, dsn string, created any) {
+	ctx := t.Context()
+	if err := store.MigrateUpTo(ctx, dsn, 80); err != nil {
+		t.Fatalf("migrate to schema 80: %v", err)
+	}
+	db, err := sql.Open(driver, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`INSERT INTO operations (kind, cluster_id, node, status, user_id, max_parallel, created_at, owner,
+			lease_expires_at, updated_at) VALUES ('evacuate', 1, 'pve1', 'running', 1, 1, $1, 'old', $1, $1)`,
+		`INSERT INTO operation_items (operation_id, idx, vmid, action, state) VALUES (1, 0, 100, 'migrate', 'ok')`,
+		`INSERT INTO operation_items (operation_id, idx, vmid, action, state, error) VALUES (1, 1, 101, 'migrate', 'skipped', 'local disk')`,
+		`INSERT INTO operation_holds (cluster_id, node, operation_id, created_at) VALUES (1, 'pve1', 1, $1)`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, created)
+		}
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s := openDSN(t, dsn)
+	op, err := s.OperationByID(ctx, 1)
+	if err != nil || len(op.Items) != 2 || op.Items[0].GuestKind != "qemu" || op.Items[1].Error != "local disk" {
+		t.Fatalf("the old operation after the upgrade: %+v %v", op, err)
+	}
+	holds, err := s.OperationHolds(ctx, 1)
+	if err != nil || holds.Nodes["pve1"].OperationID != 1 {
+		t.Fatalf("holds after the upgrade: %+v %v", holds, err)
+	}
+	next, err := s.CreateOperation(ctx, store.Operation{Kind: "bulk.start", ClusterID: 1, UserID: 1, MaxParallel: 1,
+		Owner: "new", LeaseExpiresAt: time.Now().Add(time.Minute),
+		Items: []store.OperationItem{{VMID: 200, Action: "start", GuestKind: "lxc"}}})
+	if err != nil || next.ID <= 1 {
+		t.Fatalf("a new operation after the upgrade: %+v %v", next, err)
+	}
+	if err := s.SetOperationStatus(ctx, 1, "old", store.OperationDoneWithSkips, time.Now()); err != nil {
+		t.Fatalf("end the old operation with skips: %v", err)
+	}
+	if holds, err = s.OperationHolds(ctx, 1); err != nil || len(holds.Nodes) != 0 {
+		t.Fatalf("holds after the end: %+v %v", holds, err)
+	}
+}
+
+func TestSQLiteOperationsUpgrade(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	testOperationsUpgrade(t, "sqlite", path, "sqlite://"+path, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
+}
+
+func TestPostgresOperationsUpgrade(t *testing.T) {
+	postgresDSN(t)
+	t.Parallel()
+	dsn := freshSchema(t)
+	testOperationsUpgrade(t, "pgx", dsn, dsn, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }

@@ -1,5 +1,5 @@
 // Package testkit holds what the tests of every package share: one way to wait for
-// a condition. A test never sleeps for a fixed time to let something happen; it
+// a condition, and a clock the test moves (Clock). A test never sleeps for a fixed time to let something happen; it
 // polls the condition with a deadline, and the deadline is a guard against a hang,
 // never an assertion about speed: it is long enough for a machine under full load
 // (docs/design.md §9, tests).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -104,7 +105,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // from vmgate's. Its measured offset is off the true one by errOff (the Date
 // header's second and the round trip).
 type taskListPVE struct {
-	pveAPI // nil: anything else is not used
+	PVE    // nil: anything else is not used
 	vmid   int64
 	clock  *fakeClock
 	offset time.Duration // PVE's clock less vmgate's
@@ -199,6 +200,7 @@ type claimWorld struct {
 	t     *testing.T
 	vmid  int64
 	svc   *Service
+	keys  *idempotency.Keeper
 	st    store.Store
 	pve   *taskListPVE
 	clock *fakeClock
@@ -216,7 +218,8 @@ func (w *claimWorld) logf(format string, args ...any) {
 // call is under way.
 func (w *claimWorld) begin(r *claimRequest) {
 	ctx := audit.WithActor(context.Background(), w.user, "ops@example.com", "s")
-	claim, err := w.svc.ClaimKey(ctx, w.user, r.key, "h")
+	key := idempotency.Key{UserID: w.user, Name: r.key}
+	claim, err := w.keys.Claim(ctx, key, "h")
 	if err != nil || !claim.Claimed {
 		w.t.Fatalf("claim %s: %+v %v", r.key, claim, err)
 	}
@@ -245,11 +248,11 @@ func (w *claimWorld) begin(r *claimRequest) {
 		r.rowID, r.err = row.ID, err
 		switch {
 		case err == nil:
-			w.svc.KeepAnswer(ctx, w.user, r.key, Answer{Status: 200, Headers: map[string]string{"X-Task-Id": row.UPID}})
+			w.keys.Keep(ctx, key, idempotency.Answer{Status: 200, Headers: map[string]string{"X-Task-Id": row.UPID}})
 		case errors.Is(err, ErrMaybeStarted):
-			w.svc.HoldKey(ctx, w.user, r.key)
+			w.keys.Await(ctx, key)
 		default:
-			w.svc.ReleaseKey(ctx, w.user, r.key)
+			w.keys.Release(ctx, key)
 		}
 	}()
 	<-r.entered
@@ -433,12 +436,14 @@ func (e *claimEnv) world(seed uint64) *claimWorld {
 		errOff: time.Duration(rng.IntN(1800)-900) * time.Millisecond}
 	svc := New(Config{Store: e.st, Clients: clientsFunc(func(context.Context, int64) (*pve.Client, error) {
 		return nil, errors.New("not used")
-	}), Now: e.clock.Now, Answers: testAnswers, Audit: audit.New(&auditLog{}, audit.Options{})})
-	svc.connect = func(context.Context, int64) (pveAPI, error) { return p, nil }
+	}), Grants: allowAll{}, Now: e.clock.Now, Audit: audit.New(&auditLog{}, audit.Options{})})
+	svc.connect = func(context.Context, int64) (PVE, error) { return p, nil }
+	keys := keysFor(e.t, svc, nil)
 	// Nothing in the background: every search, follower and heartbeat is a step
 	// of the test's own.
 	svc.Close()
-	w := &claimWorld{t: e.t, vmid: vmid, svc: svc, st: e.st, pve: p, clock: e.clock, rng: rng, user: e.user}
+	keys.Close()
+	w := &claimWorld{t: e.t, vmid: vmid, svc: svc, keys: keys, st: e.st, pve: p, clock: e.clock, rng: rng, user: e.user}
 	n := 2 + rng.IntN(5)
 	for i := range n {
 		f := fate(rng.IntN(5))
@@ -495,7 +500,7 @@ func (w *claimWorld) check() error {
 		if err != nil {
 			return fmt.Errorf("request %d's row: %w", r.i, err)
 		}
-		claim, err := w.svc.ClaimKey(ctx, w.user, r.key, "h")
+		claim, err := w.keys.Claim(ctx, idempotency.Key{UserID: w.user, Name: r.key}, "h")
 		if err != nil {
 			return fmt.Errorf("request %d's key: %w", r.i, err)
 		}
@@ -584,10 +589,10 @@ func TestClaimInterleavingOfTheIssue(t *testing.T) {
 			if row.LostReason != store.LostNoTask {
 				t.Errorf("Y's row: %+v, want lost with no task (X's is PVE's answer to X)", row)
 			}
-			if claim, _ := w.svc.ClaimKey(context.Background(), w.user, "y", "h"); !claim.Claimed {
+			if claim, _ := w.keys.Claim(context.Background(), idempotency.Key{UserID: w.user, Name: "y"}, "h"); !claim.Claimed {
 				t.Errorf("Y's key: %+v, want it released (Y started nothing)", claim)
 			}
-			if claim, _ := w.svc.ClaimKey(context.Background(), w.user, "x", "h"); !claim.Done ||
+			if claim, _ := w.keys.Claim(context.Background(), idempotency.Key{UserID: w.user, Name: "x"}, "h"); !claim.Done ||
 				claim.Answer.Headers["X-Task-Id"] != x.task.String() {
 				t.Errorf("X's key: %+v, want X's task %s", claim, x.task)
 			}

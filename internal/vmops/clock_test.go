@@ -40,7 +40,7 @@ func TestSearchInPVETime(t *testing.T) {
 			}
 
 			// The task of a lost answer is found.
-			e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
+			e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, loseAnswer: true} })
 			_, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{})
 			ref, ok := TaskRefOf(err)
 			if !ok {

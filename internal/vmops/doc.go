@@ -1,6 +1,8 @@
-// Package vmops holds vmgate's use cases on virtual machines: power operations
-// (start, graceful and forced stop, reboot), live and offline migration, and the
-// tracking of the PVE tasks they start.
+// Package vmops holds vmgate's use cases on one guest (a VM or a container): power
+// operations (start, graceful and forced stop, reboot, suspend), migration, and
+// the tracking of the PVE tasks they start. Operations on many guests
+// (internal/operations) run each of their items through these use cases (Act,
+// items.go).
 //
 // Every operation reads the VM's state first and refuses early with the conflict
 // docs/design.md §3 names (vm_running, vm_stopped, vm_locked, ...), writes a task row before
@@ -15,9 +17,10 @@
 // Actor and takes the session, client address and request id from the request facts
 // in the context (internal/audit); a task's end is recorded as the task row has it.
 // Front ends get the package's own view types (TaskView, Precheck, ...) and
-// validators (ValidNode, ValidTaskID), never PVE's types. The Idempotency-Keys of VM
-// writes are kept here too (ClaimKey, KeepAnswer, ReleaseKey, HoldKey), held by a
-// renewed lease and taken over from a holder that died (idempotency.go).
+// validators (ValidNode, ValidTaskID), never PVE's types. The Idempotency-Keys of
+// writes are internal/idempotency's; what a request made under a key came to is
+// answered here, in these terms (KeyOutcome, KeyTaskRef: idempotency.go), and
+// for an operation on many guests by internal/operations (ByKey).
 //
 // When a dependency fails (issue 10 (docs/history.md)): a write whose outcome is unknown is
 // ReasonOutcomeUnknown naming its task row, which is searched for in the node's
@@ -26,7 +29,7 @@
 // Which task of PVE's list is which request's is decided here, for every row of
 // the VM at once and in PVE's time, never by the PVE client (claim.go, issue 17 (docs/history.md));
 // a lost row says why it is lost, and an operation makes an item's request again,
-// once, only when that proves it started nothing (operations_run.go).
+// once, only when that proves it started nothing (internal/operations).
 //
 // The package knows no HTTP: errors are *errs.Error values whose kind and reason the
 // HTTP layer maps to a status.

@@ -13,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/store"
@@ -34,6 +35,9 @@ type env struct {
 	svc    *Service
 	audit  *auditLog
 	actor  Actor
+	// pveURL and pveFingerprint are pve1's API, pveToken the emulator's
+	// "id=secret": what registering the cluster in a fleet takes.
+	pveURL, pveFingerprint, pveToken string
 }
 
 type envOpts struct {
@@ -55,6 +59,13 @@ type envOpts struct {
 type clientsFunc func(ctx context.Context, id int64) (*pve.Client, error)
 
 func (f clientsFunc) Client(ctx context.Context, id int64) (*pve.Client, error) { return f(ctx, id) }
+
+// allowAll is a Grants that lets every caller do everything: the tests that are
+// not about grants (grants_test.go is) act as an admin would.
+type allowAll struct{}
+
+func (allowAll) Require(context.Context, fleet.Actor, int64, string, string) error { return nil }
+func (allowAll) Readable(context.Context, fleet.Actor) ([]int64, bool, error)      { return nil, true, nil }
 
 // auditLog keeps what the service's audit trail writes (an audit.Store).
 type auditLog struct {
@@ -95,6 +106,19 @@ func (a *auditLog) last(action string) (store.AuditRecord, bool) {
 	return store.AuditRecord{}, false
 }
 
+// all lists the records of action, oldest first.
+func (a *auditLog) all(action string) []store.AuditRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []store.AuditRecord
+	for _, r := range a.recs {
+		if r.Action == action {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	if o.speed == 0 {
@@ -110,7 +134,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 	t.Cleanup(func() { srv.Close() })
 	ep := srv.Endpoints()[0]
 	tokenID, secret, _ := strings.Cut(sim.DevToken(), "=")
-	e := &env{t: t, sim: sim, audit: &auditLog{}, actor: Actor{UserID: 7, Email: "ops@example.com"}}
+	e := &env{t: t, sim: sim, audit: &auditLog{}, actor: Actor{UserID: 7, Email: "ops@example.com"},
+		pveURL: ep.URL, pveFingerprint: ep.Fingerprint, pveToken: sim.DevToken()}
 	url := ep.URL
 	if o.proxy {
 		p, err := faultproxy.New(strings.TrimPrefix(ep.URL, "https://"), faultproxy.Options{})
@@ -174,13 +199,13 @@ func (e *env) newService(tweak func(*Config)) *Service {
 			}
 			return e.client, nil
 		}),
+		Grants:       allowAll{},
 		PollInterval: testPoll,
 		Audit:        audit.New(e.audit, audit.Options{}),
 		HAGrace:      5 * time.Second,
 		LostGrace:    time.Minute,
 		Sweep:        50 * time.Millisecond,
 		SearchEvery:  10 * time.Millisecond,
-		KeySweep:     10 * time.Millisecond,
 	}
 	if tweak != nil {
 		tweak(&cfg)
@@ -206,7 +231,7 @@ func (e *env) waitTask(upid string) TaskView {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
-		v, err := e.svc.Task(ctx, upid, 0, MaxTaskWait)
+		v, err := e.svc.Task(ctx, e.actor, upid, 0, MaxTaskWait)
 		if err != nil {
 			e.t.Fatalf("task %s: %v", upid, err)
 		}
@@ -254,8 +279,8 @@ func wantReason(t *testing.T, err error, kind errs.Kind, reason string) *errs.Er
 }
 
 // wrapAPI wraps the PVE clients a service gets.
-func wrapAPI(connect func(context.Context, int64) (pveAPI, error), wrap func(pveAPI) pveAPI) func(context.Context, int64) (pveAPI, error) {
-	return func(ctx context.Context, id int64) (pveAPI, error) {
+func wrapAPI(connect func(context.Context, int64) (PVE, error), wrap func(PVE) PVE) func(context.Context, int64) (PVE, error) {
+	return func(ctx context.Context, id int64) (PVE, error) {
 		api, err := connect(ctx, id)
 		if err != nil {
 			return nil, err
@@ -273,7 +298,7 @@ func wrapAPI(connect func(context.Context, int64) (pveAPI, error), wrap func(pve
 // lost the answer is still down), so the request answers outcome_unknown and
 // the task is left to the search that follows.
 type hookAPI struct {
-	pveAPI
+	PVE
 	beforeWrite func()
 	loseAnswer  bool
 	// dropWrite answers as if the connection broke, without the write reaching
@@ -301,13 +326,13 @@ func (h *hookAPI) NodeTasks(ctx context.Context, node string, o pve.TaskListOpti
 	if h.blind.CompareAndSwap(true, false) {
 		return nil, errors.New("connection reset")
 	}
-	return h.pveAPI.NodeTasks(ctx, node, o)
+	return h.PVE.NodeTasks(ctx, node, o)
 }
 
 func (h *hookAPI) Start(ctx context.Context, g pve.Guest, o pve.StartOptions) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.Start(ctx, g, o) })
+	return h.write(func() (pve.UPID, error) { return h.PVE.Start(ctx, g, o) })
 }
 
 func (h *hookAPI) Migrate(ctx context.Context, g pve.Guest, o pve.MigrateOptions) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.Migrate(ctx, g, o) })
+	return h.write(func() (pve.UPID, error) { return h.PVE.Migrate(ctx, g, o) })
 }

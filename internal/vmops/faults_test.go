@@ -10,7 +10,6 @@ package vmops
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/faultproxy"
+	"github.com/vmgate/vmgate/internal/idempotency"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 
@@ -87,24 +87,6 @@ func withUser(t *testing.T, e *env) {
 	e.actor.UserID = u.ID
 }
 
-// testAnswers renders a KeyOutcome as a test can read it: the status the HTTP
-// layer would give and the task id (an operation on many VMs: 202 and its id).
-func testAnswers(o KeyOutcome) Answer {
-	if l := o.Launched; l != nil {
-		body, _ := json.Marshal(map[string]any{"op": o.Op, "operationId": l.OperationID, "items": len(l.Plan.Items)})
-		return Answer{Status: 202, Headers: map[string]string{"Location": "/operations/" + strconv.FormatInt(l.OperationID, 10)}, Body: body}
-	}
-	status := 200
-	switch {
-	case o.Err != nil:
-		status = 409
-	case o.Outcome.Running && o.Op != OpMigrate:
-		status = 202
-	}
-	body, _ := json.Marshal(map[string]string{"op": o.Op, "taskId": o.Outcome.TaskID})
-	return Answer{Status: status, Headers: map[string]string{"X-Task-Id": o.Outcome.TaskID}, Body: body}
-}
-
 // TestOutcomeUnknownFoundWithinOneSearch: a start whose answer was lost before
 // PVE got it answers outcome_unknown naming its task row (TaskRef); the row is
 // listed (pending) and answers by its id at once. PVE gets the request later: the
@@ -117,7 +99,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 	if DefaultSearchEvery > 10*time.Second {
 		t.Fatalf("DefaultSearchEvery %v: a task PVE has must show up within 10 s", DefaultSearchEvery)
 	}
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{})
 	wantReason(t, err, errs.Timeout, ReasonOutcomeUnknown)
@@ -132,12 +114,12 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 
 	// The first search ran at once and found nothing; the next waits one interval.
 	testkit.Until(t, "the search to wait for its next round", func() bool { return clock.waiting(DefaultSearchEvery) == 1 })
-	v, err := e.svc.Task(ctx, refID, 0, 0)
+	v, err := e.svc.Task(ctx, e.actor, refID, 0, 0)
 	if err != nil || v.Status != StatusPending || v.Result != ResultUnknown || v.TaskID != "" || v.TaskRef != ref ||
 		v.Type != "qmstart" {
 		t.Fatalf("the row while unknown: %+v %v", v, err)
 	}
-	list, err := e.svc.Tasks(ctx, TaskFilter{})
+	list, err := e.svc.Tasks(ctx, e.actor, TaskFilter{})
 	if err != nil || len(list) != 1 || list[0].TaskRef != ref || list[0].Status != StatusPending {
 		t.Fatalf("listed while unknown: %+v %v", list, err)
 	}
@@ -155,7 +137,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.UPID == upid.String()
 	})
-	v, err = e.svc.Task(ctx, refID, 0, 0)
+	v, err = e.svc.Task(ctx, e.actor, refID, 0, 0)
 	if err != nil || v.TaskID != upid.String() || v.TaskRef != ref || v.Status == StatusPending {
 		t.Fatalf("the row once found: %+v %v", v, err)
 	}
@@ -172,7 +154,7 @@ func TestOutcomeUnknownFoundWithinOneSearch(t *testing.T) {
 func TestOutcomeUnknownGivenUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{cfg: func(c *Config) { c.LostGrace = 50 * time.Millisecond }})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, dropWrite: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, dropWrite: true} })
 	ctx := e.request()
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
 	ref, ok := TaskRefOf(err)
@@ -183,15 +165,15 @@ func TestOutcomeUnknownGivenUp(t *testing.T) {
 		r, err := e.store.TaskByID(ctx, ref)
 		return err == nil && r.Status == store.TaskLost
 	})
-	v, err := e.svc.Task(ctx, strconv.FormatInt(ref, 10), 0, 0)
+	v, err := e.svc.Task(ctx, e.actor, strconv.FormatInt(ref, 10), 0, 0)
 	if err != nil || v.Status != StatusStopped || v.Result != ResultLost || v.TaskID != "" || v.Error == "" ||
 		v.Progress == nil || v.Progress.Phase != PhaseFailed {
 		t.Fatalf("a lost row: %+v %v", v, err)
 	}
-	if list, _ := e.svc.Tasks(ctx, TaskFilter{}); len(list) != 1 || list[0].Result != ResultLost {
+	if list, _ := e.svc.Tasks(ctx, e.actor, TaskFilter{}); len(list) != 1 || list[0].Result != ResultLost {
 		t.Errorf("listed: %+v", list)
 	}
-	if lg, err := e.svc.TaskLog(ctx, strconv.FormatInt(ref, 10), 0, 0, 0); err != nil || len(lg.Lines) != 0 {
+	if lg, err := e.svc.TaskLog(ctx, e.actor, strconv.FormatInt(ref, 10), 0, 0, 0); err != nil || len(lg.Lines) != 0 {
 		t.Errorf("log of a lost row: %+v %v", lg, err)
 	}
 }
@@ -203,8 +185,8 @@ func TestOutcomeUnknownGivenUp(t *testing.T) {
 func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{proxy: true, pveTimeout: time.Second})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { e.proxy.ResetAfterForwarding(0) }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { e.proxy.ResetAfterForwarding(0) }}
 	})
 	ctx := e.request()
 	began := time.Now()
@@ -240,8 +222,8 @@ func TestFaultResetAfterPOSTAndNoTaskList(t *testing.T) {
 func TestFaultPOSTAnswerCutMidBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{proxy: true, pveTimeout: 5 * time.Second})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { e.proxy.CutAfter(faultproxy.ToClient, 40, 1) }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { e.proxy.CutAfter(faultproxy.ToClient, 40, 1) }}
 	})
 	ctx := e.request()
 	out, err := e.svc.Start(ctx, e.actor, vm("pve1", 101), PowerOptions{Wait: 10 * time.Second})
@@ -279,11 +261,11 @@ func TestDrainEndsEveryWait(t *testing.T) {
 	results := make(chan result, 3)
 	streaming := make(chan struct{}, 1)
 	go func() {
-		v, err := e.svc.Task(ctx, upid, 0, MaxTaskWait)
+		v, err := e.svc.Task(ctx, e.actor, upid, 0, MaxTaskWait)
 		results <- result{"long-poll", err, err == nil && v.Status == StatusRunning}
 	}()
 	go func() {
-		err := e.svc.Events(ctx, upid, 0, func(TaskView) error {
+		err := e.svc.Events(ctx, e.actor, upid, 0, func(TaskView) error {
 			select {
 			case streaming <- struct{}{}:
 			default:
@@ -327,7 +309,7 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := e.svc.Task(ctx, upid, 0, 0)
+	fresh, err := e.svc.Task(ctx, e.actor, upid, 0, 0)
 	if err != nil || fresh.Stale || fresh.Status != StatusRunning {
 		t.Fatalf("fresh view %+v %v", fresh, err)
 	}
@@ -338,19 +320,19 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 	e.proxy.BlackHole()
 	var v TaskView
 	testkit.Until(t, "a stale answer", func() bool {
-		v, err = e.svc.Task(ctx, upid, 0, 0)
+		v, err = e.svc.Task(ctx, e.actor, upid, 0, 0)
 		return err == nil && v.Stale
 	})
 	if v.Status != StatusRunning || v.TaskID != upid || v.StaleSince.IsZero() || v.StaleSince.After(time.Now()) {
 		t.Fatalf("stale view %+v", v)
 	}
-	_, err = e.svc.Task(ctx, foreign.String(), 1, 0)
+	_, err = e.svc.Task(ctx, e.actor, foreign.String(), 1, 0)
 	if k := errs.KindOf(err); k != errs.Unavailable && k != errs.Timeout {
 		t.Errorf("a task never read, with PVE cut off: %v, want 503 or 504", err)
 	}
 	e.proxy.Heal()
 	testkit.Until(t, "a fresh answer after the heal", func() bool {
-		v, err = e.svc.Task(ctx, upid, 0, 0)
+		v, err = e.svc.Task(ctx, e.actor, upid, 0, 0)
 		return err == nil && !v.Stale
 	})
 }
@@ -362,17 +344,18 @@ func TestStaleTaskWhileNodeCutOff(t *testing.T) {
 // the real answer: a retry replays it. PVE saw one POST.
 func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers; c.KeyLease = 30 * time.Second }})
+	e := newEnv(t, envOpts{})
+	keys := keysFor(t, e.svc, func(c *idempotency.Config) { c.Lease = 30 * time.Second })
 	withUser(t, e)
 	release := make(chan struct{})
 	sent := make(chan struct{})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { close(sent); <-release }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { close(sent); <-release }}
 	})
-	const key = "retry-me"
+	key := idempotency.Key{UserID: e.actor.UserID, Name: "retry-me"}
 	ctx := e.request()
-	e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
-	claim, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "hash")
+	e.actor.Key = key.Name // the request runs under the key (vmops.Actor.Key)
+	claim, err := keys.Claim(ctx, key, "hash")
 	if err != nil || !claim.Claimed {
 		t.Fatalf("claim %+v %v", claim, err)
 	}
@@ -382,17 +365,19 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 		done <- err
 	}()
 	<-sent
-	e.svc.Close() // the holder dies: no heartbeat any more (its request is stuck before PVE)
+	keys.Close() // the holder dies: no heartbeat any more (its request is stuck before PVE)
+	e.svc.Close()
 
 	// Another process, 31 s later by its clock: the lease ran out.
 	later := func() time.Time { return time.Now().Add(31 * time.Second) }
-	s2 := e.newService(func(c *Config) { c.Answers, c.Now, c.KeyLease = testAnswers, later, 30*time.Second })
-	got, err := s2.ClaimKey(e.request(), e.actor.UserID, key, "hash")
+	s2 := e.newService(func(c *Config) { c.Now = later })
+	keys2 := keysFor(t, s2, func(c *idempotency.Config) { c.Lease = 30 * time.Second })
+	got, err := keys2.Claim(e.request(), key, "hash")
 	if err != nil || got.Claimed || got.Done {
 		t.Fatalf("a retry while the task is not found yet: %+v %v", got, err)
 	}
-	if got.TaskRef == 0 {
-		t.Error("the in-progress claim names no task row")
+	if s2.KeyTaskRef(e.request(), key.UserID, key.Name, got.Since) == 0 {
+		t.Error("the key in progress names no task row")
 	}
 	close(release) // the POST reaches PVE now
 	if err := <-done; err != nil {
@@ -401,8 +386,9 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s2.Run(runCtx)
+	go keys2.Run(runCtx)
 	testkit.Until(t, "the key to hold the real answer", func() bool {
-		got, err = s2.ClaimKey(e.request(), e.actor.UserID, key, "hash")
+		got, err = keys2.Claim(e.request(), key, "hash")
 		return err == nil && got.Done
 	})
 	tasks := e.sim.TasksFor(101)
@@ -413,33 +399,34 @@ func TestKeyTakenOverFromADeadHolder(t *testing.T) {
 		t.Errorf("PVE received %d POSTs, want 1", n)
 	}
 	// The dead holder cannot overwrite it.
-	if err := e.svc.KeepAnswer(context.Background(), e.actor.UserID, key, Answer{Status: 500}); errs.KindOf(err) != errs.Conflict {
+	if err := keys.Keep(context.Background(), key, idempotency.Answer{Status: 500}); errs.KindOf(err) != errs.Conflict {
 		t.Errorf("the old holder's late answer: %v, want Conflict", err)
 	}
 }
 
 // TestKeyOfUnknownOutcomeGetsTheRealAnswer: a request whose outcome is unknown
-// keeps its key in progress (HoldKey) instead of keeping its 504; once the search
+// keeps its key in progress (Await) instead of keeping its 504; once the search
 // finds the task the key holds the answer the request would have given.
 func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }})
+	e := newEnv(t, envOpts{})
+	keys := keysFor(t, e.svc, nil)
 	withUser(t, e)
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
-	const key = "unknown-outcome"
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, loseAnswer: true} })
+	key := idempotency.Key{UserID: e.actor.UserID, Name: "unknown-outcome"}
 	ctx := e.request()
-	e.actor.Key = key // the request runs under the key (vmops.Actor.Key)
-	if c, err := e.svc.ClaimKey(ctx, e.actor.UserID, key, "h"); err != nil || !c.Claimed {
+	e.actor.Key = key.Name // the request runs under the key (vmops.Actor.Key)
+	if c, err := keys.Claim(ctx, key, "h"); err != nil || !c.Claimed {
 		t.Fatalf("claim %+v %v", c, err)
 	}
 	_, err := e.svc.Migrate(ctx, e.actor, vm("pve1", 100), MigrateRequest{Target: "pve2"})
 	if _, ok := TaskRefOf(err); !ok {
 		t.Fatalf("error %v, want outcome_unknown", err)
 	}
-	e.svc.HoldKey(ctx, e.actor.UserID, key)
-	var got KeyClaim
+	keys.Await(ctx, key)
+	var got idempotency.Claim
 	testkit.Until(t, "the key to hold the real answer", func() bool {
-		got, err = e.svc.ClaimKey(ctx, e.actor.UserID, key, "h")
+		got, err = keys.Claim(ctx, key, "h")
 		return err == nil && got.Done
 	})
 	tasks := e.sim.TasksFor(100)
@@ -455,16 +442,18 @@ func TestKeyOfUnknownOutcomeGetsTheRealAnswer(t *testing.T) {
 // row started nothing: the key is released when taken over, and the retry runs.
 func TestKeyOfAHolderThatStartedNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Answers = testAnswers }})
+	e := newEnv(t, envOpts{})
+	keys := keysFor(t, e.svc, nil)
 	withUser(t, e)
-	const key = "never-ran"
-	if c, err := e.svc.ClaimKey(e.request(), e.actor.UserID, key, "h"); err != nil || !c.Claimed {
+	key := idempotency.Key{UserID: e.actor.UserID, Name: "never-ran"}
+	if c, err := keys.Claim(e.request(), key, "h"); err != nil || !c.Claimed {
 		t.Fatalf("claim %+v %v", c, err)
 	}
+	keys.Close()
 	e.svc.Close()
 	later := func() time.Time { return time.Now().Add(time.Minute) }
-	s2 := e.newService(func(c *Config) { c.Answers, c.Now = testAnswers, later })
-	got, err := s2.ClaimKey(e.request(), e.actor.UserID, key, "h")
+	s2 := e.newService(func(c *Config) { c.Now = later })
+	got, err := keysFor(t, s2, nil).Claim(e.request(), key, "h")
 	if err != nil || !got.Claimed {
 		t.Fatalf("the retry of a request that started nothing: %+v %v, want the key claimed", got, err)
 	}
@@ -482,8 +471,8 @@ func TestFaultStoreFailsBetweenRowAndPOST(t *testing.T) {
 	t.Parallel()
 	pg, dsn := postgresThroughProxy(t)
 	e := newEnv(t, envOpts{storeDSN: dsn})
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() { pg.BlackHole() }}
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() { pg.BlackHole() }}
 	})
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()

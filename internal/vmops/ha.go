@@ -20,7 +20,7 @@ const haUser = "root@pam"
 // When no such task shows up but the VM is already in the requested state, the
 // request was carried out (or had nothing to do); when neither happens within
 // HAGrace, the request failed.
-func (s *Service) followHA(ctx context.Context, api pveAPI, t *tracker, v *TaskView) error {
+func (s *Service) followHA(ctx context.Context, api PVE, t *tracker, v *TaskView) error {
 	now := s.now()
 	if t.haEndedAt.IsZero() {
 		t.haEndedAt = now
@@ -96,7 +96,7 @@ func orUnknown(s string) string {
 // one of the expected types, by root@pam, started at or after the stand-in; first
 // in the stand-in node's task list, then in the cluster's recent tasks (the HA
 // stack may have acted on another node). The earliest match wins.
-func findRealTask(ctx context.Context, api pveAPI, ha pve.UPID) (pve.UPID, bool, error) {
+func findRealTask(ctx context.Context, api PVE, ha pve.UPID) (pve.UPID, bool, error) {
 	// The stand-in does not say the guest's kind; a vmid is one guest in a
 	// cluster, so the real task of either kind is the one.
 	types := append(pve.RealTaskTypes(pve.Qemu, ha.Type), pve.RealTaskTypes(pve.LXC, ha.Type)...)
@@ -135,7 +135,7 @@ func findRealTask(ctx context.Context, api pveAPI, ha pve.UPID) (pve.UPID, bool,
 // reachedState reports whether the VM already is where an HA request wanted it:
 // running (hastart), stopped (hastop), on the target node (hamigrate). It also
 // returns the VM's HA state for the message of a request that never completes.
-func (s *Service) reachedState(ctx context.Context, api pveAPI, t *tracker, target string) (bool, string, error) {
+func (s *Service) reachedState(ctx context.Context, api PVE, t *tracker, target string) (bool, string, error) {
 	vmid, err := strconv.Atoi(t.upid.ID)
 	if err != nil {
 		return false, "", nil

@@ -72,7 +72,7 @@ func TestHAFollowsRealTasks(t *testing.T) {
 	var sawRunningAfterStandIn bool
 	var v TaskView
 	testkit.Until(t, "the HA migration's end", func() bool {
-		v, err = e.svc.Task(ctx, upid, 0, 0)
+		v, err = e.svc.Task(ctx, e.actor, upid, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestHAGrace(t *testing.T) {
 	// A read begun while pve2 was away may still answer 595: ask until one succeeds.
 	var v TaskView
 	testkit.Until(t, "a read of the stand-in", func() bool {
-		v, err = e.svc.Task(ctx, out.TaskID, 0, MaxTaskWait)
+		v, err = e.svc.Task(ctx, e.actor, out.TaskID, 0, MaxTaskWait)
 		return err == nil && v.Finished()
 	})
 	if v.Result != ResultFailed || v.FollowTaskID != "" || !strings.Contains(v.Error, "did not carry out") {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -29,6 +31,28 @@ type MigrateRequest struct {
 	// shutdown timeout in seconds (PVE's default 180).
 	Restart bool
 	Timeout *int
+}
+
+// kindFields refuses a field of the other kind's migration that asks for
+// something (docs/decisions/0081): online=true and withLocalDisks=true for a
+// container, restart=true and a timeout for a VM. A false asks for nothing
+// (a client may send one body for both kinds). The error names the field, also
+// as its "field" detail.
+func kindFields(kind GuestKind, req MigrateRequest) error {
+	field, why := "", ""
+	switch {
+	case kind == GuestCT && req.Online != nil && *req.Online:
+		field, why = "online", "online is for VMs: PVE cannot migrate a container live; migrate it with restart=true, or stop it first"
+	case kind == GuestCT && req.WithLocalDisks:
+		field, why = "withLocalDisks", "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)"
+	case kind != GuestCT && req.Restart:
+		field, why = "restart", "restart is for containers: a running VM migrates live (online=true)"
+	case kind != GuestCT && req.Timeout != nil:
+		field, why = "timeout", "timeout is for containers (the restart's shutdown timeout): a running VM migrates live (online=true)"
+	default:
+		return nil
+	}
+	return &errs.Error{Kind: errs.Invalid, Message: why, Details: map[string]any{"field": field}}
 }
 
 // Precheck is PVE's migration pre-check of a VM, as vmgate shows it.
@@ -101,13 +125,16 @@ func precheckOf(pc pve.MigratePrecheck) Precheck {
 }
 
 // MigrateCheck runs PVE's migration pre-check for the VM (GET migrate) and returns
-// what PVE says. target may be empty.
-func (s *Service) MigrateCheck(ctx context.Context, vm GuestRef, target string) (Precheck, error) {
+// what PVE says. target may be empty. It needs a viewer grant.
+func (s *Service) MigrateCheck(ctx context.Context, a Actor, vm GuestRef, target string) (Precheck, error) {
 	if err := validRef(vm); err != nil {
 		return Precheck{}, err
 	}
 	if target != "" && !pve.ValidNode(target) {
 		return Precheck{}, errs.E(errs.Invalid, "target %q is not a PVE node name", target)
+	}
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantViewer, vm.attempt("migrate check")); err != nil {
+		return Precheck{}, err
 	}
 	api, err := s.connect(ctx, vm.ClusterID)
 	if err != nil {
@@ -120,7 +147,7 @@ func (s *Service) MigrateCheck(ctx context.Context, vm GuestRef, target string) 
 	return precheckOf(pc), nil
 }
 
-func (s *Service) precheck(ctx context.Context, api pveAPI, vm GuestRef, target string) (pve.MigratePrecheck, error) {
+func (s *Service) precheck(ctx context.Context, api PVE, vm GuestRef, target string) (pve.MigratePrecheck, error) {
 	pc, err := api.MigratePrecheck(ctx, vm.guest(), target)
 	if err != nil {
 		if pve.IsNotFound(err) {
@@ -146,13 +173,60 @@ func pveText(err error) string {
 }
 
 // Migrate starts a migration and returns its task id at once; the migration runs
-// on and is followed with Task. Checks, in order: the request; another migration
+// on and is followed with Task. Checks, in order: the request (checkMigrate, the
+// one place that judges it); the caller's operator grant; another migration
 // of the VM (this process's in-flight ones: in_progress; one still running in PVE:
 // vm_locked); the VM's state (404 elsewhere, vm_locked); the target node (400
 // unknown, 409 node_offline); PVE's pre-check (vm_running without online,
 // migration_blocked with PVE's reasons: target not allowed, local disks without
 // WithLocalDisks, local devices).
 func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req MigrateRequest) (taskID string, err error) {
+	if err := checkMigrate(vm, req); err != nil {
+		return "", err
+	}
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpMigrate)); err != nil {
+		return "", err
+	}
+	return s.migrate(ctx, a, vm, req)
+}
+
+// The bounds of a migration's numbers, PVE's in practice.
+const (
+	MaxBWLimit        = 1<<31 - 1 // KiB/s, about 2 TiB/s
+	MaxMigrateTimeout = 86400     // seconds: a container's restart shutdown
+)
+
+// storageMapPattern is PVE's storage-pair-list, loosely: storage ids, ':' and ','
+// (or "1" for "the same ids").
+var storageMapPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:,-]*$`)
+
+// checkMigrate judges a migration request before anything else happens: the
+// guest's reference, the target, the numbers' ranges, and the fields of the other
+// kind of guest.
+func checkMigrate(vm GuestRef, req MigrateRequest) error {
+	if err := validRef(vm); err != nil {
+		return err
+	}
+	switch {
+	case req.Target == "":
+		return errs.E(errs.Invalid, "target is required")
+	case !pve.ValidNode(req.Target):
+		return errs.E(errs.Invalid, "target %q is not a PVE node name", req.Target)
+	case req.Target == vm.Node:
+		return errs.E(errs.Invalid, "target must not be the %s's node (%s)", vm.Kind.Noun(), vm.Node)
+	case req.BWLimit != nil && (*req.BWLimit < 0 || *req.BWLimit > MaxBWLimit):
+		return errs.E(errs.Invalid, "bwlimit must be an integer from 0 to %d (KiB/s)", MaxBWLimit)
+	case req.Timeout != nil && (*req.Timeout < 0 || *req.Timeout > MaxMigrateTimeout):
+		return errs.E(errs.Invalid, "timeout must be an integer from 0 to %d (seconds)", MaxMigrateTimeout)
+	case req.TargetStorage != "" && (len(req.TargetStorage) > 1024 || !storageMapPattern.MatchString(req.TargetStorage)):
+		return errs.E(errs.Invalid, "targetStorage must be a storage id or a map like src:dst,src2:dst2")
+	}
+	return kindFields(vm.Kind, req)
+}
+
+// migrate is Migrate once the request and the grant are checked; an operation's
+// driver calls it for its items with a request its plan built.
+func (s *Service) migrate(ctx context.Context, a Actor, vm GuestRef, req MigrateRequest) (taskID string, err error) {
 	online := req.Online == nil || *req.Online
 	params := map[string]any{"target": req.Target, "online": online, "withLocalDisks": req.WithLocalDisks}
 	if req.TargetStorage != "" {
@@ -169,27 +243,6 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 		s.audit(ctx, a, store.AuditRecord{Action: vm.auditPrefix() + OpMigrate, ClusterID: vm.ClusterID, Node: vm.Node,
 			VMID: vm.VMID, Target: req.Target, Params: jsonText(params), Result: result, UPID: taskID})
 	}()
-	if err := validRef(vm); err != nil {
-		return "", err
-	}
-	switch {
-	case req.Target == "":
-		return "", errs.E(errs.Invalid, "target is required")
-	case !pve.ValidNode(req.Target):
-		return "", errs.E(errs.Invalid, "target %q is not a PVE node name", req.Target)
-	case req.Target == vm.Node:
-		return "", errs.E(errs.Invalid, "target must not be the %s's node (%s)", vm.Kind.Noun(), vm.Node)
-	case req.BWLimit != nil && *req.BWLimit < 0:
-		return "", errs.E(errs.Invalid, "bwlimit must not be negative")
-	case req.Timeout != nil && *req.Timeout < 0:
-		return "", errs.E(errs.Invalid, "timeout must not be negative")
-	case vm.Kind == GuestCT && req.WithLocalDisks:
-		return "", errs.E(errs.Invalid, "withLocalDisks is for VMs: a container's volumes move with it (PVE copies local ones)")
-	case vm.Kind == GuestCT && req.Online != nil && *req.Online:
-		return "", errs.E(errs.Invalid, "PVE cannot migrate a container live; migrate it with restart=true, or stop it first")
-	case vm.Kind != GuestCT && (req.Restart || req.Timeout != nil):
-		return "", errs.E(errs.Invalid, "restart and timeout are for containers; a VM migrates live (online=true)")
-	}
 
 	// One migration of a VM at a time from this process, from the pre-check until
 	// PVE has answered the POST (PVE's own migration lock is taken only inside its
@@ -305,7 +358,7 @@ func (s *Service) migrationUnderWay(ctx context.Context, vm GuestRef) error {
 
 // checkTarget refuses a target that is not a node of the cluster (400) or is
 // offline (409 node_offline). PVE's pre-check does not look at node state.
-func checkTarget(ctx context.Context, api pveAPI, target string) error {
+func checkTarget(ctx context.Context, api PVE, target string) error {
 	nodes, err := api.Nodes(ctx)
 	if err != nil {
 		return upstream(err)
@@ -324,10 +377,10 @@ func checkTarget(ctx context.Context, api pveAPI, target string) error {
 	return errs.E(errs.Invalid, "target %s is not a node of this cluster", target)
 }
 
-// localDiskNames names a pre-check's local disks as "volid (drive)", the CD-ROM
+// LocalDiskNames names a pre-check's local disks as "volid (drive)", the CD-ROM
 // images apart: those cannot be migrated at all, the others only with
 // withLocalDisks.
-func localDiskNames(ds []pve.LocalDisk) (disks, cdroms []string) {
+func LocalDiskNames(ds []pve.LocalDisk) (disks, cdroms []string) {
 	for _, d := range ds {
 		name := d.Volid
 		if d.DriveName != "" {
@@ -365,7 +418,7 @@ func blocked(vm GuestRef, req MigrateRequest, running bool, pc pve.MigratePreche
 		details["notAllowed"] = map[string]any{"unavailableStorages": nonNil(na.UnavailableStorages),
 			"unavailableResources": nonNil(na.UnavailableResources), "blockingHaResources": haSIDs(na.BlockingHAResources)}
 	}
-	disks, cdroms := localDiskNames(pc.LocalDisks)
+	disks, cdroms := LocalDiskNames(pc.LocalDisks)
 	if len(cdroms) > 0 {
 		reasons = append(reasons, "local CD-ROM images cannot be migrated, remove them first: "+strings.Join(cdroms, ", "))
 	}

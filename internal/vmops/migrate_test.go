@@ -42,7 +42,7 @@ func TestMigrateProgress(t *testing.T) {
 	phases := map[string]bool{}
 	var final TaskView
 	testkit.Until(t, "the migration's end", func() bool {
-		v, err := e.svc.Task(ctx, upid, 0, 0)
+		v, err := e.svc.Task(ctx, e.actor, upid, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestMigrateProgress(t *testing.T) {
 	})
 	before := e.requests("GET", routeTaskStatus) + e.requests("GET", routeTaskLog)
 	s2 := e.newService(nil) // a fresh process: nothing cached in memory
-	v, err := s2.Task(ctx, upid, 0, 0)
+	v, err := s2.Task(ctx, e.actor, upid, 0, 0)
 	if err != nil || v.Result != ResultOK || v.Progress == nil || v.Progress.Percent != 100 || v.Target != "pve2" {
 		t.Fatalf("stored view %+v %v", v, err)
 	}
@@ -283,14 +283,14 @@ func TestConcurrentMigrations(t *testing.T) {
 func TestMigrateCheck(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	pc, err := e.svc.MigrateCheck(context.Background(), vm("pve2", 102), "pve1")
+	pc, err := e.svc.MigrateCheck(context.Background(), e.actor, vm("pve2", 102), "pve1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !pc.Running || len(pc.LocalDisks) != 1 || pc.LocalDisks[0].Volid != "local-lvm:vm-102-disk-0" || len(pc.AllowedNodes) == 0 {
 		t.Errorf("pre-check %+v", pc)
 	}
-	_, err = e.svc.MigrateCheck(context.Background(), vm("pve1", 102), "")
+	_, err = e.svc.MigrateCheck(context.Background(), e.actor, vm("pve1", 102), "")
 	wantReason(t, err, errs.NotFound, "not_found")
 }
 
@@ -301,8 +301,8 @@ func TestTaskRowBeforePVE(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
 	var seen []store.Task
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI {
-		return &hookAPI{pveAPI: api, beforeWrite: func() {
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE {
+		return &hookAPI{PVE: api, beforeWrite: func() {
 			rows, _ := e.store.ListTasks(ctx, store.TaskFilter{})
 			seen = append(seen, rows...)
 		}}

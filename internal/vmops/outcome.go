@@ -111,12 +111,12 @@ func (s *Service) searchOnce(ctx context.Context, id int64) searchResult {
 		if u, err := pve.ParseUPID(r.UPID); err == nil && !r.Finished() {
 			s.startFollower(s.track(u, r.ClusterID, &r))
 		}
-		s.settleKeyOf(ctx, r)
+		s.keySettled(ctx, r)
 		return searchDone
 	}
 	res, settled := s.resolvePending(ctx, r)
 	if res != searchAgain {
-		s.settleKeyOf(ctx, settled)
+		s.keySettled(ctx, settled)
 	}
 	return res
 }
@@ -152,7 +152,7 @@ func (s *Service) resolvePending(ctx context.Context, r store.Task) (searchResul
 
 // resolveWith is resolvePending with the cluster's client at hand (the request's
 // own, for its first look).
-func (s *Service) resolveWith(ctx context.Context, api pveAPI, r store.Task) (searchResult, store.Task) {
+func (s *Service) resolveWith(ctx context.Context, api PVE, r store.Task) (searchResult, store.Task) {
 	log := s.log.With(slog.Int64("task", r.ID), slog.Int64("cluster", r.ClusterID), slog.Int64("vmid", r.VMID))
 	offset, _ := api.ClockOffset()
 	// The rows first for where the list must begin, then the list, then the rows

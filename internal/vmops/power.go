@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -57,12 +58,18 @@ type Outcome struct {
 // vm_paused (PVE's start does not resume a paused VM: it fails "already running"),
 // a locked one vm_locked (except the "suspended" lock, which start resumes from).
 func (s *Service) Start(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStart)); err != nil {
+		return Outcome{}, err
+	}
 	return s.power(ctx, a, vm, OpStart, o.Timeout, o.Wait)
 }
 
 // Stop stops a running VM: gracefully (ACPI or guest agent; a guest that ignores
 // it is 409 shutdown_timeout once PVE gives up) or, with Force, at once.
 func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStop)); err != nil {
+		return Outcome{}, err
+	}
 	op := OpShutdown
 	if o.Force {
 		op = OpStop
@@ -72,6 +79,9 @@ func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions)
 
 // Reboot shuts a running VM down and starts it again.
 func (s *Service) Reboot(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpReboot)); err != nil {
+		return Outcome{}, err
+	}
 	return s.power(ctx, a, vm, OpReboot, o.Timeout, o.Wait)
 }
 
@@ -202,13 +212,13 @@ func (s *Service) power(ctx context.Context, a Actor, vm GuestRef, op string, ti
 // written first so that a crash between the call and the record leaves a row Run
 // can reconcile from PVE's task list; it notes when it was written on PVE's clock,
 // where the search for its task begins.
-func (s *Service) startTask(ctx context.Context, api pveAPI, a Actor, vm GuestRef, op, target string, params map[string]any,
+func (s *Service) startTask(ctx context.Context, api PVE, a Actor, vm GuestRef, op, target string, params map[string]any,
 	call func(context.Context) (pve.UPID, error)) (pve.UPID, store.Task, error) {
 	pveNow, known := api.PVENow()
 	if !known {
 		pveNow = time.Time{} // the search falls back on the row's creation (claim.go)
 	}
-	// As an operation's item when ctx carries one (operations.go), else a row of its own.
+	// As an operation's item when the actor carries one (items.go), else a row of its own.
 	row, err := s.createTaskRow(ctx, a, store.Task{ClusterID: vm.ClusterID, UserID: a.UserID, UserEmail: a.Email,
 		Op: op, GuestKind: vm.rowKind(), Node: vm.Node, VMID: vm.VMID, Target: target, Params: jsonText(params), Status: store.TaskPending,
 		IdemKey: a.Key, PVECreatedAt: pveNow})
@@ -319,7 +329,7 @@ func (s *Service) recordLater(row store.Task, upid pve.UPID, claim store.TaskCla
 // marked and matched with the node's task list at once (claim.go) — the task, when
 // the match gives it, is the request's answer; otherwise the request is
 // outcome_unknown and the row is searched for every SearchEvery (outcome.go).
-func (s *Service) unknownOutcome(ctx context.Context, api pveAPI, op string, row store.Task, cause error) (pve.UPID, store.Task, error) {
+func (s *Service) unknownOutcome(ctx context.Context, api PVE, op string, row store.Task, cause error) (pve.UPID, store.Task, error) {
 	row.OutcomeUnknownAt = s.now()
 	if updated, err := s.store.UpdateTask(ctx, row); err == nil {
 		row = updated
@@ -345,7 +355,7 @@ func truncateText(s string, n int) string {
 
 // mapStartError turns PVE's synchronous refusal of a write into the caller's error
 // (an unknown outcome is already outcome_unknown, from startTask).
-func (s *Service) mapStartError(ctx context.Context, api pveAPI, vm GuestRef, op string, err error) error {
+func (s *Service) mapStartError(ctx context.Context, api PVE, vm GuestRef, op string, err error) error {
 	if e, ok := errs.As(err); ok {
 		return e
 	}
@@ -413,4 +423,48 @@ func taskFailure(op string, vm GuestRef, v TaskView) error {
 	e.Details["taskId"] = v.TaskID
 	e.Details["exitStatus"] = v.ExitStatus
 	return e
+}
+
+// NothingToDo says why op has nothing to do on a guest in state st ("" when it
+// has): the guest is in the wanted state already, or is not in a state the
+// action acts on. A bulk action skips such a guest, with this reason.
+func NothingToDo(op string, st pve.GuestStatus) string {
+	switch op {
+	case OpStart:
+		if st.Status == "running" && !paused(st) {
+			return "already running"
+		}
+	case OpShutdown, OpStop:
+		if st.Status != "running" {
+			return "already stopped"
+		}
+	case OpReboot:
+		if st.Status != "running" {
+			return "not running: reboot acts on running VMs"
+		}
+	case OpSuspend:
+		switch {
+		case paused(st):
+			return "already " + st.QMPStatus
+		case hibernated(st):
+			return "already suspended to disk"
+		case st.Status != "running":
+			return "not running: suspend acts on running VMs"
+		}
+	case OpHibernate:
+		switch {
+		case hibernated(st):
+			return "already suspended to disk"
+		case st.Status != "running":
+			return "not running: suspend acts on running VMs"
+		}
+	case OpResume:
+		switch {
+		case st.Status == "running" && !paused(st):
+			return "already running"
+		case st.Status != "running" && !hibernated(st):
+			return "not running and not suspended to disk: resume acts on paused VMs"
+		}
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Migration phases, in the order a migration passes through them.
@@ -15,6 +16,12 @@ const (
 	PhaseCompleting = "completing" // the state is across; PVE switches over and cleans up
 	PhaseDone       = "done"       // migration finished successfully
 	PhaseFailed     = "failed"     // migration aborted or finished with problems
+
+	// A container's restart migration (pve-container's LXC/Migrate.pm):
+	// shutdown, then its local volumes copied, then its start on the target.
+	PhaseShutdown = "shutdown" // the container is being shut down on its node
+	PhaseStorage  = "storage"  // its local volumes are being copied (dd's byte counts)
+	PhaseStart    = "start"    // it is being started on the target
 )
 
 // Progress is a migration's progress as read from PVE's task log (docs/design.md §3.3).
@@ -22,12 +29,22 @@ const (
 // The byte counts are the whole migration's: local disks being mirrored plus the VM
 // state, so Percent = TransferredBytes/TotalBytes as far as the log tells. Percent never
 // decreases over one task and is 100 only once the migration ended well.
+//
+// A container's migration copies its local volumes with dd, whose lines give the
+// bytes copied but not the volume's size until its copy ends: TotalBytes counts
+// the volumes whose copy ended, TransferredBytes those and the one being copied,
+// and Percent stays 0 until the migration ended well.
 type Progress struct {
 	Percent          float64 // 0..100, one decimal
 	TransferredBytes int64
 	TotalBytes       int64
 	BytesPerSecond   int64
 	Phase            string // one of the Phase constants
+	// DowntimeSeconds is, for a container's restart migration, how long it has
+	// been down: from PVE's "shutdown CT" line to the log's last line (its end
+	// once it ended: the start on the target, or on the source after a
+	// failure). Nil for a migration that shut nothing down.
+	DowntimeSeconds *int64 `json:",omitempty"`
 }
 
 // progressParser reads a migration task's log line by line (lines arrive in order,
@@ -55,6 +72,14 @@ type progressParser struct {
 	taskError      string // from "TASK ERROR: <msg>"
 	lastPlainError string // last line mentioning an error, when nothing better is found
 	target         string // the target node, as the log names it
+
+	// A container's migration.
+	container   bool
+	shutdownAt  time.Time // the "shutdown CT" line's stamp; zero when it shut nothing down
+	lastStamp   time.Time // the last stamped line's
+	volsDone    int64     // bytes of the local volumes whose copy ended
+	volCopying  int64     // bytes of the volume being copied, as dd said last
+	volFinished bool      // dd's summary of the current volume was seen
 }
 
 // diskCopy is one local disk's mirror job.
@@ -78,9 +103,11 @@ var (
 		` of ([0-9]+(?:\.[0-9]+)?) ` + unitRe + ` \(([0-9]+(?:\.[0-9]+)?)%\)(?: in ((?:\d+[dhms] ?)+))?`)
 	completedRe = regexp.MustCompile(`^migration completed, transferred ([0-9]+(?:\.[0-9]+)?) ` + unitRe + ` VM-state`)
 	avgRe       = regexp.MustCompile(`^average migration speed: ([0-9]+(?:\.[0-9]+)?) ` + unitRe + `/s`)
-	targetRe    = regexp.MustCompile(`^(?:starting migration of VM \d+ to node '([^']+)'|Requesting HA migration for VM \d+ to node (\S+))`)
-	abortedRe   = regexp.MustCompile(`^migration aborted(?: \(duration [^)]*\))?(?::\s*(.*))?$`)
-	durationRe  = regexp.MustCompile(`(\d+)([dhms])`)
+	targetRe    = regexp.MustCompile(`^(?:starting migration of (?:VM|CT) \d+ to node '([^']+)'|Requesting HA migration for (?:VM|CT) \d+ to node (\S+))`)
+	// dd's progress and summary lines: "8589934592 bytes (8.6 GB, 8.0 GiB) copied, 8.00231 s, 1.1 GB/s".
+	ddRe       = regexp.MustCompile(`^([0-9]+) bytes (?:\([^)]*\) )?copied, ([0-9]+(?:\.[0-9]+)?) s, `)
+	abortedRe  = regexp.MustCompile(`^migration aborted(?: \(duration [^)]*\))?(?::\s*(.*))?$`)
+	durationRe = regexp.MustCompile(`(\d+)([dhms])`)
 )
 
 // maxBytes bounds parsed sizes so that sums cannot overflow (4 EiB is far beyond
@@ -122,17 +149,29 @@ func parseDuration(s string) int64 {
 	return secs
 }
 
+// stampLayout is the layout of the stamp PVE's migrations put before a line
+// (the node's local time: only differences of two stamps are used).
+const stampLayout = "2006-01-02 15:04:05"
+
 // stripStamp removes the timestamp and an "ERROR: " marker from a log line and says
 // whether the marker was there.
 func stripStamp(line string) (string, bool) {
-	line = strings.TrimRight(line, "\r\n")
-	if loc := stampRe.FindStringIndex(line); loc != nil {
-		line = line[loc[1]:]
-	}
+	line, _ = cutStamp(line)
 	if rest, ok := strings.CutPrefix(line, "ERROR: "); ok {
 		return rest, true
 	}
 	return line, false
+}
+
+// cutStamp removes a line's timestamp and returns it (zero when it had none).
+func cutStamp(line string) (string, time.Time) {
+	line = strings.TrimRight(line, "\r\n")
+	var at time.Time
+	if loc := stampRe.FindStringIndex(line); loc != nil {
+		at, _ = time.Parse(stampLayout, line[:loc[1]-1])
+		line = line[loc[1]:]
+	}
+	return line, at
 }
 
 // Feed reads one log line.
@@ -141,7 +180,11 @@ func (p *progressParser) Feed(raw string) {
 		p.feedTaskLine(raw)
 		return
 	}
-	line, isError := stripStamp(raw)
+	line, at := cutStamp(raw)
+	if !at.IsZero() {
+		p.lastStamp = at
+	}
+	line, isError := strings.CutPrefix(line, "ERROR: ")
 	if isError && p.firstError == "" && !strings.HasPrefix(line, "migration finished with problems") &&
 		!strings.HasPrefix(line, "migration aborted") {
 		p.firstError = line
@@ -221,6 +264,27 @@ func (p *progressParser) Feed(raw string) {
 		p.seenMigration = true
 		p.setPhase(PhaseStarting)
 		p.readTarget(line)
+	case strings.HasPrefix(line, "shutdown CT "):
+		// A restart migration: the container goes down here.
+		p.seenMigration, p.container = true, true
+		if p.shutdownAt.IsZero() {
+			p.shutdownAt = at
+		}
+		p.setPhase(PhaseShutdown)
+	case strings.HasPrefix(line, "starting migration of CT"):
+		p.seenMigration, p.container = true, true
+		p.setPhase(PhaseStarting)
+		p.readTarget(line)
+	case p.container && strings.HasPrefix(line, "found local volume "):
+		p.setPhase(PhaseStorage)
+	case p.container && ddRe.MatchString(line):
+		p.feedDD(line)
+	case p.container && strings.HasPrefix(line, "volume '") && strings.HasSuffix(line, "on the target"):
+		// The current volume's copy ended: its size is what dd copied.
+		p.volsDone += p.volCopying
+		p.volCopying, p.volFinished = 0, false
+	case p.container && (line == "start container on target node" || line == "start container on source node"):
+		p.setPhase(PhaseStart)
 	case strings.HasPrefix(line, "Requesting HA migration"):
 		p.readTarget(line)
 	case line == "starting storage migration", line == "copying local disk images",
@@ -241,6 +305,25 @@ func (p *progressParser) Feed(raw string) {
 			p.lastPlainError = line
 		}
 	}
+}
+
+// feedDD reads one of dd's lines while a container's volume is copied: a
+// progress line (bytes so far) or a summary (the whole volume; PVE's export and
+// import each print one).
+func (p *progressParser) feedDD(line string) {
+	m := ddRe.FindStringSubmatch(line)
+	if m == nil {
+		return
+	}
+	p.setPhase(PhaseStorage)
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n < 0 || n > maxBytes {
+		return
+	}
+	if secs, err := strconv.ParseFloat(m[2], 64); err == nil && secs > 0 && !math.IsInf(secs, 0) {
+		p.rate = int64(float64(n) / secs)
+	}
+	p.volCopying = max(p.volCopying, n)
 }
 
 func (p *progressParser) readTarget(line string) {
@@ -277,15 +360,19 @@ func (p *progressParser) setPhase(ph string) {
 func phaseRank(ph string) int {
 	switch ph {
 	case PhaseStarting:
-		return 1
-	case PhaseDisk:
-		return 2
+		return 10
+	case PhaseShutdown: // before a container's "starting migration" line, which keeps it
+		return 15
+	case PhaseDisk, PhaseStorage:
+		return 20
 	case PhaseMemory:
-		return 3
+		return 30
+	case PhaseStart:
+		return 35
 	case PhaseCompleting:
-		return 4
+		return 40
 	case PhaseDone, PhaseFailed:
-		return 5
+		return 50
 	}
 	return 0
 }
@@ -311,6 +398,17 @@ func (p *progressParser) Progress() (Progress, bool) {
 	}
 	memDone := min(p.memDone, memTotal)
 	done, total := diskDone+memDone, diskTotal+memTotal
+	var downtime *int64
+	if p.container {
+		// dd does not say a volume's size before its copy ends: no share of
+		// a total is known, so the percent says nothing until the end.
+		done, total = 0, 0
+		diskDone, diskTotal = p.volsDone+p.volCopying, p.volsDone
+		if !p.shutdownAt.IsZero() && !p.lastStamp.Before(p.shutdownAt) {
+			d := int64(p.lastStamp.Sub(p.shutdownAt) / time.Second)
+			downtime = &d
+		}
+	}
 	pct := 0.0
 	if total > 0 {
 		pct = math.Floor(float64(done)/float64(total)*1000) / 10
@@ -328,12 +426,16 @@ func (p *progressParser) Progress() (Progress, bool) {
 	if phase == "" {
 		phase = PhaseStarting
 	}
+	if p.container {
+		total = diskTotal
+	}
 	return Progress{
 		Percent:          pct,
 		TransferredBytes: diskDone + p.memDone,
 		TotalBytes:       total,
 		BytesPerSecond:   p.rate,
 		Phase:            phase,
+		DowntimeSeconds:  downtime,
 	}, true
 }
 

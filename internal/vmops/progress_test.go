@@ -314,3 +314,91 @@ func TestProgressTotalBeforeFirstMemoryLine(t *testing.T) {
 		}
 	}
 }
+
+// ctRestartLog is a container's restart migration with a local volume, as
+// pve-container's LXC/Migrate.pm logs it (and internal/pvesim's ctmigrate.go
+// emits it): shutdown, the volume copied by dd (progress lines, then the
+// export's and the import's summaries), the start on the target.
+var ctRestartLog = []string{
+	"2026-03-14 10:00:01 shutdown CT 202",
+	"2026-03-14 10:00:03 starting migration of CT 202 to node 'pve2' (127.0.0.12)",
+	"2026-03-14 10:00:03 volume 'ceph:vm-202-disk-1' is on shared storage 'ceph'",
+	"2026-03-14 10:00:03 found local volume 'local-lvm:vm-202-disk-0' (in current VM config)",
+	`2026-03-14 10:00:03   Logical volume "vm-202-disk-0" created.`,
+	"2026-03-14 10:00:06 3221225472 bytes (3.2 GB, 3.0 GiB) copied, 3 s, 1.1 GB/s",
+	"2026-03-14 10:00:09 6442450944 bytes (6.4 GB, 6.0 GiB) copied, 6 s, 1.1 GB/s",
+	"2026-03-14 10:00:11 131072+0 records in",
+	"2026-03-14 10:00:11 131072+0 records out",
+	"2026-03-14 10:00:11 8589934592 bytes (8.6 GB, 8.0 GiB) copied, 8.00231 s, 1.1 GB/s",
+	"2026-03-14 10:00:11 131072+0 records in",
+	"2026-03-14 10:00:11 131072+0 records out",
+	"2026-03-14 10:00:11 8589934592 bytes (8.6 GB, 8.0 GiB) copied, 8.05361 s, 1.1 GB/s",
+	"2026-03-14 10:00:11 successfully imported 'local-lvm:vm-202-disk-0'",
+	"2026-03-14 10:00:11 volume 'local-lvm:vm-202-disk-0' is 'local-lvm:vm-202-disk-0' on the target",
+	`  Logical volume "vm-202-disk-0" successfully removed.`,
+	"2026-03-14 10:00:11 start final cleanup",
+	"2026-03-14 10:00:11 start container on target node",
+	"2026-03-14 10:00:11 # /usr/bin/ssh -e none -o 'BatchMode=yes' root@127.0.0.12 pct start 202",
+	"2026-03-14 10:00:12 migration finished successfully (duration 00:00:12)",
+	"TASK OK",
+}
+
+// TestParseContainerMigration: a container's restart migration reads as the
+// phases shutdown, storage (with dd's bytes: the copied volume's size once its
+// copy ended), start, done, and the downtime from the shutdown to the end; a
+// stopped container's migration shut nothing down and has no downtime.
+func TestParseContainerMigration(t *testing.T) {
+	t.Parallel()
+	gib8 := int64(8 << 30)
+	for _, tt := range []struct {
+		after     int // lines fed
+		phase     string
+		moved     int64
+		total     int64
+		downtime  int64 // -1: none
+		percent   float64
+		ratePerS  int64
+		wantFinal bool
+	}{
+		{1, PhaseShutdown, 0, 0, 0, 0, 0, false},
+		{2, PhaseShutdown, 0, 0, 2, 0, 0, false},
+		{4, PhaseStorage, 0, 0, 2, 0, 0, false},
+		{6, PhaseStorage, 3 << 30, 0, 5, 0, 1 << 30, false},
+		{7, PhaseStorage, 6 << 30, 0, 8, 0, 1 << 30, false},
+		{15, PhaseStorage, gib8, gib8, 10, 0, 0, false},
+		{18, PhaseStart, gib8, gib8, 10, 0, 0, false},
+		{len(ctRestartLog), PhaseDone, gib8, gib8, 11, 100, 0, true},
+	} {
+		p := progressParser{}
+		for _, l := range ctRestartLog[:tt.after] {
+			p.Feed(l)
+		}
+		got, ok := p.Progress()
+		if !ok || got.Phase != tt.phase || got.TransferredBytes != tt.moved || got.TotalBytes != tt.total ||
+			got.Percent != tt.percent || got.DowntimeSeconds == nil || *got.DowntimeSeconds != tt.downtime {
+			t.Errorf("after %d lines: %+v (downtime %v), want phase %s, %d of %d bytes, %v %%, down %d s",
+				tt.after, got, deref(got.DowntimeSeconds), tt.phase, tt.moved, tt.total, tt.percent, tt.downtime)
+		}
+		if tt.ratePerS > 0 && got.BytesPerSecond != tt.ratePerS {
+			t.Errorf("after %d lines: rate %d, want %d", tt.after, got.BytesPerSecond, tt.ratePerS)
+		}
+	}
+	// Offline: the container was stopped; nothing was shut down.
+	got, ok := ParseProgress([]string{
+		"2026-03-14 10:00:01 starting migration of CT 201 to node 'pve3' (127.0.0.13)",
+		"2026-03-14 10:00:01 volume 'ceph:vm-201-disk-0' is on shared storage 'ceph'",
+		"2026-03-14 10:00:01 start final cleanup",
+		"2026-03-14 10:00:02 migration finished successfully (duration 00:00:01)",
+		"TASK OK",
+	}, 0)
+	if !ok || got.Phase != PhaseDone || got.Percent != 100 || got.DowntimeSeconds != nil {
+		t.Errorf("offline container migration: %+v", got)
+	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -32,24 +32,18 @@ const pendingSlack = 5 * time.Second
 // and keeps doing so every Sweep until ctx ends: a row still waiting for its UPID
 // is searched for in its node's task list (outcome.go: every SearchEvery until
 // found, or lost once LostGrace has passed without it); a running task gets a
-// follower that reads it until it ends and records its end. Every KeySweep it
-// takes over the Idempotency-Keys whose holder's lease ran out (idempotency.go).
-// Run returns when ctx ends.
+// follower that reads it until it ends and records its end. Run returns when ctx
+// ends.
 func (s *Service) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.sweep)
 	defer tick.Stop()
-	keys := time.NewTicker(s.keySweep)
-	defer keys.Stop()
 	s.reconcile(ctx)
-	s.takeOverKeys(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.bgCtx.Done():
 			return nil
-		case <-keys.C:
-			s.takeOverKeys(ctx)
 		case <-tick.C:
 			s.reconcile(ctx)
 			s.evictIdle(10 * time.Minute)

@@ -41,7 +41,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 		r, err := e.store.TaskByUPID(ctx, upid)
 		return err == nil && r.Finished()
 	})
-	v, err := s2.Task(ctx, upid, 0, 0)
+	v, err := s2.Task(ctx, e.actor, upid, 0, 0)
 	if err != nil || v.Result != ResultOK || v.Progress == nil || v.Progress.Percent != 100 || v.EndTime.IsZero() {
 		t.Fatalf("after the restart: %+v %v", v, err)
 	}
@@ -58,7 +58,7 @@ func TestReconcilePendingRow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { return &hookAPI{pveAPI: api, loseAnswer: true} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { return &hookAPI{PVE: api, loseAnswer: true} })
 	// Closed first: it answers but starts no background search of its own, as
 	// if its process died right after the call.
 	e.svc.Close()
@@ -119,7 +119,7 @@ func TestReconcileLost(t *testing.T) {
 	if rec, ok := e.audit.last("task.reconciled"); !ok || rec.Result != "lost" || rec.VMID != 105 {
 		t.Errorf("audit %+v", rec)
 	}
-	list, _ := s2.Tasks(ctx, TaskFilter{})
+	list, _ := s2.Tasks(ctx, e.actor, TaskFilter{})
 	if len(list) != 1 || list[0].TaskRef != row.ID || list[0].Status != StatusStopped || list[0].Result != ResultLost ||
 		list[0].TaskID != "" {
 		t.Errorf("the lost row is listed as %+v", list)

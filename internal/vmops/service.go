@@ -25,7 +25,6 @@ const (
 	DefaultHAGrace      = 3 * time.Minute
 	DefaultLostGrace    = 5 * time.Minute // how long vmgate looks for the task of an unknown outcome
 	DefaultSearchEvery  = 3 * time.Second // how often it looks meanwhile
-	DefaultKeySweep     = 5 * time.Second // how often it looks for Idempotency-Keys whose holder died
 	DefaultSweep        = 30 * time.Second
 	DefaultMaxFollowers = 64
 	DefaultWait         = 60 * time.Second // power operations' wait when the caller gives none
@@ -42,8 +41,12 @@ type Clients interface {
 type Config struct {
 	Store   store.Store
 	Clients Clients
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Grants checks the caller's grant at the start of every use case. Nil:
+	// Clients, when it checks grants too (*fleet.Service does); without either
+	// every use case that needs a grant is refused.
+	Grants Grants
+	Logger *slog.Logger
+	Now    func() time.Time
 	// PollInterval is how often a running task is read from PVE, however many
 	// clients watch it [DefaultPollInterval].
 	PollInterval time.Duration
@@ -69,34 +72,31 @@ type Config struct {
 	// StaleAfter is how long a task query waits for PVE when it holds a view it
 	// may answer with, marked stale, instead [fleet.StaleAfter].
 	StaleAfter time.Duration
-	// Owner names this process as the holder of the Idempotency-Keys it claims
-	// (store.IdempotencyRecord.Owner) [a random id per Service].
+	// Owner names this process as the holder of the operations it drives
+	// (store.Operation.Owner) [store.NewOwner].
 	Owner string
-	// KeyLease is how long a claimed key's lease lasts without a heartbeat; the
-	// holder renews it every third of that [store.IdempotencyLease].
-	KeyLease time.Duration
-	// KeySweep is how often Run looks for keys whose holder's lease ran out, to
-	// take them over and finish them with the real answer [DefaultKeySweep].
-	KeySweep time.Duration
-	// Answers renders the answer a request with an Idempotency-Key would have
-	// given, for a key this process finishes on another's behalf (its holder
-	// died, or the outcome became known later). The front end's renderer
-	// (httpapi.KeyAnswer). Nil: such keys are left to their lease.
-	Answers func(KeyOutcome) Answer
-	// After is the clock the searches and heartbeats wait on [time.After]; tests
-	// drive it.
+	// KeySettled is told when what a request made under an Idempotency-Key did
+	// becomes known after its request answered (its task was found, or given
+	// up): the key's holder settles the key then (internal/idempotency's
+	// Keeper.Settle, through KeyOutcome). Nil: nobody is told.
+	KeySettled func(ctx context.Context, userID int64, key string)
+	// After is the clock the searches wait on [time.After]; tests drive it.
 	After func(time.Duration) <-chan time.Time
 	// Sweep is how often Run looks for unfinished tasks nobody follows [DefaultSweep].
 	Sweep time.Duration
 	// MaxFollowers bounds the background goroutines that follow running tasks to
 	// their end [DefaultMaxFollowers]; the others are picked up by later sweeps.
 	MaxFollowers int
+	// Connect, when set, stands in for Clients: the PVE a cluster's calls go to.
+	// Tests put a fault between vmops and the emulator with it.
+	Connect func(ctx context.Context, clusterID int64) (PVE, error)
 }
 
 // Actor is the caller of a use case and what its request carries, handed over by
 // the adapter explicitly (never in the context): who it is (the task row keeps
-// UserID and Email; Role, Limit and APITokenID are what a grant check reads), the
-// Idempotency-Key the request runs under, and, for an action an operation runs,
+// UserID and Email; Role, Limit and APITokenID are what a grant check reads), how
+// it asked (Via), the Idempotency-Key the request runs under, and, for an action
+// an operation runs,
 // the operation's item it carries out. The audit trail takes the rest of the
 // request (session, client address, request id) from the facts the context
 // carries (internal/audit).
@@ -106,19 +106,24 @@ type Actor struct {
 	Role       string           // store.RoleAdmin or store.RoleUser
 	Limit      map[int64]string // an API token's grants (fleet.Actor.Limit); nil: the user's own
 	APITokenID string           // the API token the caller authenticated with; "" for a session
+	// Via names the request as the caller made it ("POST /api/v1/pve/vm/1/pve1/100/start",
+	// the web UI's "UI POST /vms/1/pve1/100/start"): a refused grant is audited
+	// with it as the attempt. "": the use case names what it was asked.
+	Via string
 	// Key is the request's Idempotency-Key ("" when none): the task row or the
 	// operation the request writes names it, so that whoever finishes the key later
 	// (the holder died, the outcome became known later) learns what the request
 	// asked and what became of it (docs/decisions/0020).
 	Key string
-	// item, set by the operations' driver, binds the task row the action writes to
-	// an operation's item (createTaskRow).
-	item *itemBinding
+	// Item, set by the driver of an operation (internal/operations) and by nobody
+	// else, binds the task row the action writes to the operation's item it
+	// carries out (createTaskRow). Nil for a request of its own.
+	Item *Item
 }
 
 // Fleet is the caller as internal/fleet checks grants.
 func (a Actor) Fleet() fleet.Actor {
-	return fleet.Actor{UserID: a.UserID, Email: a.Email, Role: a.Role, Limit: a.Limit, APITokenID: a.APITokenID}
+	return fleet.Actor{UserID: a.UserID, Email: a.Email, Role: a.Role, Limit: a.Limit, APITokenID: a.APITokenID, Via: a.Via}
 }
 
 // GuestKind is the kind of a guest: a QEMU VM or an LXC container (PVE's names,
@@ -170,6 +175,12 @@ func (r GuestRef) auditPrefix() string {
 	return "vm."
 }
 
+// attempt names use case op on the guest for the audit record of a refused
+// grant when the caller gave no Via: "vm.start VM 100 on pve1".
+func (r GuestRef) attempt(op string) string {
+	return r.auditPrefix() + op + " " + r.name() + " on " + r.Node
+}
+
 // name is "VM 100" or "CT 200".
 func (r GuestRef) name() string { return r.Kind.Noun() + " " + strconv.FormatInt(r.VMID, 10) }
 
@@ -183,9 +194,9 @@ const (
 // with it before anything else (docs/security.md item 20).
 func ValidNode(name string) bool { return pve.ValidNode(name) }
 
-// pveAPI is what vmops uses of a PVE client; *pve.Client implements it, and tests
+// PVE is what vmops uses of a PVE client; *pve.Client implements it, and tests
 // may fake it.
-type pveAPI interface {
+type PVE interface {
 	GuestStatus(ctx context.Context, g pve.Guest) (pve.GuestStatus, error)
 	Start(ctx context.Context, g pve.Guest, o pve.StartOptions) (pve.UPID, error)
 	Shutdown(ctx context.Context, g pve.Guest, o pve.ShutdownOptions) (pve.UPID, error)
@@ -219,7 +230,8 @@ var ErrMaybeStarted = errors.New("the PVE task may have started")
 // background work.
 type Service struct {
 	store   store.Store
-	connect func(ctx context.Context, clusterID int64) (pveAPI, error)
+	connect func(ctx context.Context, clusterID int64) (PVE, error)
+	grants  Grants
 	log     *slog.Logger
 	now     func() time.Time
 	poll    time.Duration
@@ -233,14 +245,14 @@ type Service struct {
 	writeBound  time.Duration
 	staleAfter  time.Duration
 	owner       string
-	keyLease    time.Duration
-	keySweep    time.Duration
-	answers     func(KeyOutcome) Answer
 	after       func(time.Duration) <-chan time.Time
 	draining    chan struct{} // closed by Drain
 	drainOnce   sync.Once
 
-	reads singleflight.Group // one PVE read per task at a time
+	onKeySettled func(ctx context.Context, userID int64, key string) // Config.KeySettled
+
+	reads   singleflight.Group // one PVE read per task at a time
+	outside outsideTasks       // PVE's cluster task lists, shared (outside.go)
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -253,7 +265,6 @@ type Service struct {
 	recording map[int64]bool      // task rows whose answer waits for the store (recordLater)
 	following map[string]bool     // UPIDs with a background follower
 	searching map[int64]bool      // task rows whose task this process looks for (outcome.go)
-	held      map[keyID]*heldKey  // Idempotency-Keys this process holds (idempotency.go)
 	versions  map[int64]knownVersion
 }
 
@@ -270,7 +281,7 @@ const versionTTL = 10 * time.Minute
 // clusterVersion is the PVE version of a cluster, read from PVE at most every
 // versionTTL; an unknown version (not readable now) is the zero Version, which
 // knows nothing and so assumes a current PVE (docs/pve-versions.md).
-func (s *Service) clusterVersion(ctx context.Context, api pveAPI, clusterID int64) pve.Version {
+func (s *Service) clusterVersion(ctx context.Context, api PVE, clusterID int64) pve.Version {
 	s.mu.Lock()
 	kv, ok := s.versions[clusterID]
 	s.mu.Unlock()
@@ -298,17 +309,24 @@ func New(cfg Config) *Service {
 		store: cfg.Store, log: cfg.Logger, now: cfg.Now, poll: cfg.PollInterval, trail: cfg.Audit,
 		haGrace: cfg.HAGrace, lost: cfg.LostGrace, sweep: cfg.Sweep, maxFol: cfg.MaxFollowers,
 		tracked: map[string]*tracker{}, migrating: map[vmKey]bool{}, starting: map[int64]bool{}, recording: map[int64]bool{},
-		following: map[string]bool{}, searching: map[int64]bool{}, held: map[keyID]*heldKey{}, versions: map[int64]knownVersion{},
-		searchEvery: cfg.SearchEvery, writeBound: cfg.WriteBound, staleAfter: cfg.StaleAfter, owner: cfg.Owner, keyLease: cfg.KeyLease,
-		keySweep: cfg.KeySweep, answers: cfg.Answers, after: cfg.After, draining: make(chan struct{}),
+		following: map[string]bool{}, searching: map[int64]bool{}, versions: map[int64]knownVersion{},
+		searchEvery: cfg.SearchEvery, writeBound: cfg.WriteBound, staleAfter: cfg.StaleAfter, owner: cfg.Owner,
+		onKeySettled: cfg.KeySettled, after: cfg.After, draining: make(chan struct{}),
 	}
 	clients := cfg.Clients
-	s.connect = func(ctx context.Context, clusterID int64) (pveAPI, error) {
+	s.grants = cfg.Grants
+	if g, ok := clients.(Grants); ok && s.grants == nil {
+		s.grants = g
+	}
+	s.connect = func(ctx context.Context, clusterID int64) (PVE, error) {
 		c, err := clients.Client(ctx, clusterID)
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
+	}
+	if cfg.Connect != nil {
+		s.connect = cfg.Connect
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -341,13 +359,7 @@ func New(cfg Config) *Service {
 		s.staleAfter = fleet.StaleAfter
 	}
 	if s.owner == "" {
-		s.owner = newOwner()
-	}
-	if s.keyLease <= 0 {
-		s.keyLease = store.IdempotencyLease
-	}
-	if s.keySweep <= 0 {
-		s.keySweep = DefaultKeySweep
+		s.owner = store.NewOwner()
 	}
 	if s.after == nil {
 		s.after = time.After
@@ -429,7 +441,7 @@ func readUpstream(err error) error { return fleet.ReadError(err) }
 // vmNotOn builds the 404 for a VM that PVE says is not on node (fleet's wording,
 // shared by every route): it names the node the VM is on when the cluster's
 // resources show it elsewhere.
-func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm GuestRef, cause error) error {
+func (s *Service) vmNotOn(ctx context.Context, api PVE, vm GuestRef, cause error) error {
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
 		res = nil
@@ -439,7 +451,7 @@ func (s *Service) vmNotOn(ctx context.Context, api pveAPI, vm GuestRef, cause er
 
 // vmState reads the VM's status on its node, mapping "not there" to the 404 that
 // says where it is.
-func (s *Service) vmState(ctx context.Context, api pveAPI, vm GuestRef) (pve.GuestStatus, error) {
+func (s *Service) vmState(ctx context.Context, api PVE, vm GuestRef) (pve.GuestStatus, error) {
 	st, err := api.GuestStatus(ctx, vm.guest())
 	if err != nil {
 		if pve.IsNotFound(err) {

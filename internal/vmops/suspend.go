@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/pve"
 )
 
@@ -37,6 +38,9 @@ type ResumeOptions struct {
 // be hibernated), a locked one vm_locked, hibernating an HA-managed VM 409
 // conflict (PVE cannot).
 func (s *Service) Suspend(ctx context.Context, a Actor, vm GuestRef, o SuspendOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpSuspend)); err != nil {
+		return Outcome{}, err
+	}
 	op := OpSuspend
 	if o.ToDisk {
 		op = OpHibernate
@@ -49,6 +53,9 @@ func (s *Service) Suspend(ctx context.Context, a Actor, vm GuestRef, o SuspendOp
 // 409 vm_running, a stopped one that was not hibernated vm_stopped, a locked one
 // vm_locked (a backup's lock excepted, as PVE does).
 func (s *Service) Resume(ctx context.Context, a Actor, vm GuestRef, o ResumeOptions) (Outcome, error) {
+	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpResume)); err != nil {
+		return Outcome{}, err
+	}
 	return s.power(ctx, a, vm, OpResume, nil, o.Wait)
 }
 

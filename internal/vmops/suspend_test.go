@@ -107,7 +107,7 @@ func TestSuspendReconciled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
 	hook := &hookAPI{loseAnswer: true}
-	e.svc.connect = wrapAPI(e.svc.connect, func(api pveAPI) pveAPI { hook.pveAPI = api; return &suspendHook{hook} })
+	e.svc.connect = wrapAPI(e.svc.connect, func(api PVE) PVE { hook.PVE = api; return &suspendHook{hook} })
 	_, err := e.svc.Suspend(e.request(), e.actor, vm("pve1", 100), SuspendOptions{})
 	if err == nil {
 		t.Fatal("a lost answer reported no error")
@@ -123,5 +123,5 @@ func TestSuspendReconciled(t *testing.T) {
 type suspendHook struct{ *hookAPI }
 
 func (h *suspendHook) Suspend(ctx context.Context, g pve.Guest, toDisk bool) (pve.UPID, error) {
-	return h.write(func() (pve.UPID, error) { return h.pveAPI.Suspend(ctx, g, toDisk) })
+	return h.write(func() (pve.UPID, error) { return h.PVE.Suspend(ctx, g, toDisk) })
 }

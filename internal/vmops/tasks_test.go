@@ -25,7 +25,7 @@ func TestTaskPollsCoalesced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Task(ctx, upid, 0, 0); err != nil {
+	if _, err := e.svc.Task(ctx, e.actor, upid, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	statusBefore, logBefore := e.requests("GET", routeTaskStatus), e.requests("GET", routeTaskLog)
@@ -39,7 +39,7 @@ func TestTaskPollsCoalesced(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
-				v, err := e.svc.Task(ctx, upid, 0, 0)
+				v, err := e.svc.Task(ctx, e.actor, upid, 0, 0)
 				if err != nil || v.Status != StatusRunning {
 					t.Errorf("poll: %+v %v", v, err)
 					return
@@ -77,28 +77,28 @@ func TestForeignTask(t *testing.T) {
 	if got := wantReason(t, err, errs.NotFound, "not_found"); !strings.Contains(got.Message, "clusterId") {
 		t.Errorf("message %q does not say how to ask", got.Message)
 	}
-	_, err = e.svc.Task(ctx, upid, 0, 0)
+	_, err = e.svc.Task(ctx, e.actor, upid, 0, 0)
 	wantReason(t, err, errs.NotFound, "not_found")
 	if id, err := e.svc.TaskCluster(ctx, upid, 1); err != nil || id != 1 {
 		t.Fatalf("TaskCluster with a hint: %d %v", id, err)
 	}
-	v, err := e.svc.Task(ctx, upid, 1, 10*time.Second)
+	v, err := e.svc.Task(ctx, e.actor, upid, 1, 10*time.Second)
 	if err != nil || !v.Finished() || v.Result != ResultOK || v.StartedBy != "" || v.Type != "qmstart" || v.VMID != 101 || v.Progress != nil {
 		t.Fatalf("foreign task %+v %v", v, err)
 	}
 	before := e.requests("GET", routeTaskStatus)
-	if _, err := e.svc.Task(ctx, upid, 1, 0); err != nil {
+	if _, err := e.svc.Task(ctx, e.actor, upid, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if e.requests("GET", routeTaskStatus) != before {
 		t.Error("a finished foreign task was read from PVE again")
 	}
 
-	_, err = e.svc.Task(ctx, "UPID:pve1:nonsense", 1, 0)
+	_, err = e.svc.Task(ctx, e.actor, "UPID:pve1:nonsense", 1, 0)
 	wantReason(t, err, errs.Invalid, "invalid_request")
-	_, err = e.svc.Task(ctx, "UPID:pve1:0000AAAA:00000BBB:6500000A:qmstart:100:root@pam:", 1, 0)
+	_, err = e.svc.Task(ctx, e.actor, "UPID:pve1:0000AAAA:00000BBB:6500000A:qmstart:100:root@pam:", 1, 0)
 	wantReason(t, err, errs.NotFound, "not_found")
-	_, err = e.svc.TaskLog(ctx, "UPID:pve1:0000AAAA:00000BBB:6500000A:qmstart:100:root@pam:", 1, 0, 10)
+	_, err = e.svc.TaskLog(ctx, e.actor, "UPID:pve1:0000AAAA:00000BBB:6500000A:qmstart:100:root@pam:", 1, 0, 10)
 	wantReason(t, err, errs.NotFound, "not_found")
 }
 
@@ -125,7 +125,7 @@ func TestTaskLongPollAndEvents(t *testing.T) {
 	}
 	// A short wait ends with the task still running.
 	start := time.Now()
-	v, err := e.svc.Task(ctx, upid, 0, 20*time.Millisecond)
+	v, err := e.svc.Task(ctx, e.actor, upid, 0, 20*time.Millisecond)
 	if err != nil || v.Finished() || time.Since(start) < 20*time.Millisecond {
 		t.Fatalf("short wait: %+v %v after %v", v, err, time.Since(start))
 	}
@@ -135,7 +135,7 @@ func TestTaskLongPollAndEvents(t *testing.T) {
 	)
 	streamed := make(chan error, 1)
 	go func() {
-		streamed <- e.svc.Events(ctx, upid, 0, func(v TaskView) error {
+		streamed <- e.svc.Events(ctx, e.actor, upid, 0, func(v TaskView) error {
 			mu.Lock()
 			defer mu.Unlock()
 			events = append(events, v)
@@ -162,7 +162,7 @@ func TestTaskLongPollAndEvents(t *testing.T) {
 		if n == stepped {
 			// Nothing new since the last step: move on only if the service's
 			// view is the one the stream showed last.
-			if v, err := e.svc.Task(ctx, upid, 0, 0); err != nil || !reflect.DeepEqual(v, last) {
+			if v, err := e.svc.Task(ctx, e.actor, upid, 0, 0); err != nil || !reflect.DeepEqual(v, last) {
 				return false
 			}
 		}
@@ -193,25 +193,25 @@ func TestTaskLongPollAndEvents(t *testing.T) {
 	// against that hang (testkit.Deadline), it is no goal.
 	hang, cancel := context.WithTimeout(ctx, testkit.Deadline)
 	defer cancel()
-	if v, err := e.svc.Task(hang, upid, 0, MaxTaskWait); err != nil || !v.Finished() {
+	if v, err := e.svc.Task(hang, e.actor, upid, 0, MaxTaskWait); err != nil || !v.Finished() {
 		t.Fatalf("finished task: %+v %v", v, err)
 	}
 
-	lg, err := e.svc.TaskLog(ctx, upid, 0, 0, 0)
+	lg, err := e.svc.TaskLog(ctx, e.actor, upid, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lg.Total != len(lg.Lines) || lg.Lines[len(lg.Lines)-1].T != "TASK OK" || lg.Lines[0].N != 1 {
 		t.Fatalf("log %+v", lg)
 	}
-	page, err := e.svc.TaskLog(ctx, upid, 0, 2, 3)
+	page, err := e.svc.TaskLog(ctx, e.actor, upid, 0, 2, 3)
 	if err != nil || len(page.Lines) != 3 || page.Lines[0].N != 3 || page.Total != lg.Total {
 		t.Fatalf("page %+v %v", page, err)
 	}
 
 	// Events of a finished task: one snapshot, then the end.
 	var n int
-	if err := e.svc.Events(ctx, upid, 0, func(TaskView) error { n++; return nil }); err != nil || n != 1 {
+	if err := e.svc.Events(ctx, e.actor, upid, 0, func(TaskView) error { n++; return nil }); err != nil || n != 1 {
 		t.Errorf("events of a finished task: %d %v", n, err)
 	}
 }
@@ -228,20 +228,20 @@ func TestTasksList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := e.svc.Tasks(ctx, TaskFilter{})
+	list, err := e.svc.Tasks(ctx, e.actor, TaskFilter{})
 	if err != nil || len(list) != 2 || list[0].TaskID != b || list[1].TaskID != a.TaskID {
 		t.Fatalf("list %+v %v", list, err)
 	}
 	if list[0].Target != "pve1" || list[0].Progress == nil || list[1].Result != ResultOK {
 		t.Errorf("list entries %+v / %+v", list[0], list[1])
 	}
-	if list, _ := e.svc.Tasks(ctx, TaskFilter{VMID: 105}); len(list) != 1 || list[0].TaskID != b {
+	if list, _ := e.svc.Tasks(ctx, e.actor, TaskFilter{VMID: 105}); len(list) != 1 || list[0].TaskID != b {
 		t.Errorf("by vmid: %+v", list)
 	}
-	if list, _ := e.svc.Tasks(ctx, TaskFilter{ClusterIDs: []int64{}}); len(list) != 0 {
+	if list, _ := e.svc.Tasks(ctx, e.actor, TaskFilter{ClusterIDs: []int64{}}); len(list) != 0 {
 		t.Errorf("no visible clusters: %+v", list)
 	}
-	if list, _ := e.svc.Tasks(ctx, TaskFilter{ClusterIDs: []int64{2}}); len(list) != 0 {
+	if list, _ := e.svc.Tasks(ctx, e.actor, TaskFilter{ClusterIDs: []int64{2}}); len(list) != 0 {
 		t.Errorf("another cluster: %+v", list)
 	}
 }
@@ -268,22 +268,22 @@ func TestTaskPage(t *testing.T) {
 		t.Fatalf("stop of 104: %v", err)
 	}
 
-	mine, next, err := e.svc.TaskPage(ctx, TaskFilter{UserID: e.actor.UserID})
+	mine, next, err := e.svc.TaskPage(ctx, e.actor, TaskFilter{UserID: e.actor.UserID})
 	if err != nil || len(mine) != 2 || next != 0 || mine[0].TaskID != started[1] || mine[1].TaskID != started[0] {
 		t.Fatalf("mine: %+v next %d %v", mine, next, err)
 	}
-	bad, _, err := e.svc.TaskPage(ctx, TaskFilter{Result: ResultFailed})
+	bad, _, err := e.svc.TaskPage(ctx, e.actor, TaskFilter{Result: ResultFailed})
 	if err != nil || len(bad) != 1 || bad[0].TaskID != failed.TaskID || bad[0].StartedBy != other.Email {
 		t.Fatalf("failed: %+v %v", bad, err)
 	}
-	if ok, _, _ := e.svc.TaskPage(ctx, TaskFilter{Result: ResultOK, UserID: other.UserID}); len(ok) != 0 {
+	if ok, _, _ := e.svc.TaskPage(ctx, e.actor, TaskFilter{Result: ResultOK, UserID: other.UserID}); len(ok) != 0 {
 		t.Fatalf("ok tasks of the other user: %+v", ok)
 	}
-	first, next, err := e.svc.TaskPage(ctx, TaskFilter{Limit: 2})
+	first, next, err := e.svc.TaskPage(ctx, e.actor, TaskFilter{Limit: 2})
 	if err != nil || len(first) != 2 || next == 0 || first[0].TaskID != failed.TaskID {
 		t.Fatalf("first page: %+v next %d %v", first, next, err)
 	}
-	rest, next2, err := e.svc.TaskPage(ctx, TaskFilter{Limit: 2, BeforeID: next})
+	rest, next2, err := e.svc.TaskPage(ctx, e.actor, TaskFilter{Limit: 2, BeforeID: next})
 	if err != nil || len(rest) != 1 || next2 != 0 || rest[0].TaskID != started[0] {
 		t.Fatalf("second page: %+v next %d %v", rest, next2, err)
 	}

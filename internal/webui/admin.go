@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/vmops"
 )
 
 // The admin pages: users, clusters, grants and the audit log. Every route is
@@ -47,8 +49,8 @@ func (u *UI) refused(w http.ResponseWriter, r *http.Request, to string, err erro
 // ("The migration was refused (migration_blocked): …").
 func (u *UI) refusedAs(w http.ResponseWriter, r *http.Request, to, what string, err error) error {
 	e, ok := errs.As(err)
-	if !ok || e.Kind == errs.Internal {
-		return err
+	if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
+		return err // a refused grant is the error page's 404 or 403
 	}
 	msg := e.Message
 	if what != "" {
@@ -531,7 +533,7 @@ type auditView struct {
 var auditActions = []string{"access.denied", "auth.login", "auth.login_failed", "auth.lockout", "auth.logout",
 	"auth.token_reuse", "auth.sessions_revoked", "user.create", "user.update", "user.delete", "user.password_change",
 	"cluster.create", "cluster.update", "cluster.delete", "grant.put", "grant.delete",
-	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate"}
+	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate", "task.abort"}
 
 // auditPage lists the audit trail, newest first, filtered by action, user,
 // cluster, result and days (UTC), a page at a time.

@@ -23,6 +23,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/sse"
@@ -40,14 +41,6 @@ var (
 // The UI's tests run the whole stack as `vmgate server` composes it: the real use
 // cases on SQLite, the emulator's dev cluster over HTTPS, httpapi with the UI
 // mounted, over real HTTP on loopback.
-
-var (
-	_ Fleet      = (*fleet.Service)(nil)
-	_ VMs        = (*vmops.Service)(nil)
-	_ Accounts   = (*accounts.Service)(nil)
-	_ Sessions   = (*auth.Service)(nil)
-	_ AuditTrail = (*audit.Trail)(nil)
-)
 
 // password is every test user's password.
 const password = "lunar-tulip-granite-47"
@@ -100,7 +93,7 @@ type env struct {
 	acc   *accounts.Service
 	fleet *fleet.Service
 	vms   *vmops.Service
-	ops   *vmops.OperationService
+	ops   *operations.Service
 	trail *audit.Trail
 	ui    *UI
 	srv   *httptest.Server
@@ -149,7 +142,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.vms = vmops.New(vmops.Config{Store: st, Clients: e.fleet, Audit: e.trail, PollInterval: 20 * time.Millisecond,
 		HAGrace: 10 * time.Second, Sweep: 50 * time.Millisecond})
 	t.Cleanup(e.vms.Close)
-	e.ops = vmops.NewOperations(e.vms, vmops.OperationsConfig{})
+	e.ops = operations.New(e.vms, operations.Config{Store: st, Audit: e.trail})
 	t.Cleanup(e.ops.Close)
 
 	speed := o.speed
@@ -191,7 +184,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
-		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now, PowerWait: 20 * time.Second,
+		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
 		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
 	if err != nil {
 		t.Fatal(err)

@@ -11,16 +11,18 @@ import (
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
-// actor is the caller as internal/fleet sees it.
+// actor is the caller as internal/fleet sees it, with the request as it was
+// made (attempt) for the audit record of a refused grant.
 func actor(r *http.Request) fleet.Actor {
 	p := principal(r)
-	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role}
+	return fleet.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Via: attempt(r)}
 }
 
-// vmActor is the caller as internal/vmops records it.
+// vmActor is the caller as the use cases of internal/vmops take it: they check
+// its grant themselves and record it.
 func vmActor(r *http.Request) vmops.Actor {
 	p := principal(r)
-	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role}
+	return vmops.Actor{UserID: p.UserID, Email: p.Email, Role: p.Role, Via: attempt(r)}
 }
 
 // clusterRead bounds the inventory reads of one page, so that one slow cluster
@@ -61,16 +63,16 @@ func (u *UI) fleetPage(w http.ResponseWriter, r *http.Request) error {
 	for i, cv := range views {
 		cv.Status = statusWord(cv.Status)
 		out[i] = fleetCluster{ClusterView: cv}
-		wg.Go(func() { u.readCluster(r.Context(), &out[i]) })
+		wg.Go(func() { u.readCluster(r.Context(), actor(r), &out[i]) })
 	}
 	wg.Wait()
 	u.render(w, r, http.StatusOK, "fleet", u.page(w, r, "Fleet", "fleet", out))
 	return nil
 }
 
-// readCluster fills a cluster's nodes and VM counts (the caller holds a grant:
-// Clusters lists only those).
-func (u *UI) readCluster(ctx context.Context, c *fleetCluster) {
+// readCluster fills a cluster's nodes and VM counts as a may read them (it holds
+// a grant: Clusters lists only those).
+func (u *UI) readCluster(ctx context.Context, a fleet.Actor, c *fleetCluster) {
 	ctx, cancel := context.WithTimeout(ctx, clusterRead)
 	defer cancel()
 	var (
@@ -80,8 +82,8 @@ func (u *UI) readCluster(ctx context.Context, c *fleetCluster) {
 		vErr  error
 		wg    sync.WaitGroup
 	)
-	wg.Go(func() { nodes, nErr = u.fleet.Nodes(ctx, c.ID) })
-	wg.Go(func() { vms, vErr = u.fleet.VMs(ctx, c.ID) })
+	wg.Go(func() { nodes, nErr = u.fleet.Nodes(ctx, a, c.ID) })
+	wg.Go(func() { vms, vErr = u.fleet.VMs(ctx, a, c.ID) })
 	wg.Wait()
 	if err := firstErr(nErr, vErr); err != nil {
 		c.Err = errorText(err)

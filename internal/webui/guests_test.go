@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -55,11 +56,11 @@ func TestContainerPage(t *testing.T) {
 		t.Errorf("a stopped container's page offers %s:\n%s", got, p.body)
 	}
 	p = b.post("/cts/1/pve2/201/start", nil).expect(t, http.StatusSeeOther)
-	if p.location() != "/cts/1/pve2/201" {
+	if !strings.HasPrefix(p.location(), "/cts/1/pve2/201?task=") {
 		t.Fatalf("after start: %s", p.location())
 	}
-	p = b.get(p.location()).expect(t, 200)
-	if !strings.Contains(p.body, "CT 201 started.") || strings.Join(offered(p.body), ",") != "Stop,Reboot,Force stop,Migrate" {
+	p = b.awaitPage(t, p.location(), "CT 201 started.")
+	if strings.Join(offered(p.body), ",") != "Stop,Reboot,Force stop,Migrate" {
 		t.Fatalf("after start:\n%s", p.body)
 	}
 	if strings.Contains(p.body, ">Suspend</button>") {
@@ -162,25 +163,25 @@ func TestBulkFromTheGuestList(t *testing.T) {
 // and why; a clean one is green (issue 19 item 6).
 func TestOperationTellsWhatIsLeft(t *testing.T) {
 	t.Parallel()
-	local := vmops.ItemView{VMID: 102, Name: "db1", Node: "pve1", Action: vmops.OpMigrate, State: vmops.ItemSkipped,
+	local := operations.ItemView{VMID: 102, Name: "db1", Node: "pve1", Action: vmops.OpMigrate, State: operations.ItemSkipped,
 		Error: "VM 102 has a local disk on local-lvm; tick 'copy local disks' to move it"}
-	moved := vmops.ItemView{VMID: 100, Name: "web1", Node: "pve1", Target: "pve2", Action: vmops.OpMigrate, State: vmops.ItemOK}
+	moved := operations.ItemView{VMID: 100, Name: "web1", Node: "pve1", Target: "pve2", Action: vmops.OpMigrate, State: operations.ItemOK}
 	for _, c := range []struct {
 		name      string
-		op        vmops.OperationView
+		op        operations.View
 		text, cls string
 		left      []string
 	}{
-		{"done_with_skips", vmops.OperationView{Kind: vmops.KindEvacuate, Node: "pve1", Status: "done_with_skips",
-			Counts: vmops.Counts{Total: 2, OK: 1, Skipped: 1}, Items: []vmops.ItemView{moved, local}},
+		{"done_with_skips", operations.View{Kind: operations.KindEvacuate, Node: "pve1", Status: "done_with_skips",
+			Counts: operations.Counts{Total: 2, OK: 1, Skipped: 1}, Items: []operations.ItemView{moved, local}},
 			"done with skips", "badge-warn", []string{"VM 102 (db1) is still on pve1: skipped, VM 102 has a local disk on local-lvm; tick 'copy local disks' to move it."}},
-		{"done with a skipped item", vmops.OperationView{Kind: vmops.KindEvacuate, Node: "pve1", Status: vmops.OperationDone,
-			Counts: vmops.Counts{Total: 2, OK: 1, Skipped: 1}, Items: []vmops.ItemView{moved, local}},
+		{"done with a skipped item", operations.View{Kind: operations.KindEvacuate, Node: "pve1", Status: operations.StatusDone,
+			Counts: operations.Counts{Total: 2, OK: 1, Skipped: 1}, Items: []operations.ItemView{moved, local}},
 			"done with skips", "badge-warn", []string{"VM 102 (db1) is still on pve1: skipped, VM 102 has a local disk on local-lvm; tick 'copy local disks' to move it."}},
-		{"done", vmops.OperationView{Kind: vmops.KindEvacuate, Node: "pve1", Status: vmops.OperationDone,
-			Counts: vmops.Counts{Total: 1, OK: 1}, Items: []vmops.ItemView{moved}}, "done", "badge-ok", nil},
-		{"running: nothing is left yet", vmops.OperationView{Kind: vmops.KindEvacuate, Node: "pve1", Status: vmops.OperationRunning,
-			Counts: vmops.Counts{Total: 2, Running: 1, Skipped: 1}, Items: []vmops.ItemView{moved, local}}, vmops.OperationRunning, "badge-running", nil},
+		{"done", operations.View{Kind: operations.KindEvacuate, Node: "pve1", Status: operations.StatusDone,
+			Counts: operations.Counts{Total: 1, OK: 1}, Items: []operations.ItemView{moved}}, "done", "badge-ok", nil},
+		{"running: nothing is left yet", operations.View{Kind: operations.KindEvacuate, Node: "pve1", Status: operations.StatusRunning,
+			Counts: operations.Counts{Total: 2, Running: 1, Skipped: 1}, Items: []operations.ItemView{moved, local}}, operations.StatusRunning, "badge-running", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := liveOp(c.op)

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
-	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -57,13 +56,14 @@ func (u *UI) showMigrate(w http.ResponseWriter, r *http.Request, k guestKind) er
 	}
 	target := r.URL.Query().Get("target")
 	if target != "" && (!validNode(target) || target == vm.Node) {
-		target = ""
+		target = "" // only preselects a node in the form
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+	// The form is a step of the migration: it is offered to whoever may migrate.
+	if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 		return err
 	}
 	v := migrateView{VM: vm, Noun: noun(vm), CT: vm.Kind == vmops.GuestCT, Target: target, ShutdownTimeout: ctShutdownTimeout}
-	if st, err := u.fleet.GuestStatus(r.Context(), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID); err == nil {
+	if st, err := u.fleet.GuestStatus(r.Context(), actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID); err == nil {
 		v.Name = st.Name
 		v.Running = v.CT && st.Status == "running"
 	} else if errs.KindOf(err) == errs.NotFound {
@@ -73,7 +73,7 @@ func (u *UI) showMigrate(w http.ResponseWriter, r *http.Request, k guestKind) er
 		}
 		return err
 	}
-	pc, err := u.vms.MigrateCheck(r.Context(), vm, "")
+	pc, err := u.vms.MigrateCheck(r.Context(), vmActor(r), vm, "")
 	if err != nil {
 		if k := errs.KindOf(err); k == errs.Internal || k == errs.NotFound {
 			return err
@@ -119,8 +119,9 @@ func sortedKeysOf[V any](m map[string]V) []string {
 	return out
 }
 
-// guestMigrate starts a migration (vmops.Migrate: pre-check, task, audit) and
-// goes to its live view; a refusal goes back to the form with PVE's reason. A
+// guestMigrate starts a migration (vmops.Migrate: the request, the grant,
+// pre-check, task, audit) and goes to its live view; a refusal goes back to the
+// form with the reason (a refused grant is the error page). A
 // VM's form says online or offline and whether to copy local disks; a
 // container's whether to restart it (the only way a running one moves) and the
 // restart's shutdown timeout.
@@ -132,31 +133,25 @@ func (u *UI) guestMigrate(k guestKind) func(w http.ResponseWriter, r *http.Reque
 		}
 		back := refURL(vm) + "/migrate"
 		target := r.PostFormValue("target")
-		switch {
-		case target == "":
+		if target == "" {
 			return u.backWith(w, r, back, "Choose a target node.")
-		case !validNode(target):
-			return u.backWith(w, r, back, "The target is not a node name.")
-		case target == vm.Node:
-			return u.backWith(w, r, back, "The target must be another node than the "+noun(vm)+"'s.")
 		}
+		// The form again, the node still chosen (the page ignores one that is
+		// not a node name; vmops judges it).
 		back += "?target=" + url.QueryEscape(target)
 		var req vmops.MigrateRequest
 		if vm.Kind == vmops.GuestCT {
 			req = vmops.MigrateRequest{Target: target, Restart: r.PostFormValue("restart") == "on"}
 			if t := strings.TrimSpace(r.PostFormValue("timeout")); t != "" { // empty: not given, as in PVE
 				n, err := strconv.Atoi(t)
-				if err != nil || n < 0 || n > 86400 {
-					return u.backWith(w, r, back, "The shutdown timeout must be a number of seconds from 0 to 86400.")
+				if err != nil {
+					return u.backWith(w, r, back, "The shutdown timeout must be a number of seconds.")
 				}
 				req.Timeout = &n
 			}
 		} else {
 			online := r.PostFormValue("mode") != "offline"
 			req = vmops.MigrateRequest{Target: target, Online: &online, WithLocalDisks: r.PostFormValue("withLocalDisks") == "on"}
-		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-			return err
 		}
 		upid, err := u.vms.Migrate(r.Context(), vmActor(r), vm, req)
 		if ref, ok := vmops.TaskRefOf(err); ok {

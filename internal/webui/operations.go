@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"net/url"
@@ -10,23 +11,9 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// Operations is what the UI needs of vmops' operations on many VMs (issue 13 (docs/history.md)):
-// the node page's evacuation, the operation's page and its live view.
-// *vmops.OperationService is one.
-type Operations interface {
-	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req vmops.EvacuateRequest) (vmops.Launched, error)
-	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req vmops.BulkRequest) (vmops.Launched, error)
-	OperationCluster(ctx context.Context, id int64) (int64, error)
-	Operation(ctx context.Context, id int64) (vmops.OperationView, error)
-	ListOperations(ctx context.Context, f vmops.OperationFilter) ([]vmops.OperationView, error)
-	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (vmops.OperationView, error)
-	OperationEvents(ctx context.Context, id int64, emit func(vmops.OperationView) error) error
-}
-
-var _ Operations = (*vmops.OperationService)(nil)
 
 // nodeURL is the UI page of a node.
 func nodeURL(clusterID int64, node string) string {
@@ -59,13 +46,13 @@ type nodeView struct {
 	Others      []fleet.NodeView // the other nodes: the evacuation's possible targets
 	CanAct      bool             // operator: the evacuation form
 	Form        evacuateForm
-	Plan        *vmops.Plan // a preview (dry run), when asked for
+	Plan        *operations.Plan // a preview (dry run), when asked for
 	PlanErr     string
-	Operations  []vmops.OperationView // recent operations on this node
+	Operations  []operations.View // recent operations on this node
 	// NotEmpty: the node's last evacuation ended and guests are still on the
 	// node (issue 19 item 6); LastEvacuation is that operation.
 	NotEmpty       bool
-	LastEvacuation *vmops.OperationView
+	LastEvacuation *operations.View
 }
 
 // evacuateForm is the evacuation form's values.
@@ -75,14 +62,15 @@ type evacuateForm struct {
 	WithLocalDisks bool
 	IncludeStopped bool
 	StopOnError    bool
+	Type           vmops.GuestKind // only VMs (qemu) or containers (lxc); "" both
 }
 
 // Has says whether target was chosen.
 func (f evacuateForm) Has(target string) bool { return slices.Contains(f.Targets, target) }
 
 // readEvacuateForm reads the form (a preview's query or the POST's body).
-func readEvacuateForm(v url.Values) (evacuateForm, vmops.EvacuateRequest) {
-	f := evacuateForm{MaxParallel: vmops.DefaultEvacParallel, IncludeStopped: true}
+func readEvacuateForm(v url.Values) (evacuateForm, operations.EvacuateRequest) {
+	f := evacuateForm{MaxParallel: operations.DefaultEvacParallel, IncludeStopped: true}
 	if n, err := strconv.Atoi(v.Get("maxParallel")); err == nil {
 		f.MaxParallel = n
 	}
@@ -96,9 +84,12 @@ func readEvacuateForm(v url.Values) (evacuateForm, vmops.EvacuateRequest) {
 	if v.Has("maxParallel") { // a sent form: an unticked box is absent
 		f.IncludeStopped = v.Get("includeStopped") != ""
 	}
+	if k := vmops.GuestKind(v.Get("type")); k == vmops.GuestVM || k == vmops.GuestCT {
+		f.Type = k
+	}
 	include := f.IncludeStopped
-	return f, vmops.EvacuateRequest{Targets: f.Targets, MaxParallel: f.MaxParallel, WithLocalDisks: f.WithLocalDisks,
-		IncludeStopped: &include, StopOnError: f.StopOnError}
+	return f, operations.EvacuateRequest{Targets: f.Targets, MaxParallel: f.MaxParallel, WithLocalDisks: f.WithLocalDisks,
+		IncludeStopped: &include, StopOnError: f.StopOnError, Type: f.Type}
 }
 
 // nodePage shows a node: its figures, its VMs, the recent operations on it and,
@@ -109,10 +100,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantViewer, attempt(r)); err != nil {
-		return err
-	}
-	nodes, err := u.fleet.Nodes(r.Context(), clusterID)
+	nodes, err := u.fleet.Nodes(r.Context(), actor(r), clusterID)
 	if err != nil {
 		return err
 	}
@@ -133,14 +121,14 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 			v.ClusterName = cs[i].Name
 		}
 	}
-	if vms, err := u.fleet.GuestList(r.Context(), clusterID, string(vmops.GuestVM), fleet.VMQuery{Node: name}); err == nil {
+	if vms, err := u.fleet.GuestList(r.Context(), actor(r), clusterID, string(vmops.GuestVM), fleet.VMQuery{Node: name}); err == nil {
 		v.VMs = vms.VMs
 	}
-	if cts, err := u.fleet.GuestList(r.Context(), clusterID, string(vmops.GuestCT), fleet.VMQuery{Node: name}); err == nil {
+	if cts, err := u.fleet.GuestList(r.Context(), actor(r), clusterID, string(vmops.GuestCT), fleet.VMQuery{Node: name}); err == nil {
 		v.CTs = cts.VMs
 	}
 	v.CanAct = u.ops != nil && u.canAct(r.Context(), r, clusterID)
-	var req vmops.EvacuateRequest
+	var req operations.EvacuateRequest
 	v.Form, req = readEvacuateForm(r.URL.Query())
 	if v.CanAct && r.URL.Query().Get("preview") == "1" {
 		req.DryRun = true
@@ -155,7 +143,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if u.ops != nil {
-		if ops, err := u.ops.ListOperations(r.Context(), vmops.OperationFilter{ClusterID: clusterID, Limit: 50}); err == nil {
+		if ops, err := u.ops.ListOperations(r.Context(), vmActor(r), operations.Filter{ClusterID: clusterID, Limit: 50}); err == nil {
 			for _, op := range ops {
 				if op.Node == name && len(v.Operations) < 8 {
 					v.Operations = append(v.Operations, op)
@@ -163,7 +151,7 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	if len(v.Operations) > 0 && v.Operations[0].Kind == vmops.KindEvacuate && v.Operations[0].Finished() {
+	if len(v.Operations) > 0 && v.Operations[0].Kind == operations.KindEvacuate && v.Operations[0].Finished() {
 		v.LastEvacuation = &v.Operations[0]
 		v.NotEmpty = len(v.VMs)+len(v.CTs) > 0
 	}
@@ -179,14 +167,11 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantOperator, attempt(r)); err != nil {
-		return err
-	}
 	_, req := readEvacuateForm(r.PostForm)
 	l, err := u.ops.Evacuate(r.Context(), vmActor(r), clusterID, name, req)
 	if err != nil {
 		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
+		if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
 			return err
 		}
 		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence("The evacuation of " + name + " was refused: " + e.Message)})
@@ -198,29 +183,19 @@ func (u *UI) evacuate(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pathOperation reads {id} and checks the caller's grant on the operation's
-// cluster; an operation on a cluster without a grant is "no such operation".
-func (u *UI) pathOperation(r *http.Request, need string) (int64, error) {
+// pathOperation reads {id}; the use cases check the caller's grant on the
+// operation's cluster.
+func pathOperation(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
 		return 0, errs.E(errs.NotFound, "there is no operation at this address")
-	}
-	clusterID, err := u.ops.OperationCluster(r.Context(), id)
-	if err != nil {
-		return 0, err
-	}
-	if err := u.fleet.Require(r.Context(), actor(r), clusterID, need, attempt(r)); err != nil {
-		if errs.KindOf(err) == errs.NotFound {
-			return 0, errs.E(errs.NotFound, "operation %d not found", id)
-		}
-		return 0, err
 	}
 	return id, nil
 }
 
 // operationView is an operation page's data.
 type operationView struct {
-	Op     vmops.OperationView
+	Op     operations.View
 	Live   liveOperation
 	Events string // the page's event stream while it runs
 	CanAct bool   // operator: the cancel buttons
@@ -244,42 +219,38 @@ type liveOperation struct {
 	Left []string `json:"left,omitempty"`
 }
 
-// opStatusDoneWithSkips is the status of an operation that ended with guests
-// left (issue 19 item 6).
-const opStatusDoneWithSkips = "done_with_skips"
-
 // opBadge is the badge of an operation's status.
-func opBadge(op vmops.OperationView) (text, class string) {
+func opBadge(op operations.View) (text, class string) {
 	switch {
-	case op.Status == opStatusDoneWithSkips, op.Status == vmops.OperationDone && op.Counts.Skipped > 0:
+	case op.Status == operations.StatusDoneWithSkips, op.Status == operations.StatusDone && op.Counts.Skipped > 0:
 		return "done with skips", "badge-warn"
-	case op.Status == vmops.OperationDone:
+	case op.Status == operations.StatusDone:
 		return "done", "badge-ok"
-	case op.Status == vmops.OperationPartial:
+	case op.Status == operations.StatusPartial:
 		return "partial", "badge-warn"
-	case op.Status == vmops.OperationFailed:
+	case op.Status == operations.StatusFailed:
 		return "failed", "badge-bad"
-	case op.Status == vmops.OperationCancelled:
+	case op.Status == operations.StatusCancelled:
 		return "cancelled", "badge-stopped"
 	}
 	return op.Status, "badge-running"
 }
 
 // leftSentence says why an operation left a guest where it was.
-func leftSentence(op vmops.OperationView, it vmops.ItemView) string {
+func leftSentence(op operations.View, it operations.ItemView) string {
 	who := "VM " + itoa(it.VMID)
 	if it.Name != "" {
 		who += " (" + it.Name + ")"
 	}
 	where := ""
-	if op.Kind == vmops.KindEvacuate && it.Node != "" {
+	if op.Kind == operations.KindEvacuate && it.Node != "" {
 		where = " is still on " + it.Node
 	}
 	why := it.Error
 	if why == "" {
 		why = "no reason was given"
 	}
-	if it.State == vmops.ItemFailed {
+	if it.State == operations.ItemFailed {
 		return sentence(who + where + ": it failed: " + why)
 	}
 	return sentence(who + where + ": skipped, " + why)
@@ -303,10 +274,10 @@ type liveItem struct {
 	Error       string  `json:"error,omitempty"`
 }
 
-var itemBadge = map[string]string{vmops.ItemPending: "badge-stopped", vmops.ItemRunning: "badge-running",
-	vmops.ItemOK: "badge-ok", vmops.ItemFailed: "badge-bad", vmops.ItemSkipped: "badge-warn"}
+var itemBadge = map[string]string{operations.ItemPending: "badge-stopped", operations.ItemRunning: "badge-running",
+	operations.ItemOK: "badge-ok", operations.ItemFailed: "badge-bad", operations.ItemSkipped: "badge-warn"}
 
-func liveOp(op vmops.OperationView) liveOperation {
+func liveOp(op operations.View) liveOperation {
 	c := op.Counts
 	l := liveOperation{Status: op.Status, Finished: op.Finished(), Cancel: op.CancelRequested,
 		Counts: strconv.Itoa(c.OK) + " ok · " + strconv.Itoa(c.Running) + " running · " + strconv.Itoa(c.Pending) +
@@ -318,7 +289,7 @@ func liveOp(op vmops.OperationView) liveOperation {
 	for _, it := range op.Items {
 		li := liveItem{VMID: it.VMID, Name: it.Name, Node: it.Node, Target: it.Target, Action: it.Action, State: it.State,
 			Badge: itemBadge[it.State], Error: it.Error, VMURL: vmURL(op.ClusterID, it.Node, it.VMID)}
-		if it.State == vmops.ItemOK && it.Target != "" {
+		if it.State == operations.ItemOK && it.Target != "" {
 			li.VMURL = vmURL(op.ClusterID, it.Target, it.VMID)
 		}
 		if it.TaskID != "" {
@@ -327,16 +298,16 @@ func liveOp(op vmops.OperationView) liveOperation {
 		if p := it.Progress; p != nil {
 			li.Percent = math.Min(100, math.Max(0, math.Floor(p.Percent)))
 			li.Phase = p.Phase
-			if p.BytesPerSecond > 0 && it.State == vmops.ItemRunning {
+			if p.BytesPerSecond > 0 && it.State == operations.ItemRunning {
 				li.Rate = humanBytes(p.BytesPerSecond) + "/s"
 			}
 		}
-		if it.State == vmops.ItemOK {
+		if it.State == operations.ItemOK {
 			li.Percent = 100
 		}
 		li.PercentText = strconv.FormatFloat(li.Percent, 'f', 0, 64) + "%"
 		l.Items = append(l.Items, li)
-		if op.Finished() && (it.State == vmops.ItemSkipped || it.State == vmops.ItemFailed) {
+		if op.Finished() && (it.State == operations.ItemSkipped || it.State == operations.ItemFailed) {
 			l.Left = append(l.Left, leftSentence(op, it))
 		}
 	}
@@ -347,11 +318,11 @@ func liveOp(op vmops.OperationView) liveOperation {
 // its state, target, progress and task; while it runs the page's script follows
 // it on the UI's own event stream.
 func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantViewer)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
-	op, err := u.ops.Operation(r.Context(), id)
+	op, err := u.ops.Operation(r.Context(), vmActor(r), id)
 	if err != nil {
 		return err
 	}
@@ -360,7 +331,7 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
 		v.Events = operationURL(id) + "/events"
 	}
 	title := "Operation " + itoa(id)
-	if op.Kind == vmops.KindEvacuate {
+	if op.Kind == operations.KindEvacuate {
 		title = "Evacuation of " + op.Node
 	}
 	u.render(w, r, http.StatusOK, "operation", u.page(w, r, title, "fleet", v))
@@ -370,14 +341,14 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
 // cancelOperation cancels an operation (with abort=1 its running migrations are
 // stopped too) and goes back to its page.
 func (u *UI) cancelOperation(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantOperator)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
 	abort := r.PostForm.Get("abort") == "1"
 	if _, err := u.ops.CancelOperation(r.Context(), vmActor(r), id, abort); err != nil {
 		e, ok := errs.As(err)
-		if !ok || e.Kind == errs.Internal {
+		if !ok || e.Kind == errs.Internal || errors.Is(err, vmops.ErrDenied) {
 			return err
 		}
 		u.setNotice(w, r, notice{Kind: "error", Reason: e.ReasonOrDefault(), Message: sentence(e.Message)})
@@ -395,14 +366,15 @@ func (u *UI) cancelOperation(w http.ResponseWriter, r *http.Request) error {
 // it changes, until it ends ("end"), the session does ("session") or vmgate shuts
 // down ("shutdown").
 func (u *UI) operationEvents(w http.ResponseWriter, r *http.Request) error {
-	id, err := u.pathOperation(r, fleet.GrantViewer)
+	id, err := pathOperation(r)
 	if err != nil {
 		return err
 	}
-	follow := func(ctx context.Context, emit func(vmops.OperationView) error) error {
-		return u.ops.OperationEvents(ctx, id, emit)
+	a := vmActor(r)
+	follow := func(ctx context.Context, emit func(operations.View) error) error {
+		return u.ops.OperationEvents(ctx, a, id, emit)
 	}
-	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op vmops.OperationView) any {
+	return sessionStream(u, w, r, "operation", follow, func(_ context.Context, op operations.View) any {
 		return liveOp(op)
 	})
 }

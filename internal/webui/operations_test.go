@@ -37,7 +37,7 @@ func TestEvacuateFromTheNodePage(t *testing.T) {
 			t.Errorf("node page lacks %q", s)
 		}
 	}
-	p = b.get("/nodes/1/pve1?preview=1&maxParallel=2&includeStopped=1&target=pve3").expect(t, 200)
+	p = b.get("/nodes/1/pve1?preview=1&maxParallel=2&includeStopped=1&target=pve3&type=qemu").expect(t, 200)
 	if !strings.Contains(p.body, "The plan") || strings.Count(p.body, "<td>pve3</td>") != 2 {
 		t.Fatalf("preview:\n%s", p.body)
 	}
@@ -45,7 +45,7 @@ func TestEvacuateFromTheNodePage(t *testing.T) {
 		t.Fatalf("a preview sent %d migrations", n)
 	}
 
-	p = b.post("/nodes/1/pve1/evacuate", url.Values{"maxParallel": {"2"}, "includeStopped": {"1"}}).expect(t, http.StatusSeeOther)
+	p = b.post("/nodes/1/pve1/evacuate", url.Values{"maxParallel": {"2"}, "includeStopped": {"1"}, "type": {"qemu"}}).expect(t, http.StatusSeeOther)
 	if !strings.HasPrefix(p.location(), "/operations/") {
 		t.Fatalf("after evacuate: %s", p.location())
 	}
@@ -103,7 +103,7 @@ func TestCancelFromTheOperationPage(t *testing.T) {
 	b := e.browser()
 	b.login(opEmail)
 	b.get("/nodes/1/pve1")
-	p := b.post("/nodes/1/pve1/evacuate", url.Values{"maxParallel": {"1"}}).expect(t, http.StatusSeeOther)
+	p := b.post("/nodes/1/pve1/evacuate", url.Values{"maxParallel": {"1"}, "type": {"qemu"}}).expect(t, http.StatusSeeOther)
 	opPage := p.location()
 	var upid string
 	testkit.Until(t, "VM 100's migration at PVE", func() bool {
@@ -155,12 +155,13 @@ func TestSuspendResumeFromTheVMPage(t *testing.T) {
 		t.Fatalf("running VM's page:\n%s", p.body)
 	}
 	p := b.post("/vms/1/pve1/100/suspend", nil).expect(t, http.StatusSeeOther)
-	page := b.get(p.location()).expect(t, 200)
-	if !strings.Contains(page.body, "VM 100 paused.") || !strings.Contains(page.body, ">Resume</button>") ||
+	page := b.awaitPage(t, p.location(), "VM 100 paused.")
+	if !strings.Contains(page.body, ">Resume</button>") ||
 		strings.Contains(page.body, ">Suspend</button>") {
 		t.Fatalf("after suspend:\n%s", page.body)
 	}
-	b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
+	p = b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
+	b.awaitPage(t, p.location(), "VM 100 resumed.")
 	if st, _ := e.sim.VM(100); st.QMPStatus != "running" {
 		t.Fatalf("VM 100 after resume: %+v", st)
 	}
@@ -171,9 +172,7 @@ func TestSuspendResumeFromTheVMPage(t *testing.T) {
 		t.Fatalf("a VM paused behind vmgate's back:\n%s", p.body)
 	}
 	p = b.post("/vms/1/pve1/100/resume", nil).expect(t, http.StatusSeeOther)
-	if page := b.get(p.location()); !strings.Contains(page.body, "VM 100 resumed.") {
-		t.Errorf("after resume:\n%s", page.body)
-	}
+	b.awaitPage(t, p.location(), "VM 100 resumed.")
 	v := e.browser()
 	v.login(viewerEmail)
 	v.post("/vms/1/pve1/100/suspend", nil).expect(t, http.StatusForbidden)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/accounts"
+	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -56,6 +57,7 @@ type view struct {
 	Data    any
 	Status  int
 	Message string // the error page's message
+	Live    string // the page's live stream (live.go); "" for a page that is not live
 }
 
 type viewUser struct {
@@ -69,6 +71,7 @@ func (u *UI) page(w http.ResponseWriter, r *http.Request, title, nav string, dat
 	if p := principal(r); p.UserID != 0 {
 		v.User = &viewUser{Email: p.Email, IsAdmin: p.Role == "admin"}
 		v.CSRF = u.csrfToken(p.SessionID)
+		v.Live = u.liveURL(r)
 	}
 	return v
 }
@@ -96,7 +99,7 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, status int, name str
 
 func (u *UI) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	v := u.page(w, r, http.StatusText(status), "", nil)
-	v.Status, v.Message = status, msg
+	v.Status, v.Message, v.Live = status, msg, ""
 	u.render(w, r, status, "error", v)
 }
 
@@ -135,7 +138,7 @@ func (u *UI) funcs() template.FuncMap {
 		"guestURL": guestURL,
 		"refURL":   refURL,
 		"kindNoun": func(kind string) string { return vmops.GuestKind(kind).Noun() },
-		"opBadge": func(op vmops.OperationView) struct{ Text, Class string } {
+		"opBadge": func(op operations.View) struct{ Text, Class string } {
 			t, c := opBadge(op)
 			return struct{ Text, Class string }{t, c}
 		},

@@ -6,7 +6,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
@@ -45,6 +44,7 @@ func (u *UI) routes() []route {
 
 		{"GET", "/{$}", authed, u.fleetPage},
 		{"GET", "/vms", authed, u.vmsPage},
+		{"GET", "/live", authed, u.liveEvents},
 	}
 	for _, k := range guestKinds {
 		g := k.route()
@@ -72,6 +72,7 @@ func (u *UI) routes() []route {
 		{"GET", "/tasks/{taskId}", authed, u.taskPage},
 		{"GET", "/tasks/{taskId}/events", authed, u.taskEvents},
 		{"GET", "/tasks/{taskId}/log", authed, u.taskLog},
+		{"POST", "/tasks/{taskId}/abort", authed, u.abortTask},
 
 		{"GET", "/account", authed, u.accountPage},
 		{"POST", "/account/password", authed, u.changePassword},
@@ -109,9 +110,6 @@ func (u *UI) routes() []route {
 	return rs
 }
 
-// powerActions are the guest actions that wait for their task (PowerWait).
-var powerActions = map[string]bool{"start": true, "stop": true, "force-stop": true, "reboot": true, "suspend": true, "resume": true}
-
 // maxForm bounds a form's body, as the API bounds JSON bodies (docs/security.md item 22).
 const maxForm = 64 << 10
 
@@ -122,17 +120,13 @@ var (
 
 // Hold says how much longer than the server's request timeout the request r may
 // take, and whether it is an event stream, which no whole-request deadline
-// bounds: a power action waits for its task (PowerWait) on top of the timeout.
+// bounds. A power action no longer waits for its task (its page follows it),
+// so only the streams are held.
 func (u *UI) Hold(r *http.Request) (extra time.Duration, stream bool) {
 	route := u.Route(r)
 	switch route {
-	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events":
+	case "GET /tasks/{taskId}/events", "GET /operations/{id}/events", "GET /live":
 		return 0, true
-	}
-	for _, k := range guestKinds {
-		if action, ok := strings.CutPrefix(route, "POST "+k.route()+"/"); ok && powerActions[action] {
-			return u.powerWait, false
-		}
 	}
 	return 0, false
 }

@@ -12,12 +12,12 @@ import (
 
 func (u *UI) guestSuspend(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "suspend", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Suspend(ctx, a, vm, vmops.SuspendOptions{Wait: u.powerWait})
+		return u.vms.Suspend(ctx, a, vm, vmops.SuspendOptions{})
 	})
 }
 
 func (u *UI) guestResume(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "resume", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Resume(ctx, a, vm, vmops.ResumeOptions{Wait: u.powerWait})
+		return u.vms.Resume(ctx, a, vm, vmops.ResumeOptions{})
 	})
 }

@@ -56,24 +56,14 @@ func (u *UI) tasksPage(w http.ResponseWriter, r *http.Request) error {
 	if v.Mine {
 		f.UserID = principal(r).UserID
 	}
-	if v.Cluster != 0 {
-		if err := u.fleet.Require(r.Context(), actor(r), v.Cluster, fleet.GrantViewer, attempt(r)); err != nil {
-			return err
-		}
-	} else {
-		ids, all, err := u.fleet.Readable(r.Context(), actor(r))
-		if err != nil {
-			return err
-		}
-		if !all {
-			f.ClusterIDs = ids
-		}
-	}
-	tasks, next, err := u.vms.TaskPage(r.Context(), f)
+	tasks, next, err := u.vms.TaskPage(r.Context(), vmActor(r), f)
 	if err != nil {
 		return err
 	}
 	v.Tasks, v.Next = tasks, next
+	if before == 0 && !v.Mine {
+		v.Tasks = u.withOutside(r, v.Tasks, u.outsideClusters(r, v.Cluster), v.VMID, v.Result)
+	}
 	if next != 0 {
 		v.Older = queryWith(q, "before", strconv.FormatInt(next, 10))
 	}
@@ -84,20 +74,15 @@ func (u *UI) tasksPage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// pathTask reads {taskId} and the optional ?cluster= hint, and checks the viewer
-// grant on the task's cluster.
-func (u *UI) pathTask(r *http.Request) (upid string, hint int64, err error) {
+// pathTask reads {taskId} and the optional ?cluster= hint; the use cases check
+// the viewer grant on the task's cluster.
+func pathTask(r *http.Request) (upid string, hint int64, err error) {
 	upid = r.PathValue("taskId")
 	if !vmops.ValidTaskID(upid) {
 		return "", 0, errs.E(errs.NotFound, "there is no task at this address")
 	}
 	hint, _ = strconv.ParseInt(r.URL.Query().Get("cluster"), 10, 64)
-	hint = max(hint, 0)
-	clusterID, err := u.vms.TaskCluster(r.Context(), upid, hint)
-	if err != nil {
-		return "", 0, err
-	}
-	return upid, hint, u.fleet.Require(r.Context(), actor(r), clusterID, fleet.GrantViewer, attempt(r))
+	return upid, max(hint, 0), nil
 }
 
 // logTail is how many of a log's last lines a task page shows (about 40 KB; the
@@ -114,23 +99,24 @@ type taskView struct {
 	LogURL   string // the whole log, as text
 	Events   string // the address of the page's event stream
 	CanAct   bool
+	CanAbort bool // a running shutdown or migration the caller may abort (abort.go)
 }
 
 // taskPage shows a task: its state, the migration's progress, the whole log; while
 // it runs the page's script follows it on the UI's own event stream.
 func (u *UI) taskPage(w http.ResponseWriter, r *http.Request) error {
-	upid, hint, err := u.pathTask(r)
+	upid, hint, err := pathTask(r)
 	if err != nil {
 		return err
 	}
-	t, err := u.vms.Task(r.Context(), upid, hint, 0)
+	t, err := u.vms.Task(r.Context(), vmActor(r), upid, hint, 0)
 	if err != nil {
 		return err
 	}
 	v := taskView{Task: t, Live: live(t, u.now())}
-	lg, err := u.vms.TaskLog(r.Context(), upid, hint, 0, logTail)
+	lg, err := u.vms.TaskLog(r.Context(), vmActor(r), upid, hint, 0, logTail)
 	if err == nil && lg.Total > logTail {
-		lg, err = u.vms.TaskLog(r.Context(), upid, hint, lg.Total-logTail, logTail)
+		lg, err = u.vms.TaskLog(r.Context(), vmActor(r), upid, hint, lg.Total-logTail, logTail)
 	}
 	if err != nil {
 		v.LogErr = errorText(err)
@@ -152,6 +138,7 @@ func (u *UI) taskPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	v.Events = taskURL(upid) + "/events?" + ev.Encode()
 	v.CanAct = t.VMID != 0 && u.canAct(r.Context(), r, t.ClusterID)
+	v.CanAbort = v.CanAct && abortable(t.Op()) && !t.Finished() && t.TaskID != ""
 	u.render(w, r, http.StatusOK, "task", u.page(w, r, taskTitle(t), "tasks", v))
 	return nil
 }
@@ -168,11 +155,11 @@ const maxLogText = 100000
 
 // taskLog is a task's whole log as plain text (up to maxLogText lines).
 func (u *UI) taskLog(w http.ResponseWriter, r *http.Request) error {
-	upid, hint, err := u.pathTask(r)
+	upid, hint, err := pathTask(r)
 	if err != nil {
 		return err
 	}
-	lg, err := u.vms.TaskLog(r.Context(), upid, hint, 0, maxLogText)
+	lg, err := u.vms.TaskLog(r.Context(), vmActor(r), upid, hint, 0, maxLogText)
 	if err != nil {
 		return err
 	}
@@ -258,18 +245,19 @@ const ssePing = 10 * time.Second
 // session does ("session"). The session is checked again at every event and ping,
 // so a logout or revocation ends the stream at once.
 func (u *UI) taskEvents(w http.ResponseWriter, r *http.Request) error {
-	upid, hint, err := u.pathTask(r)
+	upid, hint, err := pathTask(r)
 	if err != nil {
 		return err
 	}
 	next, _ := strconv.Atoi(r.URL.Query().Get("from")) // the last log line the page has
 	next = max(next, 0)
+	a := vmActor(r)
 	follow := func(ctx context.Context, emit func(vmops.TaskView) error) error {
-		return u.vms.Events(ctx, upid, hint, emit)
+		return u.vms.Events(ctx, a, upid, hint, emit)
 	}
 	return sessionStream(u, w, r, "task", follow, func(ctx context.Context, t vmops.TaskView) any {
 		l := live(t, u.now())
-		if lg, err := u.vms.TaskLog(ctx, upid, hint, next, 500); err == nil {
+		if lg, err := u.vms.TaskLog(ctx, a, upid, hint, next, 500); err == nil {
 			l.Log = lg.Lines
 			if n := len(lg.Lines); n > 0 {
 				next = lg.Lines[n-1].N

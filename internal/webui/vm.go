@@ -2,6 +2,7 @@ package webui
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 
@@ -24,6 +25,7 @@ type vmView struct {
 	CanAct      bool // the caller's grant allows power and migration
 	Tasks       []vmops.TaskView
 	TasksErr    string
+	Inline      *inlineTask // the task of ?task=: what a power action started (inline.go)
 	// Offer is what the buttons offer: start while stopped; stop, force stop,
 	// reboot and migrate while running; a paused VM can only be forced off.
 	// Suspend and resume are a VM's only (guestKind.suspend).
@@ -41,10 +43,15 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantViewer, attempt(r)); err != nil {
-			return err
+		canAct := u.canAct(r.Context(), r, vm.ClusterID)
+		// The task first: a page that says it ended shows the state after it
+		// (liveStatus).
+		inline := u.inline(r, vm, r.URL.Query().Get("task"), canAct, r.URL.RequestURI())
+		ctx := r.Context()
+		if inline != nil && !inline.Running {
+			ctx = withTaskEnded(ctx, inline.Task.TaskID)
 		}
-		st, err := u.fleet.GuestStatus(r.Context(), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
+		st, err := u.fleet.GuestStatus(ctx, actor(r), vm.ClusterID, string(vm.Kind), vm.Node, vm.VMID)
 		if err != nil {
 			if to := movedTo(vm, err); to != "" {
 				u.carryNotice(w, r)
@@ -53,8 +60,7 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 			}
 			return err
 		}
-		v := vmView{VM: vm, Noun: noun(vm), Status: st}
-		v.CanAct = u.canAct(r.Context(), r, vm.ClusterID)
+		v := vmView{VM: vm, Noun: noun(vm), Status: st, CanAct: canAct, Inline: inline}
 		if v.CanAct {
 			running := st.Status == "running"
 			paused := running && st.QMPStatus != "" && st.QMPStatus != "running"
@@ -74,10 +80,15 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 				v.ClusterName = cs[i].Name
 			}
 		}
-		v.Tasks, err = u.vms.Tasks(r.Context(), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
+		if inline != nil && inline.ForceStop {
+			v.Offer.ForceStop = false // the task's card offers it: one Force stop on the page
+		}
+		v.Tasks, err = u.vms.Tasks(r.Context(), vmActor(r), vmops.TaskFilter{ClusterID: vm.ClusterID, VMID: vm.VMID, Limit: 8})
 		if err != nil {
 			v.TasksErr = errorText(err)
 		}
+		v.Tasks = u.withOutside(r, v.Tasks, []int64{vm.ClusterID}, vm.VMID, "")
+		v.Tasks = v.Tasks[:min(len(v.Tasks), 8)]
 		title := guestName(vm)
 		if st.Name != "" {
 			title += " " + st.Name
@@ -101,31 +112,32 @@ func (u *UI) canAct(ctx context.Context, r *http.Request, clusterID int64) bool 
 	return err == nil
 }
 
-// The power actions: each checks the operator grant (audited when refused), runs
-// the operation through vmops (state checks, task, audit, wait) and goes back to
-// the guest's page, which shows the outcome from the task.
+// The power actions: each starts the operation through vmops (the operator
+// grant, audited when refused; state checks, task, audit) without waiting for
+// it, and goes back at once to the guest's page, which follows the task to its
+// outcome (inline.go); a refusal is a notice there.
 
 func (u *UI) guestStart(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "start", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Start(ctx, a, vm, vmops.PowerOptions{Wait: u.powerWait})
+		return u.vms.Start(ctx, a, vm, vmops.PowerOptions{})
 	})
 }
 
 func (u *UI) guestStop(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "stop", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Wait: u.powerWait})
+		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{})
 	})
 }
 
 func (u *UI) guestForceStop(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "force stop", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: true, Wait: u.powerWait})
+		return u.vms.Stop(ctx, a, vm, vmops.StopOptions{Force: true})
 	})
 }
 
 func (u *UI) guestReboot(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return u.power(k, "reboot", func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef) (vmops.Outcome, error) {
-		return u.vms.Reboot(ctx, a, vm, vmops.PowerOptions{Wait: u.powerWait})
+		return u.vms.Reboot(ctx, a, vm, vmops.PowerOptions{})
 	})
 }
 
@@ -140,10 +152,15 @@ func (u *UI) power(k guestKind, action string,
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
-			return err
-		}
 		out, err := op(r.Context(), vmActor(r), vm)
+		if errors.Is(err, vmops.ErrDenied) {
+			return err // the error page's 404 or 403, as for any refused grant
+		}
+		if err == nil && out.TaskID != "" {
+			// Answered at once: the guest's page follows the task (inline.go).
+			redirect(w, r, withTask(refURL(vm), out.TaskID))
+			return nil
+		}
 		n := outcomeNotice(action, vm, out, err)
 		if n.Kind == "" {
 			return err
@@ -188,14 +205,14 @@ func outcomeNotice(action string, vm vmops.GuestRef, out vmops.Outcome, err erro
 }
 
 // forceStopPage asks before a forced stop: it powers the guest off like pulling
-// the plug.
+// the plug. It is offered to whoever may act (vmops.MayAct), as the stop is.
 func (u *UI) forceStopPage(k guestKind) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		vm, err := pathGuest(r, k.kind)
 		if err != nil {
 			return err
 		}
-		if err := u.fleet.Require(r.Context(), actor(r), vm.ClusterID, fleet.GrantOperator, attempt(r)); err != nil {
+		if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 			return err
 		}
 		u.render(w, r, http.StatusOK, "forcestop", u.page(w, r, "Force stop "+guestName(vm), "vms", vm))

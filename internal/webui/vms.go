@@ -167,7 +167,8 @@ type guestListing struct {
 // kind), the clusters at once.
 func (u *UI) listGuests(r *http.Request, vq vmQuery) (guestListing, error) {
 	var l guestListing
-	clusters, err := u.fleet.Clusters(r.Context(), actor(r))
+	a := actor(r)
+	clusters, err := u.fleet.Clusters(r.Context(), a)
 	if err != nil {
 		return l, err
 	}
@@ -191,8 +192,8 @@ func (u *UI) listGuests(r *http.Request, vq vmQuery) (guestListing, error) {
 				defer cancel()
 				// Both from the same snapshot: the whole list for the counts and the
 				// choices, the matches for the page.
-				if res.all, res.err = u.fleet.GuestList(ctx, c.ID, kind, fleet.VMQuery{}); res.err == nil {
-					res.match, res.err = u.fleet.GuestList(ctx, c.ID, kind, vq.VMQuery)
+				if res.all, res.err = u.fleet.GuestList(ctx, a, c.ID, kind, fleet.VMQuery{}); res.err == nil {
+					res.match, res.err = u.fleet.GuestList(ctx, a, c.ID, kind, vq.VMQuery)
 				}
 			})
 		}

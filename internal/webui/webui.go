@@ -22,7 +22,6 @@
 package webui
 
 import (
-	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"errors"
@@ -32,108 +31,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmgate/vmgate/internal/accounts"
-	"github.com/vmgate/vmgate/internal/audit"
-	"github.com/vmgate/vmgate/internal/auth"
-	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/sse"
-	"github.com/vmgate/vmgate/internal/vmops"
 )
-
-// Sessions is what the UI needs of internal/auth; *auth.Service is one.
-type Sessions interface {
-	Authenticate(ctx context.Context, raw string) (auth.Principal, error)
-	Refresh(ctx context.Context, raw, addr string) (auth.Token, error)
-	Logout(ctx context.Context, p auth.Principal) error
-	// CheckReuse revokes the session of a rotated token presented again, as
-	// Refresh does; the UI asks it about every cookie Authenticate refused.
-	CheckReuse(ctx context.Context, raw, addr string) (bool, error)
-}
-
-// Accounts is what the UI needs of internal/accounts; *accounts.Service is one.
-type Accounts interface {
-	Login(ctx context.Context, email, password, addr string) (auth.Token, accounts.User, error)
-	Me(ctx context.Context, p auth.Principal) (accounts.Profile, error)
-	ChangePassword(ctx context.Context, p auth.Principal, current, next string) error
-	RequireAdmin(ctx context.Context, p auth.Principal, attempt string) error
-	MySessions(ctx context.Context, p auth.Principal) ([]accounts.Session, error)
-	EndMySession(ctx context.Context, p auth.Principal, sid string) error
-	UserSessions(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Session, error)
-	EndUserSession(ctx context.Context, p auth.Principal, userID int64, sid string) error
-	CreateMyToken(ctx context.Context, p auth.Principal, in accounts.NewToken) (accounts.CreatedToken, error)
-	MyTokens(ctx context.Context, p auth.Principal) ([]accounts.Token, error)
-	DeleteMyToken(ctx context.Context, p auth.Principal, id string) error
-	UserTokens(ctx context.Context, p auth.Principal, userID int64) ([]accounts.Token, error)
-	DeleteUserToken(ctx context.Context, p auth.Principal, userID int64, id string) error
-
-	Users(ctx context.Context) ([]accounts.User, error)
-	User(ctx context.Context, id int64) (accounts.User, error)
-	CreateUser(ctx context.Context, p auth.Principal, in accounts.NewUser) (accounts.User, error)
-	UpdateUser(ctx context.Context, p auth.Principal, id int64, ch accounts.UserChange) (accounts.User, error)
-	DeleteUser(ctx context.Context, p auth.Principal, id int64) error
-}
-
-// Fleet is what the UI needs of internal/fleet; *fleet.Service is one.
-type Fleet interface {
-	// Require checks the actor's grant and audits a refusal; Authorize only
-	// answers (the UI asks it which buttons to show, which is no attempt).
-	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
-	Authorize(ctx context.Context, a fleet.Actor, clusterID int64, need string) (string, error)
-	Readable(ctx context.Context, a fleet.Actor) (ids []int64, all bool, err error)
-
-	Register(ctx context.Context, spec fleet.ClusterSpec) (fleet.Cluster, error)
-	Update(ctx context.Context, id int64, p fleet.ClusterPatch) (fleet.Cluster, error)
-	Delete(ctx context.Context, id int64) error
-	Cluster(ctx context.Context, id int64) (fleet.Cluster, error)
-	List(ctx context.Context) ([]fleet.Cluster, error)
-
-	PutGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64, role string) (fleet.Grant, error)
-	DeleteGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64) error
-	UserGrants(ctx context.Context, userID int64) ([]fleet.Grant, error)
-
-	Clusters(ctx context.Context, a fleet.Actor) ([]fleet.ClusterView, error)
-	Nodes(ctx context.Context, clusterID int64) ([]fleet.NodeView, error)
-	VMs(ctx context.Context, clusterID int64) ([]fleet.VMView, error)
-	// GuestList and GuestStatus take the guest's kind as PVE names it: "qemu"
-	// (VMs) or "lxc" (containers).
-	GuestList(ctx context.Context, clusterID int64, kind string, q fleet.VMQuery) (fleet.VMList, error)
-	GuestStatus(ctx context.Context, clusterID int64, kind, node string, vmid int64) (fleet.VMStatusView, error)
-}
-
-// VMs is what the UI needs of internal/vmops; *vmops.Service is one.
-type VMs interface {
-	Start(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Stop(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.StopOptions) (vmops.Outcome, error)
-	Reboot(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.PowerOptions) (vmops.Outcome, error)
-	Suspend(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.SuspendOptions) (vmops.Outcome, error)
-	Resume(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, o vmops.ResumeOptions) (vmops.Outcome, error)
-	Migrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.MigrateRequest) (string, error)
-	MigrateCheck(ctx context.Context, vm vmops.GuestRef, target string) (vmops.Precheck, error)
-
-	TaskCluster(ctx context.Context, upid string, clusterHint int64) (int64, error)
-	Task(ctx context.Context, upid string, clusterHint int64, wait time.Duration) (vmops.TaskView, error)
-	TaskLog(ctx context.Context, upid string, clusterHint int64, start, limit int) (vmops.TaskLog, error)
-	Events(ctx context.Context, upid string, clusterHint int64, emit func(vmops.TaskView) error) error
-	Tasks(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, error)
-	TaskPage(ctx context.Context, f vmops.TaskFilter) ([]vmops.TaskView, int64, error)
-}
-
-// AuditTrail is what the admin's audit page reads; *audit.Trail is one.
-type AuditTrail interface {
-	Query(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
-}
 
 // Config is what New needs. Sessions, Accounts, Fleet, VMs, Audit, Secret and
 // Status are required.
 type Config struct {
-	Sessions Sessions
-	Accounts Accounts
-	Fleet    Fleet
-	VMs      VMs
-	Audit    AuditTrail
+	Sessions frontend.Sessions
+	Accounts frontend.Accounts
+	Fleet    frontend.Fleet
+	VMs      frontend.VMs
+	Audit    frontend.AuditTrail
 	// Operations serves the node page's evacuation and the operations' pages
 	// (issue 13 (docs/history.md)); nil leaves them out.
-	Operations Operations
+	Operations frontend.Operations
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -144,9 +56,6 @@ type Config struct {
 	TokenTTL time.Duration
 	// Status is the HTTP status of an error: httpapi.StatusOf, the one table.
 	Status func(error) int
-	// PowerWait is how long a start, stop or reboot waits for its task before the
-	// page says it still runs (default 15 s).
-	PowerWait time.Duration
 	// NoteCaller, when set, names the authenticated caller of a request in its
 	// log line (httpapi.NoteCaller).
 	NoteCaller func(r *http.Request, userID int64, session string)
@@ -160,26 +69,26 @@ type Config struct {
 
 // UI is the web UI's handler. It is safe for concurrent use.
 type UI struct {
-	sessions Sessions
-	accounts Accounts
-	fleet    Fleet
-	vms      VMs
-	ops      Operations
-	trail    AuditTrail
+	sessions frontend.Sessions
+	accounts frontend.Accounts
+	fleet    frontend.Fleet
+	vms      frontend.VMs
+	ops      frontend.Operations
+	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
 	log      *slog.Logger
 	now      func() time.Time
 
 	ttl        time.Duration
-	powerWait  time.Duration
 	noteCaller func(*http.Request, int64, string)
 	csrfKey    []byte
 	noticeKey  []byte
 
-	pages  map[string]*template.Template
-	assets *assets
-	mux    *http.ServeMux
+	pages   map[string]*template.Template
+	assets  *assets
+	mux     *http.ServeMux
+	liveMux *http.ServeMux // the live pages, for their stream (live.go)
 
 	renewMu  sync.Mutex
 	renewals map[string]renewal // by the replaced token's hash: renewals shared with stragglers
@@ -194,7 +103,7 @@ func New(cfg Config) (*UI, error) {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
 	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
-		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL, powerWait: cfg.PowerWait,
+		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
 		u.streams = sse.NewLimiter(sse.Limits{})
@@ -207,9 +116,6 @@ func New(cfg Config) (*UI, error) {
 	}
 	if u.ttl <= 0 {
 		u.ttl = time.Hour
-	}
-	if u.powerWait <= 0 {
-		u.powerWait = 15 * time.Second
 	}
 	if u.noteCaller == nil {
 		u.noteCaller = func(*http.Request, int64, string) {}
@@ -227,7 +133,9 @@ func New(cfg Config) (*UI, error) {
 	if u.pages, err = u.parsePages(); err != nil {
 		return nil, err
 	}
+	u.fleet = liveFleet{Fleet: cfg.Fleet, status: &liveStatus{known: map[liveGuest]liveStatusEntry{}, done: map[string]uint64{}}, now: u.now}
 	u.mux = http.NewServeMux()
+	u.buildLive(u.routes())
 	for _, rt := range u.routes() {
 		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
 	}

@@ -385,3 +385,32 @@ func testOperationHoldRace(t *testing.T, s store.Store) {
 		t.Fatalf("operations written: %+v, want only %d", list, ids[w])
 	}
 }
+
+// testOperationGuestKinds: an item keeps its guest's kind (a VM when none is
+// given), a kind vmgate does not know is refused, and an operation may end
+// done_with_skips.
+func testOperationGuestKinds(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	op, err := s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 7, Node: "pve3", UserID: 3,
+		MaxParallel: 1, Owner: "a", LeaseExpiresAt: at(time.Hour), Items: []store.OperationItem{
+			{VMID: 100, Node: "pve3", Action: "migrate"},
+			{VMID: 200, Node: "pve3", Action: "migrate", GuestKind: "lxc"},
+			{VMID: 201, Node: "pve3", Action: "migrate", GuestKind: "lxc", State: store.ItemSkipped, Error: "locked"}}})
+	ok(t, err, "create")
+	got, err := s.OperationByID(ctx, op.ID)
+	ok(t, err, "read")
+	if got.Items[0].GuestKind != "qemu" || got.Items[1].GuestKind != "lxc" || got.Items[2].GuestKind != "lxc" {
+		t.Fatalf("kinds read back: %+v", got.Items)
+	}
+	_, err = s.CreateOperation(ctx, store.Operation{Kind: "evacuate", ClusterID: 8, Node: "pve1", UserID: 3,
+		MaxParallel: 1, Owner: "a", LeaseExpiresAt: at(time.Hour), Items: []store.OperationItem{
+			{VMID: 300, Node: "pve1", Action: "migrate", GuestKind: "openvz"}}})
+	if err == nil {
+		t.Fatal("an item of kind openvz was stored")
+	}
+	ok(t, s.SetOperationStatus(ctx, op.ID, "a", store.OperationDoneWithSkips, at(time.Minute)), "end with skips")
+	got, _ = s.OperationByID(ctx, op.ID)
+	if got.Status != store.OperationDoneWithSkips || !got.Finished() {
+		t.Fatalf("ended with skips: %+v", got)
+	}
+}

@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationItemRetry", testOperationItemRetry},
 		{"OperationByIdempotencyKey", testOperationByIdempotencyKey},
 		{"OperationHolds", testOperationHolds},
+		{"OperationGuestKinds", testOperationGuestKinds},
 		{"OperationHoldRace", testOperationHoldRace},
 	}
 	for _, tc := range tests {

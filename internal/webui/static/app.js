@@ -17,6 +17,8 @@
     if (task && task.dataset.events) { followTask(task.dataset.events); }
     var op = document.getElementById("operation");
     if (op && op.dataset.events) { followOperation(op.dataset.events); }
+    var main = document.getElementById("main");
+    if (main && main.dataset.live) { followPage(main.dataset.live); }
   });
 
   // Filters apply as soon as a choice changes (the Apply button stays for
@@ -31,8 +33,10 @@
 
   // A form sent once is not sent again by a second click while the first is on its
   // way (a double click on Start would start nothing twice, but says so loudly).
-  function submitOnce() {
-    document.querySelectorAll("form[method=post]").forEach(function (form) {
+  function submitOnce(root) {
+    (root || document).querySelectorAll("form[method=post]").forEach(function (form) {
+      if (form.dataset.once) { return; }
+      form.dataset.once = "1";
       form.addEventListener("submit", function () {
         window.setTimeout(function () {
           form.querySelectorAll("button[type=submit]").forEach(function (b) {
@@ -45,6 +49,43 @@
   }
 
   function byId(id) { return document.getElementById(id); }
+
+  // followPage keeps a live page up to date from its stream: each "regions"
+  // event carries the HTML of the page's regions that changed, rendered by the
+  // server as a reload would render them. What the person ticked in a region
+  // stays ticked.
+  function followPage(url) {
+    var source = new EventSource(url);
+    source.addEventListener("regions", function (e) {
+      var regions;
+      try { regions = JSON.parse(e.data); } catch (err) { return; }
+      Object.keys(regions).forEach(function (id) {
+        var el = byId(id);
+        if (!el || !el.hasAttribute("data-region")) { return; }
+        var ticked = {};
+        el.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+          ticked[box.name + "=" + box.value] = box.checked;
+        });
+        el.innerHTML = regions[id];
+        el.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+          var k = box.name + "=" + box.value;
+          if (Object.prototype.hasOwnProperty.call(ticked, k)) { box.checked = ticked[k]; }
+        });
+        submitOnce(el);
+      });
+      document.body.setAttribute("data-live-seq", String((parseInt(document.body.getAttribute("data-live-seq"), 10) || 0) + 1));
+    });
+    source.addEventListener("reload", function () {
+      source.close();
+      window.location.reload();
+    });
+    source.addEventListener("session", function () {
+      source.close();
+      window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname + window.location.search));
+    });
+    // A stream refused (too many open, the page gone) leaves the page as it is:
+    // a reload would only be refused again.
+  }
 
   function setText(id, text) {
     var el = byId(id);
@@ -100,6 +141,8 @@
     }
     setText("task-exit", t.exitStatus || "–");
     if (t.ended) { setText("task-ended", t.ended); }
+    var abort = byId("task-abort");
+    if (abort && t.finished) { abort.hidden = true; }
     var errEl = byId("task-error");
     if (errEl) {
       errEl.textContent = t.error || "";
