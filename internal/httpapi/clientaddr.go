@@ -73,7 +73,7 @@ func (ps proxies) resolve(r *http.Request) (string, error) {
 	}
 	peer = peer.Unmap()
 	if len(ps) == 0 || !ps.trusted(peer) {
-		return peer.String(), nil
+		return canonical(host, peer), nil
 	}
 	client := ""
 	for _, h := range []struct {
@@ -390,4 +390,14 @@ func (p *forwardedParser) value() (string, error) {
 		b.WriteByte(c)
 	}
 	return "", fmt.Errorf("unclosed quote")
+}
+
+// canonical is peer's text: host itself when host is already written so (the
+// usual case), without making a string per request.
+func canonical(host string, peer netip.Addr) string {
+	var buf [64]byte
+	if string(peer.AppendTo(buf[:0])) == host {
+		return host
+	}
+	return peer.String()
 }

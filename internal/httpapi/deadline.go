@@ -51,14 +51,18 @@ func waitParam(r *http.Request, def, most time.Duration) time.Duration {
 
 // deadline gives the request of route (method and pattern) its deadline as a
 // whole (DefaultRequestTimeout unless configured, plus the route's wait), so that
-// nothing a request waits on can hold it longer. Streams get none.
-func (s *Server) deadline(ctx context.Context, route string, r *http.Request) (context.Context, context.CancelFunc) {
+// nothing a request waits on can hold it longer: ri's requestDeadline over ctx,
+// which the caller releases when the request ends. Streams get none (ctx).
+func (s *Server) deadline(ctx context.Context, ri *reqInfo, route string, r *http.Request) context.Context {
 	extra, stream := holdFor(route, r)
-	return s.holdDeadline(ctx, extra, stream)
+	if stream || s.requestTimeout < 0 {
+		return ctx
+	}
+	return ri.deadline.start(ctx, time.Now().Add(s.requestTimeout+extra))
 }
 
-// holdDeadline is the request timeout plus extra, or none for a stream; the
-// API's routes (holdFor) and the UI's (its Hold) both get theirs here.
+// holdDeadline is the request timeout plus extra, or none for a stream: the
+// UI's routes (its Hold) get theirs here, the API's the same through deadline.
 func (s *Server) holdDeadline(ctx context.Context, extra time.Duration, stream bool) (context.Context, context.CancelFunc) {
 	if stream || s.requestTimeout < 0 {
 		return ctx, func() {}

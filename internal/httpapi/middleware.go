@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"runtime/debug"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
@@ -28,8 +29,10 @@ type reqInfo struct {
 	metrics *routeMetrics
 	// query is the parsed query string, parsed once (query).
 	query url.Values
-	base  *slog.Logger // the server's logger
-	log   *slog.Logger // base with the request id, made when first needed (logFrom)
+	// deadline is the request's deadline, when its route has one (deadline.go).
+	deadline requestDeadline
+	base     *slog.Logger // the server's logger
+	log      *slog.Logger // base with the request id, made when first needed (logFrom)
 }
 
 // logger returns the request's logger: the server's, with the request id.
@@ -193,12 +196,16 @@ func (s *Server) outer(next http.Handler) http.Handler {
 				slog.String("path", auth.RedactAPITokens(r.URL.Path)), slog.String("route", ri.pattern)
 			code, size, took, remote := slog.Int("status", status), slog.Int("bytes", rec.bytes),
 				slog.Duration("duration", elapsed), slog.String("remote", ri.addr)
-			if ri.userID == 0 {
-				s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", req, method, path, route, code, size, took, remote)
-				return
+			// Straight to the handler, as slog.Logger would without its
+			// runtime.Callers: the server's handlers write no source.
+			attrs := [...]slog.Attr{req, method, path, route, code, size, took, remote, {}, {}}
+			n := 8
+			if ri.userID != 0 {
+				attrs[8], attrs[9], n = slog.Int64("user_id", ri.userID), slog.String("session", ri.session), 10
 			}
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", req, method, path, route, code, size, took, remote,
-				slog.Int64("user_id", ri.userID), slog.String("session", ri.session))
+			line := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+			line.AddAttrs(attrs[:n]...)
+			_ = s.log.Handler().Handle(r.Context(), line)
 		}()
 		if addrErr != nil { // the trusted proxy's forwarding headers cannot be read: no client to serve
 			writeError(rec, r, addrErr)

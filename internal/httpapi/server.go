@@ -191,8 +191,8 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri := infoFrom(r)
 		ri.pattern, ri.metrics = name, rm
-		ctx, cancel := s.deadline(r.Context(), name, r)
-		defer cancel()
+		ctx := s.deadline(r.Context(), ri, name, r)
+		defer ri.deadline.release()
 		facts := audit.FactsFrom(ctx)
 		facts.Address, facts.RequestID, facts.UserAgent = ri.addr, ri.id, r.UserAgent()
 		if rt.access != public {
