@@ -18,7 +18,7 @@ import (
 // would do and which are skipped and why (the use case's dry run), and confirms;
 // the operation's page follows it. Forms and redirects only: it works without
 // script, like the rest of the UI. One bulk action acts on one cluster, as the
-// use case does (docs/decisions/0081).
+// use case does (docs/decisions/0084).
 
 // bulkAction is a button of the list's bulk bar: the use case's action, and its
 // options.
