@@ -133,12 +133,13 @@ func retryable(status int) bool {
 // progressView draws a task as it goes: a bar for a migration on a terminal, a
 // line per state change (and per tenth of a migration) otherwise.
 type progressView struct {
-	out      io.Writer
-	terminal bool
-	upid     string
-	bar      *progressbar.ProgressBar
-	lastLine string
-	lastStep int // the last tenth printed, for plain output
+	out       io.Writer
+	terminal  bool
+	upid      string
+	bar       *progressbar.ProgressBar
+	lastLine  string
+	lastStep  int    // the last tenth printed, for plain output
+	lastPhase string // the last phase printed: a container's move stays at 0 % through its phases
 }
 
 func newProgressView(out io.Writer, terminal bool, upid string) *progressView {
@@ -171,8 +172,8 @@ func (v *progressView) show(t client.Task) {
 		if t.Finished() && t.Result == "ok" {
 			step = 10
 		}
-		if step != v.lastStep {
-			v.lastStep = step
+		if step != v.lastStep || phaseWord(t) != v.lastPhase {
+			v.lastStep, v.lastPhase = step, phaseWord(t)
 			line := fmt.Sprintf("%s → %s: %3.0f%% %s", describeGuest(t), t.TargetNode(), t.Progress.Percent, phaseWord(t))
 			if t.Progress.TotalBytes > 0 {
 				line += fmt.Sprintf(", %s of %s at %s/s", HumanBytes(t.Progress.TransferredBytes),

@@ -247,3 +247,19 @@ func TestMigrationBarEndsFull(t *testing.T) {
 		t.Fatalf("the bar's last drawing %q (all: %q)", tail, got)
 	}
 }
+
+// TestContainerPhasesArePrinted: a container's restart migration stays at 0 %
+// until its end (PVE's log gives a volume's size only once it is copied), so its
+// plain output prints a line for each phase it enters, not only for each tenth.
+func TestContainerPhasesArePrinted(t *testing.T) {
+	var b strings.Builder
+	v := newProgressView(&b, false, "UPID:x")
+	for _, phase := range []string{"starting", "shutdown", "shutdown", "storage", "start"} {
+		v.show(client.Task{VMID: ptr[int64](202), GuestKind: ptr(client.LXC), Target: ptr("pve1"), Status: "running", Result: "running",
+			Progress: &client.Progress{Percent: 0, Phase: phase}})
+	}
+	want := "CT 202 → pve1:   0% starting\nCT 202 → pve1:   0% shutdown\nCT 202 → pve1:   0% storage\nCT 202 → pve1:   0% start\n"
+	if b.String() != want {
+		t.Errorf("progress lines:\n%q\nwant\n%q", b.String(), want)
+	}
+}
