@@ -112,6 +112,13 @@ func (l taskList) appendJSON(e *jsonEnc) {
 type vmStatusAnswer fleet.VMStatusView
 
 func (a *vmStatusAnswer) appendJSON(e *jsonEnc) {
+	appendGuestStatus(e, (*fleet.VMStatusView)(a), vmops.GuestVM)
+}
+
+// appendGuestStatus writes a guest's status: the fields both kinds share, in one
+// order, and a kind's own ones in their place (a VM's qmpStatus, a container's
+// maxSwap).
+func appendGuestStatus(e *jsonEnc, a *fleet.VMStatusView, kind vmops.GuestKind) {
 	e.key("vmid", true)
 	e.int(a.VMID)
 	e.key("node", false)
@@ -119,11 +126,13 @@ func (a *vmStatusAnswer) appendJSON(e *jsonEnc) {
 	e.key("name", false)
 	e.str(a.Name)
 	e.key("type", false)
-	e.str(string(vmops.GuestVM))
+	e.str(string(kind))
 	e.key("status", false)
 	e.str(a.Status)
-	e.key("qmpStatus", false)
-	e.str(a.QMPStatus)
+	if kind == vmops.GuestVM {
+		e.key("qmpStatus", false)
+		e.str(a.QMPStatus)
+	}
 	e.key("lock", false)
 	e.str(a.Lock)
 	e.ha(a.HA)
@@ -133,6 +142,10 @@ func (a *vmStatusAnswer) appendJSON(e *jsonEnc) {
 	e.float(a.CPUs)
 	e.key("maxMem", false)
 	e.int(a.MaxMem)
+	if kind == vmops.GuestCT {
+		e.key("maxSwap", false)
+		e.int(a.MaxSwap)
+	}
 	e.key("maxDisk", false)
 	e.int(a.MaxDisk)
 	e.key("tags", false)

@@ -394,33 +394,7 @@ func writeGuestsStreamed(w http.ResponseWriter, l guestItems, extra func(*jsonEn
 type ctStatusAnswer fleet.VMStatusView
 
 func (a *ctStatusAnswer) appendJSON(e *jsonEnc) {
-	e.key("vmid", true)
-	e.int(a.VMID)
-	e.key("node", false)
-	e.str(a.Node)
-	e.key("name", false)
-	e.str(a.Name)
-	e.key("type", false)
-	e.str(string(vmops.GuestCT))
-	e.key("status", false)
-	e.str(a.Status)
-	e.key("lock", false)
-	e.str(a.Lock)
-	e.ha(a.HA)
-	e.key("uptime", false)
-	e.int(a.Uptime)
-	e.key("cpus", false)
-	e.float(a.CPUs)
-	e.key("maxMem", false)
-	e.int(a.MaxMem)
-	e.key("maxSwap", false)
-	e.int(a.MaxSwap)
-	e.key("maxDisk", false)
-	e.int(a.MaxDisk)
-	e.key("tags", false)
-	e.strs(a.Tags)
-	e.stale(a.Stale, a.StaleSince)
-	e.raw("}")
+	appendGuestStatus(e, (*fleet.VMStatusView)(a), vmops.GuestCT)
 }
 
 // ha writes a guest's "ha" key: managed, and its state when managed.
