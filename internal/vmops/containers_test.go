@@ -99,7 +99,7 @@ func TestContainerPowerAndMigration(t *testing.T) {
 func TestContainerMigrationProgress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	taskID, err := e.svc.Migrate(e.request(), e.actor, ct("pve3", 202), MigrateRequest{Target: "pve2", Restart: func() *bool { b := true; return &b }()})
+	taskID, err := e.svc.Migrate(e.request(), e.actor, ct("pve3", 202), MigrateRequest{Target: "pve2", Restart: new(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestTaskLogHasNoStandIn(t *testing.T) {
 	ctx := e.request()
 	// A restart migration of the running CT 202 writes its first line, the
 	// shutdown, only after the emulator's clock moves.
-	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve3", 202), MigrateRequest{Target: "pve1", Restart: func() *bool { b := true; return &b }()})
+	taskID, err := e.svc.Migrate(ctx, e.actor, ct("pve3", 202), MigrateRequest{Target: "pve1", Restart: new(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
