@@ -92,8 +92,10 @@ type Action struct {
 func (s *Service) Act(ctx context.Context, a Actor, g GuestRef, act Action) error {
 	if act.Op == OpMigrate {
 		online, restart := act.Online, act.Restart
-		req := MigrateRequest{Target: act.Target, WithLocalDisks: act.WithLocalDisks, Restart: &restart, Timeout: act.Timeout}
-		if g.Kind != GuestCT {
+		req := MigrateRequest{Target: act.Target, WithLocalDisks: act.WithLocalDisks, Timeout: act.Timeout}
+		if g.Kind == GuestCT {
+			req.Restart = &restart // the plan's choice, never the request default
+		} else {
 			req.Online = &online
 		}
 		if err := checkMigrate(g, req); err != nil {
