@@ -215,6 +215,14 @@ func (c *Cluster) dropListener(l *consoleListener) {
 	}
 }
 
+// uriNode is the {node} of the path: these methods have no proxyto, the
+// node that received the call serves the console (PVE reaches a guest on
+// another node over ssh).
+func (r *request) uriNode() string {
+	n, _ := r.param("node")
+	return n
+}
+
 func hQemuVNCProxy(r *request) response  { return vncProxy(r, false) }
 func hLXCVNCProxy(r *request) response   { return vncProxy(r, true) }
 func hQemuTermProxy(r *request) response { return termProxy(r, false) }
@@ -229,7 +237,7 @@ func vncProxy(r *request, lxc bool) response {
 	vmid := r.vmid()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, msg := c.consoleGuest(lxc, r.node, vmid); msg != "" {
+	if _, msg := c.consoleGuest(lxc, r.uriNode(), vmid); msg != "" {
 		return die(msg)
 	}
 	l := &consoleListener{kind: consoleVNC, lxc: lxc}
@@ -271,7 +279,7 @@ func termProxy(r *request, lxc bool) response {
 	vmid := r.vmid()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, msg := c.consoleGuest(lxc, r.node, vmid); msg != "" {
+	if _, msg := c.consoleGuest(lxc, r.uriNode(), vmid); msg != "" {
 		return die(msg)
 	}
 	l := &consoleListener{kind: consoleTerm, lxc: lxc}
@@ -299,7 +307,7 @@ func vncWebsocket(r *request, lxc bool) response {
 		return die(invalidVNCTicket)
 	}
 	c.mu.RLock()
-	_, msg := c.consoleGuest(lxc, r.node, vmid)
+	_, msg := c.consoleGuest(lxc, r.uriNode(), vmid)
 	c.mu.RUnlock()
 	if msg != "" {
 		return die(msg)

@@ -158,7 +158,7 @@ func (c *Cluster) newTermShell(s *consoleSession) *termShell {
 		case !running:
 			msg = fmt.Sprintf("VM %d not running\n", l.vmid)
 		default:
-			sh.out.WriteString("starting serial terminal on interface " + v.serial + "\n")
+			sh.write("starting serial terminal on interface " + v.serial + "\n")
 		}
 		sh.host = vmHostname(g, l.vmid)
 		sh.kernel = kernelInfo{"6.12.48+deb13-amd64", "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1 (2025-09-20)"}
