@@ -60,6 +60,10 @@ func (b *bounded) unavailable(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return err
 	}
+	if w := b.s.writer; w != nil && !b.closed.Load() && w.failed(err) {
+		return &errs.Error{Kind: errs.Unavailable, Reason: errs.ReasonStoreUnavailable, Err: err, RetryAfter: retryAfter,
+			Message: "vmgate lost its database connection or the database stopped taking writes (a failover?); try again shortly"}
+	}
 	if reason := b.s.d.refusal(err); reason != "" && !b.closed.Load() {
 		return b.refused(reason, err)
 	}
