@@ -333,6 +333,18 @@ func TestPostgresFailover(t *testing.T) {
 	r.eventually("the logout made on A after the failover, in force on B",
 		func() error { return get(r.onB(ann), "/api/v1/user/me", http.StatusUnauthorized) })
 
+	standby := `"host":"127.0.0.1:` + pg.sPort + `"`
+	for name, p := range map[string]*proc{"A": srvA, "B": srvB} {
+		r.eventually(name+"'s change feed listening on the new primary", func() error {
+			for _, l := range strings.Split(p.log(), "\n") {
+				if strings.Contains(l, "change feed: listening again") && strings.Contains(l, standby) {
+					return nil
+				}
+			}
+			return errors.New("no \"listening again\" on the standby's address in the log")
+		})
+	}
+
 	// The actions finish, each once.
 	sim.SetSpeed(50)
 	code := mig.wait(t)
