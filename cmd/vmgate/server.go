@@ -93,7 +93,7 @@ type serverCmd struct {
 	// OperationLease is how long an operation on many VMs stays with a process that
 	// stops renewing it (killed) before another takes it over. Hidden: tests
 	// shorten it.
-	OperationLease time.Duration `hidden:"" default:"15s" env:"VMGATE_OPERATION_LEASE" help:"How long a dead process keeps its operations on many VMs before another takes them over."`
+	OperationLease time.Duration `hidden:"" default:"60s" env:"VMGATE_OPERATION_LEASE" help:"How long a dead process keeps its operations on many VMs before another takes them over."`
 
 	// TaskPoll is how often a running task is read from PVE (vmops.Config.PollInterval).
 	// Hidden: the end-to-end tests shorten it, so that they wait less for a task's
@@ -103,7 +103,7 @@ type serverCmd struct {
 	// KeyLease is how long an Idempotency-Key stays with a process that stops
 	// renewing it (killed) before another takes it over (docs/decisions/0020).
 	// Hidden: tests shorten it.
-	KeyLease time.Duration `hidden:"" default:"30s" env:"VMGATE_KEY_LEASE" help:"How long a dead process keeps the Idempotency-Keys it claimed before another takes them over."`
+	KeyLease time.Duration `hidden:"" default:"60s" env:"VMGATE_KEY_LEASE" help:"How long a dead process keeps the Idempotency-Keys it claimed before another takes them over."`
 
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
@@ -262,6 +262,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	}
 	a.registry = prometheus.NewRegistry()
 	a.registry.MustRegister(a.clock)
+	registerStoreWriter(a.registry, st)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
 		Keys:   a.keys,
