@@ -37,7 +37,8 @@ func MaintenanceError(m store.NodeMaintenance, what string) error {
 	e := errs.R(errs.Conflict, errs.ReasonNodeInMaintenance,
 		"node %s is in maintenance (since %s, by %s, operation %d): vmgate %s there; leave maintenance first, or force it",
 		m.Node, m.Since.UTC().Format(time.RFC3339), m.UserEmail, m.OperationID, what)
-	e.Details = map[string]any{"node": m.Node, "operation": map[string]any{"id": m.OperationID}}
+	e.Details = map[string]any{"node": m.Node, "maintenance": map[string]any{
+		"since": m.Since.UTC().Format(time.RFC3339Nano), "by": m.UserEmail, "operationId": m.OperationID}}
 	return e
 }
 
