@@ -55,7 +55,25 @@ func (s *sqlStore) CreateTask(ctx context.Context, t Task) (Task, error) {
 // it earlier, and a writer that read a row before its UPID went to another row
 // (ClaimTaskUPID) changes nothing. UpdatedAt becomes now.
 func (s *sqlStore) UpdateTask(ctx context.Context, t Task) (Task, error) {
-	updated, err := scanTask(s.wdb.QueryRowContext(ctx, `
+	evs := outboxOf(ctx)
+	if len(evs) == 0 {
+		return s.updateTaskIn(ctx, s.wdb, t)
+	}
+	// The events the change causes are written with it (WithOutbox).
+	var updated Task
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if updated, err = s.updateTaskIn(ctx, tx, t); err != nil {
+			return err
+		}
+		return s.insertOutbox(ctx, tx, evs)
+	})
+	return updated, err
+}
+
+// updateTaskIn is UpdateTask's statement through q (the writer, or a transaction).
+func (s *sqlStore) updateTaskIn(ctx context.Context, q rowQuerier, t Task) (Task, error) {
+	updated, err := scanTask(q.QueryRowContext(ctx, `
 		UPDATE tasks SET node = $3, status = $4, exit_status = $5, error = $6, progress = $7,
 			follow_upid = $8, started_at = $9, ended_at = $10, updated_at = $11, outcome_unknown_at = $12,
 			lost_reason = $13, maybe_upid = $14
