@@ -82,9 +82,11 @@ func (s *sqlStore) updateTaskIn(ctx context.Context, q rowQuerier, t Task) (Task
 		t.ID, t.UPID, t.Node, t.Status, t.ExitStatus, t.Error, t.Progress,
 		t.FollowUPID, s.t(t.StartedAt), s.t(t.EndedAt), s.t(s.nowMS()), s.t(t.OutcomeUnknownAt), t.LostReason, t.MaybeUPID))
 	if errors.Is(err, sql.ErrNoRows) {
-		cur, err := s.TaskByID(ctx, t.ID)
+		// Read through q: inside a transaction on SQLite's one writer, the
+		// read pool may be that same connection (in-memory databases).
+		cur, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1`, t.ID))
 		if err != nil {
-			return Task{}, err
+			return Task{}, s.failRow(err, "read task", taskMissing(t.ID))
 		}
 		if cur.UPID != t.UPID {
 			return Task{}, errs.E(errs.Conflict, "task %d has UPID %q now, not %q", t.ID, cur.UPID, t.UPID)
