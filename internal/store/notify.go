@@ -126,7 +126,7 @@ type NotifyStore interface {
 	// and gives up the lease; Conflict, and nothing written, when owner no
 	// longer holds one of them.
 	RecordNotifyAttempt(ctx context.Context, ids []int64, owner string, a NotifyAttempt) error
-	// NotifyMessagesSince counts the messages a target was sent since since (a
+	// NotifyMessagesSince counts the messages a target was sent after since (a
 	// digest is one).
 	NotifyMessagesSince(ctx context.Context, targetID string, since time.Time) (int, error)
 	// NotifyDeliveries returns deliveries, newest first, with their events.
@@ -417,7 +417,7 @@ func (s *sqlStore) RecordNotifyAttempt(ctx context.Context, ids []int64, owner s
 func (s *sqlStore) NotifyMessagesSince(ctx context.Context, targetID string, since time.Time) (int, error) {
 	var n int
 	err := s.rdb.QueryRowContext(ctx, `SELECT COUNT(DISTINCT message_id) FROM notify_deliveries
-		WHERE target_id = $1 AND sent_at >= $2`, targetID, s.t(ms(since))).Scan(&n)
+		WHERE target_id = $1 AND sent_at > $2`, targetID, s.t(ms(since))).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the messages of notification target %s: %w", targetID, err)
 	}
