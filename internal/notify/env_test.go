@@ -231,6 +231,9 @@ var testCAs, testCert = func() (*x509.CertPool, tls.Certificate) {
 	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}
 }()
 
+// tlsConfig serves testCert.
+var tlsConfig = tls.Config{Certificates: []tls.Certificate{testCert}, MinVersion: tls.VersionTLS12}
+
 func decode(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	var v map[string]any

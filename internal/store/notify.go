@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
@@ -172,17 +173,28 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// insertOutbox writes evs to the outbox through q.
+// insertOutbox writes evs to the outbox through q, many rows a statement.
 func (s *sqlStore) insertOutbox(ctx context.Context, q execer, evs []NotifyEvent) error {
-	for _, e := range evs {
-		if _, err := q.ExecContext(ctx, `INSERT INTO notify_events (kind, severity, cluster_id, subject, link, details, at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			e.Kind, e.Severity, e.ClusterID, e.Subject, e.Link, e.Details, s.t(s.stamp(e.At))); err != nil {
-			return fmt.Errorf("write notification %s to the outbox: %w", e.Kind, err)
+	for len(evs) > 0 {
+		n := min(len(evs), insertBatch)
+		var lq listQuery
+		rows := make([]string, n)
+		for i, e := range evs[:n] {
+			rows[i] = "(" + lq.param(e.Kind) + ", " + lq.param(e.Severity) + ", " + lq.param(e.ClusterID) + ", " +
+				lq.param(e.Subject) + ", " + lq.param(e.Link) + ", " + lq.param(e.Details) + ", " + lq.param(s.t(s.stamp(e.At))) + ")"
 		}
+		if _, err := q.ExecContext(ctx, `INSERT INTO notify_events (kind, severity, cluster_id, subject, link, details, at) VALUES `+
+			strings.Join(rows, ", "), lq.args...); err != nil {
+			return fmt.Errorf("write notifications to the outbox: %w", err)
+		}
+		evs = evs[n:]
 	}
 	return nil
 }
+
+// insertBatch is how many rows one INSERT writes at most (7 parameters a row
+// stays far below both engines' limits).
+const insertBatch = 100
 
 const notifyTargetColumns = `id, name, kind, endpoint, secret_sealed, filters, rate_per_minute, created_at, updated_at`
 
@@ -297,12 +309,19 @@ func (s *sqlStore) FanOutNotifications(ctx context.Context, events []int64, ds [
 		if err := s.lock(ctx, tx, "notify_deliveries"); err != nil {
 			return err
 		}
-		for _, d := range ds {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO notify_deliveries (target_id, event_id, state, first_at, next_at)
-				VALUES ($1, $2, 'pending', $3, $3) ON CONFLICT (target_id, event_id) DO NOTHING`,
-				d.TargetID, d.EventID, s.t(now)); err != nil {
-				return s.fail(err, "write a delivery", "write a delivery")
+		for len(ds) > 0 {
+			n := min(len(ds), insertBatch)
+			var lq listQuery
+			at := lq.param(s.t(now))
+			rows := make([]string, n)
+			for i, d := range ds[:n] {
+				rows[i] = "(" + lq.param(d.TargetID) + ", " + lq.param(d.EventID) + ", 'pending', " + at + ", " + at + ")"
 			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO notify_deliveries (target_id, event_id, state, first_at, next_at)
+				VALUES `+strings.Join(rows, ", ")+` ON CONFLICT (target_id, event_id) DO NOTHING`, lq.args...); err != nil {
+				return s.fail(err, "write deliveries", "write deliveries")
+			}
+			ds = ds[n:]
 		}
 		var q listQuery
 		q.in("id", events)
