@@ -36,6 +36,7 @@ import (
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/secondfactor"
 	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -110,6 +111,8 @@ type serverCmd struct {
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
+	secondFactorFlags `embed:""` // server_secondfactor.go
+
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
 }
@@ -161,6 +164,7 @@ type app struct {
 	trail    *audit.Trail
 	auth     *auth.Service
 	accounts *accounts.Service
+	mfa      *secondfactor.Service // server_secondfactor.go
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	ops      *operations.Service
@@ -216,7 +220,11 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail})
+	if a.mfa, err = c.secondFactors(st, a.auth, sealer, a.trail); err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail, StepUp: a.mfa})
 	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Logger: log, Audit: a.trail})
 	if err != nil {
 		st.Close()
@@ -265,7 +273,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	registerStoreWriter(a.registry, st)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
-		Keys:   a.keys,
+		Keys: a.keys, SecondFactors: a.mfa,
 		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
