@@ -171,9 +171,18 @@ type Callback struct {
 	Client                  auth.Client
 }
 
+// User is the user a single sign-on logged in, as the front ends show it.
+type User struct {
+	ID       int64  `json:"id"`
+	Email    string `json:"email"`
+	Nickname string `json:"nickname"`
+}
+
+func viewUser(u store.User) User { return User{ID: u.ID, Email: u.Email, Nickname: u.Nickname} }
+
 // Finished is a single sign-on that proved who the user is.
 type Finished struct {
-	User store.User
+	User User
 	// Token is the new session's first token, for a login the browser started.
 	Token auth.Token
 	Next  string
@@ -295,13 +304,13 @@ func (s *Service) finish(ctx context.Context, c Callback) (Finished, error) {
 		if l.CLIState != "" {
 			q.Set("state", l.CLIState)
 		}
-		return Finished{User: u, CLIRedirect: l.CLIRedirect + "?" + q.Encode()}, nil
+		return Finished{User: viewUser(u), CLIRedirect: l.CLIRedirect + "?" + q.Encode()}, nil
 	}
 	t, err := s.cfg.Sessions.StartSession(ctx, u, auth.MethodOIDC, c.Client)
 	if err != nil {
 		return Finished{}, err
 	}
-	return Finished{User: u, Token: t, Next: l.Next}, nil
+	return Finished{User: viewUser(u), Token: t, Next: l.Next}, nil
 }
 
 // handoffTTL is how long the CLI has to exchange its one-time code: it does so at
@@ -312,29 +321,29 @@ const handoffTTL = 2 * time.Minute
 // one-time code its loopback redirect received and the verifier of the challenge
 // it started with give a session. A code serves once; every failure is 401
 // sso_failed.
-func (s *Service) Exchange(ctx context.Context, code, verifier string, c auth.Client) (auth.Token, store.User, error) {
+func (s *Service) Exchange(ctx context.Context, code, verifier string, c auth.Client) (auth.Token, User, error) {
 	if code == "" || len(code) > 256 || len(verifier) < 43 || len(verifier) > 128 {
-		return auth.Token{}, store.User{}, ssoFailed(errors.New("no code or verifier"))
+		return auth.Token{}, User{}, ssoFailed(errors.New("no code or verifier"))
 	}
 	h, err := s.cfg.Store.TakeOIDCHandoff(ctx, hashText(code), s.cfg.Now())
 	if errs.Is(err, errs.NotFound) {
-		return auth.Token{}, store.User{}, ssoFailed(errors.New("unknown, used or expired code"))
+		return auth.Token{}, User{}, ssoFailed(errors.New("unknown, used or expired code"))
 	}
 	if err != nil {
-		return auth.Token{}, store.User{}, fmt.Errorf("single sign-on exchange: %w", err)
+		return auth.Token{}, User{}, fmt.Errorf("single sign-on exchange: %w", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(oauth2.S256ChallengeFromVerifier(verifier)), []byte(h.CLIChallenge)) != 1 {
-		return auth.Token{}, store.User{}, ssoFailed(errors.New("the verifier does not match the challenge"))
+		return auth.Token{}, User{}, ssoFailed(errors.New("the verifier does not match the challenge"))
 	}
 	u, err := s.cfg.Store.UserByID(ctx, h.UserID)
 	if err != nil {
-		return auth.Token{}, store.User{}, ssoFailed(err)
+		return auth.Token{}, User{}, ssoFailed(err)
 	}
 	t, err := s.cfg.Sessions.StartSession(ctx, u, auth.MethodOIDC, c)
 	if err != nil {
-		return auth.Token{}, store.User{}, err
+		return auth.Token{}, User{}, err
 	}
-	return t, u, nil
+	return t, viewUser(u), nil
 }
 
 // checkLoopback accepts the CLI's redirect only to a loopback address by IP

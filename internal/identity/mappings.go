@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
@@ -50,6 +51,31 @@ type Scope struct {
 	Tags  []string `json:"tags"`
 }
 
+// Mapping is a group mapping as the front ends show it.
+type Mapping struct {
+	ID        int64          `json:"id"`
+	Group     string         `json:"group"`
+	Role      string         `json:"role"`
+	Grants    []MappingGrant `json:"grants"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+}
+
+// MappingGrant is one grant of a Mapping.
+type MappingGrant struct {
+	ClusterID int64  `json:"clusterId"`
+	Role      string `json:"role"`
+}
+
+func viewMapping(m store.GroupMapping) Mapping {
+	out := Mapping{ID: m.ID, Group: m.Group, Role: m.Role, Grants: []MappingGrant{}, CreatedAt: m.CreatedAt.UTC(),
+		UpdatedAt: m.UpdatedAt.UTC()}
+	for _, g := range m.Grants {
+		out.Grants = append(out.Grants, MappingGrant{ClusterID: g.ClusterID, Role: g.Role})
+	}
+	return out
+}
+
 // Bounds of a mapping.
 const (
 	maxMappingGrants = 100
@@ -64,17 +90,25 @@ func (m *Mappings) guardAdmin(ctx context.Context, p auth.Principal, attempt str
 }
 
 // List returns every mapping, by ID.
-func (m *Mappings) List(ctx context.Context, p auth.Principal) ([]store.GroupMapping, error) {
+func (m *Mappings) List(ctx context.Context, p auth.Principal) ([]Mapping, error) {
 	if err := m.guardAdmin(ctx, p, "identity.group_mappings"); err != nil {
 		return nil, err
 	}
-	return m.st.GroupMappings(ctx)
+	all, err := m.st.GroupMappings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Mapping, 0, len(all))
+	for _, gm := range all {
+		out = append(out, viewMapping(gm))
+	}
+	return out, nil
 }
 
 // Create stores a new mapping; it applies at each member's next login.
-func (m *Mappings) Create(ctx context.Context, p auth.Principal, in MappingInput) (store.GroupMapping, error) {
+func (m *Mappings) Create(ctx context.Context, p auth.Principal, in MappingInput) (Mapping, error) {
 	if err := m.guardAdmin(ctx, p, "identity.group_mapping_create"); err != nil {
-		return store.GroupMapping{}, err
+		return Mapping{}, err
 	}
 	gm, err := m.check(ctx, in)
 	if err == nil {
@@ -87,13 +121,16 @@ func (m *Mappings) Create(ctx context.Context, p auth.Principal, in MappingInput
 		gm, err = m.st.CreateGroupMapping(ctx, gm)
 	}
 	m.record(ctx, "identity.group_mapping_create", gm, err)
-	return gm, err
+	if err != nil {
+		return Mapping{}, err
+	}
+	return viewMapping(gm), nil
 }
 
 // Update replaces mapping id.
-func (m *Mappings) Update(ctx context.Context, p auth.Principal, id int64, in MappingInput) (store.GroupMapping, error) {
+func (m *Mappings) Update(ctx context.Context, p auth.Principal, id int64, in MappingInput) (Mapping, error) {
 	if err := m.guardAdmin(ctx, p, "identity.group_mapping_update"); err != nil {
-		return store.GroupMapping{}, err
+		return Mapping{}, err
 	}
 	gm, err := m.check(ctx, in)
 	if err == nil {
@@ -102,7 +139,10 @@ func (m *Mappings) Update(ctx context.Context, p auth.Principal, id int64, in Ma
 	}
 	gm.ID = id
 	m.record(ctx, "identity.group_mapping_update", gm, err)
-	return gm, err
+	if err != nil {
+		return Mapping{}, err
+	}
+	return viewMapping(gm), nil
 }
 
 // Delete removes mapping id; the grants it gave go at each member's next login.
