@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/accounts"
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/cli"
 	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/identity"
 	"github.com/vmgate/vmgate/internal/store"
@@ -70,4 +72,19 @@ func ssoOf(sso *identity.Service) frontend.SingleSignOn {
 		return nil
 	}
 	return sso
+}
+
+// ssoLogin is `vmgate login --sso` (cli.SSOLogin), which keeps the login like a
+// password's.
+func (c *loginCmd) ssoLogin(ctx context.Context, s *cli.Session) error {
+	s.SetToken("")
+	t, err := cli.SSOLogin(ctx, s.Client, os.Stderr, !c.NoBrowser)
+	if err != nil {
+		return &cli.ExitError{Code: cli.ExitAuth, Err: err, Msg: "single sign-on failed (" + s.Server + "): " + err.Error()}
+	}
+	if err := cli.SaveLogin(s.Server, cli.Login{Email: t.User.Email, Token: t.Token, ExpiresAt: t.ExpiresAt, CAFile: s.CAFile()}); err != nil {
+		return err
+	}
+	say("logged in to %s as %s", s.Server, t.User.Email)
+	return nil
 }
