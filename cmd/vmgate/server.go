@@ -73,6 +73,9 @@ type serverCmd struct {
 	MaxStreamsPerSession    int           `default:"8" env:"VMGATE_MAX_STREAMS_PER_SESSION" help:"Event streams (the API's and the web UI's live pages) one session or API token holds open at once; past it 429 too_many_streams. 0: no cap."`
 	MaxStreamsPerUser       int           `default:"32" env:"VMGATE_MAX_STREAMS_PER_USER" help:"Event streams one user holds open at once, every session and API token together. 0: no cap."`
 
+	// Single sign-on (server_oidc.go).
+	OIDC oidcFlags `embed:""`
+
 	// A rotation of the key file (admin keys rotate-seal, docs/deploy.md).
 	PreviousSecretKeyFile string `env:"VMGATE_PREVIOUS_SECRET_KEY_FILE" help:"During a rotation of the key file: the old key file, which then only opens what it sealed."`
 
@@ -250,13 +253,18 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, fmt.Errorf("api/openapi.yaml: %w", err)
 	}
+	sso, mappings, err := c.OIDC.singleSignOn(st, a.auth, a.accounts, a.trail, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	// The web UI calls the same use cases; the API hands it every path that is
 	// not the API's (docs/decisions/0012). Its CSRF key derives from the key file,
 	// which every replica shares.
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
-		Streams: streams,
+		Streams: streams, SSO: ssoOf(sso),
 	})
 	if err != nil {
 		st.Close()
@@ -280,6 +288,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
 		Streams:        streams,
+		GroupMappings:  mappings,
 	})
 	if err != nil {
 		st.Close()

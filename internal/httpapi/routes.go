@@ -45,5 +45,8 @@ func (s *Server) routes() []route {
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
 	}
+	if s.mappings != nil {
+		rs = append(rs, s.identityRoutes()...)
+	}
 	return rs
 }

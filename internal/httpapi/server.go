@@ -62,6 +62,9 @@ type Config struct {
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
 	Operations frontend.Operations
+	// GroupMappings serves the group mappings of single sign-on; nil leaves
+	// those routes out.
+	GroupMappings frontend.GroupMappings
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
@@ -107,6 +110,7 @@ type Server struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	mappings frontend.GroupMappings
 	keys     Keys
 	// secondFactors is Config.SecondFactors (secondfactor.go).
 	secondFactors frontend.SecondFactors
@@ -131,7 +135,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
 	}
