@@ -200,6 +200,9 @@ type Cluster struct {
 	ceph    *cephState // nil without Options.Ceph
 	journal journal    // what happened, for benchmarks and tests
 
+	// remote: storages, bridges and tunnels of remote migrations (remote.go)
+	remote remoteState
+
 	latency atomic.Int64
 
 	statsMu  sync.Mutex

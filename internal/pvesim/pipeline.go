@@ -32,6 +32,9 @@ type response struct {
 	// file is a download (task log with download=1), sent as text/plain.
 	file     []byte
 	fileName string
+	// upgrade takes the connection over after the checks (a tunnel's
+	// WebSocket, which pveproxy forwards to the worker's socket).
+	upgrade func(w http.ResponseWriter, r *http.Request)
 }
 
 func success(data any) response { return response{status: http.StatusOK, data: data} }
@@ -152,6 +155,10 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 	resp.legacy = resp.status >= 400 && !c.rel.errorBodies
 	if drop {
 		hangUp(w)
+		return
+	}
+	if resp.upgrade != nil {
+		resp.upgrade(w, r)
 		return
 	}
 	if resp.status == http.StatusUnauthorized && c.opts.AuthDelay > 0 {
