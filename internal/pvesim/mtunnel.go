@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -171,33 +172,43 @@ func mtunnelWebsocket(r *request, kind string) response {
 		return die(ctConfigMissing(r.local, vmid))
 	}
 	mt := c.remote.tunnels[socket]
-	if mt == nil || mt.ticket != ticket || mt.user != r.who.user || mt.vmid != vmid || mt.connected {
+	if mt == nil || mt.ticket != ticket || mt.user != r.who.user || mt.vmid != vmid {
 		return fail(http.StatusForbidden, "permission denied - invalid tunnel ticket\n")
 	}
+	res := success(map[string]any{"socket": socket})
+	res.upgrade = &wsTarget{local: r.local, socket: socket}
+	return res
+}
+
+// acceptOn hands a relayed WebSocket to what listens behind it: a console's
+// port, or a migration tunnel worker's socket.
+func (c *Cluster) acceptOn(to *wsTarget, conn net.Conn, closeWS func()) bool {
+	if to.socket == "" {
+		return c.accept(to.local, to.port, conn, closeWS)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mt := c.remote.tunnels[to.socket]
+	if mt == nil || mt.connected || !mt.t.running {
+		return false
+	}
 	mt.connected = true
-	return response{status: http.StatusSwitchingProtocols, upgrade: func(w http.ResponseWriter, hr *http.Request) {
-		ws, err := wsUpgrade(w, hr)
-		if err != nil {
-			c.mu.Lock()
-			c.endTunnel(mt, c.clock.Now(), "mtunnel exited unexpectedly")
-			c.mu.Unlock()
-			return
-		}
-		c.serveTunnel(mt, ws)
-	}}
+	go c.serveTunnel(mt, newLineConn(conn), closeWS)
+	return true
 }
 
 // serveTunnel is the tunnel worker's command loop.
-func (c *Cluster) serveTunnel(mt *mtun, ws *wsConn) {
-	defer ws.close()
+func (c *Cluster) serveTunnel(mt *mtun, conn *lineConn, closeWS func()) {
+	defer closeWS()
+	defer conn.close()
 	for {
-		line, err := ws.receive(0)
+		line, err := conn.receive(0)
 		if err != nil {
 			break
 		}
 		reply := c.tunnelCommand(mt, line)
 		b, _ := json.Marshal(reply)
-		if err := ws.send(b); err != nil {
+		if err := conn.send(b); err != nil {
 			break
 		}
 	}

@@ -32,9 +32,9 @@ type response struct {
 	// file is a download (task log with download=1), sent as text/plain.
 	file     []byte
 	fileName string
-	// upgrade takes the connection over after the checks (a tunnel's
-	// WebSocket, which pveproxy forwards to the worker's socket).
-	upgrade func(w http.ResponseWriter, r *http.Request)
+	// upgrade is where a vncwebsocket call's connection goes when it asks
+	// for a WebSocket (consolews.go).
+	upgrade *wsTarget
 }
 
 func success(data any) response { return response{status: http.StatusOK, data: data} }
@@ -157,8 +157,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 		hangUp(w)
 		return
 	}
-	if resp.upgrade != nil {
-		resp.upgrade(w, r)
+	if c.websocketUpgrade(w, r, &resp) {
 		return
 	}
 	if resp.status == http.StatusUnauthorized && c.opts.AuthDelay > 0 {

@@ -199,7 +199,7 @@ type remoteMigration struct {
 
 	begin  time.Time
 	phase  int
-	tun    *wsConn
+	tun    *lineConn
 	killed atomic.Bool
 }
 
@@ -396,12 +396,8 @@ func (m *remoteMigration) openTunnel(storages, bridges []string) error {
 	m.logf("remote: started tunnel worker '%s'", res.UPID)
 	u, _ := url.Parse(m.api.base() + fmt.Sprintf("/api2/json/nodes/%s/%s/%d/mtunnelwebsocket", m.dst, m.kind, m.targetVMID))
 	u.RawQuery = url.Values{"socket": {res.Socket}, "ticket": {res.Ticket}}.Encode()
-	tun, err := wsDial(u, m.api.ep.fingerprint, http.Header{"Authorization": {m.api.ep.apitoken}}, remoteCallTimeout)
+	tun, err := dialTunnel(u, m.api.ep.fingerprint, m.api.ep.apitoken, remoteCallTimeout)
 	if err != nil {
-		var se *httpStatusError
-		if errors.As(err, &se) {
-			return fmt.Errorf("failed to connect to websocket tunnel - %s", se.status)
-		}
 		return fmt.Errorf("failed to connect to websocket tunnel - %v", err)
 	}
 	m.tun = tun

@@ -135,8 +135,13 @@ func TestRemoteMigrateVMOnline(t *testing.T) {
 		t.Errorf("target disks: %+v", dst.Disks)
 	}
 	tunnels := p.b.TasksFor(100)
-	if len(tunnels) != 1 || tunnels[0].Type != "qmtunnel" || tunnels[0].ExitStatus != "OK" || tunnels[0].User != tokID {
+	if len(tunnels) != 1 || tunnels[0].Type != "qmtunnel" || tunnels[0].User != tokID {
 		t.Fatalf("target tasks: %+v", tunnels)
+	}
+	// The tunnel worker ends when the source has disconnected, a moment after
+	// the source's task.
+	if tunnels[0] = waitFor(t, p.b, tunnels[0].UPID); tunnels[0].ExitStatus != "OK" {
+		t.Fatalf("tunnel task ended %q:\n%s", tunnels[0].ExitStatus, strings.Join(tunnels[0].Log, "\n"))
 	}
 	if !hasLine(tunnels[0].Log, "received command 'resume'") || !hasLine(tunnels[0].Log, "mtunnel exited") {
 		t.Errorf("tunnel log:\n%s", strings.Join(tunnels[0].Log, "\n"))

@@ -2,71 +2,30 @@ package pvesim
 
 import (
 	"bufio"
-	"crypto/sha1"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
-// The migration tunnel's WebSocket (RFC 6455), as much of it as PVE's
-// proxmox-websocket-tunnel and pveproxy use between two clusters: one text
-// message per JSON command and per answer, unfragmented, masked from the
-// client. The emulator is both ends (the source's tunnel and the target's
-// pveproxy), so nothing else of the protocol is needed.
+// The migration tunnel's transport. The source's tunnel connects to the
+// target's mtunnelwebsocket; pveproxy relays the WebSocket's bytes to the
+// tunnel worker's socket (websocketUpgrade, acceptTunnel). Commands and
+// answers are JSON lines, as QemuMigrate's write_tunnel and the worker's
+// `while (my $line = <$conn>)` read them.
 
-// wsMaxMessage bounds one tunnel message (a command or an answer; a VM
-// config is the largest, a few KiB).
-const wsMaxMessage = 1 << 20
-
-const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-// wsConn is one end of a WebSocket.
-type wsConn struct {
-	conn   net.Conn
-	r      *bufio.Reader
-	client bool // a client masks what it sends
-	wmu    sync.Mutex
-}
-
-func wsAccept(key string) string {
-	sum := sha1.Sum([]byte(key + wsGUID))
-	return base64.StdEncoding.EncodeToString(sum[:])
-}
-
-// wsUpgrade answers a WebSocket handshake and takes the connection over.
-func wsUpgrade(w http.ResponseWriter, r *http.Request) (*wsConn, error) {
-	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || r.Header.Get("Sec-WebSocket-Key") == "" {
-		http.Error(w, "websocket upgrade required", http.StatusBadRequest)
-		return nil, errors.New("not a websocket handshake")
-	}
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		return nil, errors.New("connection cannot be taken over")
-	}
-	conn, rw, err := hj.Hijack()
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-		wsAccept(r.Header.Get("Sec-WebSocket-Key")))
-	if err := rw.Flush(); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	_ = conn.SetDeadline(time.Time{})
-	return &wsConn{conn: conn, r: rw.Reader}, nil
-}
+// tunnelMaxLine bounds one command or answer (a VM config is the largest, a
+// few KiB).
+const tunnelMaxLine = 1 << 20
 
 // errFingerprint is a TLS handshake refused because the server's
 // certificate is not the pinned one.
@@ -91,181 +50,64 @@ func pinnedTLS(fingerprint string) *tls.Config {
 	}
 }
 
-// wsDial opens the tunnel's WebSocket at u (https://host:port/path?query)
-// with the given headers.
-func wsDial(u *url.URL, fingerprint string, header http.Header, timeout time.Duration) (*wsConn, error) {
-	d := &net.Dialer{Timeout: timeout}
-	conn, err := tls.DialWithDialer(d, "tcp", u.Host, pinnedTLS(fingerprint))
-	if err != nil {
-		return nil, err
-	}
-	key := make([]byte, 16)
-	for i := range key {
-		key[i] = byte(i*37 + 11)
-	}
-	k := base64.StdEncoding.EncodeToString(key)
-	var b strings.Builder
-	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n", u.RequestURI(), u.Host, k)
-	for name, vs := range header {
-		for _, v := range vs {
-			fmt.Fprintf(&b, "%s: %s\r\n", name, v)
-		}
-	}
-	b.WriteString("\r\n")
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		conn.Close()
-		return nil, &httpStatusError{code: resp.StatusCode, status: resp.Status, body: body}
-	}
-	if resp.Header.Get("Sec-WebSocket-Accept") != wsAccept(k) {
-		conn.Close()
-		return nil, errors.New("websocket handshake: wrong Sec-WebSocket-Accept")
-	}
-	_ = conn.SetDeadline(time.Time{})
-	return &wsConn{conn: conn, r: br, client: true}, nil
+// lineConn is one end of the tunnel: JSON lines over a byte stream.
+type lineConn struct {
+	conn net.Conn
+	r    *bufio.Reader
 }
 
-// httpStatusError is an HTTP answer that is not the one asked for.
-type httpStatusError struct {
-	code   int
-	status string
-	body   []byte
+func newLineConn(conn net.Conn) *lineConn {
+	return &lineConn{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
 }
 
-func (e *httpStatusError) Error() string { return e.status }
-
-// send writes one text message.
-func (c *wsConn) send(msg []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.writeFrame(0x1, msg)
+// send writes one line.
+func (c *lineConn) send(msg []byte) error {
+	_, err := c.conn.Write(append(append([]byte(nil), msg...), '\n'))
+	return err
 }
 
-func (c *wsConn) writeFrame(op byte, payload []byte) error {
-	hdr := []byte{0x80 | op}
-	mask := byte(0)
-	if c.client {
-		mask = 0x80
-	}
-	switch n := len(payload); {
-	case n < 126:
-		hdr = append(hdr, mask|byte(n))
-	case n <= 0xffff:
-		hdr = append(hdr, mask|126, byte(n>>8), byte(n))
-	default:
-		hdr = append(hdr, mask|127)
-		hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
-	}
-	data := payload
-	if c.client {
-		key := [4]byte{0x5a, 0x17, 0xc3, 0x2e}
-		hdr = append(hdr, key[:]...)
-		data = make([]byte, len(payload))
-		for i, b := range payload {
-			data[i] = b ^ key[i%4]
-		}
-	}
-	if _, err := c.conn.Write(append(hdr, data...)); err != nil {
-		return err
-	}
-	return nil
-}
-
-// receive reads the next text message; io.EOF after a close frame.
-func (c *wsConn) receive(timeout time.Duration) ([]byte, error) {
+// receive reads the next line, waiting at most timeout (0: no limit).
+func (c *lineConn) receive(timeout time.Duration) ([]byte, error) {
 	if timeout > 0 {
 		_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
 		defer c.conn.SetReadDeadline(time.Time{})
 	}
+	var line []byte
 	for {
-		var h [2]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		part, isPrefix, err := c.r.ReadLine()
+		if err != nil {
 			return nil, err
 		}
-		op := h[0] & 0x0f
-		if h[0]&0x80 == 0 {
-			return nil, errors.New("websocket: fragmented messages are not used by the tunnel")
+		line = append(line, part...)
+		if len(line) > tunnelMaxLine {
+			return nil, fmt.Errorf("tunnel line of more than %d bytes", tunnelMaxLine)
 		}
-		masked := h[1]&0x80 != 0
-		if masked == c.client {
-			return nil, errors.New("websocket: wrong masking")
-		}
-		n := uint64(h[1] & 0x7f)
-		switch n {
-		case 126:
-			var b [2]byte
-			if _, err := io.ReadFull(c.r, b[:]); err != nil {
-				return nil, err
-			}
-			n = uint64(binary.BigEndian.Uint16(b[:]))
-		case 127:
-			var b [8]byte
-			if _, err := io.ReadFull(c.r, b[:]); err != nil {
-				return nil, err
-			}
-			n = binary.BigEndian.Uint64(b[:])
-		}
-		if n > wsMaxMessage {
-			return nil, fmt.Errorf("websocket: message of %d bytes is over the tunnel's limit", n)
-		}
-		var key [4]byte
-		if masked {
-			if _, err := io.ReadFull(c.r, key[:]); err != nil {
-				return nil, err
-			}
-		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(c.r, payload); err != nil {
-			return nil, err
-		}
-		if masked {
-			for i := range payload {
-				payload[i] ^= key[i%4]
-			}
-		}
-		switch op {
-		case 0x1, 0x2:
-			return payload, nil
-		case 0x8:
-			return nil, io.EOF // the caller answers with close()
-		case 0x9:
-			c.wmu.Lock()
-			err := c.writeFrame(0xA, payload)
-			c.wmu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-		case 0xA:
-		default:
-			return nil, fmt.Errorf("websocket: unknown opcode %d", op)
+		if !isPrefix {
+			return line, nil
 		}
 	}
 }
 
-// close says goodbye and closes the connection. The client waits for the
-// server's close frame: the server answers it once it has finished (the
-// tunnel worker's task has ended), so the source sees the target's end.
-func (c *wsConn) close() {
-	c.wmu.Lock()
-	_ = c.writeFrame(0x8, nil)
-	c.wmu.Unlock()
-	if c.client {
-		for {
-			if _, err := c.receive(10 * time.Second); err != nil {
-				break
-			}
+func (c *lineConn) close() { c.conn.Close() }
+
+// dialTunnel opens the tunnel's WebSocket at u with the token and the
+// pinned fingerprint (proxmox-websocket-tunnel).
+func dialTunnel(u *url.URL, fingerprint, apitoken string, timeout time.Duration) (*lineConn, error) {
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: pinnedTLS(fingerprint)}}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
+		HTTPClient:      client,
+		HTTPHeader:      http.Header{"Authorization": {apitoken}},
+		Subprotocols:    []string{"binary"},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("%s", resp.Status)
 		}
+		return nil, err
 	}
-	c.conn.Close()
+	ws.SetReadLimit(tunnelMaxLine)
+	return newLineConn(websocket.NetConn(context.Background(), ws, websocket.MessageBinary)), nil
 }
