@@ -121,7 +121,7 @@ type RemotePrecheck struct {
 	TargetNode        string
 	Candidates        []RemoteNode
 	Disks             []RemoteDisk
-	Storages          []pve.StorageInfo // the target node's storages that take the guest's volumes
+	Storages          []RemoteStorage // the target node's storages that take the guest's volumes
 	NICs              []RemoteNIC
 	Bridges           []string // the target node's bridges
 	TargetVMID        int
@@ -143,6 +143,14 @@ type RemoteDisk struct {
 	Key, Volid, Storage string
 	Size                int64
 	Target              string // the mapped (or suggested) target storage; "" when none fits
+}
+
+// RemoteStorage is a storage of the target node.
+type RemoteStorage struct {
+	Storage, Type string
+	Shared        bool
+	Content       []string
+	Avail, Total  int64
 }
 
 // RemoteNIC is a network device of the guest and its bridge on the target.
@@ -294,7 +302,8 @@ func (s *Service) remotePrecheck(ctx context.Context, a Actor, vm GuestRef, req 
 		}
 		for _, st := range all {
 			if st.Node == pc.TargetNode && st.Active && slicesContains(st.Content, content) {
-				pc.Storages = append(pc.Storages, st)
+				pc.Storages = append(pc.Storages, RemoteStorage{Storage: st.Storage, Type: st.Type, Shared: st.Shared,
+					Content: st.Content, Avail: st.Avail, Total: st.Total})
 			}
 		}
 		if pc.Bridges, err = dst.Bridges(ctx, pc.TargetNode); err != nil {
