@@ -256,3 +256,42 @@ func testRemoteMigrate(t *testing.T, storeKind string) {
 		}
 	}
 }
+
+// TestCLIRemoteMigrate: `vmgate vm remote-migrate --dry-run` prints the
+// pre-check with its blockers (exit 4), a refusal says how to get past it, and
+// the move with --storage and --bridge is followed to its end; `ct
+// remote-migrate` moves a stopped container.
+func TestCLIRemoteMigrate(t *testing.T) {
+	t.Parallel()
+	l := startRemoteLab(t, "sqlite", 100)
+	env := cliEnv(t)
+	runCLI(t, env, remotePassword+"\n", "login", "--server", l.c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
+
+	r := runCLI(t, env, "", "vm", "remote-migrate", "dev", "pve1", "100", "--target-cluster", "dev-b", "--target-node", "pveb1", "--dry-run", "-o", "table").
+		want(t, 4, "the pre-check without mappings")
+	for _, want := range []string{"VM 100 (running) to cluster dev-b, node pveb1, as 100", "disk scsi0: ceph:vm-100-disk-0 (32.0 GiB) → -",
+		"network net0: bridge vmbr0 → -", "target bridges: vmbr1, vmbr2", "vmid 100: free on the target",
+		"target token: Sys.Incoming on /: ok", "blocked: disk scsi0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the dry run lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runCLI(t, env, "", "vm", "remote-migrate", "dev", "pve1", "100", "--target-cluster", "dev-b", "--storage", "tank", "--target-vmid", "300").
+		want(t, 4, "a vmid taken on the target")
+	if !strings.Contains(r.stderr, "--target-vmid 100") {
+		t.Errorf("the refusal does not say which vmid is free:\n%s", r.stderr)
+	}
+	r = runCLI(t, env, "", "vm", "remote-migrate", "dev", "pve1", "100", "--target-cluster", "dev-b", "--target-node", "pveb1",
+		"--storage", "ceph=tank", "--bridge", "vmbr0=vmbr1").want(t, 0, "vm remote-migrate")
+	if !strings.Contains(r.stderr, "moving VM 100 to cluster dev-b: UPID:pve1:") {
+		t.Errorf("vm remote-migrate printed:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if vm, ok := l.b.VM(100); !ok || vm.Status != "running" {
+		t.Errorf("VM 100 on dev-b after the CLI's move: %+v", vm)
+	}
+	runCLI(t, env, "", "ct", "remote-migrate", "dev", "pve2", "201", "--target-cluster", "dev-b", "--storage", "tank", "--bridge", "vmbr2").
+		want(t, 0, "ct remote-migrate of a stopped container")
+	if k, ok := l.b.CT(201); !ok || k.Status != "stopped" || k.Lock != "" {
+		t.Errorf("CT 201 on dev-b: %+v", k)
+	}
+}
