@@ -53,6 +53,8 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/maintenance": `{"dryRun":true}`,
 	"POST /api/v1/identity/group-mappings":                           `{"group":"ops","role":"user"}`,
 	"PUT /api/v1/identity/group-mappings/{id}":                       `{"group":"ops","role":"user"}`,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/remote-migrate":   `{"targetCluster":"dev-b"}`,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/remote-migrate":  `{"targetCluster":"dev-b"}`,
 }
 
 var noBodyRoutes = map[string]bool{
