@@ -39,6 +39,9 @@ func (s *Server) routes() []route {
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)
 	}
+	if s.consoles != nil {
+		rs = append(rs, s.consoleRoutes()...) // console.go
+	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
 	}

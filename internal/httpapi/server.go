@@ -62,6 +62,8 @@ type Config struct {
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
 	Operations frontend.Operations
+	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
+	Consoles Consoles
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
@@ -105,6 +107,7 @@ type Server struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	keys     Keys
+	consoles Consoles
 	log      *slog.Logger
 	proxies  proxies
 	metrics  *metrics
@@ -128,7 +131,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
-		streams: cfg.Streams, keys: cfg.Keys,
+		streams: cfg.Streams, keys: cfg.Keys, consoles: cfg.Consoles,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})
