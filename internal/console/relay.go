@@ -195,7 +195,8 @@ func (c *Console) Serve(ctx context.Context, client *websocket.Conn) error {
 	go func() { done <- c.fromClient(rctx, client) }()
 	why := c.supervise(rctx, done)
 	c.end(why)
-	cancel()
+	// Closed before rctx ends: a read whose context ends closes its connection
+	// at once, without the close frame that tells the client why.
 	if why == EndClosed || why == EndError {
 		client.Close(websocket.StatusNormalClosure, "")
 	} else {
