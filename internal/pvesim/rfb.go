@@ -90,8 +90,8 @@ func (c *Cluster) serveVNC(s *consoleSession, connectedAt time.Time) string {
 		name = "VM " + strconv.Itoa(l.vmid)
 	}
 	v := &rfbConn{
-		rd:       bufio.NewReaderSize(s.conn, 64*1024),
-		wr:       bufio.NewWriterSize(s.conn, 64*1024),
+		rd:       bufio.NewReaderSize(s.conn, 4096),
+		wr:       bufio.NewWriterSize(s.conn, 32*1024),
 		password: l.password,
 		lxc:      l.lxc,
 		expires:  connectedAt.Add(vncPasswordLifetime),
@@ -412,50 +412,52 @@ func (v *rfbConn) update(r rect) error {
 	// encoding 0: Raw
 	v.wr.Write(hdr[:])
 	bpp := int(v.pf.bpp) / 8
-	need := r.w * r.h * bpp
+	fg, bg := v.pf.encode(rfbFG), v.pf.encode(rfbBG)
+	// Row by row, so that a full 1024×768 update needs no 3 MiB buffer
+	// (an idle console keeps only its text).
+	need := r.w * bpp
 	if cap(v.pix) < need {
 		v.pix = make([]byte, need)
 	}
 	pix := v.pix[:need]
-	pf := v.pf
-	i := 0
 	for y := r.y; y < r.y+r.h; y++ {
-		row := v.screen.fb[y*v.screen.w+r.x : y*v.screen.w+r.x+r.w]
-		for _, rgb := range row {
-			px := pf.pack(rgb)
-			switch bpp {
-			case 4:
-				if pf.bigEndian {
-					binary.BigEndian.PutUint32(pix[i:], px)
-				} else {
-					binary.LittleEndian.PutUint32(pix[i:], px)
-				}
-			case 2:
-				if pf.bigEndian {
-					binary.BigEndian.PutUint16(pix[i:], uint16(px))
-				} else {
-					binary.LittleEndian.PutUint16(pix[i:], uint16(px))
-				}
-			default:
-				pix[i] = byte(px)
-			}
-			i += bpp
+		v.screen.renderRow(pix, y, r.x, r.w, fg[:bpp], bg[:bpp])
+		if _, err := v.wr.Write(pix); err != nil {
+			return err
 		}
 	}
-	v.wr.Write(pix)
 	return v.wr.Flush()
 }
 
-func (pf pixelFormat) pack(rgb uint32) uint32 {
+// encode is a colour (0xRRGGBB) as the client's pixel bytes.
+func (pf pixelFormat) encode(rgb uint32) [4]byte {
 	r, g, b := (rgb>>16)&0xff, (rgb>>8)&0xff, rgb&0xff
-	return (r*uint32(pf.rmax)/255)<<pf.rshift | (g*uint32(pf.gmax)/255)<<pf.gshift | (b*uint32(pf.bmax)/255)<<pf.bshift
+	px := (r*uint32(pf.rmax)/255)<<pf.rshift | (g*uint32(pf.gmax)/255)<<pf.gshift | (b*uint32(pf.bmax)/255)<<pf.bshift
+	var out [4]byte
+	switch pf.bpp {
+	case 32:
+		if pf.bigEndian {
+			binary.BigEndian.PutUint32(out[:], px)
+		} else {
+			binary.LittleEndian.PutUint32(out[:], px)
+		}
+	case 16:
+		if pf.bigEndian {
+			binary.BigEndian.PutUint16(out[:], uint16(px))
+		} else {
+			binary.LittleEndian.PutUint16(out[:], uint16(px))
+		}
+	default:
+		out[0] = byte(px)
+	}
+	return out
 }
 
 // textScreen is the guest's text console drawn in a framebuffer.
 type textScreen struct {
 	w, h       int
 	cols, rows int
-	fb         []uint32 // 0xRRGGBB
+	cursorOn   bool
 	text       [][]byte
 	cx, cy     int
 	host       string
@@ -465,7 +467,7 @@ type textScreen struct {
 }
 
 func newTextScreen(w, h int, host string) *textScreen {
-	s := &textScreen{w: w, h: h, cols: max(w/rfbCellW, 1), rows: max(h/rfbCellH, 1), fb: make([]uint32, w*h), host: host}
+	s := &textScreen{w: w, h: h, cols: max(w/rfbCellW, 1), rows: max(h/rfbCellH, 1), host: host}
 	s.text = make([][]byte, s.rows)
 	for i := range s.text {
 		s.text[i] = make([]byte, s.cols)
@@ -514,11 +516,6 @@ func (s *textScreen) newline() {
 		first[j] = ' '
 	}
 	s.text[s.rows-1] = first
-	for y := 0; y < s.rows; y++ {
-		for x := 0; x < s.cols; x++ {
-			s.drawCell(x, y)
-		}
-	}
 	s.dirty = rect{0, 0, s.w, s.h}
 }
 
@@ -527,49 +524,56 @@ func (s *textScreen) set(x, y int, ch byte) {
 		return
 	}
 	s.text[y][x] = ch
-	s.drawCell(x, y)
+	s.touch(x, y)
+}
+
+func (s *textScreen) touch(x, y int) {
 	s.dirty = s.dirty.union(rect{x * rfbCellW, y * rfbCellH, rfbCellW, rfbCellH})
 }
 
-// drawCell draws a cell's glyph (one pixel row of space above, the glyph
-// scaled ×2).
-func (s *textScreen) drawCell(x, y int) {
-	x0, y0 := x*rfbCellW, y*rfbCellH
-	for py := 0; py < rfbCellH; py++ {
-		row := s.fb[(y0+py)*s.w+x0 : (y0+py)*s.w+x0+rfbCellW]
-		for i := range row {
-			row[i] = rfbBG
-		}
-	}
-	rows := glyphRows(s.text[y][x])
-	for gy, bits := range rows {
-		for gx := 0; gx < 5; gx++ {
-			if bits&(0x10>>gx) == 0 {
-				continue
-			}
-			for dy := 0; dy < rfbScale; dy++ {
-				off := (y0+(gy+1)*rfbScale+dy)*s.w + x0 + gx*rfbScale
-				for dx := 0; dx < rfbScale; dx++ {
-					s.fb[off+dx] = rfbFG
-				}
-			}
-		}
-	}
-}
-
-// drawCursor draws (or erases) the underline cursor at the cursor's cell.
+// drawCursor shows (or hides) the underline cursor at the cursor's cell.
 func (s *textScreen) drawCursor(on bool) {
-	x, y := min(s.cx, s.cols-1), s.cy
-	s.drawCell(x, y)
-	if on {
-		x0, y0 := x*rfbCellW, y*rfbCellH
-		for py := rfbCellH - 3; py < rfbCellH-1; py++ {
-			for px := 0; px < rfbCellW-2; px++ {
-				s.fb[(y0+py)*s.w+x0+px] = rfbFG
+	s.cursorOn = on
+	s.touch(min(s.cx, s.cols-1), s.cy)
+}
+
+// glyphTable is every glyph's rows, decoded once.
+var glyphTable = func() (t [256][7]byte) {
+	for i := range t {
+		t[i] = glyphRows(byte(i))
+	}
+	return t
+}()
+
+// renderRow writes pixel row y, columns [x0, x0+w), as the client's pixel
+// bytes: a cell is one blank pixel row pair, the glyph's 7 rows scaled ×2,
+// and the cursor's underline near its bottom. Pixels right of or below the
+// last whole cell are background.
+func (s *textScreen) renderRow(out []byte, y, x0, w int, fg, bg []byte) {
+	bpp := len(fg)
+	cy, py := y/rfbCellH, y%rfbCellH
+	gy := py/rfbScale - 1
+	cursorRow := s.cursorOn && cy == s.cy && py >= rfbCellH-3 && py < rfbCellH-1
+	cursorX := min(s.cx, s.cols-1)
+	i := 0
+	for x := x0; x < x0+w; x++ {
+		cx, px := x/rfbCellW, x%rfbCellW
+		on := false
+		if cy < s.rows && cx < s.cols {
+			if gx := px / rfbScale; gy >= 0 && gy < 7 && gx < 5 {
+				on = glyphTable[s.text[cy][cx]][gy]&(0x10>>gx) != 0
+			}
+			if cursorRow && cx == cursorX && px < rfbCellW-2 {
+				on = true
 			}
 		}
+		if on {
+			copy(out[i:i+bpp], fg)
+		} else {
+			copy(out[i:i+bpp], bg)
+		}
+		i += bpp
 	}
-	s.dirty = s.dirty.union(rect{x * rfbCellW, y * rfbCellH, rfbCellW, rfbCellH})
 }
 
 // key is a key press (an X keysym): getty's login prompt and login's
