@@ -405,3 +405,29 @@ func TestConsoleWebsocketUpgrade(t *testing.T) {
 		wantLine(t, e.do(call{path: "/nodes/pve1/lxc/200/vncwebsocket", query: q, noAuth: true, headers: h}), 501, tc.line)
 	}
 }
+
+// TestDevClusterConsoles: the dev token may open consoles, and VM 100's
+// terminal is its serial port.
+func TestDevClusterConsoles(t *testing.T) {
+	t.Parallel()
+	c := DevCluster(Options{ManualClock: true, Start: testStart})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := c.Serve(ctx, ServeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	e := &env{t: t, c: c, srv: srv, eps: map[string]Endpoint{}, client: &http.Client{Timeout: 20 * time.Second},
+		auth: "PVEAPIToken=" + c.DevToken()}
+	for _, ep := range srv.Endpoints() {
+		e.eps[ep.Node] = ep
+	}
+	tc, _ := e.termLogin("qemu", 100)
+	if got := tc.until("root@web1:~# "); got != "starting serial terminal on interface serial0\r\nroot@web1:~# " {
+		t.Fatalf("VM 100's terminal: %q", got)
+	}
+	tc, _ = e.termLogin("lxc", 200)
+	tc.typeText("hostname\r")
+	tc.until("\r\nproxy\r\n")
+}
