@@ -396,6 +396,16 @@ func (c *Cluster) ConsoleListeners() int {
 	return n
 }
 
+// endConsolesOf closes the console connections of a guest that stopped or
+// moved away (the process behind them ended); c.mu must be held.
+func (c *Cluster) endConsolesOf(vmid int) {
+	for s := range c.cons.sessions {
+		if s.l.vmid == vmid {
+			s.conn.Close()
+		}
+	}
+}
+
 // dropConsoles closes every console connection of a node (its endpoint
 // went away: node offline, server closed); "" is every node.
 func (c *Cluster) dropConsoles(local string) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 const (
@@ -430,4 +433,33 @@ func TestDevClusterConsoles(t *testing.T) {
 	tc, _ = e.termLogin("lxc", 200)
 	tc.typeText("hostname\r")
 	tc.until("\r\nproxy\r\n")
+}
+
+// TestConsoleEnds: a console ends with its guest (a VM's VNC when the VM
+// stops) and with its node's endpoint (the node cut off).
+func TestConsoleEnds(t *testing.T) {
+	t.Parallel()
+	e := consoleEnv(t)
+	a := e.openProxy("qemu", 100, "vncproxy", url.Values{"websocket": {"1"}})
+	rc := &rfbClient{t: t, conn: e.dialRFB("qemu", 100, a)}
+	if res := rc.securityTo(a.Password); res != 0 {
+		t.Fatalf("SecurityResult %d", res)
+	}
+	rc.init()
+	e.post("pve1", "/nodes/pve1/qemu/100/status/stop", nil)
+	e.c.Advance(time.Minute)
+	if _, err := io.ReadFull(rc.conn, make([]byte, 1)); err == nil {
+		t.Fatal("the VNC console outlived its VM")
+	}
+	if st := e.wait(a.UPID); st.ExitStatus != "OK" {
+		t.Fatalf("task %+v", st)
+	}
+
+	tc, _ := e.termLogin("lxc", 200)
+	tc.until("# ")
+	if err := e.c.SetNodeOnline("pve1", false); err != nil {
+		t.Fatal(err)
+	}
+	tc.closed()
+	testkit.Until(t, "the console session ends", func() bool { return e.c.ConsoleSessions() == 0 })
 }

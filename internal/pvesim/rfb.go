@@ -73,8 +73,6 @@ func (c *Cluster) serveVNC(s *consoleSession, connectedAt time.Time) string {
 		c.mu.Unlock()
 		return "" // lxc-console ends at once, vncterm with it
 	}
-	conn := s.conn
-	g.onPowerOff = append(g.onPowerOff, func(time.Time) { conn.Close() })
 	c.mu.Unlock()
 
 	w, h := rfbVMWidth, rfbVMHeight

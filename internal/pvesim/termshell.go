@@ -163,10 +163,6 @@ func (c *Cluster) newTermShell(s *consoleSession) *termShell {
 		sh.host = vmHostname(g, l.vmid)
 		sh.kernel = kernelInfo{"6.12.48+deb13-amd64", "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1 (2025-09-20)"}
 	}
-	if msg == "" && g != nil {
-		conn := s.conn
-		g.onPowerOff = append(g.onPowerOff, func(time.Time) { conn.Close() })
-	}
 	c.mu.Unlock()
 	if msg != "" {
 		sh.write(msg)
