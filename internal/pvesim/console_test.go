@@ -88,7 +88,7 @@ func (e *env) dialConsole(kind string, vmid int, a proxyAnswer) (*websocket.Conn
 
 // termClient is a termproxy client: what it read so far, and helpers.
 type termClient struct {
-	t   *testing.T
+	t   testing.TB
 	ws  *websocket.Conn
 	got bytes.Buffer
 }

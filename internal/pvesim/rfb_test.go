@@ -14,7 +14,7 @@ import (
 
 // rfbClient is a minimal RFB client over vncwebsocket, as noVNC talks.
 type rfbClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn net.Conn
 	w, h int
 	name string
