@@ -27,8 +27,11 @@ const (
 // consoleEnv is a cluster with CT 200 (ct200, running), CT 201 (stopped),
 // VM 100 (web1, running, serial0), VM 101 (stopped) and VM 102 (running,
 // no serial port), and a token that has VM.Console.
-func consoleEnv(t *testing.T) *env {
-	e := newEnv(t, envOptions{build: func(c *Cluster) {
+func consoleEnv(t *testing.T) *env { return consoleEnvAs(t, "") }
+
+// consoleEnvAs is consoleEnv answering as a PVE release.
+func consoleEnvAs(t *testing.T, release string) *env {
+	e := newEnv(t, envOptions{opts: Options{Version: release}, build: func(c *Cluster) {
 		addCT(t, c, CTSpec{VMID: 200, Node: "pve1", Hostname: "ct200", Running: true})
 		addCT(t, c, CTSpec{VMID: 201, Node: "pve1", Hostname: "ct201"})
 		addVM(t, c, VMSpec{VMID: 100, Node: "pve1", Name: "web1", Running: true, Serial: "serial0"})
@@ -462,4 +465,50 @@ func TestConsoleEnds(t *testing.T) {
 	}
 	tc.closed()
 	testkit.Until(t, "the console session ends", func() bool { return e.c.ConsoleSessions() == 0 })
+}
+
+// TestConsolesBeforeTicketPorts: PVE 8.x's consoles — tickets bound to user
+// and guest but not to the port, no password in front; the ticket itself is
+// the VNC password unless generate-password asks for one; termproxy checks
+// the ticket it is given.
+func TestConsolesBeforeTicketPorts(t *testing.T) {
+	t.Parallel()
+	for _, release := range []string{"8.0", "8.3", "8.4"} {
+		t.Run(release, func(t *testing.T) {
+			t.Parallel()
+			e := consoleEnvAs(t, release)
+			tc, a := e.termLogin("lxc", 200)
+			if !strings.HasPrefix(a.Ticket, "PVEVNC:") {
+				t.Fatalf("ticket %q", a.Ticket)
+			}
+			tc.typeText("hostname\r")
+			tc.until("\r\nct200\r\n")
+			// Any port passes vncwebsocket's check (the VNC password guards it).
+			r := e.do(call{path: "/nodes/pve1/lxc/200/vncwebsocket", query: url.Values{"port": {"5999"}, "vncticket": {a.Ticket}}})
+			if r.status != 200 || string(r.data) != `{"port":"5999"}` {
+				t.Fatalf("other port: %s %s", r.line, r.body)
+			}
+			v := e.openProxy("qemu", 100, "vncproxy", url.Values{"websocket": {"1"}})
+			if v.Password != "" || !strings.HasPrefix(v.Ticket, "PVEVNC:") {
+				t.Fatalf("vncproxy %+v", v)
+			}
+			rc := &rfbClient{t: t, conn: e.dialRFB("qemu", 100, v)}
+			if res := rc.securityTo(v.Ticket); res != 0 {
+				t.Fatalf("the ticket as VNC password: SecurityResult %d", res)
+			}
+			v = e.openProxy("qemu", 100, "vncproxy", url.Values{"websocket": {"1"}, "generate-password": {"1"}})
+			if len(v.Password) != 8 || !strings.HasPrefix(v.Ticket, "PVEVNC:") {
+				t.Fatalf("vncproxy with generate-password %+v", v)
+			}
+			rc = &rfbClient{t: t, conn: e.dialRFB("qemu", 100, v)}
+			if res := rc.securityTo(v.Password); res != 0 {
+				t.Fatalf("the generated password: SecurityResult %d", res)
+			}
+			v = e.openProxy("lxc", 200, "vncproxy", url.Values{"websocket": {"1"}})
+			rc = &rfbClient{t: t, conn: e.dialRFB("lxc", 200, v)}
+			if res := rc.securityTo(v.Ticket); v.Password != "" || res != 0 {
+				t.Fatalf("vncterm: password %q, SecurityResult %d", v.Password, res)
+			}
+		})
+	}
 }
