@@ -101,13 +101,27 @@ var consoleFont = [95]string{
 	"00000815020000", // ~
 }
 
-// glyphRows returns a byte's seven rows.
-func glyphRows(ch byte) [7]byte {
+// descenders are the letters that reach one row below the others' base
+// line: eight rows each, in place of their seven in consoleFont.
+var descenders = map[byte]string{
+	'g': "00000f11110f010e",
+	'j': "020006020202120c",
+	'p': "00001e11111e1010",
+	'q': "00000f11110f0101",
+	'y': "00001111110f010e",
+}
+
+// glyphRows returns a byte's rows: seven, and an eighth below the base line
+// for a descender.
+func glyphRows(ch byte) [8]byte {
 	if ch < ' ' || ch > '~' {
 		ch = '?'
 	}
-	s := consoleFont[ch-' ']
-	var rows [7]byte
+	s, ok := descenders[ch]
+	if !ok {
+		s = consoleFont[ch-' '] + "00"
+	}
+	var rows [8]byte
 	for i := range rows {
 		rows[i] = unhexByte(s[2*i])<<4 | unhexByte(s[2*i+1])
 	}

@@ -536,7 +536,7 @@ func (s *textScreen) drawCursor(on bool) {
 }
 
 // glyphTable is every glyph's rows, decoded once.
-var glyphTable = func() (t [256][7]byte) {
+var glyphTable = func() (t [256][8]byte) {
 	for i := range t {
 		t[i] = glyphRows(byte(i))
 	}
@@ -544,8 +544,8 @@ var glyphTable = func() (t [256][7]byte) {
 }()
 
 // renderRow writes pixel row y, columns [x0, x0+w), as the client's pixel
-// bytes: a cell is one blank pixel row pair, the glyph's 7 rows scaled ×2,
-// and the cursor's underline near its bottom. Pixels right of or below the
+// bytes: a cell is one blank pixel row pair, the glyph's 7 rows (8 for a
+// descender) scaled ×2, and the cursor's underline near its bottom. Pixels right of or below the
 // last whole cell are background.
 func (s *textScreen) renderRow(out []byte, y, x0, w int, fg, bg []byte) {
 	bpp := len(fg)
@@ -558,7 +558,7 @@ func (s *textScreen) renderRow(out []byte, y, x0, w int, fg, bg []byte) {
 		cx, px := x/rfbCellW, x%rfbCellW
 		on := false
 		if cy < s.rows && cx < s.cols {
-			if gx := px / rfbScale; gy >= 0 && gy < 7 && gx < 5 {
+			if gx := px / rfbScale; gy >= 0 && gy < 8 && gx < 5 {
 				on = glyphTable[s.text[cy][cx]][gy]&(0x10>>gx) != 0
 			}
 			if cursorRow && cx == cursorX && px < rfbCellW-2 {
