@@ -512,3 +512,37 @@ func TestConsolesBeforeTicketPorts(t *testing.T) {
 		})
 	}
 }
+
+// TestConsolePortsRunOut: a node has 100 console ports; the 101st waiting
+// worker gets next_vnc_port's error, and a port comes back when its worker
+// gives up.
+func TestConsolePortsRunOut(t *testing.T) {
+	t.Parallel()
+	e := consoleEnv(t)
+	for i := 0; i < 100; i++ {
+		e.openProxy("lxc", 200, "termproxy", nil)
+	}
+	wantLine(t, e.do(call{method: "POST", path: "/nodes/pve1/lxc/200/termproxy"}), 500, "500 unable to find free port (5900-5999)")
+	// Another node has its own ports.
+	if a := e.openProxy2("pve2", "lxc", 200, "termproxy"); a.Port != 5900 {
+		t.Fatalf("pve2's first port %d", a.Port)
+	}
+	e.c.Advance(consoleAcceptTimeout)
+	if n := e.c.ConsoleListeners(); n != 0 {
+		t.Fatalf("%d listeners after the timeout", n)
+	}
+	if a := e.openProxy("lxc", 200, "termproxy", nil); a.Port != 5900 {
+		t.Fatalf("port after the timeout %d", a.Port)
+	}
+}
+
+// openProxy2 calls a proxy method at another node's endpoint for a guest on
+// pve1 (served by that node, as PVE reaches the guest over ssh).
+func (e *env) openProxy2(endpoint, kind string, vmid int, method string) proxyAnswer {
+	e.t.Helper()
+	r := e.do(call{node: endpoint, method: "POST", path: "/nodes/pve1/" + kind + "/" + strconv.Itoa(vmid) + "/" + method})
+	if r.status != 200 {
+		e.t.Fatalf("%s: %s %s", method, r.line, r.body)
+	}
+	return decodeData[proxyAnswer](e.t, r)
+}
