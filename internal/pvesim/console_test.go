@@ -66,17 +66,21 @@ func (e *env) openProxy(kind string, vmid int, method string, form url.Values) p
 	return decodeData[proxyAnswer](e.t, r)
 }
 
-func wsURL(e *env, kind string, vmid int, a proxyAnswer) string {
+func wsURL(e *env, endpoint, kind string, vmid int, a proxyAnswer) string {
 	q := url.Values{"port": {strconv.Itoa(a.Port)}, "vncticket": {a.Ticket}}
-	u := e.eps["pve1"].URL + "/api2/json/nodes/pve1/" + kind + "/" + strconv.Itoa(vmid) + "/vncwebsocket?" + q.Encode()
+	u := e.eps[endpoint].URL + "/api2/json/nodes/pve1/" + kind + "/" + strconv.Itoa(vmid) + "/vncwebsocket?" + q.Encode()
 	return "ws" + strings.TrimPrefix(u, "http")
 }
 
-// dialConsole opens vncwebsocket as PVE's own clients do.
+// dialConsole opens vncwebsocket as PVE's own clients do, at pve1's endpoint.
 func (e *env) dialConsole(kind string, vmid int, a proxyAnswer) (*websocket.Conn, error) {
+	return e.dialConsoleAt("pve1", kind, vmid, a)
+}
+
+func (e *env) dialConsoleAt(endpoint, kind string, vmid int, a proxyAnswer) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, wsURL(e, kind, vmid, a), &websocket.DialOptions{
+	ws, resp, err := websocket.Dial(ctx, wsURL(e, endpoint, kind, vmid, a), &websocket.DialOptions{
 		Subprotocols: []string{"binary"},
 		HTTPHeader:   http.Header{"Authorization": {e.auth}},
 	})
@@ -545,4 +549,24 @@ func (e *env) openProxy2(endpoint, kind string, vmid int, method string) proxyAn
 		e.t.Fatalf("%s: %s %s", method, r.line, r.body)
 	}
 	return decodeData[proxyAnswer](e.t, r)
+}
+
+// TestConsoleEndpoint: the port is on the node that received vncproxy (or
+// termproxy); vncwebsocket at another node's endpoint finds nothing there.
+func TestConsoleEndpoint(t *testing.T) {
+	t.Parallel()
+	e := consoleEnv(t)
+	a := e.openProxy2("pve2", "lxc", 200, "termproxy")
+	if _, err := e.dialConsoleAt("pve1", "lxc", 200, a); err == nil {
+		t.Fatal("pve1 relayed to pve2's console port")
+	}
+	ws, err := e.dialConsoleAt("pve2", "lxc", 200, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	tc := &termClient{t: t, ws: ws}
+	tc.send(a.User + ":" + a.Ticket + "\n")
+	tc.until("OK")
+	tc.until("root@ct200:~# ")
 }
