@@ -570,3 +570,32 @@ func TestConsoleEndpoint(t *testing.T) {
 	tc.until("OK")
 	tc.until("root@ct200:~# ")
 }
+
+// TestConsoleOverTLS: vncwebsocket upgrades on pveproxy's HTTPS as well.
+func TestConsoleOverTLS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{serve: ServeOptions{TLS: true}, build: func(c *Cluster) {
+		addCT(t, c, CTSpec{VMID: 200, Node: "pve1", Hostname: "ct200", Running: true})
+		if err := c.AddToken(consoleTokenID, consoleSecret, TokenOptions{VMPrivileges: []string{"VM.Console"}}); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	e.auth = "PVEAPIToken=" + consoleTokenID + "=" + consoleSecret
+	a := e.openProxy("lxc", 200, "termproxy", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, wsURL(e, "pve1", "lxc", 200, a), &websocket.DialOptions{
+		Subprotocols: []string{"binary"},
+		HTTPHeader:   http.Header{"Authorization": {e.auth}},
+		HTTPClient:   e.client,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	tc := &termClient{t: t, ws: ws}
+	tc.send(a.User + ":" + a.Ticket + "\n")
+	tc.until("OK")
+	tc.typeText("echo tls\r")
+	tc.until("\r\ntls\r\n")
+}
