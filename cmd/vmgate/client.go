@@ -454,8 +454,9 @@ func (c *clusterRmCmd) Run() error {
 }
 
 type nodeCmd struct {
-	List     nodeListCmd     `cmd:"" help:"List a cluster's nodes."`
-	Evacuate nodeEvacuateCmd `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
+	List        nodeListCmd        `cmd:"" help:"List a cluster's nodes."`
+	Evacuate    nodeEvacuateCmd    `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
+	Maintenance nodeMaintenanceCmd `cmd:"" help:"Put a node in maintenance (emptied, no guest started there) and take it out (guests restored)."`
 }
 
 type nodeListCmd struct {

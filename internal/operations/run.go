@@ -276,7 +276,7 @@ func (o *Service) finish(ctx context.Context, op store.Operation, left []int, wh
 		status = StatusPartial
 	case c.Failed > 0:
 		status = StatusFailed
-	case c.Skipped > 0 && op.Kind == KindEvacuate:
+	case c.Skipped > 0 && (op.Kind == KindEvacuate || op.Kind == KindMaintenanceEnter || op.Kind == KindMaintenanceLeave):
 		// Guests are left on the node: "done" would say it is empty.
 		status = StatusDoneWithSkips
 	}

@@ -102,6 +102,13 @@ var routeSpecs = []route{
 	{method: "PUT", path: "/cluster/ceph/flags", uses: cephFlagNames(), handle: hCephSetFlags},
 	{method: "GET", path: "/cluster/ceph/flags/{flag}", uses: []string{"flag"}, handle: hCephFlag},
 	{method: "PUT", path: "/cluster/ceph/flags/{flag}", uses: []string{"flag", "value"}, handle: hCephUpdateFlag},
+	// Consoles (console.go).
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/vncproxy", uses: []string{"node", "vmid", "websocket", "generate-password"}, handle: hQemuVNCProxy},
+	{method: "POST", path: "/nodes/{node}/qemu/{vmid}/termproxy", uses: []string{"node", "vmid", "serial"}, handle: hQemuTermProxy},
+	{method: "GET", path: "/nodes/{node}/qemu/{vmid}/vncwebsocket", uses: []string{"node", "vmid", "port", "vncticket"}, handle: hQemuVNCWebsocket},
+	{method: "POST", path: "/nodes/{node}/lxc/{vmid}/vncproxy", uses: []string{"node", "vmid", "websocket", "width", "height"}, handle: hLXCVNCProxy},
+	{method: "POST", path: "/nodes/{node}/lxc/{vmid}/termproxy", uses: []string{"node", "vmid"}, handle: hLXCTermProxy},
+	{method: "GET", path: "/nodes/{node}/lxc/{vmid}/vncwebsocket", uses: []string{"node", "vmid", "port", "vncticket"}, handle: hLXCVNCWebsocket},
 	{method: "GET", path: "/nodes/{node}/tasks",
 		uses:   []string{"node", "start", "limit", "userfilter", "typefilter", "vmid", "errors", "source", "since", "until", "statusfilter"},
 		handle: hNodeTasks},
