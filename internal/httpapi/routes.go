@@ -33,6 +33,9 @@ func (s *Server) routes() []route {
 
 		{"GET", "/api/v1/audit", admin, s.listAudit},
 	}
+	if s.secondFactors != nil {
+		rs = append(rs, s.secondFactorRoutes()...)
+	}
 	if s.fleet != nil {
 		rs = append(rs, s.fleetRoutes()...)
 	}
@@ -41,6 +44,9 @@ func (s *Server) routes() []route {
 	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
+	}
+	if s.mappings != nil {
+		rs = append(rs, s.identityRoutes()...)
 	}
 	return rs
 }

@@ -62,9 +62,15 @@ type Config struct {
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
 	Operations frontend.Operations
+	// GroupMappings serves the group mappings of single sign-on; nil leaves
+	// those routes out.
+	GroupMappings frontend.GroupMappings
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
+	// SecondFactors serves the second step of logins, the second factors and
+	// --require-2fa (secondfactor.go); nil leaves them out.
+	SecondFactors frontend.SecondFactors
 
 	Logger         *slog.Logger
 	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For or Forwarded is believed
@@ -104,7 +110,10 @@ type Server struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	mappings frontend.GroupMappings
 	keys     Keys
+	// secondFactors is Config.SecondFactors (secondfactor.go).
+	secondFactors frontend.SecondFactors
 	log      *slog.Logger
 	proxies  proxies
 	metrics  *metrics
@@ -126,9 +135,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
-		streams: cfg.Streams, keys: cfg.Keys,
+		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})
@@ -220,6 +229,12 @@ func (s *Server) wrap(rt route) http.Handler {
 		if rt.access == session || rt.access == adminSession {
 			if err := s.accounts.RequireSession(r.Context(), *ri.principal, name); err != nil {
 				writeError(w, r, err)
+				return
+			}
+		}
+		if rt.access != public {
+			if err := s.requireEnrolled(r, name, *ri.principal); err != nil {
+				writeError(w, r, timedOut(r, err))
 				return
 			}
 		}

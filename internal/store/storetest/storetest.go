@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionActivity", testSessionActivity},
 		{"APITokens", testAPITokens},
 		{"LoginNetworks", testLoginNetworks},
+		{"SecondFactors", testSecondFactors},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
