@@ -997,6 +997,8 @@ type vmCmd struct {
 	Suspend vmSuspendCmd `cmd:"" help:"Pause a VM, or hibernate it with --to-disk."`
 	Resume  vmResumeCmd  `cmd:"" help:"Resume a paused or hibernated VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
+	// remote.go
+	RemoteMigrate vmRemoteMigrateCmd `cmd:"" name:"remote-migrate" help:"Move a VM to another cluster (--dry-run: the pre-check) and follow the task."`
 }
 
 // listFilter are the filters of the guest lists.

@@ -340,6 +340,11 @@ func (c *serverCmd) Run() error {
 			return err
 		}
 		defer sim.Close()
+		simB, err := c.startDevB(ctx, context.WithoutCancel(ctx), a, log) // server_remote.go
+		if err != nil {
+			return err
+		}
+		defer simB.Close()
 	}
 
 	raw, err := net.Listen("tcp", c.Listen)

@@ -41,6 +41,7 @@ func (s *Server) routes() []route {
 	}
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)
+		rs = append(rs, s.remoteRoutes()...) // remote.go
 	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
