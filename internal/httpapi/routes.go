@@ -43,6 +43,9 @@ func (s *Server) routes() []route {
 		rs = append(rs, s.vmRoutes()...)
 		rs = append(rs, s.remoteRoutes()...) // remote.go
 	}
+	if s.consoles != nil {
+		rs = append(rs, s.consoleRoutes()...) // console.go
+	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
 	}

@@ -65,6 +65,8 @@ type Config struct {
 	// GroupMappings serves the group mappings of single sign-on; nil leaves
 	// those routes out.
 	GroupMappings frontend.GroupMappings
+	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
+	Consoles Consoles
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
@@ -114,14 +116,15 @@ type Server struct {
 	keys     Keys
 	// secondFactors is Config.SecondFactors (secondfactor.go).
 	secondFactors frontend.SecondFactors
-	log      *slog.Logger
-	proxies  proxies
-	metrics  *metrics
-	now      func() time.Time
-	openapi  []byte
-	handler  http.Handler
-	ui       http.Handler
-	streams  *sse.Limiter
+	consoles      Consoles
+	log           *slog.Logger
+	proxies       proxies
+	metrics       *metrics
+	now           func() time.Time
+	openapi       []byte
+	handler       http.Handler
+	ui            http.Handler
+	streams       *sse.Limiter
 
 	metricsPublic bool
 
@@ -138,6 +141,7 @@ func New(cfg Config) (*Server, error) {
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
+		consoles: cfg.Consoles,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})

@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"APITokens", testAPITokens},
 		{"LoginNetworks", testLoginNetworks},
 		{"SecondFactors", testSecondFactors},
+		{"ConsoleTickets", testConsoleTickets},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
