@@ -110,6 +110,8 @@ type serverCmd struct {
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
+	notifyFlags `embed:""` // server_notify.go
+
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
 }
@@ -164,6 +166,7 @@ type app struct {
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	ops      *operations.Service
+	notify   *notifyApp // server_notify.go
 	keys     *idempotency.Keeper
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
@@ -231,6 +234,10 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
 		}})
 	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
+	if a.notify, err = c.composeNotify(st, sealer, a.fleet, a.trail, a.vms.Owner(), log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	keys = idempotency.New(idempotency.Config{Store: st, Settle: httpapi.KeyOutcomes(a.vms, a.ops), Logger: log, Lease: c.KeyLease})
 	a.keys = keys
 	// One count of event streams for the API and the web UI: a user's cap holds
@@ -264,9 +271,10 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.registry.MustRegister(a.clock)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
-		Keys:   a.keys,
-		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
-		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
+		Notifications: a.notify.svc,
+		Keys:          a.keys,
+		Gates:         []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
+		Logger:        log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
@@ -360,7 +368,8 @@ func (c *serverCmd) Run() error {
 	}
 	// The trail's Run writes the denials it folds; at the end it writes every
 	// count still open, before the store closes.
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run} {
+	for _, run := range append([]func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run},
+		a.notify.workers()...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

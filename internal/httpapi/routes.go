@@ -42,5 +42,8 @@ func (s *Server) routes() []route {
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
 	}
+	if s.notify != nil {
+		rs = append(rs, s.notifyRoutes()...)
+	}
 	return rs
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
 	Operations frontend.Operations
+	// Notifications serves the notification targets and deliveries; nil
+	// leaves those routes out.
+	Notifications frontend.Notifications
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
@@ -104,6 +107,7 @@ type Server struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	notify   frontend.Notifications
 	keys     Keys
 	log      *slog.Logger
 	proxies  proxies
@@ -128,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
-		streams: cfg.Streams, keys: cfg.Keys,
+		streams: cfg.Streams, keys: cfg.Keys, notify: cfg.Notifications,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})
