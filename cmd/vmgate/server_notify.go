@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -61,4 +62,17 @@ func (n *notifyApp) workers() []func(context.Context) error {
 		ws = append(ws, n.health.Run)
 	}
 	return ws
+}
+
+// noteVerifyFailed writes audit.verify_failed to the outbox when the chain is
+// broken (not when the store could not be read: that says nothing of the
+// chain); the server's sender delivers it.
+func noteVerifyFailed(ctx context.Context, st store.Store, err error) {
+	var br *audit.ChainBreak
+	if !errors.As(err, &br) {
+		return
+	}
+	if werr := st.EnqueueNotifications(ctx, []store.NotifyEvent{notify.AuditVerifyFailed(br.ID, err.Error(), time.Now())}); werr != nil {
+		show("could not write the notification of the broken chain: %v", werr)
+	}
 }
