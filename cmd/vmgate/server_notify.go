@@ -23,6 +23,11 @@ type notifyFlags struct {
 	// NotifyPoll is how often the sender looks for work. Hidden: tests and the
 	// benchmark change it.
 	NotifyPoll time.Duration `name:"notify-poll" hidden:"" default:"250ms" env:"VMGATE_NOTIFY_POLL" help:"How often the outbox is looked at."`
+	// NotifyFirstRetry and NotifyLease are the backoff's first wait and how
+	// long a killed process keeps the deliveries it was sending. Hidden: tests
+	// shorten them.
+	NotifyFirstRetry time.Duration `name:"notify-first-retry" hidden:"" default:"30s" env:"VMGATE_NOTIFY_FIRST_RETRY" help:"The first wait before sending again."`
+	NotifyLease      time.Duration `name:"notify-lease" hidden:"" default:"1m" env:"VMGATE_NOTIFY_LEASE" help:"How long a dead process keeps the deliveries it was sending."`
 }
 
 // notifyApp is the notifications' part of a composed vmgate.
@@ -41,7 +46,8 @@ func (c *serverCmd) composeNotify(st store.Store, sealer *seal.Sealer, fl *fleet
 	}
 	n := &notifyApp{}
 	n.sender = notify.NewSender(notify.SenderConfig{Store: st, Sealer: sealer, Owner: owner, Logger: log,
-		BaseURL: c.NotifyBaseURL, Deny: deny, Poll: c.NotifyPoll})
+		BaseURL: c.NotifyBaseURL, Deny: deny, Poll: c.NotifyPoll, FirstRetry: c.NotifyFirstRetry, Lease: c.NotifyLease,
+		SendTimeout: min(notify.DefaultSendTimeout, c.NotifyLease/4)})
 	n.svc = notify.NewService(st, sealer, trail, n.sender, nil)
 	if c.NotifyHealth {
 		n.health = notify.NewHealth(st, func(ctx context.Context, clusterID int64) ([]pve.Node, error) {
