@@ -192,7 +192,27 @@ func TestNotificationsOnRealBinary(t *testing.T) {
 	if err != nil || len(ds.Items) == 0 || ds.Items[0].Kind != notify.EventAuthLockout {
 		t.Fatalf("delivered: %+v %v", ds.Items, err)
 	}
+
+	// The command line: vmgate notify target list|add|test|rm, deliveries.
+	env := cliEnv(t)
+	runCLI(t, env, pw+"\n", "login", "--server", base, "--email", "root@example.com").want(t, 0, "login")
+	runCLI(t, env, "cli-secret\n", "notify", "target", "add", "from-cli", "webhook", rcv2(t).srv.URL, "--secret-stdin",
+		"--event", "task.failed", "--severity", "warning", "--rate", "10", "-o", "table").want(t, 0, "notify target add")
+	r := runCLI(t, env, "", "notify", "target", "list", "-o", "table").want(t, 0, "notify target list")
+	if names := column(t, r.stdout, "NAME"); !slices.Equal(names, []string{"from-cli", "security"}) || strings.Contains(r.stdout, "cli-secret") {
+		t.Fatalf("notify target list:\n%s", r.stdout)
+	}
+	r = runCLI(t, env, "", "notify", "target", "test", "from-cli", "-o", "table").want(t, 0, "notify target test")
+	if got := column(t, r.stdout, "DELIVERED"); len(got) != 1 || got[0] != "yes" {
+		t.Fatalf("notify target test:\n%s", r.stdout)
+	}
+	runCLI(t, env, "", "notify", "deliveries", "--state", "delivered", "-o", "table").want(t, 0, "notify deliveries")
+	runCLI(t, env, "", "notify", "target", "rm", "from-cli").want(t, 0, "notify target rm")
+	runCLI(t, env, "", "notify", "target", "test", "from-cli").want(t, 2, "a removed target")
 }
+
+// rcv2 is a second receiver, with the CLI's secret.
+func rcv2(t *testing.T) *hookReceiver { return newHookReceiver(t, "cli-secret") }
 
 // TestNotificationsSurviveKill9: 100 events wait while their receiver is down;
 // vmgate is killed with SIGKILL; after a restart every one arrives, in order.
