@@ -254,7 +254,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// which every replica shares.
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
-		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
+		Notifications: a.notify.svc,
+		Secret:        key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
 		Streams: streams,
 	})
 	if err != nil {

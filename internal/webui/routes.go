@@ -96,6 +96,9 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
+	if u.notify != nil {
+		rs = append(rs, u.notifyRoutes()...)
+	}
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
