@@ -136,7 +136,7 @@ func enqueue(t *testing.T, dir string, n int) {
 	}
 }
 
-// TestNotificationsOnRealBinary: an admin adds a webhook target; its secret is
+// TestNotificationsOnRealBinary (docs/security.md item 44): an admin adds a webhook target; its secret is
 // never in an answer; a lockout of logins reaches the receiver, signed; an API
 // token cannot change targets.
 func TestNotificationsOnRealBinary(t *testing.T) {

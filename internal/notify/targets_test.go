@@ -12,7 +12,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// TestTargetRules: only an admin manages targets, the writes from a login
+// TestTargetRules (docs/security.md item 44): only an admin manages targets, the writes from a login
 // session; every field is checked; the secret is sealed at rest, bound to the
 // target, and never in what the use cases return.
 func TestTargetRules(t *testing.T) {
