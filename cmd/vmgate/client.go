@@ -47,6 +47,7 @@ type clientCmds struct {
 	Grant   grantCmd   `cmd:"" group:"client" help:"Give USER the ROLE (operator or viewer) on CLUSTER (admin)."`
 	Revoke  revokeCmd  `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
 	Audit   auditCmd   `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
+	Notify  notifyCmd  `cmd:"" group:"client" help:"Notification targets, deliveries and dead letters (admin)."`
 	Get     getCmd     `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
 }
 

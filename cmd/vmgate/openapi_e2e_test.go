@@ -313,6 +313,8 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	must("a user's tokens", err)
 	must("revoke a user's token", admin.DeleteUserToken(ctx, user.ID, tokens[1].ID))
 
+	walkNotifications(t, ctx, admin, dir, must) // notify_e2e_test.go
+
 	must("change the password", op.ChangePassword(ctx, opPW, opPW2))
 	must("logout", op.Logout(ctx))
 	_, err = admin.Audit(ctx, client.AuditFilter{Limit: 50})

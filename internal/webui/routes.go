@@ -97,6 +97,9 @@ func (u *UI) routes() []route {
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
 	rs = append(rs, u.ssoRoutes()...)
+	if u.notify != nil {
+		rs = append(rs, u.notifyRoutes()...)
+	}
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
