@@ -110,14 +110,14 @@ type Server struct {
 	keys     Keys
 	// secondFactors is Config.SecondFactors (secondfactor.go).
 	secondFactors frontend.SecondFactors
-	log      *slog.Logger
-	proxies  proxies
-	metrics  *metrics
-	now      func() time.Time
-	openapi  []byte
-	handler  http.Handler
-	ui       http.Handler
-	streams  *sse.Limiter
+	log           *slog.Logger
+	proxies       proxies
+	metrics       *metrics
+	now           func() time.Time
+	openapi       []byte
+	handler       http.Handler
+	ui            http.Handler
+	streams       *sse.Limiter
 
 	metricsPublic bool
 
