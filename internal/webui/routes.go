@@ -96,6 +96,9 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
+	if u.sf != nil {
+		rs = append(rs, u.secondFactorRoutes()...)
+	}
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
@@ -159,6 +162,9 @@ func (u *UI) wrap(rt route) http.Handler {
 			r = r.WithContext(context.WithValue(ctx, principalKey, p))
 			if post && !csrfOK(r, u.csrfToken(p.SessionID)) {
 				u.fail(w, r, errCSRF)
+				return
+			}
+			if u.mustEnrolFirst(w, r, rt, p) { // --require-2fa (secondfactor.go)
 				return
 			}
 			if rt.access == admin {
