@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"html/template"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -148,6 +149,15 @@ type secondFactorsView struct {
 	secondfactor.Overview
 	Pending       *secondfactor.PendingTOTP // a TOTP factor to confirm
 	RecoveryCodes []string                  // shown this once
+}
+
+// OTPAuthHref is the pending factor's otpauth URL as a link: html/template
+// would replace a scheme it does not know, and this one is vmgate's own.
+func (v *secondFactorsView) OTPAuthHref() template.URL {
+	if v.Pending == nil || !strings.HasPrefix(v.Pending.OTPAuthURL, "otpauth://totp/") {
+		return ""
+	}
+	return template.URL(v.Pending.OTPAuthURL)
 }
 
 type secondFactorsNoteKey struct{}
