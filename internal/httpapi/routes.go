@@ -41,9 +41,16 @@ func (s *Server) routes() []route {
 	}
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)
+		rs = append(rs, s.remoteRoutes()...) // remote.go
+	}
+	if s.consoles != nil {
+		rs = append(rs, s.consoleRoutes()...) // console.go
 	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
+	}
+	if s.mappings != nil {
+		rs = append(rs, s.identityRoutes()...)
 	}
 	return rs
 }

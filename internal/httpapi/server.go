@@ -62,6 +62,11 @@ type Config struct {
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
 	Operations frontend.Operations
+	// GroupMappings serves the group mappings of single sign-on; nil leaves
+	// those routes out.
+	GroupMappings frontend.GroupMappings
+	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
+	Consoles Consoles
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
@@ -107,9 +112,11 @@ type Server struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	mappings frontend.GroupMappings
 	keys     Keys
 	// secondFactors is Config.SecondFactors (secondfactor.go).
 	secondFactors frontend.SecondFactors
+	consoles      Consoles
 	log           *slog.Logger
 	proxies       proxies
 	metrics       *metrics
@@ -131,9 +138,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
+		consoles: cfg.Consoles,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})

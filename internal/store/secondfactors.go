@@ -131,14 +131,6 @@ func scanSecondFactor(sc scanner) (SecondFactor, error) {
 
 func secondFactorMissing() error { return errs.E(errs.NotFound, "second factor not found") }
 
-// nullBytes is the parameter of a nullable binary column: empty is NULL.
-func nullBytes(v []byte) any {
-	if len(v) == 0 {
-		return nil
-	}
-	return v
-}
-
 // nullTime is the parameter of a nullable time column: zero is NULL.
 func (s *sqlStore) nullTime(v time.Time) any {
 	if v.IsZero() {

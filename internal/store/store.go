@@ -674,4 +674,6 @@ type Store interface {
 	Prune(ctx context.Context, now time.Time, p PruneOptions) (PruneResult, error)
 
 	OperationStore
+	MaintenanceStore
+	NotifyStore
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// Operations serves the node page's evacuation and the operations' pages
 	// (issue 13 (docs/history.md)); nil leaves them out.
 	Operations frontend.Operations
+	// SSO is single sign-on with an OpenID Provider (internal/identity); nil
+	// leaves its pages and the log-in page's button out.
+	SSO frontend.SingleSignOn
 	// SecondFactors serves the login's second step and the Account page's second
 	// factors (secondfactor.go); nil leaves them out.
 	SecondFactors frontend.SecondFactors
@@ -77,6 +80,7 @@ type UI struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	sso      frontend.SingleSignOn
 	sf       frontend.SecondFactors // secondfactor.go
 	trail    frontend.AuditTrail
 	status   func(error) int
@@ -106,7 +110,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sf: cfg.SecondFactors, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, sf: cfg.SecondFactors, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
@@ -143,6 +147,7 @@ func New(cfg Config) (*UI, error) {
 	for _, rt := range u.routes() {
 		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
 	}
+	u.mountSSOToken()
 	u.mux.Handle("/", u.wrap(route{"", "/", public, u.notFound}))
 	return u, nil
 }
