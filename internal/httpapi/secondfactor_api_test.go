@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -407,4 +408,133 @@ func TestSecondFactorRoutesNeedAService(t *testing.T) {
 		}
 	}
 	_ = http.StatusOK
+}
+
+// TestSecondFactorRoutesHeadersAndBodies (docs/security.md item 31) over the
+// second factors' routes, which the VM env does not serve: every one answers with
+// the security headers, without a token and with an admin's, and refuses a body
+// that is not JSON with 415 before it acts.
+func TestSecondFactorRoutesHeadersAndBodies(t *testing.T) {
+	e := newSFEnv(t, secondfactor.RequireNone)
+	root := e.addUser("root", accounts.RoleAdmin)
+	vals := routeVals{"id": itoa(root.ID)}
+	seen := 0
+	for _, rt := range e.api.secondFactorRoutes() {
+		key := rt.method + " " + rt.pattern
+		path := concrete(rt.pattern, vals)
+		for _, user := range []string{"", "root"} {
+			r := httptest.NewRequest(rt.method, path, nil)
+			if takesBody(rt.method) {
+				r = httptest.NewRequest(rt.method, path, strings.NewReader(`{}`))
+				r.Header.Set("Content-Type", "text/plain")
+			}
+			if user != "" {
+				r.Header.Set("Authorization", "Bearer "+e.tokens[user])
+			}
+			w := httptest.NewRecorder()
+			e.h.ServeHTTP(w, r)
+			checkAPIHeaders(t, key+" as "+strconv.Quote(user), w.Header())
+			if takesBody(rt.method) && user != "" {
+				seen++
+				if env := envelopeOf(t, w); w.Code != 415 || env.Reason != "unsupported_media_type" {
+					t.Errorf("%s with a text body: %d %s, want 415", key, w.Code, w.Body)
+				}
+			}
+		}
+	}
+	if seen < 8 {
+		t.Errorf("only %d routes take a body", seen)
+	}
+}
+
+// ceremonyJSON is the answer of a WebAuthn begin: a ticket and the options.
+type ceremonyJSON struct {
+	Ticket  string          `json:"ticket"`
+	Options json.RawMessage `json:"options"`
+}
+
+// TestPasskeysOverHTTP (docs/security.md item 41): a passkey enrolled through
+// begin/finish (the first factor: recovery codes) logs in at the second step
+// with the ticket's challenge; an assertion made for another origin, one whose
+// counter went back (a clone) and one replayed are refused; a passkey's step-up
+// opens token creation.
+func TestPasskeysOverHTTP(t *testing.T) {
+	e := newSFEnv(t, secondfactor.RequireNone)
+	e.addUser("dave", accounts.RoleUser)
+	tok := e.tokens["dave"]
+	key := testkit.NewPasskey("https://vmgate.example.com")
+
+	var begin ceremonyJSON
+	json.Unmarshal(e.must(tok, "POST", "/api/v1/user/second-factors/webauthn/begin", "", 200, ""), &begin)
+	cred, err := key.Create(begin.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"ticket": begin.Ticket, "name": "yubikey", "credential": json.RawMessage(cred)})
+	var fin struct {
+		Factor        factorJSON `json:"factor"`
+		RecoveryCodes []string   `json:"recoveryCodes"`
+	}
+	json.Unmarshal(e.must(tok, "POST", "/api/v1/user/second-factors/webauthn/finish", string(body), 200, ""), &fin)
+	if fin.Factor.Kind != "webauthn" || fin.Factor.Name != "yubikey" || len(fin.RecoveryCodes) != 10 {
+		t.Fatalf("finished: %+v", fin)
+	}
+	// The ticket of an enrolment is spent.
+	e.must(tok, "POST", "/api/v1/user/second-factors/webauthn/finish", string(body), 401, "second_factor_invalid")
+
+	login := func(k *testkit.Passkey) (int, string, json.RawMessage) {
+		t.Helper()
+		ticket, methods := e.password("dave@example.org")
+		if strings.Join(methods, ",") != "webauthn,recoveryCode" {
+			t.Fatalf("methods: %v", methods)
+		}
+		opts := e.must("", "GET", "/api/v1/user/login/second-factor/webauthn?ticket="+ticket, "", 200, "")
+		a, err := k.Get(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(map[string]any{"ticket": ticket, "webauthn": json.RawMessage(a)})
+		return e.call("", "POST", "/api/v1/user/login/second-factor", string(b))
+	}
+	code, _, data := login(key)
+	if code != 200 {
+		t.Fatalf("passkey login: %d %s", code, data)
+	}
+	tok2 := tokenOf(t, data)
+
+	// Another origin (a phishing page relaying the challenge) is refused.
+	phish := *key
+	phish.Origin = "https://vmgate.example.com.evil.test"
+	if code, reason, _ := login(&phish); code != 401 || reason != "second_factor_invalid" {
+		t.Fatalf("another origin: %d %s", code, reason)
+	}
+	// A clone: the same key with its counter back.
+	clone := *key
+	clone.Counter = 0
+	if code, reason, _ := login(&clone); code != 401 || reason != "second_factor_invalid" {
+		t.Fatalf("a cloned key: %d %s", code, reason)
+	}
+	if rec := e.lastAuditOf(t, "auth.second_factor_failed"); rec.Reason != "webauthn_counter" {
+		t.Fatalf("the clone's audit: %+v", rec)
+	}
+	// A replayed assertion: a new ticket's challenge is not the old one's.
+	ticket, _ := e.password("dave@example.org")
+	opts := e.must("", "GET", "/api/v1/user/login/second-factor/webauthn?ticket="+ticket, "", 200, "")
+	a, _ := key.Get(opts)
+	b, _ := json.Marshal(map[string]any{"ticket": ticket, "webauthn": json.RawMessage(a)})
+	e.must("", "POST", "/api/v1/user/login/second-factor", string(b), 200, "")
+	ticket, _ = e.password("dave@example.org")
+	e.must("", "GET", "/api/v1/user/login/second-factor/webauthn?ticket="+ticket, "", 200, "")
+	b, _ = json.Marshal(map[string]any{"ticket": ticket, "webauthn": json.RawMessage(a)})
+	e.must("", "POST", "/api/v1/user/login/second-factor", string(b), 401, "second_factor_invalid")
+
+	// Step-up with the passkey.
+	e.tick(6 * time.Minute)
+	e.must(tok2, "POST", "/api/v1/user/tokens", `{"name":"late"}`, 403, "second_factor_required")
+	var v ceremonyJSON
+	json.Unmarshal(e.must(tok2, "POST", "/api/v1/user/second-factors/verify/webauthn", "", 200, ""), &v)
+	a, _ = key.Get(v.Options)
+	b, _ = json.Marshal(map[string]any{"ticket": v.Ticket, "webauthn": json.RawMessage(a)})
+	e.must(tok2, "POST", "/api/v1/user/second-factors/verify", string(b), 200, "")
+	e.must(tok2, "POST", "/api/v1/user/tokens", `{"name":"late"}`, 200, "")
 }
