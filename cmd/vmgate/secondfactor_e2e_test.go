@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +82,51 @@ func walkSecondFactors(t *testing.T, ctx context.Context, base string, admin *cl
 		t.Fatalf("reset removed %d", n)
 	}
 	must("delete the user of the second factors", admin.DeleteUser(ctx, u.ID))
+}
+
+// TestCLILoginWithSecondFactor: `vmgate login` for an account with a TOTP
+// factor takes the password and then the code (the next line of stdin, or
+// --second-factor), or a recovery code; a password alone, a wrong or a used
+// code log nobody in (exit 3, no token saved).
+func TestCLILoginWithSecondFactor(t *testing.T) {
+	t.Parallel()
+	const pw = "second factor on the command line"
+	dir := t.TempDir()
+	createAdmin(t, dir, "ops@example.com", pw)
+	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	base := srv.line(t, listening)[1]
+	ctx := t.Context()
+	c := checkedClient(t, base, "")
+	if _, err := c.Login(ctx, "ops@example.com", pw); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.BeginTOTP(ctx, "phone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := secondfactor.TOTPCode(p.Secret, time.Now())
+	codes, err := c.ConfirmTOTP(ctx, p.ID, first)
+	if err != nil || len(codes) != 10 {
+		t.Fatalf("confirm: %v %v", codes, err)
+	}
+	env := cliEnv(t)
+	login := []string{"login", "--server", base, "--email", "ops@example.com", "--password-stdin"}
+	// The password alone: stdin ends before a code.
+	runCLI(t, env, pw+"\n", login...).want(t, 2, "a password alone")
+	runCLI(t, env, "", "me").want(t, 3, "me after a password alone")
+	// The confirmation's code again (same step: used).
+	wrong := func(r result) {
+		t.Helper()
+		if !strings.Contains(r.stderr, "the second factor is wrong, used or too late") {
+			t.Fatalf("stderr: %s", r.stderr)
+		}
+	}
+	wrong(runCLI(t, env, pw+"\n"+first+"\n", login...).want(t, 3, "a used code"))
+	// The next step's code, by flag.
+	next, _ := secondfactor.TOTPCode(p.Secret, time.Now().Add(30*time.Second))
+	runCLI(t, env, pw+"\n", append(login, "--second-factor", next)...).want(t, 0, "logged in")
+	runCLI(t, env, "", "me").want(t, 0, "ops@example.com")
+	// A recovery code on stdin works once.
+	runCLI(t, env, pw+"\n"+codes[0]+"\n", login...).want(t, 0, "logged in")
+	wrong(runCLI(t, env, pw+"\n"+codes[0]+"\n", login...).want(t, 3, "a used recovery code"))
 }
