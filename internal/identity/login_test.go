@@ -164,7 +164,11 @@ func TestIDTokenChecks(t *testing.T) {
 	}{
 		{"accepted", func(n string) string { return e.op.sign(t, e.claims(n)) }, nil},
 		{"wrong audience", func(n string) string { c := e.claims(n); c["aud"] = "another-client"; return e.op.sign(t, c) }, ErrAudience},
-		{"expired", func(n string) string { c := e.claims(n); c["exp"] = t0.Add(-time.Minute).Unix(); return e.op.sign(t, c) }, ErrExpired},
+		{"expired", func(n string) string {
+			c := e.claims(n)
+			c["exp"] = t0.Add(-time.Minute).Unix()
+			return e.op.sign(t, c)
+		}, ErrExpired},
 		{"second issuer", func(n string) string {
 			c := e.claims(n)
 			c["iss"] = "https://second-issuer.example"
@@ -202,7 +206,11 @@ func TestIDTokenChecks(t *testing.T) {
 			c["aud"] = []string{"vmgate", "another-client"}
 			return e.op.sign(t, c)
 		}, ErrAuthorizedParty},
-		{"iat in the future", func(n string) string { c := e.claims(n); c["iat"] = t0.Add(5 * time.Minute).Unix(); return e.op.sign(t, c) }, ErrIssuedAt},
+		{"iat in the future", func(n string) string {
+			c := e.claims(n)
+			c["iat"] = t0.Add(5 * time.Minute).Unix()
+			return e.op.sign(t, c)
+		}, ErrIssuedAt},
 		{"iat too old", func(n string) string { c := e.claims(n); c["iat"] = t0.Add(-time.Hour).Unix(); return e.op.sign(t, c) }, ErrIssuedAt},
 		{"no iat", func(n string) string { c := e.claims(n); delete(c, "iat"); return e.op.sign(t, c) }, ErrIssuedAt},
 		{"another login's nonce", func(string) string { return e.op.sign(t, e.claims("the nonce of another login")) }, ErrNonce},
