@@ -67,13 +67,19 @@ type Dex struct {
 // starts it. The port is free when picked; Dex binds it when it starts.
 func New(t testing.TB) *Dex {
 	t.Helper()
-	bin := Binary(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
+	return NewOn(t, addr)
+}
+
+// NewOn is New on a loopback address the caller picked (host:port).
+func NewOn(t testing.TB, addr string) *Dex {
+	t.Helper()
+	bin := Binary(t)
 	d := &Dex{Issuer: "http://" + addr + "/dex", addr: addr, bin: bin, dir: t.TempDir()}
 	t.Cleanup(d.Stop)
 	return d
@@ -104,7 +110,7 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 		"storage":          map[string]any{"type": "memory"},
 		"web":              map[string]any{"http": d.addr},
 		"oauth2":           map[string]any{"skipApprovalScreen": true, "responseTypes": []string{"code"}},
-		"logger":           map[string]any{"level": "warn"},
+		"logger":           map[string]any{"level": "info"},
 		"enablePasswordDB": true,
 	}
 	var scs []staticClient
@@ -114,7 +120,7 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 	cfg["staticClients"] = scs
 	var sps []staticPassword
 	for _, u := range users {
-		h, err := bcrypt.GenerateFromPassword([]byte(u.Password), bcrypt.MinCost)
+		h, err := bcrypt.GenerateFromPassword([]byte(u.Password), bcrypt.DefaultCost) // Dex refuses a cheaper hash
 		if err != nil {
 			t.Fatal(err)
 		}
