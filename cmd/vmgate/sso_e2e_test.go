@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -257,13 +258,25 @@ func TestSingleSignOnWithDex(t *testing.T) {
 
 var ssoURL = regexp.MustCompile(`http://\S+/auth/oidc/login\?\S+`)
 
-// TestLoginSSOCommand: `vmgate login --sso --no-browser` prints the address to
-// open, receives the browser on its loopback port (RFC 8252, PKCE), keeps the
-// login, and the next command runs as the SSO user.
+// TestLoginSSOCommand: an admin maps a group with `vmgate group-mapping add`;
+// `vmgate login --sso --no-browser` prints the address to open, receives the
+// browser on its loopback port (RFC 8252, PKCE), keeps the login, and the next
+// command runs as the SSO user, with the group's grant.
 func TestLoginSSOCommand(t *testing.T) {
 	t.Parallel()
-	bob := oidctest.User{Email: "bob@example.com", Password: "bob's dex password", Name: "Bob", ID: "bob-1"}
+	bob := oidctest.User{Email: "bob@example.com", Password: "bob's dex password", Name: "Bob", ID: "bob-1",
+		Groups: []string{"ops"}}
 	l := startSSOLab(t, bob)
+	adminEnv := cliEnv(t, "VMGATE_SERVER="+l.base, "VMGATE_TOKEN="+l.admin.Token())
+	added := runCLI(t, adminEnv, "", "group-mapping", "add", "ops", "--grant", "lab=operator", "-o", "json").
+		want(t, 0, "group-mapping add")
+	if !strings.Contains(added.stdout, `"group": "ops"`) {
+		t.Fatalf("group-mapping add printed:\n%s", added.stdout)
+	}
+	list := runCLI(t, adminEnv, "", "group-mapping", "list", "-o", "table").want(t, 0, "group-mapping list")
+	if rows := table(list.stdout); len(rows) != 2 || rows[1][1] != "ops" || rows[1][3] != fmt.Sprintf("%d=operator", l.lab) {
+		t.Fatalf("group-mapping list:\n%s", list.stdout)
+	}
 	env := cliEnv(t)
 	cmd := startCLI(t, env, "login", "--sso", "--no-browser", "--server", l.base)
 	cmd.waitStderr(t, "/auth/oidc/login?")
@@ -289,7 +302,12 @@ func TestLoginSSOCommand(t *testing.T) {
 		t.Fatalf("login said:\n%s", e)
 	}
 	me := runCLI(t, env, "", "me", "-o", "json").want(t, 0, "me after the SSO login")
-	if !strings.Contains(me.stdout, `"email": "bob@example.com"`) && !strings.Contains(me.stdout, `"email":"bob@example.com"`) {
+	if !strings.Contains(me.stdout, `"email": "bob@example.com"`) ||
+		!strings.Contains(me.stdout, fmt.Sprintf(`"clusterId": %d`, l.lab)) || !strings.Contains(me.stdout, `"operator"`) {
 		t.Fatalf("me: %s", me.stdout)
+	}
+	runCLI(t, adminEnv, "", "group-mapping", "rm", table(list.stdout)[1][0]).want(t, 0, "group-mapping rm")
+	if rows := table(runCLI(t, adminEnv, "", "group-mapping", "list", "-o", "table").want(t, 0, "list").stdout); len(rows) > 1 {
+		t.Fatalf("a mapping left after rm: %v", rows)
 	}
 }
