@@ -256,7 +256,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
-		Streams: streams, SSO: ssoOf(sso),
+		Streams: streams, SSO: ssoOf(sso), GroupMappings: mappings,
 	})
 	if err != nil {
 		st.Close()

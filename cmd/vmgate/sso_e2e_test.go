@@ -31,7 +31,10 @@ type ssoLab struct {
 	clients []oidctest.Client
 }
 
-const ssoSecret = "dex-client-secret-for-vmgate"
+const (
+	ssoSecret  = "dex-client-secret-for-vmgate"
+	ssoAdminPW = "single sign on admin pass"
+)
 
 // startSSOLab starts Dex's address first (vmgate must know its issuer), then
 // vmgate on a port picked ahead (Dex must know vmgate's callback), then Dex with
@@ -41,8 +44,7 @@ func startSSOLab(t *testing.T, users ...oidctest.User) *ssoLab {
 	dex := oidctest.NewOn(t, freePort(t))
 	info := startSim(t)
 	dir := t.TempDir()
-	const adminPW = "single sign on admin pass"
-	createAdmin(t, dir, "root@example.com", adminPW)
+	createAdmin(t, dir, "root@example.com", ssoAdminPW)
 	secretFile := filepath.Join(dir, "oidc-secret")
 	if err := os.WriteFile(secretFile, []byte(ssoSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -58,7 +60,7 @@ func startSSOLab(t *testing.T, users ...oidctest.User) *ssoLab {
 	dex.Start(t, l.clients, users)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := l.admin.Login(ctx, "root@example.com", adminPW); err != nil {
+	if _, err := l.admin.Login(ctx, "root@example.com", ssoAdminPW); err != nil {
 		t.Fatal(err)
 	}
 	tokenID, secret, _ := strings.Cut(info.Token, "=")

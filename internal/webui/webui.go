@@ -49,6 +49,9 @@ type Config struct {
 	// SSO is single sign-on with an OpenID Provider (internal/identity); nil
 	// leaves its pages and the log-in page's button out.
 	SSO frontend.SingleSignOn
+	// GroupMappings serves the admin's page of single sign-on's group mappings;
+	// nil leaves it out.
+	GroupMappings frontend.GroupMappings
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -78,6 +81,7 @@ type UI struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	sso      frontend.SingleSignOn
+	mappings frontend.GroupMappings
 	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
@@ -106,7 +110,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, mappings: cfg.GroupMappings, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
