@@ -460,8 +460,9 @@ func (c *clusterRmCmd) Run() error {
 }
 
 type nodeCmd struct {
-	List     nodeListCmd     `cmd:"" help:"List a cluster's nodes."`
-	Evacuate nodeEvacuateCmd `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
+	List        nodeListCmd        `cmd:"" help:"List a cluster's nodes."`
+	Evacuate    nodeEvacuateCmd    `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
+	Maintenance nodeMaintenanceCmd `cmd:"" help:"Put a node in maintenance (emptied, no guest started there) and take it out (guests restored)."`
 }
 
 type nodeListCmd struct {
@@ -997,6 +998,8 @@ type vmCmd struct {
 	Suspend vmSuspendCmd `cmd:"" help:"Pause a VM, or hibernate it with --to-disk."`
 	Resume  vmResumeCmd  `cmd:"" help:"Resume a paused or hibernated VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
+	// remote.go
+	RemoteMigrate vmRemoteMigrateCmd `cmd:"" name:"remote-migrate" help:"Move a VM to another cluster (--dry-run: the pre-check) and follow the task."`
 }
 
 // listFilter are the filters of the guest lists.
