@@ -207,6 +207,10 @@ func TestSingleSignOnWithDex(t *testing.T) {
 	if g := grantsOf(t, me); me.Role != "user" || len(g) != 1 || g[l.lab] != "operator" {
 		t.Fatalf("alice after her first login: %s %v", me.Role, g)
 	}
+	// An SSO session refreshes like any other.
+	if _, err := aliceC.Refresh(ctx); err != nil {
+		t.Fatalf("refresh an SSO session: %v", err)
+	}
 	// An admin gives lab2 by hand.
 	if _, err := l.admin.PutGrant(ctx, l.lab2, me.ID, "viewer"); err != nil {
 		t.Fatal(err)
