@@ -30,25 +30,25 @@ import (
 
 // clientCmds are the commands that talk to a running vmgate server.
 type clientCmds struct {
-	Login        loginCmd        `cmd:"" group:"client" help:"Log in to a vmgate server (or save an API token for it) and keep the login."`
-	Logout       logoutCmd       `cmd:"" group:"client" help:"End the session and forget the saved login."`
-	Refresh      refreshCmd      `cmd:"" group:"client" help:"Rotate the saved token now (commands refresh it themselves before it runs out)."`
-	Me           meCmd           `cmd:"" group:"client" help:"Show who you are and your grants."`
-	Cluster      clusterCmd      `cmd:"" group:"client" help:"List or show clusters; add or remove them (admin)."`
-	Node         nodeCmd         `cmd:"" group:"client" help:"List a cluster's nodes; evacuate one."`
-	VM           vmCmd           `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
-	CT           ctCmd           `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
-	Guest        guestCmd        `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
-	Bulk         bulkCmd         `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
-	Op           opCmd           `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
-	Task         taskCmd         `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
-	Token        tokenCmd        `cmd:"" group:"client" help:"Create, list or delete API tokens for scripts."`
-	User         userCmd         `cmd:"" group:"client" help:"Add, list, disable, enable users or set a password (admin)."`
-	Grant        grantCmd        `cmd:"" group:"client" help:"Give USER the ROLE (operator or viewer) on CLUSTER (admin)."`
-	Revoke       revokeCmd       `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
-	Audit        auditCmd        `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
-	GroupMapping groupMappingCmd `cmd:"" name:"group-mapping" group:"client" help:"List, add, replace or delete single sign-on's group mappings (admin)."`
-	Get          getCmd          `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
+	Login   loginCmd   `cmd:"" group:"client" help:"Log in to a vmgate server (or save an API token for it) and keep the login."`
+	Logout  logoutCmd  `cmd:"" group:"client" help:"End the session and forget the saved login."`
+	Refresh refreshCmd `cmd:"" group:"client" help:"Rotate the saved token now (commands refresh it themselves before it runs out)."`
+	Me      meCmd      `cmd:"" group:"client" help:"Show who you are and your grants."`
+	Cluster clusterCmd `cmd:"" group:"client" help:"List or show clusters; add or remove them (admin)."`
+	Node    nodeCmd    `cmd:"" group:"client" help:"List a cluster's nodes; evacuate one."`
+	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
+	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
+	Guest   guestCmd   `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
+	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
+	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
+	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
+	Token   tokenCmd   `cmd:"" group:"client" help:"Create, list or delete API tokens for scripts."`
+	User    userCmd    `cmd:"" group:"client" help:"Add, list, disable, enable users or set a password (admin)."`
+	Grant   grantCmd   `cmd:"" group:"client" help:"Give USER the ROLE (operator or viewer) on CLUSTER (admin)."`
+	Revoke  revokeCmd  `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
+	Audit   auditCmd   `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
+	Mapping mappingCmd `cmd:"" name:"group-mapping" group:"client" help:"List, add, replace or delete single sign-on's group mappings (admin)."`
+	Get     getCmd     `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
 }
 
 // conn are the flags of every client command: which server, with which credential.

@@ -8,9 +8,9 @@ import (
 	"github.com/vmgate/vmgate/internal/cli"
 )
 
-// groupMappingCmd manages single sign-on's group mappings (docs/decisions/0110):
+// mappingCmd manages single sign-on's group mappings (docs/decisions/0110):
 // an admin's login session only.
-type groupMappingCmd struct {
+type mappingCmd struct {
 	List groupMappingListCmd `cmd:"" help:"List the group mappings (admin)."`
 	Add  groupMappingAddCmd  `cmd:"" help:"Map a group of the identity provider to a role and grants (admin)."`
 	Set  groupMappingSetCmd  `cmd:"" help:"Replace a group mapping (admin)."`
