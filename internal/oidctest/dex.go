@@ -60,7 +60,7 @@ type Dex struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has ended
-	out    *strings.Builder
+	out    *syncWriter
 }
 
 // New picks a free loopback port for a Dex and finds (or builds) its binary; Start
@@ -138,8 +138,8 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(d.bin, "serve", path)
-	out := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = &syncWriter{b: out}, &syncWriter{b: out}
+	out := &syncWriter{b: &strings.Builder{}}
+	cmd.Stdout, cmd.Stderr = out, out // one writer: exec copies both streams through one pipe
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start dex: %v", err)
 	}
@@ -169,11 +169,14 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 // Log is what Dex printed.
 func (d *Dex) Log() string {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.out == nil {
+	out := d.out
+	d.mu.Unlock()
+	if out == nil {
 		return ""
 	}
-	return d.out.String()
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.b.String()
 }
 
 // Stop ends Dex if it runs, and waits until its port is free again.
