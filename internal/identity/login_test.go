@@ -415,6 +415,9 @@ func TestGroupMappingsFollowTheGroups(t *testing.T) {
 			clusters = append(clusters, c.ID)
 		}
 		c1, c2, c3 := clusters[0], clusters[1], clusters[2]
+		if _, err := st.CreateUser(ctx, store.User{Email: "root@example.com", PasswordHash: "$argon2id$x", Role: store.RoleAdmin}); err != nil {
+			t.Fatal(err)
+		}
 		m := NewMappings(st, allowAll{}, nil)
 		admin := auth.Principal{UserID: 1, Role: store.RoleAdmin, SessionID: "s"}
 		ops, err := m.Create(ctx, admin, MappingInput{Group: "ops", Role: store.RoleUser,
@@ -579,5 +582,46 @@ func TestLoginsUnderWayAreCapped(t *testing.T) {
 	}
 	if err := start("192.0.2.4"); errs.KindOf(err) != errs.RateLimited {
 		t.Fatalf("a sixth login under way: %v", err)
+	}
+}
+
+// TestMappedAdminRoleKeepsTheLastAdmin: a mapped admin role whose group went stays
+// while its user is vmgate's only enabled admin (accounts' last_admin rule), and
+// goes at the next login once another admin exists.
+func TestMappedAdminRoleKeepsTheLastAdmin(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	e := newEnv(t, st)
+	ctx := context.Background()
+	admin := auth.Principal{UserID: 1, Role: store.RoleAdmin, SessionID: "s"}
+	if _, err := NewMappings(st, allowAll{}, nil).Create(ctx, admin, MappingInput{Group: "leads", Role: store.RoleAdmin}); err != nil {
+		t.Fatal(err)
+	}
+	groups := []string{"leads"}
+	e.op.setIDToken(func(n string) string { c := e.claims(n); c["groups"] = groups; return e.op.sign(t, c) })
+	role := func() string {
+		t.Helper()
+		f, err := login(t, e.svc, e.op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := st.UserByID(ctx, f.User.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Role
+	}
+	if r := role(); r != store.RoleAdmin {
+		t.Fatalf("in leads: %s", r)
+	}
+	groups = nil
+	if r := role(); r != store.RoleAdmin {
+		t.Fatalf("the last admin lost the role: %s", r)
+	}
+	if _, err := st.CreateUser(ctx, store.User{Email: "root@example.com", PasswordHash: "$argon2id$x", Role: store.RoleAdmin}); err != nil {
+		t.Fatal(err)
+	}
+	if r := role(); r != store.RoleUser {
+		t.Fatalf("with another admin: %s", r)
 	}
 }
