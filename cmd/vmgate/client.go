@@ -48,6 +48,7 @@ type clientCmds struct {
 	Revoke  revokeCmd  `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
 	Audit   auditCmd   `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
 	Notify  notifyCmd  `cmd:"" group:"client" help:"Notification targets, deliveries and dead letters (admin)."`
+	Mapping mappingCmd `cmd:"" name:"group-mapping" group:"client" help:"List, add, replace or delete single sign-on's group mappings (admin)."`
 	Get     getCmd     `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
 }
 

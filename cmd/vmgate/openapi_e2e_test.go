@@ -322,6 +322,15 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	must("audit", err)
 	_, err = admin.Audit(ctx, client.AuditFilter{Action: "auth.session_revoked", UserID: user.ID})
 	must("audit filtered", err)
+	// Single sign-on's group mappings (an admin's session).
+	gm, err := admin.CreateGroupMapping(ctx, client.GroupMappingInput{Group: "ops", Role: "user",
+		Grants: []client.GroupMappingGrant{{ClusterID: cl.ID, Role: "viewer"}}})
+	must("create a group mapping", err)
+	_, err = admin.UpdateGroupMapping(ctx, gm.ID, client.GroupMappingInput{Group: "ops", Role: "admin"})
+	must("replace a group mapping", err)
+	_, err = admin.GroupMappings(ctx)
+	must("list the group mappings", err)
+	must("delete a group mapping", admin.DeleteGroupMapping(ctx, gm.ID))
 	must("revoke", admin.DeleteGrant(ctx, cl.ID, user.ID))
 	must("delete a user", admin.DeleteUser(ctx, user.ID))
 	must("delete a cluster", admin.DeleteCluster(ctx, cl.ID))

@@ -99,10 +99,14 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		return Token{}, store.User{}, errBusy(0)
 	}
 	hash := s.dummyHash
-	if known {
+	// A user without a password (created by single sign-on, internal/identity)
+	// is checked against the dummy hash: the same cost, never a match.
+	noPassword := known && u.PasswordHash == ""
+	if known && !noPassword {
 		hash = u.PasswordHash
 	}
 	match, rehash, err := verifyWith(s.kdf, hash, password, s.cfg.Argon2)
+	match = match && !noPassword
 	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "stored password hash unreadable", slog.Int64("user", u.ID), slog.String("error", err.Error()))
 		_, _, _ = verifyWith(s.kdf, s.dummyHash, password, s.cfg.Argon2) // spend what a hash costs

@@ -23,6 +23,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/identity"
 	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
@@ -190,7 +191,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
 		Notifications: e.notify,
 		Secret:        key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
-		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
+		NoteCaller: httpapi.NoteCaller, Streams: o.streams,
+		GroupMappings: identity.NewMappings(st.(identity.Store), e.acc, e.trail.Record)})
 	if err != nil {
 		t.Fatal(err)
 	}
