@@ -205,6 +205,9 @@ type Cluster struct {
 	journal journal      // what happened, for benchmarks and tests
 	cons    consoleTable // console ports and connections (console.go)
 
+	// remote: storages, bridges and tunnels of remote migrations (remote.go)
+	remote remoteState
+
 	latency atomic.Int64
 
 	statsMu  sync.Mutex

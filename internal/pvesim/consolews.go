@@ -15,6 +15,9 @@ import (
 type wsTarget struct {
 	local string
 	port  int
+	// socket is a migration tunnel worker's socket (mtunnel.go); port is
+	// unused then.
+	socket string
 }
 
 // wsMaxPayload is pveproxy's largest WebSocket frame, both ways
@@ -87,7 +90,7 @@ func (c *Cluster) relayWebsocket(w http.ResponseWriter, r *http.Request, to *wsT
 		})
 	}
 	proxyEnd, consoleEnd := net.Pipe()
-	if !c.accept(to.local, to.port, consoleEnd, closeWS) {
+	if !c.acceptOn(to, consoleEnd, closeWS) {
 		cancel()
 		proxyEnd.Close()
 		consoleEnd.Close()
