@@ -69,7 +69,7 @@ func (s *Server) openConsole(kind vmops.GuestKind) handler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, t)
+		writeData(w, t)
 		return nil
 	}
 }
