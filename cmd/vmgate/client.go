@@ -39,6 +39,7 @@ type clientCmds struct {
 	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
 	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
 	Guest   guestCmd   `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
+	Console consoleCmd `cmd:"" group:"client" help:"Open a container's console, or a VM's serial console, on this terminal (Ctrl-] leaves)."` // console.go
 	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
 	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`

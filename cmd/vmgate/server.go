@@ -28,6 +28,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/connlimit"
+	"github.com/vmgate/vmgate/internal/console"
 	"github.com/vmgate/vmgate/internal/dbclock"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -72,6 +73,7 @@ type serverCmd struct {
 	IdleTimeout             time.Duration `default:"120s" env:"VMGATE_IDLE_TIMEOUT" help:"How long a keep-alive connection may wait for its next request before it is closed."`
 	MaxStreamsPerSession    int           `default:"8" env:"VMGATE_MAX_STREAMS_PER_SESSION" help:"Event streams (the API's and the web UI's live pages) one session or API token holds open at once; past it 429 too_many_streams. 0: no cap."`
 	MaxStreamsPerUser       int           `default:"32" env:"VMGATE_MAX_STREAMS_PER_USER" help:"Event streams one user holds open at once, every session and API token together. 0: no cap."`
+	consoleFlags            `embed:""`    // server_console.go
 
 	// Single sign-on (server_oidc.go).
 	OIDC oidcFlags `embed:""`
@@ -177,6 +179,7 @@ type app struct {
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
 	registry *prometheus.Registry // the metrics /metrics serves
+	consoles *console.Service     // nil: no consoles
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
@@ -286,6 +289,10 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.registry = prometheus.NewRegistry()
 	a.registry.MustRegister(a.clock)
 	registerStoreWriter(a.registry, st)
+	if a.consoles, err = c.consoleFlags.consoles(st, a.fleet, a.trail, log, a.registry); err != nil {
+		st.Close()
+		return nil, err
+	}
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
 		Keys: a.keys, SecondFactors: a.mfa,
@@ -297,6 +304,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		UI:             ui,
 		Streams:        streams,
 		GroupMappings:  mappings,
+		Consoles:       consolesOrNil(a.consoles),
 	})
 	if err != nil {
 		st.Close()
@@ -427,6 +435,9 @@ func (c *serverCmd) Run() error {
 	// Followers and searches stop; the tasks they follow stay in the store for
 	// the next process or another replica (docs/decisions: graceful stop). The
 	// operations on many VMs this process drove are given up for them too.
+	if a.consoles != nil {
+		a.consoles.Close() // the hijacked connections no shutdown waits for
+	}
 	a.ops.Close()
 	a.vms.Close()
 	a.keys.Close()

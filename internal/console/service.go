@@ -351,7 +351,7 @@ type holder struct {
 func (s *Service) live(ctx context.Context, t store.ConsoleTicket) (holder, error) {
 	now := s.cfg.Now()
 	ended := func(what string) (holder, error) {
-		return holder{}, errs.R(errs.Unauthenticated, errs.ReasonConsoleTicket, "the console's %s ended", what)
+		return holder{}, errs.E(errs.Unauthenticated, "the console's %s ended", what)
 	}
 	u, err := s.cfg.Store.UserByID(ctx, t.UserID)
 	switch {
