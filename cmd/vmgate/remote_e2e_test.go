@@ -228,6 +228,26 @@ func testRemoteMigrate(t *testing.T, storeKind string) {
 		t.Errorf("VM 100 on dev-b: %+v", vm)
 	}
 
+	// The task is visible to a viewer of either cluster: a viewer of dev-b alone
+	// reads it.
+	u, err := l.c.CreateUser(ctx, client.UserCreate{Email: "b-viewer@example.com", Password: remotePassword + " b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.c.PutGrant(ctx, l.devB, u.ID, "viewer"); err != nil {
+		t.Fatal(err)
+	}
+	viewer := checkedClient(t, l.c.BaseURL(), "")
+	if _, err := viewer.Login(ctx, "b-viewer@example.com", remotePassword+" b"); err != nil {
+		t.Fatal(err)
+	}
+	if vt, err := viewer.Task(ctx, upid, client.TaskQuery{}); err != nil || vt.Result != "ok" {
+		t.Errorf("dev-b's viewer reads the move's task: %+v %v", vt, err)
+	}
+	if _, err := viewer.Task(ctx, "UPID:pve1:00000001:00000001:6740A0B0:qmstart:101:vmgate@pve!gw:", client.TaskQuery{}); client.StatusOf(err) != 404 {
+		t.Errorf("dev-b's viewer and a task of dev vmgate does not know: %v, want 404", err)
+	}
+
 	// The container, by a restart, deleted on dev.
 	ct202 := client.CT(l.dev, "pve3", 202)
 	upid, err = l.c.RemoteMigrate(ctx, ct202, client.RemoteMigrateRequest{TargetCluster: "2", TargetNode: "pveb2",

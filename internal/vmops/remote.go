@@ -631,3 +631,46 @@ func remoteRefusal(vm GuestRef, pc RemotePrecheck) error {
 	}
 	return nil
 }
+
+// readableCluster reports whether a may read a cluster's tasks, without an
+// audit record of a refusal (requireTask asks it before it refuses).
+func (s *Service) readableCluster(ctx context.Context, a Actor, clusterID int64) bool {
+	ids, all, err := s.grants.Readable(ctx, a.Fleet())
+	return err == nil && (all || slicesContainsID(ids, clusterID))
+}
+
+func slicesContainsID(ids []int64, id int64) bool {
+	for _, v := range ids {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+// readsRemoteTarget reports whether task id is a move to another cluster that
+// a may read through its grant on the target cluster: a remote migration's
+// task is visible to the viewers of either cluster.
+func (s *Service) readsRemoteTarget(ctx context.Context, a Actor, id string) bool {
+	ref, err := parseTaskRef(id)
+	if err != nil {
+		return false
+	}
+	var row store.Task
+	if ref.row > 0 {
+		row, err = s.store.TaskByID(ctx, ref.row)
+	} else {
+		row, err = s.store.TaskByUPID(ctx, ref.upid.String())
+	}
+	if err != nil || row.Op != OpMigrate {
+		return false
+	}
+	var p struct {
+		Remote          bool  `json:"remote"`
+		TargetClusterID int64 `json:"targetClusterId"`
+	}
+	if json.Unmarshal([]byte(row.Params), &p) != nil || !p.Remote || p.TargetClusterID <= 0 {
+		return false
+	}
+	return s.readableCluster(ctx, a, p.TargetClusterID)
+}

@@ -231,6 +231,10 @@ func live(t vmops.TaskView, now time.Time) liveTask {
 	}
 	if l.Migration && t.VMID != 0 && t.Target != "" && (t.Result == vmops.ResultOK || t.Result == vmops.ResultWarnings) {
 		l.NewNode, l.VMURL = t.Target, guestURL(t.GuestKind(), t.ClusterID, t.Target, t.VMID)
+		if strings.Contains(t.Target, "/") {
+			// A move to another cluster ("dev-b/pveb1"): the guest list finds it there.
+			l.VMURL = "/vms?q=" + strconv.FormatInt(t.VMID, 10)
+		}
 	}
 	return l
 }
