@@ -52,6 +52,17 @@ func TestUIBrowserRemoteMigrate(t *testing.T) {
 	b.waitText("remote: started tunnel worker")
 	b.waitJS("the move's end on the task page", `document.body.innerText.includes("migration finished successfully")`)
 	b.shot("remote-migrate-task")
+	// The target's tunnel task, beside the source's (on the page as it loads now).
+	b.open(b.path())
+	b.waitText("Target side")
+	href := eval[string](b, `(([...document.querySelectorAll("a")].find(a => a.innerText.includes(":qmtunnel:100:"))) || {}).pathname || ""`)
+	if !strings.HasPrefix(href, "/tasks/UPID:pveb") {
+		t.Fatalf("the task page links no tunnel task on dev-b: %q", href)
+	}
+	b.open(href + "?cluster=2")
+	b.waitPath("/tasks/UPID:pveb")
+	b.waitText("received command 'resume'")
+	b.shot("remote-migrate-tunnel-task")
 
 	list.waitJS("VM 100 in dev-b's open list", guestRowHas(100, "badge-running"))
 	if list.origin() != listOrigin {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -229,4 +230,39 @@ func (u *UI) guestRemoteMigrate(k guestKind) func(w http.ResponseWriter, r *http
 		redirect(w, r, taskURL(upid))
 		return nil
 	}
+}
+
+// tunnelWorker finds the target's tunnel task in a remote migration's log
+// (PVE::Tunnel's "remote: started tunnel worker 'UPID:…'").
+var tunnelWorker = regexp.MustCompile(`remote: started tunnel worker '(UPID:[^']+)'`)
+
+// remoteTargetTask is, for a move to another cluster ("CLUSTER/NODE" target),
+// the target's tunnel task and its page, read from the first lines of the
+// source's log; "" for any other task or when it is not known yet.
+func (u *UI) remoteTargetTask(r *http.Request, t vmops.TaskView, upid string, hint int64) (string, string) {
+	name, _, remote := strings.Cut(t.Target, "/")
+	if !remote || !t.IsMigration() {
+		return "", ""
+	}
+	lg, err := u.vms.TaskLog(r.Context(), vmActor(r), upid, hint, 0, 10)
+	if err != nil {
+		return "", ""
+	}
+	for _, l := range lg.Lines {
+		m := tunnelWorker.FindStringSubmatch(l.T)
+		if m == nil {
+			continue
+		}
+		cs, err := u.fleet.Clusters(r.Context(), actor(r))
+		if err != nil {
+			return m[1], ""
+		}
+		for _, c := range cs {
+			if c.Name == name {
+				return m[1], taskURL(m[1]) + "?cluster=" + itoa(c.ID)
+			}
+		}
+		return m[1], "" // the caller does not see the target cluster
+	}
+	return "", ""
 }
