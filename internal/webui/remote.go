@@ -1,7 +1,6 @@
 package webui
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -18,12 +18,6 @@ import (
 // and each network device's bridge as selects pre-filled from it, the target
 // token's privileges and every blocker — and starts the move when nothing
 // blocks it; then the task's live page.
-
-// remoteMigrations is the use case the form calls; *vmops.Service has it.
-type remoteMigrations interface {
-	RemoteMigrateCheck(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.RemoteMigrateRequest) (vmops.RemotePrecheck, error)
-	RemoteMigrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.RemoteMigrateRequest) (string, error)
-}
 
 // remoteView is the page's data.
 type remoteView struct {
@@ -54,7 +48,7 @@ type remoteChoice struct {
 }
 
 func (u *UI) remoteRoutes() []route {
-	if _, ok := u.vms.(remoteMigrations); !ok {
+	if _, ok := u.vms.(frontend.RemoteMigrations); !ok {
 		return nil
 	}
 	var rs []route
@@ -96,7 +90,7 @@ func (u *UI) remotePage(k guestKind) func(w http.ResponseWriter, r *http.Request
 		if err != nil {
 			return err
 		}
-		rm := u.vms.(remoteMigrations)
+		rm := u.vms.(frontend.RemoteMigrations)
 		if err := u.vms.MayAct(r.Context(), vmActor(r), vm.ClusterID); err != nil {
 			return err
 		}
@@ -220,7 +214,7 @@ func (u *UI) guestRemoteMigrate(k guestKind) func(w http.ResponseWriter, r *http
 			redirect(w, r, refURL(vm)+"/remote-migrate?"+q.Encode())
 			return nil
 		}
-		upid, err := u.vms.(remoteMigrations).RemoteMigrate(r.Context(), vmActor(r), vm, req)
+		upid, err := u.vms.(frontend.RemoteMigrations).RemoteMigrate(r.Context(), vmActor(r), vm, req)
 		if ref, ok := vmops.TaskRefOf(err); ok {
 			return u.backWith(w, r, taskURL(itoa(ref)), sentence(errorText(err)))
 		}
