@@ -33,6 +33,9 @@ func (s *Server) routes() []route {
 
 		{"GET", "/api/v1/audit", admin, s.listAudit},
 	}
+	if s.secondFactors != nil {
+		rs = append(rs, s.secondFactorRoutes()...)
+	}
 	if s.fleet != nil {
 		rs = append(rs, s.fleetRoutes()...)
 	}
@@ -40,8 +43,14 @@ func (s *Server) routes() []route {
 		rs = append(rs, s.vmRoutes()...)
 		rs = append(rs, s.remoteRoutes()...) // remote.go
 	}
+	if s.consoles != nil {
+		rs = append(rs, s.consoleRoutes()...) // console.go
+	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
+	}
+	if s.mappings != nil {
+		rs = append(rs, s.identityRoutes()...)
 	}
 	return rs
 }
