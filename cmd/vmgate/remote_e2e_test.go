@@ -269,7 +269,8 @@ func testRemoteMigrate(t *testing.T, storeKind string) {
 	for _, want := range []struct {
 		cluster int64
 		action  string
-	}{{l.dev, "vm.remote_migrate"}, {l.devB, "vm.remote_migrate.incoming"}, {l.dev, "ct.remote_migrate"}, {l.devB, "ct.remote_migrate.incoming"}} {
+	}{{l.dev, "vm.remote_migrate"}, {l.devB, "vm.remote_migrate.incoming"}, {l.dev, "ct.remote_migrate"}, {l.devB, "ct.remote_migrate.incoming"},
+		{l.dev, "task.finished"}, {l.devB, "task.finished"}} {
 		recs, err := l.c.Audit(ctx, client.AuditFilter{Action: want.action, ClusterID: want.cluster})
 		if err != nil || len(recs.Items) == 0 {
 			t.Errorf("audit %s on cluster %d: %v %+v", want.action, want.cluster, err, recs.Items)

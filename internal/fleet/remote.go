@@ -67,3 +67,11 @@ func (s *Service) RemoteEndpoint(ctx context.Context, clusterID int64, node stri
 	}
 	return ep, nil
 }
+
+// RefreshCluster forgets this replica's snapshots of a cluster's guests and
+// nodes, so that the next read asks PVE (after a move to another cluster,
+// whose end vmgate knows before a snapshot's age has passed).
+func (s *Service) RefreshCluster(clusterID int64) {
+	s.guestSnaps.drop(clusterID)
+	s.nodeSnaps.drop(clusterID)
+}

@@ -674,3 +674,30 @@ func (s *Service) readsRemoteTarget(ctx context.Context, a Actor, id string) boo
 	}
 	return s.readableCluster(ctx, a, p.TargetClusterID)
 }
+
+// remoteTaskEnded follows up the end of a move to another cluster: the target
+// cluster gets its own task.finished record (both sides are audited), and this
+// replica's snapshots of both clusters are dropped, so that their lists show
+// the guest where it is now rather than up to a snapshot's age later.
+func (s *Service) remoteTaskEnded(ctx context.Context, row store.Task, result string, params map[string]any) {
+	if row.Op != OpMigrate {
+		return
+	}
+	var p struct {
+		Remote          bool  `json:"remote"`
+		TargetClusterID int64 `json:"targetClusterId"`
+		TargetVMID      int64 `json:"targetVmid"`
+	}
+	if json.Unmarshal([]byte(row.Params), &p) != nil || !p.Remote || p.TargetClusterID <= 0 {
+		return
+	}
+	_, node, _ := strings.Cut(row.Target, "/")
+	s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: row.UserID, UserEmail: row.UserEmail,
+		Action: "task.finished", ClusterID: p.TargetClusterID, Node: node, VMID: p.TargetVMID,
+		Target: fmt.Sprintf("from cluster %d %s/%d", row.ClusterID, row.Node, row.VMID), Params: jsonText(params),
+		Result: result, UPID: row.UPID})
+	if r, ok := s.remotes.(interface{ RefreshCluster(clusterID int64) }); ok {
+		r.RefreshCluster(row.ClusterID)
+		r.RefreshCluster(p.TargetClusterID)
+	}
+}
