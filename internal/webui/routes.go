@@ -67,6 +67,7 @@ func (u *UI) routes() []route {
 			route{"POST", g + "/migrate", authed, u.guestMigrate(k)},
 		)
 	}
+	rs = append(rs, u.remoteRoutes()...) // remote.go
 	rs = append(rs, []route{
 		{"GET", "/tasks", authed, u.tasksPage},
 		{"GET", "/tasks/{taskId}", authed, u.taskPage},
