@@ -674,4 +674,5 @@ type Store interface {
 
 	OperationStore
 	MaintenanceStore
+	ProgressStore
 }
