@@ -119,6 +119,13 @@ func (o *Service) EnterMaintenance(ctx context.Context, a vmops.Actor, clusterID
 	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "enter maintenance on node "+node); err != nil {
 		return Launched{}, err
 	}
+	return o.enterMaintenance(ctx, a, clusterID, node, req)
+}
+
+// enterMaintenance is EnterMaintenance once the request is valid and the
+// grant checked (a rolling maintenance's drain: for its creator, under an
+// Idempotency-Key of its own in a.Key).
+func (o *Service) enterMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req MaintenanceRequest) (Launched, error) {
 	if _, in, err := o.svc.InMaintenance(ctx, clusterID, node); err != nil {
 		return Launched{}, err
 	} else if in {
@@ -195,6 +202,12 @@ func (o *Service) LeaveMaintenance(ctx context.Context, a vmops.Actor, clusterID
 	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "leave maintenance on node "+node); err != nil {
 		return Launched{}, err
 	}
+	return o.leaveMaintenance(ctx, a, clusterID, node, req)
+}
+
+// leaveMaintenance is LeaveMaintenance once the request is valid and the
+// grant checked (a rolling maintenance's restore, as enterMaintenance).
+func (o *Service) leaveMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req LeaveRequest) (Launched, error) {
 	mark, in, err := o.svc.InMaintenance(ctx, clusterID, node)
 	if err != nil {
 		return Launched{}, err

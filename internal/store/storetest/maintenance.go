@@ -87,6 +87,10 @@ func testNodeMaintenance(t *testing.T, s store.Store) {
 // pause is asked and cleared by anyone while it runs, and refused once it ended.
 func testOperationProgress(t *testing.T, s store.Store) {
 	ctx := t.Context()
+	created, err := s.CreateOperation(ctx, store.Operation{Kind: "rolling_maintenance", ClusterID: 7, UserID: 3,
+		MaxParallel: 2, Owner: "a", LeaseExpiresAt: at(time.Minute), Progress: `{"step":"pending"}`})
+	ok(t, err, "create")
+	same(t, created.Progress, `{"step":"pending"}`, "progress as created")
 	op := mkOperation(t, s, 7, "a", at(time.Minute), 0)
 	ok(t, s.SetOperationProgress(ctx, op.ID, "a", `{"step":"drain"}`), "write progress")
 	if err := s.SetOperationProgress(ctx, op.ID, "b", `{}`); errs.KindOf(err) != errs.Conflict {
