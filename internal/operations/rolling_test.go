@@ -128,3 +128,118 @@ func rollingText(v View) string {
 	}
 	return out
 }
+
+// waitRolling waits until the rolling maintenance's view satisfies cond.
+func waitRolling(t *testing.T, e *opsEnv, id int64, what string, cond func(View) bool) View {
+	t.Helper()
+	var v View
+	testkit.Eventually(t, what, func() error {
+		var err error
+		v, err = e.ops.Operation(context.Background(), e.actor, id)
+		if err != nil || !cond(v) {
+			return fmt.Errorf("%v: %s", err, rollingText(v))
+		}
+		return nil
+	})
+	return v
+}
+
+// TestRollingGateFailurePausesAndResumes: an HA resource (VM 103 on pve2) in error stops the
+// gates before pve1's reboot: the operation pauses naming it in PVE's words,
+// with pve1 drained and in maintenance; cleared and resumed, it goes on. Then
+// pve2 does not come back from its reboot: the wait's bound pauses it; once the
+// node boots and the operation is resumed it finishes, every node booted once.
+func TestRollingGateFailurePausesAndResumes(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t, envOpts{}, Config{NodeBootTimeout: 500 * time.Millisecond, GateTimeout: 300 * time.Millisecond})
+	if err := e.sim.SetHAError("vm:103", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetBootFailure("pve2", true); err != nil {
+		t.Fatal(err)
+	}
+	ctx := e.request()
+	l, err := e.ops.RollingMaintenance(ctx, e.actor, 1, RollingRequest{Nodes: []string{"pve1", "pve2"}, Reboot: RebootAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := waitRolling(t, e, l.OperationID, "a pause on the HA gate", func(v View) bool { return v.Rolling.PauseRequested })
+	if p := v.Rolling.Paused; !strings.Contains(p, "HA: resource vm:103 is in error") || v.Rolling.Nodes[0].Step != "reboot" {
+		t.Fatalf("paused: %s", rollingText(v))
+	}
+	if _, in, _ := e.svc.InMaintenance(context.Background(), 1, "pve1"); !in {
+		t.Fatal("pve1 left maintenance while paused")
+	}
+	if info, _ := e.sim.Node("pve1"); info.Boots != 0 {
+		t.Fatal("pve1 rebooted although a gate failed")
+	}
+	if err := e.sim.SetHAError("vm:103", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ops.ResumeOperation(ctx, e.actor, l.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	v = waitRolling(t, e, l.OperationID, "a pause on pve2's way back", func(v View) bool {
+		return v.Rolling.PauseRequested && v.Rolling.Nodes[1].Step == "wait"
+	})
+	if p := v.Rolling.Paused; !strings.Contains(p, "node pve2 did not come back within") {
+		t.Fatalf("paused: %s", rollingText(v))
+	}
+	if err := e.sim.SetBootFailure("pve2", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ops.ResumeOperation(ctx, e.actor, l.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	v = waitRolling(t, e, l.OperationID, "the end", func(v View) bool { return v.Finished() })
+	if v.Status != StatusDone {
+		t.Fatalf("ended: %s", rollingText(v))
+	}
+	for _, n := range []string{"pve1", "pve2"} {
+		if info, _ := e.sim.Node(n); info.Boots != 1 {
+			t.Errorf("%s booted %d times", n, info.Boots)
+		}
+	}
+	_, err = e.ops.PauseOperation(ctx, e.actor, l.OperationID)
+	wantReason(t, err, errs.Conflict, "conflict")
+}
+
+// TestRollingResumesAfterKillDuringWait: the driver dies (its lease not given
+// up) while pve1 is away after its reboot; another process takes the
+// operation over, resumes at the wait, never asks PVE to reboot pve1 again,
+// and finishes: pve1 booted once.
+func TestRollingResumesAfterKillDuringWait(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t, envOpts{}, Config{Lease: 300 * time.Millisecond, NodeBootTimeout: 20 * time.Second})
+	if err := e.sim.SetBootFailure("pve1", true); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.ops.RollingMaintenance(e.request(), e.actor, 1, RollingRequest{Nodes: []string{"pve1"}, Reboot: RebootAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRolling(t, e, l.OperationID, "pve1 rebooting", func(v View) bool {
+		return v.Rolling.Nodes[0].Step == "wait" && !v.Rolling.Nodes[0].RebootAskedAt.IsZero()
+	})
+	e.ops.die()
+	reboots := e.requests("POST", "/nodes/{node}/status")
+	if err := e.sim.SetBootFailure("pve1", false); err != nil {
+		t.Fatal(err)
+	}
+	other := e.newService(nil)
+	go other.Run(t.Context())
+	e.ops = e.newOps(other, Config{Lease: 300 * time.Millisecond, NodeBootTimeout: 20 * time.Second})
+	v := waitRolling(t, e, l.OperationID, "the end after the take-over", func(v View) bool { return v.Finished() })
+	if v.Status != StatusDone {
+		t.Fatalf("ended: %s", rollingText(v))
+	}
+	if n := e.requests("POST", "/nodes/{node}/status"); n != reboots || n != 1 {
+		t.Errorf("PVE got %d reboot requests (%d before the take-over), want 1", n, reboots)
+	}
+	if info, _ := e.sim.Node("pve1"); info.Boots != 1 {
+		t.Errorf("pve1 booted %d times", info.Boots)
+	}
+	if st, _ := e.sim.VM(100); st.Node != "pve1" {
+		t.Errorf("VM 100 is on %s", st.Node)
+	}
+}
