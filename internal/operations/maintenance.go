@@ -317,3 +317,58 @@ func (o *Service) Maintenances(ctx context.Context, a vmops.Actor, clusterID int
 	}
 	return o.st.NodeMaintenances(ctx, clusterID)
 }
+
+// Update is a package a node would upgrade.
+type Update struct {
+	Package, Installed, Candidate, Title string
+}
+
+// NodeUpdates lists a node's pending updates as PVE's package index has them
+// (GET /nodes/{node}/apt/update). It needs a viewer grant on the cluster.
+func (o *Service) NodeUpdates(ctx context.Context, a vmops.Actor, clusterID int64, node string) ([]Update, error) {
+	if err := validNodeRequest(clusterID, node, new(int)); err != nil {
+		return nil, err
+	}
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantViewer, "list the updates of node "+node); err != nil {
+		return nil, err
+	}
+	api, err := o.maintAPI(ctx, clusterID)
+	if err != nil {
+		return nil, err
+	}
+	ups, err := api.PendingUpdates(ctx, node)
+	if err != nil {
+		return nil, fleet.ReadError(err)
+	}
+	out := make([]Update, 0, len(ups))
+	for _, u := range ups {
+		out = append(out, Update{Package: u.Package, Installed: u.Installed, Candidate: u.Candidate, Title: u.Title})
+	}
+	return out, nil
+}
+
+// RefreshNodeUpdates starts PVE's apt update task on a node (POST
+// /nodes/{node}/apt/update), which refreshes the package index, and returns
+// its UPID, to be followed like any task. It needs an operator grant on the
+// cluster and is audited.
+func (o *Service) RefreshNodeUpdates(ctx context.Context, a vmops.Actor, clusterID int64, node string) (upid string, err error) {
+	if err := validNodeRequest(clusterID, node, new(int)); err != nil {
+		return "", err
+	}
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "refresh the updates of node "+node); err != nil {
+		return "", err
+	}
+	defer func() {
+		o.audit(ctx, a, store.AuditRecord{Action: "node.apt_update", ClusterID: clusterID, Node: node,
+			Target: "node:" + node, Result: auditResult(err), UPID: upid})
+	}()
+	api, err := o.maintAPI(ctx, clusterID)
+	if err != nil {
+		return "", err
+	}
+	u, err := api.RefreshUpdates(ctx, node)
+	if err != nil {
+		return "", fleet.UpstreamError(err)
+	}
+	return u.String(), nil
+}
