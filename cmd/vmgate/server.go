@@ -110,6 +110,8 @@ type serverCmd struct {
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
+	maintenanceFlags `embed:""`
+
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
 }
@@ -230,7 +232,12 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		KeySettled: func(ctx context.Context, userID int64, key string) {
 			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
 		}})
-	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
+	opsCfg := operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease}
+	if err := c.maintenanceConfig(&opsCfg); err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.ops = operations.New(a.vms, opsCfg)
 	keys = idempotency.New(idempotency.Config{Store: st, Settle: httpapi.KeyOutcomes(a.vms, a.ops), Logger: log, Lease: c.KeyLease})
 	a.keys = keys
 	// One count of event streams for the API and the web UI: a user's cap holds
@@ -476,11 +483,12 @@ func devPassword() (string, bool) {
 // registers the emulated cluster as cluster 1 "dev" through the same code path as
 // POST /api/v1/clusters (so its fingerprint is pinned).
 func (c *serverCmd) startDev(ctx, serveCtx context.Context, a *app, log *slog.Logger) (_ *pvesim.Server, err error) {
-	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed, Ceph: c.DevCeph})
 	srv, err := sim.Serve(serveCtx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
 		return nil, fmt.Errorf("start the emulated cluster: %w", err)
 	}
+	a.ops.AddHook(devHookName, devHook(srv, sim.DevToken()))
 	defer func() {
 		if err != nil {
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -23,6 +24,43 @@ import (
 // step. A driver that dies while a hook runs leaves it to finish on its own;
 // the driver that takes over runs the hook again from the start, so a hook
 // must be safe to run twice (apt-get is).
+
+// AddHook adds a hook to the server's configuration (the dev mode's example
+// hook, known once its emulator runs); a name configured already keeps its
+// command.
+func (o *Service) AddHook(name, command string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.hooks[name]; ok {
+		return
+	}
+	hooks := make(map[string]string, len(o.hooks)+1)
+	for k, v := range o.hooks {
+		hooks[k] = v
+	}
+	hooks[name] = command
+	o.hooks = hooks
+}
+
+// hook is the command of a configured hook.
+func (o *Service) hook(name string) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c, ok := o.hooks[name]
+	return c, ok
+}
+
+// hookNames lists the configured hooks, sorted.
+func (o *Service) hookNames() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	names := make([]string, 0, len(o.hooks))
+	for n := range o.hooks {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
 
 // hookEnvPassed are the variables of vmgate's environment a hook gets.
 var hookEnvPassed = []string{"PATH", "HOME", "LANG", "TZ"}

@@ -230,12 +230,8 @@ func (o *Service) validRolling(clusterID int64, req *RollingRequest) error {
 		return errs.E(errs.Invalid, "reboot must be always, if-needed or never")
 	}
 	if req.Hook != "" {
-		if _, ok := o.hooks[req.Hook]; !ok {
-			names := make([]string, 0, len(o.hooks))
-			for n := range o.hooks {
-				names = append(names, n)
-			}
-			slices.Sort(names)
+		if _, ok := o.hook(req.Hook); !ok {
+			names := o.hookNames()
 			if len(names) == 0 {
 				return errs.E(errs.Invalid, "hook %q is not configured: this vmgate has no maintenance hooks (--maintenance-hook)", truncateText(req.Hook, 64))
 			}

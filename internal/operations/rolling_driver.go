@@ -360,7 +360,7 @@ func (r *roller) hook(ctx context.Context, n *rollingNode) error {
 	if r.params.Hook == "" {
 		return r.advance(ctx, n, stepReboot)
 	}
-	command, ok := r.o.hooks[r.params.Hook]
+	command, ok := r.o.hook(r.params.Hook)
 	if !ok {
 		return failed("hook %q is not configured on this vmgate (%s); every replica needs the same hooks", r.params.Hook, r.o.owner)
 	}
