@@ -88,9 +88,8 @@ func (o *Service) driveRolling(held store.Operation, d *driver) {
 		log.Error("a rolling maintenance's progress cannot be read", slog.String("error", err.Error()))
 		return
 	}
-	if op.Owner != held.Owner || op.StartedAt.IsZero() {
-		r.note("", "driven by "+o.owner)
-	}
+	// Each driver names itself: a take-over shows in the log.
+	r.note("", "driven by "+o.owner)
 	r.run(ctx)
 }
 
