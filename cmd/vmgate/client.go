@@ -157,6 +157,8 @@ type loginCmd struct {
 	conn
 	Email         string `env:"VMGATE_EMAIL" help:"Your e-mail (not with --token)."`
 	PasswordStdin bool   `help:"Read the password from one line of standard input (without it: asked for without echo on a terminal, $VMGATE_PASSWORD, or one line of a piped stdin)."`
+	SSO           bool   `name:"sso" help:"Log in with the server's single sign-on in a browser (RFC 8252: a loopback port of this command receives the browser's return)."`
+	NoBrowser     bool   `help:"With --sso: only print the address to open, do not start a browser."`
 }
 
 func (c *loginCmd) Run() error {
@@ -168,6 +170,9 @@ func (c *loginCmd) Run() error {
 	}
 	if c.Token != "" {
 		return s.Explain(c.saveToken(ctx, s))
+	}
+	if c.SSO {
+		return c.ssoLogin(ctx, s)
 	}
 	if strings.TrimSpace(c.Email) == "" {
 		return cli.UsageErrorf("--email is required (or --token to keep an API token)")
@@ -994,6 +999,8 @@ type vmCmd struct {
 	Suspend vmSuspendCmd `cmd:"" help:"Pause a VM, or hibernate it with --to-disk."`
 	Resume  vmResumeCmd  `cmd:"" help:"Resume a paused or hibernated VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
+	// remote.go
+	RemoteMigrate vmRemoteMigrateCmd `cmd:"" name:"remote-migrate" help:"Move a VM to another cluster (--dry-run: the pre-check) and follow the task."`
 }
 
 // listFilter are the filters of the guest lists.

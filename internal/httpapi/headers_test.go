@@ -52,6 +52,10 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/pve/clusters/{clusterId}/bulk/{action}":            `{"vmids":[100],"dryRun":true}`,
 	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/maintenance": `{"dryRun":true}`,
 	"POST /api/v1/pve/clusters/{clusterId}/rolling-maintenance":      `{"dryRun":true}`,
+	"POST /api/v1/identity/group-mappings":                           `{"group":"ops","role":"user"}`,
+	"PUT /api/v1/identity/group-mappings/{id}":                       `{"group":"ops","role":"user"}`,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/remote-migrate":   `{"targetCluster":"dev-b"}`,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/remote-migrate":  `{"targetCluster":"dev-b"}`,
 }
 
 var noBodyRoutes = map[string]bool{

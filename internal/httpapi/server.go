@@ -62,9 +62,17 @@ type Config struct {
 	// Operations serves the operations on many VMs (evacuate, bulk); nil leaves
 	// those routes out. It needs Fleet.
 	Operations frontend.Operations
+	// GroupMappings serves the group mappings of single sign-on; nil leaves
+	// those routes out.
+	GroupMappings frontend.GroupMappings
+	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
+	Consoles Consoles
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
+	// SecondFactors serves the second step of logins, the second factors and
+	// --require-2fa (secondfactor.go); nil leaves them out.
+	SecondFactors frontend.SecondFactors
 
 	Logger         *slog.Logger
 	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For or Forwarded is believed
@@ -104,15 +112,19 @@ type Server struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	mappings frontend.GroupMappings
 	keys     Keys
-	log      *slog.Logger
-	proxies  proxies
-	metrics  *metrics
-	now      func() time.Time
-	openapi  []byte
-	handler  http.Handler
-	ui       http.Handler
-	streams  *sse.Limiter
+	// secondFactors is Config.SecondFactors (secondfactor.go).
+	secondFactors frontend.SecondFactors
+	consoles      Consoles
+	log           *slog.Logger
+	proxies       proxies
+	metrics       *metrics
+	now           func() time.Time
+	openapi       []byte
+	handler       http.Handler
+	ui            http.Handler
+	streams       *sse.Limiter
 
 	metricsPublic bool
 
@@ -126,9 +138,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
-		streams: cfg.Streams, keys: cfg.Keys,
+		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
+		consoles: cfg.Consoles,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})
@@ -220,6 +233,12 @@ func (s *Server) wrap(rt route) http.Handler {
 		if rt.access == session || rt.access == adminSession {
 			if err := s.accounts.RequireSession(r.Context(), *ri.principal, name); err != nil {
 				writeError(w, r, err)
+				return
+			}
+		}
+		if rt.access != public {
+			if err := s.requireEnrolled(r, name, *ri.principal); err != nil {
+				writeError(w, r, timedOut(r, err))
 				return
 			}
 		}

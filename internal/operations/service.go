@@ -43,11 +43,11 @@ const (
 
 // Bounds of operations.
 const (
-	MaxParallelLimit     = 16   // the most items of one operation at PVE at once
-	DefaultEvacParallel  = 2    // an evacuation's maxParallel when none is given
-	DefaultBulkParallel  = 4    // a bulk action's maxParallel when none is given
-	MaxOperationItems    = 1000 // the most VMs one operation may act on
-	DefaultOperationTTL  = 15 * time.Second
+	MaxParallelLimit     = 16               // the most items of one operation at PVE at once
+	DefaultEvacParallel  = 2                // an evacuation's maxParallel when none is given
+	DefaultBulkParallel  = 4                // a bulk action's maxParallel when none is given
+	MaxOperationItems    = 1000             // the most VMs one operation may act on
+	DefaultOperationTTL  = 60 * time.Second // two thirds of it outlast a 30 s failover (docs/decisions/0118)
 	DefaultOperationScan = 2 * time.Second
 )
 

@@ -127,7 +127,11 @@ func (s *sqlStore) AppendAudit(ctx context.Context, a AuditRecord) (AuditRecord,
 			return err
 		}
 		a.Chain = AuditChainValueIn(head, s.auditKey, a)
-		return s.insertAudit(ctx, tx, a)
+		if err := s.insertAudit(ctx, tx, a); err != nil {
+			return err
+		}
+		// The events the recorded action causes are written with it (WithOutbox).
+		return s.insertOutbox(ctx, tx, outboxOf(ctx))
 	})
 	if err != nil {
 		return AuditRecord{}, s.fail(err, "append audit record", "append audit record")

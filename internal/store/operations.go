@@ -398,7 +398,8 @@ func (s *sqlStore) SetOperationStatus(ctx context.Context, id int64, owner, stat
 		if _, err := tx.ExecContext(ctx, `DELETE FROM operation_holds WHERE operation_id = $1`, id); err != nil {
 			return fmt.Errorf("give up the holds of operation %d: %w", id, err)
 		}
-		return nil
+		// The events of the operation's end are written with it (WithOutbox).
+		return s.insertOutbox(ctx, tx, outboxOf(ctx))
 	})
 	if changed != nil {
 		return s.whyUnchanged(ctx, "set the status of", id)

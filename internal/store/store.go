@@ -460,6 +460,7 @@ type PruneResult struct {
 
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
 type Store interface {
+	SecondFactors // secondfactors.go
 	// Ping checks that the database answers (used by /readyz).
 	Ping(ctx context.Context) error
 	// ProbeWrite checks that the database takes writes (used by /readyz): in one
@@ -675,4 +676,5 @@ type Store interface {
 	OperationStore
 	MaintenanceStore
 	ProgressStore
+	NotifyStore
 }

@@ -55,7 +55,25 @@ func (s *sqlStore) CreateTask(ctx context.Context, t Task) (Task, error) {
 // it earlier, and a writer that read a row before its UPID went to another row
 // (ClaimTaskUPID) changes nothing. UpdatedAt becomes now.
 func (s *sqlStore) UpdateTask(ctx context.Context, t Task) (Task, error) {
-	updated, err := scanTask(s.wdb.QueryRowContext(ctx, `
+	evs := outboxOf(ctx)
+	if len(evs) == 0 {
+		return s.updateTaskIn(ctx, s.wdb, t)
+	}
+	// The events the change causes are written with it (WithOutbox).
+	var updated Task
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if updated, err = s.updateTaskIn(ctx, tx, t); err != nil {
+			return err
+		}
+		return s.insertOutbox(ctx, tx, evs)
+	})
+	return updated, err
+}
+
+// updateTaskIn is UpdateTask's statement through q (the writer, or a transaction).
+func (s *sqlStore) updateTaskIn(ctx context.Context, q rowQuerier, t Task) (Task, error) {
+	updated, err := scanTask(q.QueryRowContext(ctx, `
 		UPDATE tasks SET node = $3, status = $4, exit_status = $5, error = $6, progress = $7,
 			follow_upid = $8, started_at = $9, ended_at = $10, updated_at = $11, outcome_unknown_at = $12,
 			lost_reason = $13, maybe_upid = $14
@@ -64,9 +82,11 @@ func (s *sqlStore) UpdateTask(ctx context.Context, t Task) (Task, error) {
 		t.ID, t.UPID, t.Node, t.Status, t.ExitStatus, t.Error, t.Progress,
 		t.FollowUPID, s.t(t.StartedAt), s.t(t.EndedAt), s.t(s.nowMS()), s.t(t.OutcomeUnknownAt), t.LostReason, t.MaybeUPID))
 	if errors.Is(err, sql.ErrNoRows) {
-		cur, err := s.TaskByID(ctx, t.ID)
+		// Read through q: inside a transaction on SQLite's one writer, the
+		// read pool may be that same connection (in-memory databases).
+		cur, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1`, t.ID))
 		if err != nil {
-			return Task{}, err
+			return Task{}, s.failRow(err, "read task", taskMissing(t.ID))
 		}
 		if cur.UPID != t.UPID {
 			return Task{}, errs.E(errs.Conflict, "task %d has UPID %q now, not %q", t.ID, cur.UPID, t.UPID)

@@ -96,6 +96,7 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
+	rs = append(rs, u.ssoRoutes()...)
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},

@@ -46,6 +46,9 @@ type Config struct {
 	// Operations serves the node page's evacuation and the operations' pages
 	// (issue 13 (docs/history.md)); nil leaves them out.
 	Operations frontend.Operations
+	// SSO is single sign-on with an OpenID Provider (internal/identity); nil
+	// leaves its pages and the log-in page's button out.
+	SSO frontend.SingleSignOn
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -74,6 +77,7 @@ type UI struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
+	sso      frontend.SingleSignOn
 	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
@@ -102,7 +106,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
@@ -139,6 +143,7 @@ func New(cfg Config) (*UI, error) {
 	for _, rt := range u.routes() {
 		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
 	}
+	u.mountSSOToken()
 	u.mux.Handle("/", u.wrap(route{"", "/", public, u.notFound}))
 	return u, nil
 }

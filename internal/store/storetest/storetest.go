@@ -32,6 +32,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionActivity", testSessionActivity},
 		{"APITokens", testAPITokens},
 		{"LoginNetworks", testLoginNetworks},
+		{"SecondFactors", testSecondFactors},
+		{"ConsoleTickets", testConsoleTickets},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
@@ -73,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationHoldRace", testOperationHoldRace},
 		{"NodeMaintenance", testNodeMaintenance},
 		{"OperationProgress", testOperationProgress},
+		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
