@@ -506,6 +506,8 @@ type Operation struct {
 	Items           []OperationItem `json:"items"`
 	// Left: an evacuation's guests still on its node once it ended, and why.
 	Left []LeftGuest `json:"left"`
+	// Rolling is a rolling maintenance's progress; nil for other kinds.
+	Rolling *RollingProgress `json:"rolling"`
 	RawJSON
 }
 

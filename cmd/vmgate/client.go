@@ -321,6 +321,8 @@ type clusterCmd struct {
 	Show clusterShowCmd `cmd:"" help:"Show a cluster: its endpoints and trust (admin; others see the list's row)."`
 	Add  clusterAddCmd  `cmd:"" help:"Register a PVE cluster with its API token (admin)."`
 	Rm   clusterRmCmd   `cmd:"" help:"Remove a cluster and its grants (admin); its tasks and audit records stay."`
+
+	RollingMaintenance clusterRollingCmd `cmd:"" name:"rolling-maintenance" help:"Drain, patch, reboot and restore the cluster's nodes one after another (planned first)."`
 }
 
 type clusterListCmd struct {

@@ -49,6 +49,8 @@ type operationJSON struct {
 	Items           []itemJSON `json:"items"`
 	// Left: an evacuation's guests still on its node once it ended, and why.
 	Left []leftJSON `json:"left"`
+	// Rolling: a rolling maintenance's progress; null for other kinds.
+	Rolling *rollingJSON `json:"rolling"`
 }
 
 type leftJSON struct {
@@ -156,7 +158,7 @@ func toOperationJSON(v operations.View) operationJSON {
 		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC(), StartedAt: timeOrNull(v.StartedAt), EndedAt: timeOrNull(v.EndedAt),
 		MaxParallel: v.MaxParallel, CancelRequested: v.CancelRequested, Abort: v.Abort,
 		Counts: countsJSON{Total: c.Total, Pending: c.Pending, Running: c.Running, OK: c.OK, Failed: c.Failed, Skipped: c.Skipped},
-		Items:  toItemsJSON(v.Items), Left: toLeftJSON(v.Left)}
+		Items:  toItemsJSON(v.Items), Left: toLeftJSON(v.Left), Rolling: toRollingJSON(v.Rolling)}
 }
 
 func toLeftJSON(left []operations.LeftGuest) []leftJSON {

@@ -677,5 +677,6 @@ type Store interface {
 
 	OperationStore
 	MaintenanceStore
+	ProgressStore
 	NotifyStore
 }

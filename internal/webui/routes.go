@@ -114,6 +114,12 @@ func (u *UI) routes() []route {
 			{"GET", "/operations/{id}", authed, u.operationPage},
 			{"GET", "/operations/{id}/events", authed, u.operationEvents},
 			{"POST", "/operations/{id}/cancel", authed, u.cancelOperation},
+			{"POST", "/nodes/{clusterId}/{node}/maintenance", authed, u.enterMaintenance},
+			{"POST", "/nodes/{clusterId}/{node}/maintenance/leave", authed, u.leaveMaintenance},
+			{"GET", "/clusters/{clusterId}/rolling", authed, u.rollingPage},
+			{"POST", "/clusters/{clusterId}/rolling", authed, u.rollingStart},
+			{"POST", "/operations/{id}/pause", authed, u.pauseOperation},
+			{"POST", "/operations/{id}/resume", authed, u.resumeOperation},
 		}...)
 	}
 	return rs

@@ -1,0 +1,136 @@
+package main
+
+// Issue 20 on the real binary: a rolling maintenance of the emulated cluster
+// with Ceph, through the CLI, survives a kill -9 of the process that drives it
+// while a node is away after its reboot.
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vmgate/vmgate/client"
+	"github.com/vmgate/vmgate/internal/pvesim"
+	"github.com/vmgate/vmgate/internal/testkit"
+)
+
+var rolled = regexp.MustCompile(`^operation (\d+) \(rolling maintenance\): done — 3 of 3 nodes done in \S+$`)
+
+// guestHomes is where each guest of the dev cluster is.
+func guestHomes(sim *pvesim.Cluster) map[int]string {
+	out := map[int]string{}
+	for _, id := range []int{100, 101, 102, 103, 104, 105} {
+		st, _ := sim.VM(id)
+		out[id] = st.Node
+	}
+	for _, id := range []int{200, 201, 202, 203} {
+		ct, _ := sim.CT(id)
+		out[id] = ct.Node
+	}
+	return out
+}
+
+// TestRollingMaintenanceSurvivesKill9: `vmgate cluster rolling-maintenance
+// --dry-run` prints a row per node; the real run (reboot always, a hook from
+// the server's configuration) is started with --no-watch. While pve2 is away
+// after its reboot (its boot held), vmgate is killed with SIGKILL; a restarted
+// vmgate on the same data directory takes the operation over at the wait, and
+// once pve2 boots finishes it: every node booted exactly once (PVE got one
+// reboot request per node), never two nodes down at once, Ceph's noout set
+// during and cleared after, and every guest on the node it started on.
+func TestRollingMaintenanceSurvivesKill9(t *testing.T) {
+	t.Parallel()
+	const pw = "node after node after node"
+	sim, info := serveSim(t, pvesim.Options{Speed: 100, Ceph: true})
+	before := guestHomes(sim)
+	dir := t.TempDir()
+	createAdmin(t, dir, "ops@example.com", pw)
+	env := []string{"VMGATE_OPERATION_LEASE=2s", "VMGATE_TASK_POLL=100ms"}
+	args := []string{"server", "--data-dir", dir, "--listen", "127.0.0.1:0",
+		"--maintenance-hook", `patch=echo "patching $VMGATE_NODE ($VMGATE_NODE_ADDRESS)"`}
+	srv := start(t, env, args...)
+	c := checkedClient(t, srv.line(t, listening)[1], "")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eGuard)
+	defer cancel()
+	if _, err := c.Login(ctx, "ops@example.com", pw); err != nil {
+		t.Fatal(err)
+	}
+	tokenID, secret, _ := strings.Cut(info.Token, "=")
+	if _, err := c.RegisterCluster(ctx, client.ClusterCreate{Name: "lab", Endpoints: []string{info.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: info.Fingerprint}); err != nil {
+		t.Fatal(err)
+	}
+	cli := cliEnv(t)
+	runCLI(t, cli, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
+	r := runCLI(t, cli, "", "cluster", "rolling-maintenance", "lab", "--dry-run", "-o", "table").want(t, 0, "dry run")
+	if got := column(t, r.stdout, "NODE"); !slices.Equal(got, []string{"pve1", "pve2", "pve3"}) {
+		t.Fatalf("the plan:\n%s", r.stdout)
+	}
+	if err := sim.SetBootFailure("pve2", true); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, cli, "", "cluster", "rolling-maintenance", "lab", "--reboot", "always", "--hook", "patch",
+		"--max-parallel", "4", "--no-watch", "-o", "table").want(t, 0, "start")
+	id := lastLine(r.stdout)
+	read := func() client.Operation {
+		t.Helper()
+		var n int64
+		fmt.Sscan(id, &n)
+		op, err := c.Operation(ctx, n)
+		if err != nil {
+			t.Fatalf("read operation %s: %v", id, err)
+		}
+		return op
+	}
+	testkit.Eventually(t, "pve2 away after its reboot", func() error {
+		op := read()
+		if op.Rolling == nil || len(op.Rolling.Nodes) != 3 || op.Rolling.Nodes[1].Step != "wait" {
+			return fmt.Errorf("%s %+v", op.Status, op.Rolling)
+		}
+		return nil
+	})
+	srv.cmd.Process.Kill()
+	srv.cmd.Wait()
+	reboots := sim.Requests("POST", "/nodes/{node}/status")
+	if err := sim.SetBootFailure("pve2", false); err != nil {
+		t.Fatal(err)
+	}
+	srv = start(t, env, args...)
+	c = checkedClient(t, srv.line(t, listening)[1], c.Token())
+	runCLI(t, cli, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login again")
+	r = runCLI(t, cli, "", "op", "watch", id, "-o", "table")
+	if r.code != 0 || !rolled.MatchString(lastLine(r.stdout)) {
+		t.Fatalf("op watch: exit %d\nstdout:\n%s\nstderr:\n%s\n%s", r.code, r.stdout, r.stderr, srv.log())
+	}
+	for _, want := range []string{"pve1: hook: patching pve1 (", "pve2: back after", "Ceph's noout set", "Ceph's noout cleared"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the log lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if n := strings.Count(r.stderr, " driven by "); n != 2 {
+		t.Errorf("%d drivers in the log, want 2 (the killed one and its successor):\n%s", n, r.stderr)
+	}
+	if n := sim.Requests("POST", "/nodes/{node}/status"); n != 3 || reboots != 2 {
+		t.Errorf("PVE got %d reboot requests (%d before the kill), want 3 (2)", n, reboots)
+	}
+	for _, n := range []string{"pve1", "pve2", "pve3"} {
+		if info, _ := sim.Node(n); info.Boots != 1 {
+			t.Errorf("%s booted %d times", n, info.Boots)
+		}
+	}
+	if p := sim.Peaks(); p.NodesDown != 1 {
+		t.Errorf("%d nodes down at once", p.NodesDown)
+	}
+	if flags := sim.CephFlags(); len(flags) != 0 {
+		t.Errorf("Ceph flags after: %v", flags)
+	}
+	after := guestHomes(sim)
+	for id, node := range before {
+		if after[id] != node {
+			t.Errorf("guest %d was on %s, is on %s", id, node, after[id])
+		}
+	}
+}
