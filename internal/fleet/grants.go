@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -85,6 +86,16 @@ func (s *Service) requireRead(ctx context.Context, a Actor, clusterID int64) err
 		attempt = "read cluster " + strconv.FormatInt(clusterID, 10)
 	}
 	return s.Require(ctx, a, clusterID, GrantViewer, attempt)
+}
+
+// requireGuestRead is requireRead for a read of one guest: a scoped grant must
+// cover it (RequireGuest).
+func (s *Service) requireGuestRead(ctx context.Context, a Actor, clusterID int64, g pve.Guest) error {
+	attempt := a.Via
+	if attempt == "" {
+		attempt = "read " + g.Kind.Noun() + " " + strconv.Itoa(g.VMID)
+	}
+	return s.RequireGuest(ctx, a, clusterID, g, GrantViewer, attempt)
 }
 
 // Grant roles on one cluster.
