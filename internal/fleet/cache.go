@@ -35,7 +35,7 @@ type cache struct {
 
 	mu       sync.RWMutex
 	epoch    uint64
-	clusters *clusterSet         // nil: not loaded
+	clusters *clusterSet           // nil: not loaded
 	grants   map[int64]*userGrants // by user; absent: not loaded
 }
 

@@ -69,8 +69,10 @@ func (allowAll) Readable(context.Context, fleet.Actor) ([]int64, bool, error)   
 func (allowAll) RequireGuest(context.Context, fleet.Actor, int64, pve.Guest, string, string) error {
 	return nil
 }
-func (allowAll) ScopeFilter(context.Context, fleet.Actor, int64) (fleet.InScope, error) { return nil, nil }
-func (allowAll) RequireWide(context.Context, fleet.Actor, int64, string, string) error  { return nil }
+func (allowAll) ScopeFilter(context.Context, fleet.Actor, int64) (fleet.InScope, error) {
+	return nil, nil
+}
+func (allowAll) RequireWide(context.Context, fleet.Actor, int64, string, string) error { return nil }
 func (allowAll) OutOfScope(_ context.Context, _ int64, _, _ string, notFound error) error {
 	return notFound
 }
