@@ -201,6 +201,8 @@ type ClusterGrant struct {
 	ClusterID int64     `json:"clusterId"`
 	Role      string    `json:"role"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Scope is nil for a grant on the whole cluster.
+	Scope *GrantScope `json:"scope,omitempty"`
 }
 
 // ClusterView is a cluster as GET /pve/clusters lists it for the caller.

@@ -632,6 +632,9 @@ type grantCmd struct {
 	User    string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
 	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
 	Role    string `arg:"" enum:"operator,viewer" help:"operator (power, migrate, read) or viewer (read)."`
+	// Pools and Tags scope the grant (grantscope.go); neither: the whole cluster.
+	Pools []string `name:"pool" placeholder:"POOL" help:"Narrow the grant to the guests of this PVE pool (repeatable; with --tag: either)."`
+	Tags  []string `name:"tag" placeholder:"TAG" help:"Narrow the grant to the guests with this PVE tag (repeatable)."`
 }
 
 func (c *grantCmd) Run() error {
@@ -640,10 +643,11 @@ func (c *grantCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.PutGrant(ctx, cid, uid, c.Role); err != nil {
+		g, err := s.PutScopedGrant(ctx, cid, uid, c.Role, grantScope(c.Pools, c.Tags))
+		if err != nil {
 			return err
 		}
-		say("user %d is %s on cluster %d", uid, c.Role, cid)
+		say("user %d is %s on cluster %d%s", uid, c.Role, cid, scopeText(g.Scope))
 		return nil
 	})
 }

@@ -211,7 +211,7 @@ func (s *Service) remotePrecheck(ctx context.Context, a Actor, vm GuestRef, req 
 	if s.remotes == nil {
 		return pc, nil, nil, version, errs.R(errs.Conflict, errs.ReasonNotSupported, "this vmgate cannot reach other clusters")
 	}
-	if err := s.require(ctx, a, vm.ClusterID, need, vm.attempt(what)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, need, vm.attempt(what)); err != nil {
 		return pc, nil, nil, version, err
 	}
 	tid, tname, err := s.remotes.ResolveCluster(ctx, req.TargetCluster)

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClusterPVEVersion", testClusterPVEVersion},
 		{"Grants", testGrants},
 		{"GrantsCascade", testGrantsCascade},
+		{"GrantScopes", testGrantScopes},
 		{"TaskLifecycle", testTaskLifecycle},
 		{"TaskGuestKind", testTaskGuestKind},
 		{"ListTasks", testListTasks},
