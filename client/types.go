@@ -218,6 +218,8 @@ type Node struct {
 	Mem    int64   `json:"mem"`
 	MaxMem int64   `json:"maxMem"`
 	Uptime int64   `json:"uptime"`
+	// Maintenance is set while vmgate keeps the node in maintenance.
+	Maintenance *NodeMaintenance `json:"maintenance"`
 }
 
 // VMView is one VM of a cluster's VM list.

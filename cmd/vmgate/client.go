@@ -158,6 +158,8 @@ type loginCmd struct {
 	conn
 	Email         string `env:"VMGATE_EMAIL" help:"Your e-mail (not with --token)."`
 	PasswordStdin bool   `help:"Read the password from one line of standard input (without it: asked for without echo on a terminal, $VMGATE_PASSWORD, or one line of a piped stdin)."`
+	SSO           bool   `name:"sso" help:"Log in with the server's single sign-on in a browser (RFC 8252: a loopback port of this command receives the browser's return)."`
+	NoBrowser     bool   `help:"With --sso: only print the address to open, do not start a browser."`
 }
 
 func (c *loginCmd) Run() error {
@@ -169,6 +171,9 @@ func (c *loginCmd) Run() error {
 	}
 	if c.Token != "" {
 		return s.Explain(c.saveToken(ctx, s))
+	}
+	if c.SSO {
+		return c.ssoLogin(ctx, s)
 	}
 	if strings.TrimSpace(c.Email) == "" {
 		return cli.UsageErrorf("--email is required (or --token to keep an API token)")
@@ -455,8 +460,9 @@ func (c *clusterRmCmd) Run() error {
 }
 
 type nodeCmd struct {
-	List     nodeListCmd     `cmd:"" help:"List a cluster's nodes."`
-	Evacuate nodeEvacuateCmd `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
+	List        nodeListCmd        `cmd:"" help:"List a cluster's nodes."`
+	Evacuate    nodeEvacuateCmd    `cmd:"" help:"Move every VM off a node (planned first: PVE's pre-check, 90 % of each target's memory)."`
+	Maintenance nodeMaintenanceCmd `cmd:"" help:"Put a node in maintenance (emptied, no guest started there) and take it out (guests restored)."`
 }
 
 type nodeListCmd struct {
@@ -992,6 +998,8 @@ type vmCmd struct {
 	Suspend vmSuspendCmd `cmd:"" help:"Pause a VM, or hibernate it with --to-disk."`
 	Resume  vmResumeCmd  `cmd:"" help:"Resume a paused or hibernated VM."`
 	Migrate vmMigrateCmd `cmd:"" help:"Migrate a VM to another node and follow the task."`
+	// remote.go
+	RemoteMigrate vmRemoteMigrateCmd `cmd:"" name:"remote-migrate" help:"Move a VM to another cluster (--dry-run: the pre-check) and follow the task."`
 }
 
 // listFilter are the filters of the guest lists.

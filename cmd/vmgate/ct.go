@@ -29,6 +29,8 @@ type ctCmd struct {
 	Stop    ctStopCmd    `cmd:"" help:"Shut a container down gracefully and wait for PVE's outcome, or stop it at once with --force."`
 	Reboot  ctRebootCmd  `cmd:"" help:"Reboot a container."`
 	Migrate ctMigrateCmd `cmd:"" help:"Move a container to another node (a running one with --restart) and follow the task."`
+	// remote.go
+	RemoteMigrate ctRemoteMigrateCmd `cmd:"" name:"remote-migrate" help:"Move a container to another cluster (--dry-run: the pre-check) and follow the task."`
 }
 
 type ctListCmd struct {

@@ -36,6 +36,7 @@ import (
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/secondfactor"
 	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -72,6 +73,9 @@ type serverCmd struct {
 	MaxStreamsPerSession    int           `default:"8" env:"VMGATE_MAX_STREAMS_PER_SESSION" help:"Event streams (the API's and the web UI's live pages) one session or API token holds open at once; past it 429 too_many_streams. 0: no cap."`
 	MaxStreamsPerUser       int           `default:"32" env:"VMGATE_MAX_STREAMS_PER_USER" help:"Event streams one user holds open at once, every session and API token together. 0: no cap."`
 
+	// Single sign-on (server_oidc.go).
+	OIDC oidcFlags `embed:""`
+
 	// A rotation of the key file (admin keys rotate-seal, docs/deploy.md).
 	PreviousSecretKeyFile string `env:"VMGATE_PREVIOUS_SECRET_KEY_FILE" help:"During a rotation of the key file: the old key file, which then only opens what it sealed."`
 
@@ -93,7 +97,7 @@ type serverCmd struct {
 	// OperationLease is how long an operation on many VMs stays with a process that
 	// stops renewing it (killed) before another takes it over. Hidden: tests
 	// shorten it.
-	OperationLease time.Duration `hidden:"" default:"15s" env:"VMGATE_OPERATION_LEASE" help:"How long a dead process keeps its operations on many VMs before another takes them over."`
+	OperationLease time.Duration `hidden:"" default:"60s" env:"VMGATE_OPERATION_LEASE" help:"How long a dead process keeps its operations on many VMs before another takes them over."`
 
 	// TaskPoll is how often a running task is read from PVE (vmops.Config.PollInterval).
 	// Hidden: the end-to-end tests shorten it, so that they wait less for a task's
@@ -103,14 +107,15 @@ type serverCmd struct {
 	// KeyLease is how long an Idempotency-Key stays with a process that stops
 	// renewing it (killed) before another takes it over (docs/decisions/0020).
 	// Hidden: tests shorten it.
-	KeyLease time.Duration `hidden:"" default:"30s" env:"VMGATE_KEY_LEASE" help:"How long a dead process keeps the Idempotency-Keys it claimed before another takes them over."`
+	KeyLease time.Duration `hidden:"" default:"60s" env:"VMGATE_KEY_LEASE" help:"How long a dead process keeps the Idempotency-Keys it claimed before another takes them over."`
 
 	// CPUProfile is for cmd/vmgate-bench (docs/performance.md): hidden, off by default.
 	CPUProfile string `hidden:"" env:"VMGATE_CPU_PROFILE" help:"Write a CPU profile of the whole run to this file (for the benchmark)."`
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
-	notifyFlags `embed:""` // server_notify.go
+	notifyFlags       `embed:""` // server_notify.go
+	secondFactorFlags `embed:""` // server_secondfactor.go
 
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
@@ -163,6 +168,7 @@ type app struct {
 	trail    *audit.Trail
 	auth     *auth.Service
 	accounts *accounts.Service
+	mfa      *secondfactor.Service // server_secondfactor.go
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	ops      *operations.Service
@@ -219,7 +225,11 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, err
 	}
-	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail})
+	if a.mfa, err = c.secondFactors(st, a.auth, sealer, a.trail); err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.accounts = accounts.New(accounts.Config{Store: st, Auth: a.auth, Audit: a.trail, StepUp: a.mfa})
 	a.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Logger: log, Audit: a.trail})
 	if err != nil {
 		st.Close()
@@ -249,6 +259,11 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		st.Close()
 		return nil, fmt.Errorf("api/openapi.yaml: %w", err)
 	}
+	sso, mappings, err := c.OIDC.singleSignOn(st, a.auth, a.accounts, a.trail, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	// The web UI calls the same use cases; the API hands it every path that is
 	// not the API's (docs/decisions/0012). Its CSRF key derives from the key file,
 	// which every replica shares.
@@ -256,7 +271,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Notifications: a.notify.svc,
 		Secret:        key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
-		Streams: streams,
+		Streams: streams, SSO: ssoOf(sso),
 	})
 	if err != nil {
 		st.Close()
@@ -270,16 +285,18 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	}
 	a.registry = prometheus.NewRegistry()
 	a.registry.MustRegister(a.clock)
+	registerStoreWriter(a.registry, st)
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
 		Notifications: a.notify.svc,
-		Keys:          a.keys,
-		Gates:         []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
-		Logger:        log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
+		Keys:          a.keys, SecondFactors: a.mfa,
+		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
+		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
 		Streams:        streams,
+		GroupMappings:  mappings,
 	})
 	if err != nil {
 		st.Close()
@@ -331,6 +348,11 @@ func (c *serverCmd) Run() error {
 			return err
 		}
 		defer sim.Close()
+		simB, err := c.startDevB(ctx, context.WithoutCancel(ctx), a, log) // server_remote.go
+		if err != nil {
+			return err
+		}
+		defer simB.Close()
 	}
 
 	raw, err := net.Listen("tcp", c.Listen)

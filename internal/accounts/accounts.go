@@ -85,6 +85,9 @@ type Config struct {
 	Auth  Credentials
 	Audit *audit.Trail
 	Now   func() time.Time
+	// StepUp, when set, asks for a fresh second factor before an API token is
+	// made (stepup.go).
+	StepUp StepUp
 }
 
 // Service runs the account use cases. It is safe for concurrent use.
@@ -93,11 +96,12 @@ type Service struct {
 	auth  Credentials
 	audit *audit.Trail
 	now   func() time.Time
+	fresh StepUp
 }
 
 // New builds the service.
 func New(cfg Config) *Service {
-	s := &Service{st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit, now: cfg.Now}
+	s := &Service{st: cfg.Store, auth: cfg.Auth, audit: cfg.Audit, now: cfg.Now, fresh: cfg.StepUp}
 	if s.now == nil {
 		s.now = time.Now
 	}

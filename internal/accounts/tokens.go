@@ -67,6 +67,9 @@ func (s *Service) CreateMyToken(ctx context.Context, p auth.Principal, in NewTok
 	if err := s.RequireSession(ctx, p, "token.create"); err != nil {
 		return CreatedToken{}, err
 	}
+	if err := s.stepUp(ctx, p, "token.create"); err != nil {
+		return CreatedToken{}, err
+	}
 	req := auth.NewAPIToken{Name: in.Name, Days: in.ExpiresInDays}
 	if in.Grants != nil {
 		req.Grants = make([]auth.TokenGrant, 0, len(in.Grants))

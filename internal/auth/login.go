@@ -121,6 +121,18 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		s.passwordFailed(ctx, "auth.login_failed", loginFailure(known, match), email, u.ID, addr, now)
 		return Token{}, store.User{}, errCredentials()
 	}
+	if s.secondStep != nil {
+		// A user with a second factor gets a ticket, not a session (secondstep.go).
+		step, err := s.secondStep.Challenge(ctx, u, addr)
+		if err != nil {
+			giveBack(s.cfg.Now())
+			return Token{}, store.User{}, fmt.Errorf("login: %w", err)
+		}
+		if step != nil {
+			s.cfg.LoginOutcome(OutcomeSecondStep)
+			return Token{}, store.User{}, step
+		}
+	}
 	s.throttle.succeeded(email, network, now)
 	// Every replica, and this one after a restart, exempts the network from the
 	// account's ceiling (knownNetwork). A failed note costs the owner nothing here.

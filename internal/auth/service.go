@@ -91,6 +91,10 @@ type Service struct {
 	apiTokenFails *addressLimiter
 	apiTokenUses  *seenWriter
 
+	// secondStep, when set, turns a right password of a user with a second
+	// factor into a ticket (secondstep.go).
+	secondStep SecondStep
+
 	unsubscribe func()        // from the store's change feed
 	keysDue     chan struct{} // the feed said the signing keys changed: Run reloads them
 

@@ -148,8 +148,13 @@ func itemProgress(it client.OperationItem) string {
 func OperationSummary(o client.Operation) string {
 	c := o.Counts
 	what := o.Kind
-	if o.Kind == "evacuate" {
+	switch o.Kind {
+	case "evacuate":
 		what = "evacuation of " + o.NodeName()
+	case "maintenance_enter":
+		what = o.NodeName() + " entering maintenance"
+	case "maintenance_leave":
+		what = o.NodeName() + " leaving maintenance"
 	}
 	line := fmt.Sprintf("operation %d (%s): %s — %d ok, %d failed, %d skipped of %d", o.ID, what, o.Status, c.OK, c.Failed,
 		c.Skipped, c.Total)

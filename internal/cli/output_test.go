@@ -77,7 +77,7 @@ func TestTablesOfTheReads(t *testing.T) {
 			MaxMem: 512 << 20}, Type: client.LXC, ClusterID: 1}}, names, true),
 			"CLUSTER VMID TYPE NAME NODE STATUS LOCK HA CPUS MEM TAGS", "lab 200 ct ct1 pve1 running - - 1 512.0MiB -"},
 		{"nodes", NodesTable([]client.Node{{Node: "pve1", Status: "online", CPU: 0.25, MaxCPU: 16, Mem: 1 << 30, MaxMem: 4 << 30, Uptime: 3600}}),
-			"NODE STATUS CPU MEM UPTIME", "pve1 online 25%/16 1.0GiB/4.0GiB 1h00m"},
+			"NODE STATUS CPU MEM UPTIME MAINTENANCE", "pve1 online 25%/16 1.0GiB/4.0GiB 1h00m -"},
 		{"users", UsersTable([]client.User{{ID: 2, Email: "op@example.com", Nickname: "Op", Role: "user"}}),
 			"ID EMAIL ROLE DISABLED CREATED NICKNAME", "2 op@example.com user false - Op"},
 		{"tokens", TokensTable([]client.APIToken{{ID: "abc", Name: "ci", ExpiresAt: now.Add(time.Hour), LastUsedAt: &used, LastUsedFrom: &from,

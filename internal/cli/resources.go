@@ -62,10 +62,14 @@ func ClusterTable(c client.Cluster) TableOf {
 
 // NodesTable is the table of `vmgate node list`.
 func NodesTable(list []client.Node) TableOf {
-	t := TableOf{Header: []string{"NODE", "STATUS", "CPU", "MEM", "UPTIME"}, Flex: []string{"NODE"}}
+	t := TableOf{Header: []string{"NODE", "STATUS", "CPU", "MEM", "UPTIME", "MAINTENANCE"}, Flex: []string{"NODE", "MAINTENANCE"}}
 	for _, n := range list {
+		maint := ""
+		if m := n.Maintenance; m != nil {
+			maint = fmt.Sprintf("since %s (op %d)", ShortStamp(m.Since), m.OperationID)
+		}
 		t.Add(n.Node, n.Status, fmt.Sprintf("%.0f%%/%d", n.CPU*100, n.MaxCPU),
-			Size(n.Mem)+"/"+Size(n.MaxMem), HumanDuration(time.Duration(n.Uptime)*time.Second))
+			Size(n.Mem)+"/"+Size(n.MaxMem), HumanDuration(time.Duration(n.Uptime)*time.Second), maint)
 	}
 	return t
 }

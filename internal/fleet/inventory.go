@@ -43,6 +43,17 @@ type NodeView struct {
 	Mem    int64
 	MaxMem int64
 	Uptime int64
+	// Maintenance is set while vmgate keeps the node in maintenance (issue 20
+	// (docs/history.md)): no placement of vmgate's chooses it and no guest is
+	// started there unless forced.
+	Maintenance *NodeMaintenance
+}
+
+// NodeMaintenance is a node's maintenance mark as a list shows it.
+type NodeMaintenance struct {
+	Since       time.Time
+	By          string // who put it in maintenance
+	OperationID int64  // the operation that entered maintenance
 }
 
 // VMView is one guest of a cluster, as /cluster/resources shows it (its name
@@ -176,7 +187,23 @@ func (s *Service) NodeList(ctx context.Context, a Actor, clusterID int64) (NodeL
 	if err != nil {
 		return NodeList{}, err
 	}
-	return NodeList{Nodes: sn.val[:len(sn.val):len(sn.val)], AsOf: sn.at}, nil
+	nodes := sn.val[:len(sn.val):len(sn.val)]
+	marks, err := s.store.NodeMaintenances(ctx, clusterID)
+	if err != nil {
+		return NodeList{}, err
+	}
+	if len(marks) > 0 {
+		// The snapshot is shared: the marks go on a copy.
+		nodes = slices.Clone(nodes)
+		for _, m := range marks {
+			for i := range nodes {
+				if nodes[i].Node == m.Node {
+					nodes[i].Maintenance = &NodeMaintenance{Since: m.Since, By: m.UserEmail, OperationID: m.OperationID}
+				}
+			}
+		}
+	}
+	return NodeList{Nodes: nodes, AsOf: sn.at}, nil
 }
 
 // Nodes lists a cluster's nodes by name (NodeList's, a copy). It needs a viewer

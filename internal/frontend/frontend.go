@@ -143,6 +143,10 @@ var _ VMs = (*vmops.Service)(nil)
 type Operations interface {
 	Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.EvacuateRequest) (operations.Launched, error)
 	Bulk(ctx context.Context, a vmops.Actor, clusterID int64, action string, req operations.BulkRequest) (operations.Launched, error)
+	// EnterMaintenance and LeaveMaintenance put a node in maintenance and take
+	// it out (issue 20 (docs/history.md)), each as an operation.
+	EnterMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.MaintenanceRequest) (operations.Launched, error)
+	LeaveMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.LeaveRequest) (operations.Launched, error)
 	Operation(ctx context.Context, a vmops.Actor, id int64) (operations.View, error)
 	ListOperations(ctx context.Context, a vmops.Actor, f operations.Filter) ([]operations.View, error)
 	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)

@@ -191,6 +191,18 @@ func (l nodeList) appendJSON(e *jsonEnc) {
 		e.int(n.MaxMem)
 		e.key("uptime", false)
 		e.int(n.Uptime)
+		e.key("maintenance", false)
+		if m := n.Maintenance; m != nil {
+			e.key("since", true)
+			e.time(m.Since.UTC())
+			e.key("by", false)
+			e.str(m.By)
+			e.key("operationId", false)
+			e.int(m.OperationID)
+			e.raw("}")
+		} else {
+			e.raw("null")
+		}
 		e.raw("}")
 	}
 	e.raw("]")

@@ -164,6 +164,12 @@ type nodeJSON struct {
 	Mem    int64   `json:"mem"`
 	MaxMem int64   `json:"maxMem"`
 	Uptime int64   `json:"uptime"`
+	// Maintenance is null, or the node's maintenance mark.
+	Maintenance *struct {
+		Since       time.Time `json:"since"`
+		By          string    `json:"by"`
+		OperationID int64     `json:"operationId"`
+	} `json:"maintenance"`
 }
 
 // vmJSON is a VM of a cluster's list as docs/design.md §3.4 shows it.
@@ -266,6 +272,16 @@ func TestHandEncodingMatchesEncodingJSON(t *testing.T) {
 			MaxMem: int64(i) << 30, MaxCPU: f})
 		nodes = append(nodes, fleet.NodeView{Node: s, Status: s, CPU: f, MaxCPU: int64(i), Mem: int64(i), MaxMem: 1 << 36, Uptime: 7})
 		refNodes = append(refNodes, nodeJSON{Node: s, Status: s, CPU: f, MaxCPU: int64(i), Mem: int64(i), MaxMem: 1 << 36, Uptime: 7})
+		if i%2 == 1 {
+			since := time.Date(2026, 11, 28, 5, 0, 0, int(i)*1e6, time.UTC)
+			nodes[len(nodes)-1].Maintenance = &fleet.NodeMaintenance{Since: since, By: s, OperationID: int64(i)}
+			m := &refNodes[len(refNodes)-1].Maintenance
+			*m = &struct {
+				Since       time.Time `json:"since"`
+				By          string    `json:"by"`
+				OperationID int64     `json:"operationId"`
+			}{since, s, int64(i)}
+		}
 	}
 	if got, want := hand(vmList(vms)), marshal(refVMs); got != want {
 		t.Errorf("vm list:\n got %s\nwant %s", got, want)

@@ -30,6 +30,8 @@ func managesCredentials(method, pattern string) bool {
 	case strings.HasPrefix(pattern, "/api/v1/user/tokens"), strings.HasPrefix(pattern, "/api/v1/user/sessions"),
 		strings.HasPrefix(pattern, "/api/v1/users/{id}/tokens"), strings.HasPrefix(pattern, "/api/v1/users/{id}/sessions"):
 		return true // reading them too: a token's list is where a script would look for the next to take
+	case strings.HasPrefix(pattern, "/api/v1/identity/group-mappings"):
+		return true // reading them too: they say which group of the provider becomes an admin
 	case strings.HasPrefix(pattern, "/api/v1/user/"), strings.HasPrefix(pattern, "/api/v1/users"),
 		strings.HasPrefix(pattern, "/api/v1/clusters/") && strings.Contains(pattern, "/grants"):
 		return method != http.MethodGet
@@ -94,6 +96,13 @@ func TestCredentialRoutesRefuseAPITokens(t *testing.T) {
 	rootSession, opSession := e.current(e.tokens["root"]), e.current(e.tokens["op"])
 	cid := itoa(e.cid)
 	const newPassword = `"a brand new long passphrase 77"`
+	mapping := e.call("root", "POST", "/api/v1/identity/group-mappings", `{"group":"ops","role":"user","grants":[{"clusterId":`+cid+`,"role":"viewer"}]}`).
+		expect(t, http.StatusOK, "")
+	var gm struct {
+		ID int64 `json:"id"`
+	}
+	json.Unmarshal(mapping.env.Data, &gm)
+	mappingPath := "/api/v1/identity/group-mappings/" + itoa(gm.ID)
 
 	requests := map[string]credentialRequest{
 		"POST /api/v1/user/logout":          {path: "/api/v1/user/logout"},
@@ -114,6 +123,11 @@ func TestCredentialRoutesRefuseAPITokens(t *testing.T) {
 		"DELETE /api/v1/users/{id}/tokens/{tokenId}":          {path: "/api/v1/users/" + op + "/tokens/" + opTok.ID},
 		"PUT /api/v1/clusters/{clusterId}/grants/{userId}":    {path: "/api/v1/clusters/" + cid + "/grants/" + view, bodies: []string{`{"role":"operator"}`}},
 		"DELETE /api/v1/clusters/{clusterId}/grants/{userId}": {path: "/api/v1/clusters/" + cid + "/grants/" + op},
+		"GET /api/v1/identity/group-mappings":                 {path: "/api/v1/identity/group-mappings"},
+		"POST /api/v1/identity/group-mappings": {path: "/api/v1/identity/group-mappings",
+			bodies: []string{`{"group":"everyone","role":"admin"}`}},
+		"PUT /api/v1/identity/group-mappings/{id}":    {path: mappingPath, bodies: []string{`{"group":"ops","role":"admin"}`}},
+		"DELETE /api/v1/identity/group-mappings/{id}": {path: mappingPath},
 	}
 
 	// The use cases' own wall: every route's handler, called with the token's

@@ -22,7 +22,7 @@ const DefaultRequestTimeout = 30 * time.Second
 // server's drain on shutdown). Everything else gets the timeout alone.
 func holdFor(route string, r *http.Request) (extra time.Duration, stream bool) {
 	switch route {
-	case "GET /api/v1/pve/task/{taskId}/events", "GET /api/v1/pve/operations/{id}/events":
+	case "GET /api/v1/pve/task/{taskId}/events", "GET /api/v1/pve/operations/{id}/events", consoleWSRoute:
 		return 0, true
 	case "GET /api/v1/pve/task/{taskId}":
 		return waitParam(r, 0, vmops.MaxTaskWait), false

@@ -17,14 +17,14 @@ import (
 // operationRoutes start, read, follow and cancel operations. Starting and
 // cancelling need an operator grant on the cluster, reading a viewer grant.
 func (s *Server) operationRoutes() []route {
-	return []route{
+	return append([]route{
 		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate", authed, s.keyed(s.evacuate)},
 		{"POST", "/api/v1/pve/clusters/{clusterId}/bulk/{action}", authed, s.keyed(s.bulk)},
 		{"GET", "/api/v1/pve/operations", authed, s.listOperations},
 		{"GET", "/api/v1/pve/operations/{id}", authed, s.getOperation},
 		{"GET", "/api/v1/pve/operations/{id}/events", authed, s.operationEvents},
 		{"DELETE", "/api/v1/pve/operations/{id}", authed, s.cancelOperation},
-	}
+	}, s.maintenanceRoutes()...)
 }
 
 // operationPath is the API path of an operation.

@@ -38,18 +38,23 @@ func takesBody(method string) bool { return method == "POST" || method == "PUT" 
 // "METHOD pattern"; a POST, PUT or PATCH route not listed takes no body. The loops
 // fail on a route that is in neither list, so a new route cannot slip past them.
 var sampleBodies = map[string]string{
-	"POST /api/v1/user/login":                                     `{"email":"x@example.org","password":"pw"}`,
-	"POST /api/v1/user/password":                                  `{"currentPassword":"a","newPassword":"b"}`,
-	"POST /api/v1/users":                                          `{"email":"x@example.org","password":"pw"}`,
-	"PATCH /api/v1/users/{id}":                                    `{"nickname":"n"}`,
-	"POST /api/v1/clusters":                                       `{"name":"n"}`,
-	"PATCH /api/v1/clusters/{clusterId}":                          `{"name":"n"}`,
-	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":            `{"role":"viewer"}`,
-	"POST /api/v1/user/tokens":                                    `{"name":"n"}`,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate":       `{"target":"pve2"}`,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/migrate":      `{"target":"pve2","restart":true}`,
-	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate": `{"dryRun":true}`,
-	"POST /api/v1/pve/clusters/{clusterId}/bulk/{action}":         `{"vmids":[100],"dryRun":true}`,
+	"POST /api/v1/user/login":                                        `{"email":"x@example.org","password":"pw"}`,
+	"POST /api/v1/user/password":                                     `{"currentPassword":"a","newPassword":"b"}`,
+	"POST /api/v1/users":                                             `{"email":"x@example.org","password":"pw"}`,
+	"PATCH /api/v1/users/{id}":                                       `{"nickname":"n"}`,
+	"POST /api/v1/clusters":                                          `{"name":"n"}`,
+	"PATCH /api/v1/clusters/{clusterId}":                             `{"name":"n"}`,
+	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":               `{"role":"viewer"}`,
+	"POST /api/v1/user/tokens":                                       `{"name":"n"}`,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/migrate":          `{"target":"pve2"}`,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/migrate":         `{"target":"pve2","restart":true}`,
+	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate":    `{"dryRun":true}`,
+	"POST /api/v1/pve/clusters/{clusterId}/bulk/{action}":            `{"vmids":[100],"dryRun":true}`,
+	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/maintenance": `{"dryRun":true}`,
+	"POST /api/v1/identity/group-mappings":                           `{"group":"ops","role":"user"}`,
+	"PUT /api/v1/identity/group-mappings/{id}":                       `{"group":"ops","role":"user"}`,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/remote-migrate":   `{"targetCluster":"dev-b"}`,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/remote-migrate":  `{"targetCluster":"dev-b"}`,
 }
 
 var noBodyRoutes = map[string]bool{

@@ -65,6 +65,7 @@ var useCaseDirs = map[string][]string{
 	"../audit":      nil,
 	"../vmops":      {"github.com/vmgate/vmgate/internal/operations"},
 	"../operations": nil,
+	"../identity":   nil,
 }
 
 // adapterPackages are the front ends, which the use cases never import.

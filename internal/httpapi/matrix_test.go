@@ -20,6 +20,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/identity"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
@@ -128,7 +129,8 @@ func newTestEnvOnStore(t testing.TB, st store.Store, cfg auth.Config) *testEnv {
 
 // apiConfig is the server's configuration on the env's services (no VM routes).
 func (e *testEnv) apiConfig() Config {
-	return Config{Sessions: e.auth, Accounts: e.accounts, Audit: e.trail, Store: e.store, Fleet: e.fleet}
+	return Config{Sessions: e.auth, Accounts: e.accounts, Audit: e.trail, Store: e.store, Fleet: e.fleet,
+		GroupMappings: identity.NewMappings(e.store.(identity.Store), e.accounts, e.trail.Record)}
 }
 
 // addSim starts the dev cluster and registers it as name through the fleet.

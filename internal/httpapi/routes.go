@@ -33,17 +33,27 @@ func (s *Server) routes() []route {
 
 		{"GET", "/api/v1/audit", admin, s.listAudit},
 	}
+	if s.secondFactors != nil {
+		rs = append(rs, s.secondFactorRoutes()...)
+	}
 	if s.fleet != nil {
 		rs = append(rs, s.fleetRoutes()...)
 	}
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)
+		rs = append(rs, s.remoteRoutes()...) // remote.go
+	}
+	if s.consoles != nil {
+		rs = append(rs, s.consoleRoutes()...) // console.go
 	}
 	if s.ops != nil && s.fleet != nil {
 		rs = append(rs, s.operationRoutes()...)
 	}
 	if s.notify != nil {
 		rs = append(rs, s.notifyRoutes()...)
+	}
+	if s.mappings != nil {
+		rs = append(rs, s.identityRoutes()...)
 	}
 	return rs
 }

@@ -65,9 +65,17 @@ type Config struct {
 	// Notifications serves the notification targets and deliveries; nil
 	// leaves those routes out.
 	Notifications frontend.Notifications
+	// GroupMappings serves the group mappings of single sign-on; nil leaves
+	// those routes out.
+	GroupMappings frontend.GroupMappings
+	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
+	Consoles Consoles
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
+	// SecondFactors serves the second step of logins, the second factors and
+	// --require-2fa (secondfactor.go); nil leaves them out.
+	SecondFactors frontend.SecondFactors
 
 	Logger         *slog.Logger
 	TrustedProxies []string // addresses or CIDRs whose X-Forwarded-For or Forwarded is believed
@@ -108,15 +116,19 @@ type Server struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	notify   frontend.Notifications
+	mappings frontend.GroupMappings
 	keys     Keys
-	log      *slog.Logger
-	proxies  proxies
-	metrics  *metrics
-	now      func() time.Time
-	openapi  []byte
-	handler  http.Handler
-	ui       http.Handler
-	streams  *sse.Limiter
+	// secondFactors is Config.SecondFactors (secondfactor.go).
+	secondFactors frontend.SecondFactors
+	consoles      Consoles
+	log           *slog.Logger
+	proxies       proxies
+	metrics       *metrics
+	now           func() time.Time
+	openapi       []byte
+	handler       http.Handler
+	ui            http.Handler
+	streams       *sse.Limiter
 
 	metricsPublic bool
 
@@ -130,9 +142,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
-		streams: cfg.Streams, keys: cfg.Keys, notify: cfg.Notifications,
+		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
+		consoles: cfg.Consoles, notify: cfg.Notifications,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})
@@ -224,6 +237,12 @@ func (s *Server) wrap(rt route) http.Handler {
 		if rt.access == session || rt.access == adminSession {
 			if err := s.accounts.RequireSession(r.Context(), *ri.principal, name); err != nil {
 				writeError(w, r, err)
+				return
+			}
+		}
+		if rt.access != public {
+			if err := s.requireEnrolled(r, name, *ri.principal); err != nil {
+				writeError(w, r, timedOut(r, err))
 				return
 			}
 		}

@@ -51,6 +51,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	tok, u, err := s.accounts.Login(r.Context(), in.Email, in.Password, clientAddr(r))
 	noStore(w)
+	if writeSecondStep(w, err) { // a ticket for the second factor, no token
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -145,8 +145,8 @@ func readPowerQuery(r *http.Request, withForce bool) (powerQuery, error) {
 
 func (s *Server) vmStart(kind vmops.GuestKind) handler {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		return s.power(w, r, kind, false, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
-			return s.vms.Start(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait})
+		return s.power(w, r, kind, true, func(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, q powerQuery) (vmops.Outcome, error) {
+			return s.vms.Start(ctx, a, vm, vmops.PowerOptions{Timeout: q.timeout, Wait: q.wait, Force: q.force})
 		})
 	}
 }

@@ -37,7 +37,7 @@ func TestVMPowerHTTP(t *testing.T) {
 
 	e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?force=maybe", "").expect(t, 400, "invalid_request")
 	e.call("op", "POST", e.vmPath("pve3", 104)+"/stop?wait=301", "").expect(t, 400, "invalid_request")
-	e.call("op", "POST", e.vmPath("pve1", 100)+"/start?force=true", "").expect(t, 400, "invalid_request")
+	e.call("op", "POST", e.vmPath("pve1", 100)+"/start?force=maybe", "").expect(t, 400, "invalid_request")
 	e.call("", "POST", e.vmPath("pve1", 100)+"/start", "").expect(t, 401, "unauthenticated")
 	e.call("view", "POST", e.vmPath("pve1", 100)+"/start", "").expect(t, 403, "forbidden")
 	e.call("nobody", "POST", e.vmPath("pve1", 100)+"/start", "").expect(t, 404, "not_found")

@@ -287,14 +287,16 @@ func (k *Keeper) hold(key Key, since time.Time, awaiting bool) {
 	k.mu.Unlock()
 	go func() {
 		defer k.bg.Done()
+		wait := k.lease / 3
 		for {
 			select {
 			case <-h.stop:
 				return
 			case <-k.bgCtx.Done():
 				return
-			case <-k.after(k.lease / 3):
+			case <-k.after(wait):
 			}
+			wait = k.lease / 3
 			err := k.store.HeartbeatIdempotencyKey(k.bgCtx, key.UserID, key.Name, k.owner, k.now().Add(k.lease))
 			switch kind := errs.KindOf(err); {
 			case err == nil:
@@ -306,6 +308,9 @@ func (k *Keeper) hold(key Key, since time.Time, awaiting bool) {
 				k.drop(h)
 				return
 			default:
+				// The store is away (a failover, docs/decisions/0118): try again
+				// soon, so that the lease is renewed as soon as it is back.
+				wait = min(wait, store.LeaseRetry)
 				k.log.Warn("renewing an idempotency key's lease failed", slog.Int64("user", key.UserID),
 					slog.String("error", err.Error()))
 			}

@@ -134,12 +134,20 @@ func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, acti
 		return Launched{}, err
 	}
 	skipHeld(&plan, holds)
+	if op == vmops.OpStart || op == vmops.OpResume {
+		// No guest is started on a node in maintenance (maintenance.go).
+		marks, err := o.st.NodeMaintenances(ctx, clusterID)
+		if err != nil {
+			return Launched{}, err
+		}
+		skipMaintained(&plan, maintained(marks))
+	}
 	if req.DryRun {
 		return Launched{Plan: plan}, nil
 	}
 	p := opParams{StopOnError: req.StopOnError, Force: req.Force, ToDisk: req.ToDisk, VMIDs: req.VMIDs, Selector: req.Selector}
 	return o.launch(ctx, a, store.Operation{Kind: kindBulk + action, ClusterID: clusterID, MaxParallel: req.MaxParallel,
-		Params: jsonText(p)}, plan)
+		Params: jsonText(p)}, plan, o.st.CreateOperation)
 }
 
 // validBulk checks the request (400) and fills its defaults.

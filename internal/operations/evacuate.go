@@ -54,29 +54,43 @@ func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, 
 	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
 		return Launched{}, err
 	}
+	plan, err := o.planEvacuation(ctx, a, KindEvacuate, clusterID, node, req)
+	if err != nil || req.DryRun {
+		return Launched{Plan: plan}, err
+	}
+	p := opParams{Targets: req.Targets, WithLocalDisks: req.WithLocalDisks, IncludeStopped: req.IncludeStopped,
+		StopOnError: req.StopOnError, Type: req.Type, Timeout: req.Timeout}
+	return o.launch(ctx, a, store.Operation{Kind: KindEvacuate, ClusterID: clusterID, Node: node,
+		MaxParallel: req.MaxParallel, Params: jsonText(p)}, plan, o.st.CreateOperation)
+}
+
+// planEvacuation plans moving every guest off node (Evacuate's plan; an
+// operation of kind entering maintenance plans the same way), once the request
+// is valid and the caller's grant checked. Nodes in maintenance are no targets.
+func (o *Service) planEvacuation(ctx context.Context, a vmops.Actor, kind string, clusterID int64, node string, req EvacuateRequest) (Plan, error) {
 	api, err := o.svc.Connect(ctx, clusterID)
 	if err != nil {
-		return Launched{}, err
+		return Plan{}, err
 	}
 	// Refused before PVE is asked anything when another operation holds the
 	// node; CreateOperation checks again (holds.go).
 	holds, err := o.st.OperationHolds(ctx, clusterID)
 	if err != nil {
-		return Launched{}, err
+		return Plan{}, err
 	}
 	if h, ok := holds.Nodes[node]; ok {
-		return Launched{}, o.refuseHeld(ctx, a, KindEvacuate, clusterID, node, h)
+		return Plan{}, o.refuseHeld(ctx, a, kind, clusterID, node, h)
 	}
 	nodes, err := api.Nodes(ctx)
 	if err != nil {
-		return Launched{}, fleet.ReadError(err)
+		return Plan{}, fleet.ReadError(err)
 	}
 	if err := checkEvacuationNodes(node, nodes, req.Targets); err != nil {
-		return Launched{}, err
+		return Plan{}, err
 	}
 	res, err := api.Resources(ctx, "vm")
 	if err != nil {
-		return Launched{}, fleet.ReadError(err)
+		return Plan{}, fleet.ReadError(err)
 	}
 	var vms []planVM
 	for _, r := range res {
@@ -86,23 +100,20 @@ func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, 
 		}
 	}
 	if len(vms) > MaxOperationItems {
-		return Launched{}, errs.E(errs.Invalid, "node %s has %d VMs; one operation acts on at most %d",
+		return Plan{}, errs.E(errs.Invalid, "node %s has %d VMs; one operation acts on at most %d",
 			node, len(vms), MaxOperationItems)
 	}
 	if err := o.precheckAll(ctx, api, clusterID, node, vms); err != nil {
-		return Launched{}, err
+		return Plan{}, err
 	}
 	for i := range vms {
 		vms[i].held = heldReason(holds, int64(vms[i].res.VMID), "")
 	}
-	plan := evacuationPlan(node, vms, nodes, req, holds.Nodes)
-	if req.DryRun {
-		return Launched{Plan: plan}, nil
+	marks, err := o.st.NodeMaintenances(ctx, clusterID)
+	if err != nil {
+		return Plan{}, err
 	}
-	p := opParams{Targets: req.Targets, WithLocalDisks: req.WithLocalDisks, IncludeStopped: req.IncludeStopped,
-		StopOnError: req.StopOnError, Type: req.Type, Timeout: req.Timeout}
-	return o.launch(ctx, a, store.Operation{Kind: KindEvacuate, ClusterID: clusterID, Node: node,
-		MaxParallel: req.MaxParallel, Params: jsonText(p)}, plan)
+	return evacuationPlan(node, vms, nodes, req, holds.Nodes, maintained(marks)), nil
 }
 
 // validEvacuation checks the request (400) and fills its defaults.
@@ -198,7 +209,8 @@ func errMessage(err error) error {
 
 // launch stores a planned operation, held by this process, audits it and its
 // skipped items, and starts driving it.
-func (o *Service) launch(ctx context.Context, a vmops.Actor, op store.Operation, plan Plan) (out Launched, err error) {
+func (o *Service) launch(ctx context.Context, a vmops.Actor, op store.Operation, plan Plan,
+	create func(context.Context, store.Operation) (store.Operation, error)) (out Launched, err error) {
 	now := o.svc.Now()
 	op.UserID, op.UserEmail, op.Owner, op.LeaseExpiresAt = a.UserID, a.Email, o.owner, now.Add(o.lease)
 	// The operation names the Idempotency-Key its request runs under, with the
@@ -226,7 +238,7 @@ func (o *Service) launch(ctx context.Context, a vmops.Actor, op store.Operation,
 			}
 			op.Items = append(op.Items, si)
 		}
-		created, err = o.st.CreateOperation(ctx, op)
+		created, err = create(ctx, op)
 		held, isHeld := heldError(err)
 		switch {
 		case err == nil:

@@ -16,7 +16,8 @@ import (
 //
 //   - Targets are the cluster's nodes other than the source, limited to the
 //     request's targets when it names some, and online ones only, none that
-//     another operation holds (an evacuation's node: holds.go).
+//     another operation holds (an evacuation's node: holds.go), none in
+//     maintenance (maintenance.go).
 //   - A VM another operation acts on (its pending or running item) is skipped,
 //     naming that operation.
 //   - Each VM is placed after PVE's pre-check (GET migrate): a node PVE lists as
@@ -61,6 +62,7 @@ type planNode struct {
 	maxMem  int64
 	allowed bool   // may be a target: online, not the source, among the request's targets, not held
 	heldBy  string // another operation holds the node: who
+	inMaint bool   // the node is in maintenance: no target
 	planned int64
 	vms     int
 }
@@ -72,7 +74,8 @@ func (n *planNode) room() int64 {
 
 // evacuationPlan places the VMs of source on the other nodes by the rules above;
 // nodes that other operations hold (held) are no targets.
-func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateRequest, held map[string]store.Holder) Plan {
+func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateRequest, held map[string]store.Holder,
+	maint map[string]store.NodeMaintenance) Plan {
 	var targets []*planNode
 	only := map[string]bool{}
 	for _, t := range req.Targets {
@@ -86,7 +89,8 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 		if h, ok := held[n.Node]; ok {
 			pn.heldBy = holderText(h)
 		}
-		pn.allowed = n.Status == "online" && (len(only) == 0 || only[n.Node]) && pn.heldBy == ""
+		_, pn.inMaint = maint[n.Node]
+		pn.allowed = n.Status == "online" && (len(only) == 0 || only[n.Node]) && pn.heldBy == "" && !pn.inMaint
 		targets = append(targets, pn)
 	}
 	slices.SortFunc(targets, func(a, b *planNode) int { return cmp.Compare(a.name, b.name) })
@@ -137,6 +141,8 @@ func evacuationPlan(source string, vms []planVM, nodes []pve.Node, req EvacuateR
 				case len(only) > 0 && !only[n.name]:
 				case n.heldBy != "" && n.status == "online":
 					excluded = append(excluded, n.name+" is held by "+n.heldBy)
+				case n.inMaint && n.status == "online":
+					excluded = append(excluded, n.name+" is in maintenance")
 				default:
 					excluded = append(excluded, n.name+" is "+n.status)
 				}

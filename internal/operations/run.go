@@ -277,7 +277,7 @@ func (o *Service) finish(ctx context.Context, op store.Operation, left []int, wh
 		status = StatusPartial
 	case c.Failed > 0:
 		status = StatusFailed
-	case c.Skipped > 0 && op.Kind == KindEvacuate:
+	case c.Skipped > 0 && (op.Kind == KindEvacuate || op.Kind == KindMaintenanceEnter || op.Kind == KindMaintenanceLeave):
 		// Guests are left on the node: "done" would say it is empty.
 		status = StatusDoneWithSkips
 	}
@@ -307,12 +307,17 @@ func (o *Service) addInFlight(n int) {
 // heartbeat renews the lease every third of its length until ctx ends; when it
 // cannot (another process holds the operation, or the store failed until the
 // lease ran out) it closes lost.
+// After a failed renewal (the store away, a failover) it tries again every
+// store.LeaseRetry, so that a lease outlasts an outage shorter than two thirds of
+// it (docs/decisions/0118).
 func (o *Service) heartbeat(ctx context.Context, id int64, until time.Time, lost chan<- struct{}) {
 	every := o.lease / 3
+	wait := every
 	for {
-		if sleep(ctx, every) != nil {
+		if sleep(ctx, wait) != nil {
 			return
 		}
+		wait = every
 		next := o.svc.Now().Add(o.lease)
 		err := o.st.RenewOperationLease(ctx, id, o.owner, next)
 		switch {
@@ -323,6 +328,8 @@ func (o *Service) heartbeat(ctx context.Context, id int64, until time.Time, lost
 		case errs.KindOf(err) == errs.Conflict || errs.KindOf(err) == errs.NotFound || !o.svc.Now().Before(until):
 			close(lost)
 			return
+		default:
+			wait = min(every, store.LeaseRetry)
 		}
 	}
 }

@@ -43,11 +43,11 @@ const (
 
 // Bounds of operations.
 const (
-	MaxParallelLimit     = 16   // the most items of one operation at PVE at once
-	DefaultEvacParallel  = 2    // an evacuation's maxParallel when none is given
-	DefaultBulkParallel  = 4    // a bulk action's maxParallel when none is given
-	MaxOperationItems    = 1000 // the most VMs one operation may act on
-	DefaultOperationTTL  = 15 * time.Second
+	MaxParallelLimit     = 16               // the most items of one operation at PVE at once
+	DefaultEvacParallel  = 2                // an evacuation's maxParallel when none is given
+	DefaultBulkParallel  = 4                // a bulk action's maxParallel when none is given
+	MaxOperationItems    = 1000             // the most VMs one operation may act on
+	DefaultOperationTTL  = 60 * time.Second // two thirds of it outlast a 30 s failover (docs/decisions/0118)
 	DefaultOperationScan = 2 * time.Second
 )
 
@@ -277,6 +277,9 @@ type opParams struct {
 	// Timeout is a container's shutdown timeout in a restart migration, in
 	// seconds (nil: PVE's 180).
 	Timeout *int `json:"timeout,omitempty"`
+	// StopUnmovable: entering maintenance shuts down the running guests that
+	// cannot move.
+	StopUnmovable bool `json:"stopUnmovable,omitempty"`
 }
 
 func paramsOf(op store.Operation) opParams {
@@ -361,7 +364,8 @@ func (o *Service) view(op store.Operation) View {
 		}
 		v.Items = append(v.Items, iv)
 		v.Counts.add(it.State)
-		if op.Kind == KindEvacuate && v.Finished() && (it.State == ItemSkipped || it.State == ItemFailed) {
+		if (op.Kind == KindEvacuate || op.Kind == KindMaintenanceEnter) && v.Finished() &&
+			(it.State == ItemSkipped || it.State == ItemFailed) {
 			v.Left = append(v.Left, LeftGuest{VMID: it.VMID, Kind: iv.Kind, Name: it.Name, Why: it.Error})
 		}
 	}

@@ -221,6 +221,9 @@ func (c *Cluster) hasPriv(p principal, path, priv string) bool {
 		return true
 	}
 	t := p.token
+	if c.withholds(p, priv) {
+		return false
+	}
 	if rest, ok := strings.CutPrefix(path, "/vms/"); ok {
 		if !t.privs[priv] {
 			return false

@@ -154,6 +154,10 @@ type VMSpec struct {
 	// "[order=]N[,up=N][,down=N]": the boot's start order and delay and
 	// the node shutdown's stop timeout.
 	Startup string
+	// Serial is the interface of the VM's serial socket ("serial0" ..
+	// "serial3", config "serialN: socket"), which termproxy opens; empty:
+	// the VM has no serial port.
+	Serial string
 }
 
 // TokenOptions limit an API token.
@@ -196,9 +200,13 @@ type Cluster struct {
 	devToken  string
 	syncMu    sync.Mutex // serializes syncEndpoint
 
-	ha      haManager  // the CRM's view: rules, pending rounds
-	ceph    *cephState // nil without Options.Ceph
-	journal journal    // what happened, for benchmarks and tests
+	ha      haManager    // the CRM's view: rules, pending rounds
+	ceph    *cephState   // nil without Options.Ceph
+	journal journal      // what happened, for benchmarks and tests
+	cons    consoleTable // console ports and connections (console.go)
+
+	// remote: storages, bridges and tunnels of remote migrations (remote.go)
+	remote remoteState
 
 	latency atomic.Int64
 
@@ -269,7 +277,8 @@ type vm struct {
 	vmstate        string // the saved state of a hibernated VM (lock "suspended")
 	ignoreACPI     bool
 	localResources []string
-	rebootRequest  bool // qmeventd restarts the VM at its next power-off
+	rebootRequest  bool   // qmeventd restarts the VM at its next power-off
+	serial         string // the serial socket's interface, "" for none
 }
 
 type token struct {
@@ -456,6 +465,7 @@ func (c *Cluster) AddVM(spec VMSpec) error {
 		freeze:         spec.Freeze,
 		ignoreACPI:     spec.IgnoreACPI,
 		localResources: append([]string(nil), spec.LocalResources...),
+		serial:         spec.Serial,
 	}
 	switch {
 	case spec.Paused:

@@ -63,6 +63,9 @@ func TestEmbeddedSchemaIsTheReference(t *testing.T) {
 		if strings.HasPrefix(path, "/cluster/ceph/") {
 			continue // in neither reference file
 		}
+		if path == "/access/permissions" || path == "/nodes/{node}/network" {
+			continue // in neither reference file: from the same pve-docs commit (schema/README.md)
+		}
 		if _, ok := more[path]; !ok {
 			t.Errorf("%s is not in the reference", path)
 			continue

@@ -337,6 +337,7 @@ func hCTConfig(r *request) response {
 		return die(fmt.Sprintf("snapshot '%s' does not exist", snapshot))
 	}
 	conf := k.config()
+	conf["net0"] = strings.Replace(conf["net0"].(string), "bridge=vmbr0,", "bridge="+c.netBridge(vmid)+",", 1)
 	conf["digest"] = k.digest(conf)
 	return success(conf)
 }

@@ -352,6 +352,7 @@ func (c *Cluster) storages() map[string]bool {
 	for _, k := range c.cts {
 		add(k.disks)
 	}
+	c.addKnownStorages(res)
 	return res
 }
 

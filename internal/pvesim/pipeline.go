@@ -32,6 +32,9 @@ type response struct {
 	// file is a download (task log with download=1), sent as text/plain.
 	file     []byte
 	fileName string
+	// upgrade is where a vncwebsocket call's connection goes when it asks
+	// for a WebSocket (consolews.go).
+	upgrade *wsTarget
 }
 
 func success(data any) response { return response{status: http.StatusOK, data: data} }
@@ -152,6 +155,9 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) {
 	resp.legacy = resp.status >= 400 && !c.rel.errorBodies
 	if drop {
 		hangUp(w)
+		return
+	}
+	if c.websocketUpgrade(w, r, &resp) {
 		return
 	}
 	if resp.status == http.StatusUnauthorized && c.opts.AuthDelay > 0 {

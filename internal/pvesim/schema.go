@@ -158,7 +158,9 @@ func (p *paramSchema) compile() error {
 		return err
 	}
 	if p.Pattern != "" {
-		if p.re, err = regexp.Compile(`^(?:` + p.Pattern + `)$`); err != nil {
+		// A qr// dumped by Perl reads "(?^:...)": a group with default flags.
+		pattern := strings.ReplaceAll(p.Pattern, "(?^:", "(?:")
+		if p.re, err = regexp.Compile(`^(?:` + pattern + `)$`); err != nil {
 			return err
 		}
 	}
@@ -396,6 +398,18 @@ func checkNamedFormat(name, s string) string {
 		}
 	case "storage-pair":
 		if _, err := parseIDMap(s); err != nil {
+			return err.Error() + "\n"
+		}
+	case "bridge-pair": // remote migration's target-bridge (PVE::JSONSchema::parse_idmap with pve-bridge-id)
+		if _, err := parseIDMap(s); err != nil {
+			return err.Error() + "\n"
+		}
+	case "pve-bridge-id":
+		if !bridgeIDRE.MatchString(s) {
+			return fmt.Sprintf("invalid bridge ID '%s'\n", s)
+		}
+	case "proxmox-remote": // remote migration's target-endpoint (PVE::JSONSchema proxmox-remote)
+		if _, err := parseRemoteEndpoint(s); err != nil {
 			return err.Error() + "\n"
 		}
 	case "pve-task-status-type":

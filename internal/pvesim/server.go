@@ -266,6 +266,7 @@ func (s *Server) nodeOnline(name string, online bool) {
 			ep.srv.Close()
 			ep.srv = nil
 		}
+		go s.c.dropConsoles(name) // hijacked console connections too
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ep.host, strconv.Itoa(ep.port)))
@@ -351,5 +352,6 @@ func (s *Server) Close() error {
 	s.c.mu.Lock()
 	delete(s.c.servers, s)
 	s.c.mu.Unlock()
+	s.c.dropConsoles("") // hijacked console connections too
 	return nil
 }

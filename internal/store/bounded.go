@@ -60,10 +60,15 @@ func (b *bounded) unavailable(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return err
 	}
-	if reason := b.s.d.refusal(err); reason != "" && !b.closed.Load() {
+	// A lost connection, or a read-only answer when the DSN names several hosts,
+	// is a PostgreSQL failover: the pool lets go of its connections
+	// (failover.go), and the caller retries soon (store_unavailable, not
+	// store_read_only).
+	failover := b.s.writer != nil && !b.closed.Load() && b.s.writer.failed(err)
+	if reason := b.s.d.refusal(err); reason != "" && !b.closed.Load() && !failover {
 		return b.refused(reason, err)
 	}
-	if !b.closed.Load() && !errors.Is(err, context.DeadlineExceeded) && !connectionFailed(err) && !b.s.d.unavailable(err) {
+	if !failover && !b.closed.Load() && !errors.Is(err, context.DeadlineExceeded) && !connectionFailed(err) && !b.s.d.unavailable(err) {
 		return err
 	}
 	return &errs.Error{Kind: errs.Unavailable, Reason: errs.ReasonStoreUnavailable, Err: err, RetryAfter: retryAfter,

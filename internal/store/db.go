@@ -252,6 +252,9 @@ type sqlStore struct {
 	channel string
 	// pgConfig is what the change feed's listener connects with (PostgreSQL only).
 	pgConfig *pgx.ConnConfig
+	// writer follows the PostgreSQL host written to, and drops the pool's
+	// connections on a failover (failover.go); nil on SQLite.
+	writer *pgWriter
 	// place says where the database is, for the log of a refused write: the
 	// SQLite file, or the PostgreSQL server and database.
 	place string

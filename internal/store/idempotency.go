@@ -19,8 +19,15 @@ const IdempotencyTTL = 24 * time.Hour
 // IdempotencyLease is how long a claim holds an in-progress key when the caller sets
 // no LeaseExpiresAt: a holder extends it every third of that (a third of the time
 // for two heartbeats to fail before the lease is lost), and a key whose holder died
-// can be taken over this long after its last heartbeat.
-const IdempotencyLease = 30 * time.Second
+// can be taken over this long after its last heartbeat. Two thirds of it (40 s)
+// outlast a PostgreSQL failover of 30 s plus the store's deadline and a retry
+// (docs/decisions/0118).
+const IdempotencyLease = 60 * time.Second
+
+// LeaseRetry is how soon a holder tries again to renew a lease (an
+// Idempotency-Key's, an operation's) after a renewal failed because the store
+// was away: the lease is renewed within this long of the store's return.
+const LeaseRetry = time.Second
 
 // NewOwner names a process as the holder of leases (an Idempotency-Key's, an
 // operation's): host, pid and a random part, so that a restarted process on the

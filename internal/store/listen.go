@@ -53,7 +53,8 @@ func (s *sqlStore) listenPostgres(ctx context.Context, o Options) error {
 		return errors.New("open postgres store: no current schema (check search_path)")
 	}
 	s.channel = feedChannel(schema.String)
-	l := &pgListener{cfg: s.pgConfig.Copy(), channel: s.channel, timeout: o.Timeout, quiet: o.listenerQuiet, log: o.Logger}
+	l := &pgListener{cfg: s.pgConfig.Copy(), channel: s.channel, timeout: o.Timeout, quiet: o.listenerQuiet, log: o.Logger,
+		writer: s.writer}
 	s.feed.listen = l.run
 	return nil
 }
@@ -67,6 +68,11 @@ type pgListener struct {
 	timeout time.Duration // bounds connecting, LISTEN and each ping
 	quiet   time.Duration // ping after this long without a notification
 	log     *slog.Logger
+	// writer, when set, orders the hosts of a multi-host DSN: after a failover
+	// the listener follows the new primary, tried first (failover.go).
+	writer *pgWriter
+	// host is the address of the current connection, for the log.
+	host string
 }
 
 // run listens until ctx ends. It calls wake for every notification, and once the
@@ -81,9 +87,9 @@ func (l *pgListener) run(ctx context.Context, wake, resync func()) {
 		err := l.listen(ctx, func() {
 			if listened {
 				resync()
-				l.log.Info("change feed: listening again", "channel", l.channel)
+				l.log.Info("change feed: listening again", "channel", l.channel, "host", l.host)
 			} else {
-				l.log.Info("change feed: listening", "channel", l.channel)
+				l.log.Info("change feed: listening", "channel", l.channel, "host", l.host)
 			}
 			listened = true
 			backoff = listenerBackoffMin
@@ -106,11 +112,16 @@ func (l *pgListener) run(ctx context.Context, wake, resync func()) {
 // notification until the connection fails or ctx ends.
 func (l *pgListener) listen(ctx context.Context, listening, wake func()) error {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	conn, err := pgx.ConnectConfig(cctx, l.cfg)
+	cfg := *l.cfg // a shallow copy, as database/sql's connector makes
+	if l.writer != nil {
+		l.writer.preferWriter(cctx, &cfg)
+	}
+	conn, err := pgx.ConnectConfig(cctx, &cfg)
 	if err != nil {
 		cancel()
 		return err
 	}
+	l.host = remoteAddr(conn.PgConn())
 	defer func() {
 		// Close sends a goodbye; bound it, the network may be what failed.
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)

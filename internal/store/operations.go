@@ -176,45 +176,52 @@ func (s *sqlStore) CreateOperation(ctx context.Context, o Operation) (Operation,
 	var created Operation
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		created, err = scanOperation(tx.QueryRowContext(ctx, `
-			INSERT INTO operations (kind, cluster_id, node, status, user_id, user_email, max_parallel, params, created_at,
-				started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at, idem_key, plan)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $9, $16, $17)
-			RETURNING `+operationColumns,
-			o.Kind, o.ClusterID, o.Node, o.Status, o.UserID, o.UserEmail, o.MaxParallel, o.Params, s.t(o.CreatedAt),
-			s.t(o.StartedAt), s.t(o.EndedAt), s.t(o.CancelRequestedAt), o.Abort, o.Owner, s.t(ms(o.LeaseExpiresAt)),
-			o.IdemKey, o.Plan))
-		if err != nil {
-			return err
-		}
-		if err := s.takeHolds(ctx, tx, created, o.Items); err != nil {
-			return err
-		}
-		for i, it := range o.Items {
-			if it.State == "" {
-				it.State = ItemPending
-			}
-			if it.GuestKind == "" {
-				it.GuestKind = "qemu"
-			}
-			if _, err := tx.ExecContext(ctx, `
-				INSERT INTO operation_items (operation_id, idx, vmid, name, node, target, action, online, ha, mem_bytes,
-					state, task_id, error, started_at, ended_at, guest_kind)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL, $12, $13, $14, $15)`,
-				created.ID, i, it.VMID, it.Name, it.Node, it.Target, it.Action, it.Online, it.HA, it.MemBytes,
-				it.State, it.Error, s.t(ms(it.StartedAt)), s.t(ms(it.EndedAt)), it.GuestKind); err != nil {
-				return err
-			}
-			it.Index = i
-			created.Items = append(created.Items, it)
-		}
-		return nil
+		created, err = s.createOperationIn(ctx, tx, o)
+		return err
 	})
 	if err != nil {
 		return Operation{}, s.fail(err, "create operation", "create operation")
 	}
 	if created.Items == nil {
 		created.Items = []OperationItem{}
+	}
+	return created, nil
+}
+
+// createOperationIn is CreateOperation's work inside tx (o's defaults filled):
+// the operation's row, its holds and its items.
+func (s *sqlStore) createOperationIn(ctx context.Context, tx *sql.Tx, o Operation) (Operation, error) {
+	created, err := scanOperation(tx.QueryRowContext(ctx, `
+			INSERT INTO operations (kind, cluster_id, node, status, user_id, user_email, max_parallel, params, created_at,
+				started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at, idem_key, plan)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $9, $16, $17)
+			RETURNING `+operationColumns,
+		o.Kind, o.ClusterID, o.Node, o.Status, o.UserID, o.UserEmail, o.MaxParallel, o.Params, s.t(o.CreatedAt),
+		s.t(o.StartedAt), s.t(o.EndedAt), s.t(o.CancelRequestedAt), o.Abort, o.Owner, s.t(ms(o.LeaseExpiresAt)),
+		o.IdemKey, o.Plan))
+	if err != nil {
+		return Operation{}, err
+	}
+	if err := s.takeHolds(ctx, tx, created, o.Items); err != nil {
+		return Operation{}, err
+	}
+	for i, it := range o.Items {
+		if it.State == "" {
+			it.State = ItemPending
+		}
+		if it.GuestKind == "" {
+			it.GuestKind = "qemu"
+		}
+		if _, err := tx.ExecContext(ctx, `
+				INSERT INTO operation_items (operation_id, idx, vmid, name, node, target, action, online, ha, mem_bytes,
+					state, task_id, error, started_at, ended_at, guest_kind)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL, $12, $13, $14, $15)`,
+			created.ID, i, it.VMID, it.Name, it.Node, it.Target, it.Action, it.Online, it.HA, it.MemBytes,
+			it.State, it.Error, s.t(ms(it.StartedAt)), s.t(ms(it.EndedAt)), it.GuestKind); err != nil {
+			return Operation{}, err
+		}
+		it.Index = i
+		created.Items = append(created.Items, it)
 	}
 	return created, nil
 }

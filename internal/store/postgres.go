@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -120,7 +119,9 @@ func postgresConfig(dsn string, o Options) (*pgx.ConnConfig, error) {
 		return nil, errors.New("open postgres store: the DSN does not parse")
 	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = o.Timeout
+		// Each host gets its share of the deadline, so that with the first host
+		// black-holed (a dead primary) the last is still tried in time.
+		cfg.ConnectTimeout = max(o.Timeout/time.Duration(len(hostsOf(&cfg.Config))), minConnectTimeout)
 	}
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAliveConfig: keepAlive}
 	cfg.DialFunc = d.DialContext
@@ -132,17 +133,24 @@ func postgresConfig(dsn string, o Options) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
+// minConnectTimeout is the least time a host of a multi-host DSN gets to connect.
+const minConnectTimeout = 500 * time.Millisecond
+
 // openPostgres opens a pool on dsn, a postgres:// or postgresql:// URL for pgx.
 func openPostgres(dsn string, o Options) (*sqlStore, error) {
 	cfg, err := postgresConfig(dsn, o)
 	if err != nil {
 		return nil, err
 	}
-	db := stdlib.OpenDB(*cfg)
+	w := &pgWriter{log: o.Logger, multi: len(hostsOf(&cfg.Config)) > 1 || cfg.ValidateConnect != nil}
+	db := stdlib.OpenDB(*cfg, stdlib.OptionBeforeConnect(w.preferWriter), stdlib.OptionAfterConnect(w.connected),
+		stdlib.OptionResetSession(w.reuse))
+	w.db = db
 	db.SetMaxOpenConns(poolMaxOpen)
 	db.SetMaxIdleConns(poolMaxIdle)
 	db.SetConnMaxLifetime(poolMaxLifetime)
 	db.SetConnMaxIdleTime(poolMaxIdleTime)
-	place := fmt.Sprintf("the PostgreSQL server at %s (database %s)", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
-	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: o.Now, timeout: o.Timeout, pgConfig: cfg, place: place}, nil
+	place := fmt.Sprintf("the PostgreSQL server at %s (database %s)", strings.Join(hostsOf(&cfg.Config), ","), cfg.Database)
+	return &sqlStore{d: postgresDialect, rdb: db, wdb: db, now: o.Now, timeout: o.Timeout, pgConfig: cfg, place: place,
+		writer: w}, nil
 }

@@ -461,6 +461,7 @@ type PruneResult struct {
 
 // Store is everything vmgate persists. Implementations are safe for concurrent use.
 type Store interface {
+	SecondFactors // secondfactors.go
 	// Ping checks that the database answers (used by /readyz).
 	Ping(ctx context.Context) error
 	// ProbeWrite checks that the database takes writes (used by /readyz): in one
@@ -675,5 +676,6 @@ type Store interface {
 	Prune(ctx context.Context, now time.Time, p PruneOptions) (PruneResult, error)
 
 	OperationStore
+	MaintenanceStore
 	NotifyStore
 }

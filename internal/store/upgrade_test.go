@@ -13,7 +13,7 @@ import (
 
 // testUpgrade: rows an older vmgate (schema 1) left behind survive the migrations:
 // session feed entries become session changes, in order, a key in progress gets
-// a lease of IdempotencyLease from its creation, so it can be taken over, a
+// a lease of 30 s from its creation (migration 0003: the lease of its day), so it can be taken over, a
 // task row was last updated when it was created, and a raw signing key is kept as
 // it was, marked not sealed (auth seals it at its first start), and the audit
 // rows are chained, then keyed at the first start with a key file.
@@ -65,11 +65,12 @@ func testUpgrade(t *testing.T, driver, raw, dsn string, created any) {
 		t.Fatal(err)
 	}
 	base := u.CreatedAt
-	expired, err := s.ExpiredIdempotencyLeases(ctx, base.Add(store.IdempotencyLease), 10)
+	const oldLease = 30 * time.Second // what migration 0003 gives; store.IdempotencyLease is 60 s since 0118
+	expired, err := s.ExpiredIdempotencyLeases(ctx, base.Add(oldLease), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(expired) != 1 || !expired[0].LeaseExpiresAt.Equal(base.Add(store.IdempotencyLease)) || expired[0].Owner != "" {
+	if len(expired) != 1 || !expired[0].LeaseExpiresAt.Equal(base.Add(oldLease)) || expired[0].Owner != "" {
 		t.Fatalf("old key in progress after the upgrade: %+v", expired)
 	}
 	if _, taken, err := s.TakeOverIdempotencyKey(ctx, u.ID, "old-key", "new", base.Add(time.Minute), base.Add(2*time.Minute)); err != nil || !taken {

@@ -104,6 +104,11 @@ func (s *Service) Act(ctx context.Context, a Actor, g GuestRef, act Action) erro
 		_, err := s.migrate(ctx, a, g, req)
 		return err
 	}
+	if act.Op == OpStart {
+		if err := s.refuseStartInMaintenance(ctx, a, g); err != nil {
+			return err
+		}
+	}
 	_, err := s.power(ctx, a, g, act.Op, nil, 0)
 	return err
 }

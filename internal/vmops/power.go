@@ -30,6 +30,9 @@ type PowerOptions struct {
 	Timeout *int
 	// Wait is how long to wait for the task (at most MaxPowerWait); 0 returns at once.
 	Wait time.Duration
+	// Force starts the guest on a node in maintenance (start only; without it
+	// such a start is 409 node_in_maintenance: maintenance.go).
+	Force bool
 }
 
 // StopOptions are the options of stop.
@@ -60,6 +63,14 @@ type Outcome struct {
 func (s *Service) Start(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
 	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStart)); err != nil {
 		return Outcome{}, err
+	}
+	if !o.Force {
+		if err := validRef(vm); err != nil {
+			return Outcome{}, err
+		}
+		if err := s.refuseStartInMaintenance(ctx, a, vm); err != nil {
+			return Outcome{}, err
+		}
 	}
 	return s.power(ctx, a, vm, OpStart, o.Timeout, o.Wait)
 }

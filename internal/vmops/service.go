@@ -232,6 +232,7 @@ type Service struct {
 	store   store.Store
 	connect func(ctx context.Context, clusterID int64) (PVE, error)
 	grants  Grants
+	remotes RemoteTargets // nil: no remote migrations (remote.go)
 	log     *slog.Logger
 	now     func() time.Time
 	poll    time.Duration
@@ -317,6 +318,9 @@ func New(cfg Config) *Service {
 	s.grants = cfg.Grants
 	if g, ok := clients.(Grants); ok && s.grants == nil {
 		s.grants = g
+	}
+	if r, ok := clients.(RemoteTargets); ok {
+		s.remotes = r
 	}
 	s.connect = func(ctx context.Context, clusterID int64) (PVE, error) {
 		c, err := clients.Client(ctx, clusterID)

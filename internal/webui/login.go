@@ -15,6 +15,7 @@ type loginView struct {
 	Next      string
 	LoginCSRF string
 	Error     string
+	SSO       string // the provider's name when single sign-on is configured
 }
 
 // loginPage shows the log-in form, or goes on at once for a person who is logged in.
@@ -36,6 +37,7 @@ func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) error {
 
 func (u *UI) renderLogin(w http.ResponseWriter, r *http.Request, status int, lv loginView) {
 	lv.LoginCSRF = u.loginCSRF(loginSecret(w, r))
+	lv.SSO = u.ssoName()
 	u.render(w, r, status, "login", u.page(w, r, "Log in", "", lv))
 }
 

@@ -99,6 +99,7 @@ func (u *UI) routes() []route {
 	if u.notify != nil {
 		rs = append(rs, u.notifyRoutes()...)
 	}
+	rs = append(rs, u.ssoRoutes()...)
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},

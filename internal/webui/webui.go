@@ -49,6 +49,9 @@ type Config struct {
 	// Notifications serves the Notifications admin page (issue 24); nil leaves
 	// it out.
 	Notifications frontend.Notifications
+	// SSO is single sign-on with an OpenID Provider (internal/identity); nil
+	// leaves its pages and the log-in page's button out.
+	SSO frontend.SingleSignOn
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -78,6 +81,7 @@ type UI struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	notify   frontend.Notifications
+	sso      frontend.SingleSignOn
 	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
@@ -106,7 +110,8 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, notify: cfg.Notifications, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO,
+		notify: cfg.Notifications, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
@@ -143,6 +148,7 @@ func New(cfg Config) (*UI, error) {
 	for _, rt := range u.routes() {
 		u.mux.Handle(rt.method+" "+rt.pattern, u.wrap(rt))
 	}
+	u.mountSSOToken()
 	u.mux.Handle("/", u.wrap(route{"", "/", public, u.notFound}))
 	return u, nil
 }

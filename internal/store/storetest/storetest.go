@@ -32,6 +32,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SessionActivity", testSessionActivity},
 		{"APITokens", testAPITokens},
 		{"LoginNetworks", testLoginNetworks},
+		{"SecondFactors", testSecondFactors},
+		{"ConsoleTickets", testConsoleTickets},
 		{"SessionChanges", testSessionChanges},
 		{"SessionChangesNoGaps", testSessionChangesNoGaps},
 		{"ChangeFeed", testChangeFeed},
@@ -71,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationHolds", testOperationHolds},
 		{"OperationGuestKinds", testOperationGuestKinds},
 		{"OperationHoldRace", testOperationHoldRace},
+		{"NodeMaintenance", testNodeMaintenance},
 		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases}, {"NotifyReseal", testNotifyReseal},
 	}
 	for _, tc := range tests {

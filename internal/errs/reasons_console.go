@@ -1,0 +1,12 @@
+package errs
+
+// The console's reasons (issue 21).
+const (
+	// ReasonTooManyConsoles (kind RateLimited): the caller holds as many consoles
+	// open as one user may, or vmgate as many as it serves in all
+	// (docs/security.md item 38).
+	ReasonTooManyConsoles = "too_many_consoles"
+	// ReasonConsoleTicket (kind Unauthenticated): the console ticket is unknown,
+	// used, expired, or its session or token ended since it was issued.
+	ReasonConsoleTicket = "console_ticket_invalid"
+)

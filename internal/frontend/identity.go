@@ -1,0 +1,30 @@
+package frontend
+
+import (
+	"context"
+
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/identity"
+)
+
+// SingleSignOn is internal/identity's login with an OpenID Provider: the browser's
+// flow (the web UI) and the CLI's exchange (the API). *identity.Service is one.
+type SingleSignOn interface {
+	ProviderName() string
+	StartLogin(ctx context.Context, b identity.Begin) (string, error)
+	FinishLogin(ctx context.Context, c identity.Callback) (identity.Finished, error)
+	Exchange(ctx context.Context, code, verifier string, c auth.Client) (auth.Token, identity.User, error)
+}
+
+var _ SingleSignOn = (*identity.Service)(nil)
+
+// GroupMappings is internal/identity's group mappings: an admin's login session
+// manages them. *identity.Mappings is one.
+type GroupMappings interface {
+	List(ctx context.Context, p auth.Principal) ([]identity.Mapping, error)
+	Create(ctx context.Context, p auth.Principal, in identity.MappingInput) (identity.Mapping, error)
+	Update(ctx context.Context, p auth.Principal, id int64, in identity.MappingInput) (identity.Mapping, error)
+	Delete(ctx context.Context, p auth.Principal, id int64) error
+}
+
+var _ GroupMappings = (*identity.Mappings)(nil)

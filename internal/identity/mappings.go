@@ -1,0 +1,210 @@
+package identity
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/vmgate/vmgate/internal/audit"
+	"github.com/vmgate/vmgate/internal/auth"
+	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/store"
+)
+
+// Mappings is the group mappings' use cases: an admin's login session only (an API
+// token never manages credentials, docs/decisions/0038), each change audited.
+// Mappings work without a provider configured, so that an admin can prepare them.
+type Mappings struct {
+	st    Store
+	guard Guard
+	audit func(ctx context.Context, rec store.AuditRecord)
+}
+
+// NewMappings returns the mappings' use cases.
+func NewMappings(st Store, guard Guard, rec func(ctx context.Context, rec store.AuditRecord)) *Mappings {
+	if rec == nil {
+		rec = func(context.Context, store.AuditRecord) {}
+	}
+	return &Mappings{st: st, guard: guard, audit: rec}
+}
+
+// MappingInput is a mapping as an admin writes it.
+type MappingInput struct {
+	Group  string
+	Role   string
+	Grants []GrantInput
+}
+
+// GrantInput is one grant of a mapping. Scope (pools, tags) is refused until
+// vmgate enforces scoped grants: a mapping must never give more than it says.
+type GrantInput struct {
+	ClusterID int64
+	Role      string
+	Scope     *Scope
+}
+
+// Scope is a grant's scope as issue 23 section 3 defines it.
+type Scope struct {
+	Pools []string `json:"pools"`
+	Tags  []string `json:"tags"`
+}
+
+// Mapping is a group mapping as the front ends show it.
+type Mapping struct {
+	ID        int64          `json:"id"`
+	Group     string         `json:"group"`
+	Role      string         `json:"role"`
+	Grants    []MappingGrant `json:"grants"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+}
+
+// MappingGrant is one grant of a Mapping.
+type MappingGrant struct {
+	ClusterID int64  `json:"clusterId"`
+	Role      string `json:"role"`
+}
+
+func viewMapping(m store.GroupMapping) Mapping {
+	out := Mapping{ID: m.ID, Group: m.Group, Role: m.Role, Grants: []MappingGrant{}, CreatedAt: m.CreatedAt.UTC(),
+		UpdatedAt: m.UpdatedAt.UTC()}
+	for _, g := range m.Grants {
+		out.Grants = append(out.Grants, MappingGrant{ClusterID: g.ClusterID, Role: g.Role})
+	}
+	return out
+}
+
+// Bounds of a mapping.
+const (
+	maxMappingGrants = 100
+	maxMappings      = 1000
+)
+
+func (m *Mappings) guardAdmin(ctx context.Context, p auth.Principal, attempt string) error {
+	if err := m.guard.RequireAdmin(ctx, p, attempt); err != nil {
+		return err
+	}
+	return m.guard.RequireSession(ctx, p, attempt)
+}
+
+// List returns every mapping, by ID.
+func (m *Mappings) List(ctx context.Context, p auth.Principal) ([]Mapping, error) {
+	if err := m.guardAdmin(ctx, p, "identity.group_mappings"); err != nil {
+		return nil, err
+	}
+	all, err := m.st.GroupMappings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Mapping, 0, len(all))
+	for _, gm := range all {
+		out = append(out, viewMapping(gm))
+	}
+	return out, nil
+}
+
+// Create stores a new mapping; it applies at each member's next login.
+func (m *Mappings) Create(ctx context.Context, p auth.Principal, in MappingInput) (Mapping, error) {
+	if err := m.guardAdmin(ctx, p, "identity.group_mapping_create"); err != nil {
+		return Mapping{}, err
+	}
+	gm, err := m.check(ctx, in)
+	if err == nil {
+		var all []store.GroupMapping
+		if all, err = m.st.GroupMappings(ctx); err == nil && len(all) >= maxMappings {
+			err = errs.E(errs.Conflict, "vmgate keeps at most %d group mappings", maxMappings)
+		}
+	}
+	if err == nil {
+		gm, err = m.st.CreateGroupMapping(ctx, gm)
+	}
+	m.record(ctx, "identity.group_mapping_create", gm, err)
+	if err != nil {
+		return Mapping{}, err
+	}
+	return viewMapping(gm), nil
+}
+
+// Update replaces mapping id.
+func (m *Mappings) Update(ctx context.Context, p auth.Principal, id int64, in MappingInput) (Mapping, error) {
+	if err := m.guardAdmin(ctx, p, "identity.group_mapping_update"); err != nil {
+		return Mapping{}, err
+	}
+	gm, err := m.check(ctx, in)
+	if err == nil {
+		gm.ID = id
+		gm, err = m.st.UpdateGroupMapping(ctx, gm)
+	}
+	gm.ID = id
+	m.record(ctx, "identity.group_mapping_update", gm, err)
+	if err != nil {
+		return Mapping{}, err
+	}
+	return viewMapping(gm), nil
+}
+
+// Delete removes mapping id; the grants it gave go at each member's next login.
+func (m *Mappings) Delete(ctx context.Context, p auth.Principal, id int64) error {
+	if err := m.guardAdmin(ctx, p, "identity.group_mapping_delete"); err != nil {
+		return err
+	}
+	err := m.st.DeleteGroupMapping(ctx, id)
+	m.record(ctx, "identity.group_mapping_delete", store.GroupMapping{ID: id}, err)
+	return err
+}
+
+func (m *Mappings) record(ctx context.Context, action string, gm store.GroupMapping, err error) {
+	params := map[string]any{"group": gm.Group, "role": gm.Role, "grants": gm.Grants}
+	if gm.Group == "" {
+		params = map[string]any{}
+	}
+	m.audit(ctx, store.AuditRecord{Action: action, Target: "group_mapping:" + strconv.FormatInt(gm.ID, 10),
+		Result: audit.Result(err), Reason: audit.Reason(err), Params: jsonParams(params)})
+}
+
+// check validates a mapping: a group name, a role, at most one grant per cluster,
+// each on a cluster that exists with a role vmgate knows, and no scope.
+func (m *Mappings) check(ctx context.Context, in MappingInput) (store.GroupMapping, error) {
+	if in.Group == "" || len(in.Group) > maxGroup || in.Group != trimPrintable(in.Group, maxGroup) {
+		return store.GroupMapping{}, errs.E(errs.Invalid, "group must be 1 to %d printable characters without spaces around", maxGroup)
+	}
+	if in.Role != store.RoleAdmin && in.Role != store.RoleUser {
+		return store.GroupMapping{}, errs.E(errs.Invalid, "role must be %q or %q", store.RoleAdmin, store.RoleUser)
+	}
+	if len(in.Grants) > maxMappingGrants {
+		return store.GroupMapping{}, errs.E(errs.Invalid, "a mapping has at most %d grants", maxMappingGrants)
+	}
+	gm := store.GroupMapping{Group: in.Group, Role: in.Role, Grants: []store.MappedGrant{}}
+	seen := map[int64]bool{}
+	for i, g := range in.Grants {
+		if g.Role != store.GrantOperator && g.Role != store.GrantViewer {
+			return store.GroupMapping{}, errs.E(errs.Invalid, "grants[%d].role must be %q or %q", i, store.GrantOperator, store.GrantViewer)
+		}
+		if g.Scope != nil && (len(g.Scope.Pools) > 0 || len(g.Scope.Tags) > 0) {
+			return store.GroupMapping{}, errs.R(errs.Invalid, errs.ReasonScopeUnsupported,
+				"grants[%d].scope: this vmgate does not enforce scoped grants yet; a mapping with a scope would give the whole cluster", i)
+		}
+		if seen[g.ClusterID] {
+			return store.GroupMapping{}, errs.E(errs.Invalid, "grants[%d]: cluster %d is named twice", i, g.ClusterID)
+		}
+		seen[g.ClusterID] = true
+		if _, err := m.st.ClusterByID(ctx, g.ClusterID); err != nil {
+			if errs.Is(err, errs.NotFound) {
+				return store.GroupMapping{}, errs.E(errs.Invalid, "grants[%d]: cluster %d does not exist", i, g.ClusterID)
+			}
+			return store.GroupMapping{}, fmt.Errorf("check group mapping: %w", err)
+		}
+		gm.Grants = append(gm.Grants, store.MappedGrant{ClusterID: g.ClusterID, Role: g.Role})
+	}
+	return gm, nil
+}
+
+func jsonParams(m map[string]any) string {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
