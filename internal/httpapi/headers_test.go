@@ -43,6 +43,8 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/users":                                             `{"email":"x@example.org","password":"pw"}`,
 	"PATCH /api/v1/users/{id}":                                       `{"nickname":"n"}`,
 	"POST /api/v1/clusters":                                          `{"name":"n"}`,
+	"POST /api/v1/notifications/targets":                             `{"name":"n"}`,
+	"PATCH /api/v1/notifications/targets/{id}":                       `{"name":"n"}`,
 	"PATCH /api/v1/clusters/{clusterId}":                             `{"name":"n"}`,
 	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":               `{"role":"viewer"}`,
 	"POST /api/v1/user/tokens":                                       `{"name":"n"}`,
@@ -60,6 +62,8 @@ var sampleBodies = map[string]string{
 var noBodyRoutes = map[string]bool{
 	"POST /api/v1/user/refresh":                              true,
 	"POST /api/v1/user/logout":                               true,
+	"POST /api/v1/notifications/targets/{id}/test":           true,
+	"POST /api/v1/notifications/deliveries/{id}/retry":       true,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":    true,
 	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/start":   true,
 	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/stop":    true,
