@@ -87,7 +87,7 @@ func TestSecondFactorsInTheUI(t *testing.T) {
 	admin := e.browser()
 	admin.login(adminEmail)
 	uid := strconv.FormatInt(e.users[opEmail].ID, 10)
-	admin.get("/admin/users/" + uid).expect(t, 200)
+	admin.get("/admin/users/"+uid).expect(t, 200)
 	if p := admin.post("/admin/users/"+uid+"/second-factors/reset", url.Values{"confirm": {"yes"}}); p.status != http.StatusSeeOther {
 		t.Fatalf("reset: %d\n%s", p.status, clip(p.body, 2000))
 	}
