@@ -192,7 +192,7 @@ func TestIDTokenChecks(t *testing.T) {
 		}, ErrIDToken},
 		{"signed by another key under the provider's kid", func(n string) string {
 			tok := jwt.NewWithClaims(jwt.SigningMethodRS256, e.claims(n))
-			tok.Header["kid"] = e.op.kid
+			tok.Header["kid"] = "k1" // the provider's kid (never rotated in this test)
 			s, _ := tok.SignedString(otherKey)
 			return s
 		}, ErrIDToken},
@@ -623,5 +623,29 @@ func TestMappedAdminRoleKeepsTheLastAdmin(t *testing.T) {
 	}
 	if r := role(); r != store.RoleUser {
 		t.Fatalf("with another admin: %s", r)
+	}
+}
+
+// TestKeyRotationIsFollowed: the provider's keys are fetched once and kept; after
+// the provider rotates its key (a new kid), the next login's token verifies: the
+// key set is fetched again for the kid it does not know.
+func TestKeyRotationIsFollowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "t.db")))
+	e.op.setIDToken(func(n string) string { return e.op.sign(t, e.claims(n)) })
+	for range 2 {
+		if _, err := login(t, e.svc, e.op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.op.fetches(); n != 1 {
+		t.Fatalf("the keys were fetched %d times for two logins, want once", n)
+	}
+	e.op.rotate(t, "k2")
+	if _, err := login(t, e.svc, e.op); err != nil {
+		t.Fatalf("after the rotation: %v", err)
+	}
+	if n := e.op.fetches(); n != 2 {
+		t.Fatalf("the keys were fetched %d times, want twice", n)
 	}
 }
