@@ -27,10 +27,10 @@ type testOP struct {
 	mu sync.Mutex
 	// idToken makes the token endpoint's ID token from the login's nonce and the
 	// code's PKCE verifier; nil answers 400.
-	idToken   func(nonce string) string
+	idToken    func(nonce string) string
 	verifiers  []string // code_verifier of each exchange
 	keyFetches int      // GETs of the JWKS
-	nonces    map[string]string
+	nonces     map[string]string
 }
 
 func newTestOP(t *testing.T) *testOP {
