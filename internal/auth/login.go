@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -260,7 +261,9 @@ func (s *Service) passwordFailed(ctx context.Context, action, why, email string,
 	lockout := func(scope string, d time.Duration) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "login lockout", slog.String("scope", scope), slog.String("address", addr),
 			slog.String("network", network), slog.Int64("user", userID), slog.Int("failures", n), slog.Duration("for", d))
-		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", Target: target, Address: addr, Result: "locked",
+		// The notification is written with the audit record (issue 24).
+		nctx := store.WithOutbox(ctx, notify.AuthLockout(target, scope, addr, d, now))
+		s.audit(nctx, store.AuditRecord{Action: "auth.lockout", Target: target, Address: addr, Result: "locked",
 			Reason: fmt.Sprintf("%d wrong passwords: logins wait %s (%s)", n, d.Round(time.Second), scope),
 			Params: params(map[string]any{"scope": scope, "failures": n, "seconds": d.Seconds()})})
 	}

@@ -108,7 +108,11 @@ func (c *Cluster) nextVNCPort(local string) (int, bool) {
 // emulator with its HMAC key).
 func (c *Cluster) assembleVNCTicket(user, path string, port int, now time.Time) string {
 	plain := fmt.Sprintf("PVEVNC:%08X", now.Unix())
-	return plain + "::" + c.sign(plain+":"+user+":"+path+":"+strconv.Itoa(port))
+	secret := plain + ":" + user + ":" + path
+	if c.rel.vncTicketPort {
+		secret += ":" + strconv.Itoa(port)
+	}
+	return plain + "::" + c.sign(secret)
 }
 
 var (
@@ -120,9 +124,12 @@ var (
 // verifyVNCTicket is PVE::AccessControl::verify_vnc_ticket (with
 // PVE::Ticket::verify_rsa_ticket): the 8-character password prefix vncproxy
 // adds is dropped, then signature, user, path, port and age (-20 s < age <
-// 40 s) must hold. port 0 is "no port" (an old-style ticket).
+// 40 s) must hold. port 0 is "no port" (an old-style ticket); releases
+// before vncTicketPort know neither the port nor the prefix.
 func (c *Cluster) verifyVNCTicket(ticket, user, path string, port int, now time.Time) bool {
-	if m := vncPwPrefix.FindStringSubmatch(ticket); m != nil {
+	if !c.rel.vncTicketPort {
+		port = 0 // no port in the ticket, no password in front
+	} else if m := vncPwPrefix.FindStringSubmatch(ticket); m != nil {
 		ticket = m[1]
 	}
 	m := rsaTicketRE.FindStringSubmatch(ticket)
@@ -249,16 +256,24 @@ func vncProxy(r *request, lxc bool) response {
 			l.height = int(h)
 		}
 	}
-	if !lxc || r.flag("websocket") {
+	newStyle := c.rel.vncTicketPort
+	if newStyle && (!lxc || r.flag("websocket")) || !lxc && r.flag("generate-password") {
 		l.password = generateVNCPassword()
 	}
 	ticket, msg := c.listen(r, l)
 	if msg != "" {
 		return die(msg)
 	}
-	if l.password != "" {
+	returnPassword := l.password != ""
+	switch {
+	case newStyle && l.password != "":
 		ticket = l.password + ":" + ticket
+	case !newStyle && l.password == "" && (!lxc || r.flag("websocket")):
+		// Before: the ticket itself is the VNC password (QEMU and vncterm
+		// use its first 8 characters).
+		l.password = ticket
 	}
+
 	res := map[string]any{
 		"user":   l.user,
 		"ticket": ticket,
@@ -266,7 +281,7 @@ func vncProxy(r *request, lxc bool) response {
 		"upid":   l.task.upid,
 		"cert":   string(c.nodes[r.local].cert.pem),
 	}
-	if l.password != "" {
+	if returnPassword {
 		res["password"] = l.password
 	}
 	return success(res)
@@ -289,6 +304,9 @@ func termProxy(r *request, lxc bool) response {
 	ticket, msg := c.listen(r, l)
 	if msg != "" {
 		return die(msg)
+	}
+	if !c.rel.vncTicketPort {
+		l.ticket = "" // termproxy pins no ticket (no --ticket-fd)
 	}
 	return success(map[string]any{"user": l.user, "ticket": ticket, "port": l.port, "upid": l.task.upid})
 }
@@ -394,6 +412,16 @@ func (c *Cluster) ConsoleListeners() int {
 		n += len(m)
 	}
 	return n
+}
+
+// endConsolesOf closes the console connections of a guest that stopped or
+// moved away (the process behind them ended); c.mu must be held.
+func (c *Cluster) endConsolesOf(vmid int) {
+	for s := range c.cons.sessions {
+		if s.l.vmid == vmid {
+			s.conn.Close()
+		}
+	}
 }
 
 // dropConsoles closes every console connection of a node (its endpoint

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/vmgate/vmgate/internal/testkit"
 )
 
 const (
@@ -24,8 +27,11 @@ const (
 // consoleEnv is a cluster with CT 200 (ct200, running), CT 201 (stopped),
 // VM 100 (web1, running, serial0), VM 101 (stopped) and VM 102 (running,
 // no serial port), and a token that has VM.Console.
-func consoleEnv(t *testing.T) *env {
-	e := newEnv(t, envOptions{build: func(c *Cluster) {
+func consoleEnv(t *testing.T) *env { return consoleEnvAs(t, "") }
+
+// consoleEnvAs is consoleEnv answering as a PVE release.
+func consoleEnvAs(t *testing.T, release string) *env {
+	e := newEnv(t, envOptions{opts: Options{Version: release}, build: func(c *Cluster) {
 		addCT(t, c, CTSpec{VMID: 200, Node: "pve1", Hostname: "ct200", Running: true})
 		addCT(t, c, CTSpec{VMID: 201, Node: "pve1", Hostname: "ct201"})
 		addVM(t, c, VMSpec{VMID: 100, Node: "pve1", Name: "web1", Running: true, Serial: "serial0"})
@@ -60,17 +66,21 @@ func (e *env) openProxy(kind string, vmid int, method string, form url.Values) p
 	return decodeData[proxyAnswer](e.t, r)
 }
 
-func wsURL(e *env, kind string, vmid int, a proxyAnswer) string {
+func wsURL(e *env, endpoint, kind string, vmid int, a proxyAnswer) string {
 	q := url.Values{"port": {strconv.Itoa(a.Port)}, "vncticket": {a.Ticket}}
-	u := e.eps["pve1"].URL + "/api2/json/nodes/pve1/" + kind + "/" + strconv.Itoa(vmid) + "/vncwebsocket?" + q.Encode()
+	u := e.eps[endpoint].URL + "/api2/json/nodes/pve1/" + kind + "/" + strconv.Itoa(vmid) + "/vncwebsocket?" + q.Encode()
 	return "ws" + strings.TrimPrefix(u, "http")
 }
 
-// dialConsole opens vncwebsocket as PVE's own clients do.
+// dialConsole opens vncwebsocket as PVE's own clients do, at pve1's endpoint.
 func (e *env) dialConsole(kind string, vmid int, a proxyAnswer) (*websocket.Conn, error) {
+	return e.dialConsoleAt("pve1", kind, vmid, a)
+}
+
+func (e *env) dialConsoleAt(endpoint, kind string, vmid int, a proxyAnswer) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, wsURL(e, kind, vmid, a), &websocket.DialOptions{
+	ws, resp, err := websocket.Dial(ctx, wsURL(e, endpoint, kind, vmid, a), &websocket.DialOptions{
 		Subprotocols: []string{"binary"},
 		HTTPHeader:   http.Header{"Authorization": {e.auth}},
 	})
@@ -85,7 +95,7 @@ func (e *env) dialConsole(kind string, vmid int, a proxyAnswer) (*websocket.Conn
 
 // termClient is a termproxy client: what it read so far, and helpers.
 type termClient struct {
-	t   *testing.T
+	t   testing.TB
 	ws  *websocket.Conn
 	got bytes.Buffer
 }
@@ -404,4 +414,188 @@ func TestConsoleWebsocketUpgrade(t *testing.T) {
 		h[tc.header] = tc.value
 		wantLine(t, e.do(call{path: "/nodes/pve1/lxc/200/vncwebsocket", query: q, noAuth: true, headers: h}), 501, tc.line)
 	}
+}
+
+// TestDevClusterConsoles: the dev token may open consoles, and VM 100's
+// terminal is its serial port.
+func TestDevClusterConsoles(t *testing.T) {
+	t.Parallel()
+	c := DevCluster(Options{ManualClock: true, Start: testStart})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := c.Serve(ctx, ServeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	e := &env{t: t, c: c, srv: srv, eps: map[string]Endpoint{}, client: &http.Client{Timeout: 20 * time.Second},
+		auth: "PVEAPIToken=" + c.DevToken()}
+	for _, ep := range srv.Endpoints() {
+		e.eps[ep.Node] = ep
+	}
+	tc, _ := e.termLogin("qemu", 100)
+	if got := tc.until("root@web1:~# "); got != "starting serial terminal on interface serial0\r\nroot@web1:~# " {
+		t.Fatalf("VM 100's terminal: %q", got)
+	}
+	tc, _ = e.termLogin("lxc", 200)
+	tc.typeText("hostname\r")
+	tc.until("\r\nproxy\r\n")
+}
+
+// TestConsoleEnds: a console ends with its guest (a VM's VNC when the VM
+// stops) and with its node's endpoint (the node cut off).
+func TestConsoleEnds(t *testing.T) {
+	t.Parallel()
+	e := consoleEnv(t)
+	a := e.openProxy("qemu", 100, "vncproxy", url.Values{"websocket": {"1"}})
+	rc := &rfbClient{t: t, conn: e.dialRFB("qemu", 100, a)}
+	if res := rc.securityTo(a.Password); res != 0 {
+		t.Fatalf("SecurityResult %d", res)
+	}
+	rc.init()
+	e.post("pve1", "/nodes/pve1/qemu/100/status/stop", nil)
+	e.c.Advance(time.Minute)
+	if _, err := io.ReadFull(rc.conn, make([]byte, 1)); err == nil {
+		t.Fatal("the VNC console outlived its VM")
+	}
+	if st := e.wait(a.UPID); st.ExitStatus != "OK" {
+		t.Fatalf("task %+v", st)
+	}
+
+	tc, _ := e.termLogin("lxc", 200)
+	tc.until("# ")
+	if err := e.c.SetNodeOnline("pve1", false); err != nil {
+		t.Fatal(err)
+	}
+	tc.closed()
+	testkit.Until(t, "the console session ends", func() bool { return e.c.ConsoleSessions() == 0 })
+}
+
+// TestConsolesBeforeTicketPorts: PVE 8.x's consoles — tickets bound to user
+// and guest but not to the port, no password in front; the ticket itself is
+// the VNC password unless generate-password asks for one; termproxy checks
+// the ticket it is given.
+func TestConsolesBeforeTicketPorts(t *testing.T) {
+	t.Parallel()
+	for _, release := range []string{"8.0", "8.3", "8.4"} {
+		t.Run(release, func(t *testing.T) {
+			t.Parallel()
+			e := consoleEnvAs(t, release)
+			tc, a := e.termLogin("lxc", 200)
+			if !strings.HasPrefix(a.Ticket, "PVEVNC:") {
+				t.Fatalf("ticket %q", a.Ticket)
+			}
+			tc.typeText("hostname\r")
+			tc.until("\r\nct200\r\n")
+			// Any port passes vncwebsocket's check (the VNC password guards it).
+			r := e.do(call{path: "/nodes/pve1/lxc/200/vncwebsocket", query: url.Values{"port": {"5999"}, "vncticket": {a.Ticket}}})
+			if r.status != 200 || string(r.data) != `{"port":"5999"}` {
+				t.Fatalf("other port: %s %s", r.line, r.body)
+			}
+			v := e.openProxy("qemu", 100, "vncproxy", url.Values{"websocket": {"1"}})
+			if v.Password != "" || !strings.HasPrefix(v.Ticket, "PVEVNC:") {
+				t.Fatalf("vncproxy %+v", v)
+			}
+			rc := &rfbClient{t: t, conn: e.dialRFB("qemu", 100, v)}
+			if res := rc.securityTo(v.Ticket); res != 0 {
+				t.Fatalf("the ticket as VNC password: SecurityResult %d", res)
+			}
+			v = e.openProxy("qemu", 100, "vncproxy", url.Values{"websocket": {"1"}, "generate-password": {"1"}})
+			if len(v.Password) != 8 || !strings.HasPrefix(v.Ticket, "PVEVNC:") {
+				t.Fatalf("vncproxy with generate-password %+v", v)
+			}
+			rc = &rfbClient{t: t, conn: e.dialRFB("qemu", 100, v)}
+			if res := rc.securityTo(v.Password); res != 0 {
+				t.Fatalf("the generated password: SecurityResult %d", res)
+			}
+			v = e.openProxy("lxc", 200, "vncproxy", url.Values{"websocket": {"1"}})
+			rc = &rfbClient{t: t, conn: e.dialRFB("lxc", 200, v)}
+			if res := rc.securityTo(v.Ticket); v.Password != "" || res != 0 {
+				t.Fatalf("vncterm: password %q, SecurityResult %d", v.Password, res)
+			}
+		})
+	}
+}
+
+// TestConsolePortsRunOut: a node has 100 console ports; the 101st waiting
+// worker gets next_vnc_port's error, and a port comes back when its worker
+// gives up.
+func TestConsolePortsRunOut(t *testing.T) {
+	t.Parallel()
+	e := consoleEnv(t)
+	for i := 0; i < 100; i++ {
+		e.openProxy("lxc", 200, "termproxy", nil)
+	}
+	wantLine(t, e.do(call{method: "POST", path: "/nodes/pve1/lxc/200/termproxy"}), 500, "500 unable to find free port (5900-5999)")
+	// Another node has its own ports.
+	if a := e.openProxy2("pve2", "lxc", 200, "termproxy"); a.Port != 5900 {
+		t.Fatalf("pve2's first port %d", a.Port)
+	}
+	e.c.Advance(consoleAcceptTimeout)
+	if n := e.c.ConsoleListeners(); n != 0 {
+		t.Fatalf("%d listeners after the timeout", n)
+	}
+	if a := e.openProxy("lxc", 200, "termproxy", nil); a.Port != 5900 {
+		t.Fatalf("port after the timeout %d", a.Port)
+	}
+}
+
+// openProxy2 calls a proxy method at another node's endpoint for a guest on
+// pve1 (served by that node, as PVE reaches the guest over ssh).
+func (e *env) openProxy2(endpoint, kind string, vmid int, method string) proxyAnswer {
+	e.t.Helper()
+	r := e.do(call{node: endpoint, method: "POST", path: "/nodes/pve1/" + kind + "/" + strconv.Itoa(vmid) + "/" + method})
+	if r.status != 200 {
+		e.t.Fatalf("%s: %s %s", method, r.line, r.body)
+	}
+	return decodeData[proxyAnswer](e.t, r)
+}
+
+// TestConsoleEndpoint: the port is on the node that received vncproxy (or
+// termproxy); vncwebsocket at another node's endpoint finds nothing there.
+func TestConsoleEndpoint(t *testing.T) {
+	t.Parallel()
+	e := consoleEnv(t)
+	a := e.openProxy2("pve2", "lxc", 200, "termproxy")
+	if _, err := e.dialConsoleAt("pve1", "lxc", 200, a); err == nil {
+		t.Fatal("pve1 relayed to pve2's console port")
+	}
+	ws, err := e.dialConsoleAt("pve2", "lxc", 200, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	tc := &termClient{t: t, ws: ws}
+	tc.send(a.User + ":" + a.Ticket + "\n")
+	tc.until("OK")
+	tc.until("root@ct200:~# ")
+}
+
+// TestConsoleOverTLS: vncwebsocket upgrades on pveproxy's HTTPS as well.
+func TestConsoleOverTLS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{serve: ServeOptions{TLS: true}, build: func(c *Cluster) {
+		addCT(t, c, CTSpec{VMID: 200, Node: "pve1", Hostname: "ct200", Running: true})
+		if err := c.AddToken(consoleTokenID, consoleSecret, TokenOptions{VMPrivileges: []string{"VM.Console"}}); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	e.auth = "PVEAPIToken=" + consoleTokenID + "=" + consoleSecret
+	a := e.openProxy("lxc", 200, "termproxy", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, wsURL(e, "pve1", "lxc", 200, a), &websocket.DialOptions{
+		Subprotocols: []string{"binary"},
+		HTTPHeader:   http.Header{"Authorization": {e.auth}},
+		HTTPClient:   e.client,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	tc := &termClient{t: t, ws: ws}
+	tc.send(a.User + ":" + a.Ticket + "\n")
+	tc.until("OK")
+	tc.typeText("echo tls\r")
+	tc.until("\r\ntls\r\n")
 }

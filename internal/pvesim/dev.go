@@ -18,7 +18,8 @@ const DevTokenID = "vmgate@pve!gw"
 // (pve3, stopped), containers 200 (pve1, running, rootfs on shared storage),
 // 201 (pve2, stopped), 202 (pve3, running, rootfs on local-lvm, which a
 // migration copies) and 203 (pve1, running, HA-managed), plus the token
-// DevTokenID with a random UUID secret (see DevToken). The guests that run
+// DevTokenID with a random UUID secret (see DevToken) and DevTokenPrivileges;
+// VM 100 has a serial port (serial0) for its terminal. The guests that run
 // have onboot set (200 starts first, then 100, after which startall waits
 // 5 s), so a node's reboot brings them back as PVE would.
 func DevCluster(opts Options) *Cluster {
@@ -31,7 +32,7 @@ func DevCluster(opts Options) *Cluster {
 	}
 	for _, v := range []VMSpec{
 		{VMID: 100, Node: "pve1", Name: "web1", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(100, 32<<30), Tags: "web;prod",
-			OnBoot: true, Startup: "order=2,up=5"},
+			OnBoot: true, Startup: "order=2,up=5", Serial: "serial0"},
 		{VMID: 101, Node: "pve1", Name: "db-staging", CPUs: 4, MemBytes: 8 << 30, Disks: shared(101, 64<<30)},
 		{VMID: 102, Node: "pve2", Name: "build1", Running: true, CPUs: 4, MemBytes: 2 << 30,
 			Disks: []Disk{{Name: "scsi0", Volid: "local-lvm:vm-102-disk-0", Size: 8 << 30, Local: true}}, OnBoot: true},
@@ -58,12 +59,16 @@ func DevCluster(opts Options) *Cluster {
 		must(c.AddCT(ct))
 	}
 	secret := newUUID()
-	must(c.AddToken(DevTokenID, secret, TokenOptions{}))
+	must(c.AddToken(DevTokenID, secret, TokenOptions{VMPrivileges: DevTokenPrivileges}))
 	c.mu.Lock()
 	c.devToken = DevTokenID + "=" + secret
 	c.mu.Unlock()
 	return c
 }
+
+// DevTokenPrivileges are the dev token's privileges on every VM: the
+// default ones and VM.Console, which a console needs.
+var DevTokenPrivileges = []string{"VM.Audit", "VM.PowerMgmt", "VM.Migrate", "VM.Config.Disk", "VM.Console"}
 
 // DevToken is the dev cluster's token as a client sends it:
 // "USER@REALM!TOKENID=SECRET". It is empty for other clusters.

@@ -88,10 +88,12 @@ func (c *Cluster) guestStarted(g *guest, at time.Time) {
 
 func (c *Cluster) guestStopped(g *guest, at time.Time) {
 	c.note(at, JournalGuestStopped, g.node, g.vmid, "")
+	c.endConsolesOf(g.vmid) // QEMU or lxc-console ends with the guest
 }
 
 func (c *Cluster) guestMoved(g *guest, from string, at time.Time) {
 	c.note(at, JournalGuestMoved, g.node, g.vmid, from)
+	c.endConsolesOf(g.vmid) // the source's QEMU or lxc-console is gone
 	c.noteMemory(c.nodes[g.node], at)
 	if g.ha {
 		c.crmSoon(at) // the HA manager looks at where its services are

@@ -67,7 +67,7 @@ func (c *Cluster) serveTermproxy(s *consoleSession, connectedAt time.Time) strin
 	if !ok {
 		return "failed reading ticket: authentication data is invalid"
 	}
-	if string(ticket) != l.ticket || !c.termAuth(string(authid), string(ticket), l) {
+	if l.ticket != "" && string(ticket) != l.ticket || !c.termAuth(string(authid), string(ticket), l) {
 		return "authentication request failed"
 	}
 	if _, err := s.conn.Write([]byte("OK")); err != nil {
@@ -162,10 +162,6 @@ func (c *Cluster) newTermShell(s *consoleSession) *termShell {
 		}
 		sh.host = vmHostname(g, l.vmid)
 		sh.kernel = kernelInfo{"6.12.48+deb13-amd64", "#1 SMP PREEMPT_DYNAMIC Debian 6.12.48-1 (2025-09-20)"}
-	}
-	if msg == "" && g != nil {
-		conn := s.conn
-		g.onPowerOff = append(g.onPowerOff, func(time.Time) { conn.Close() })
 	}
 	c.mu.Unlock()
 	if msg != "" {

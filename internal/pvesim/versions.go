@@ -94,6 +94,14 @@ type release struct {
 	// pve-ha-manager ≥ 5.0.0: HA rules (node and resource affinity) replace
 	// groups; migrate and relocate answer the motion info instead of null.
 	haRuleAPI bool
+	// vncTicketPort: console tickets are bound to their port, vncproxy
+	// always generates the VNC password and puts it in front of the ticket,
+	// termproxy pins its ticket and checks it at /access/vncticket
+	// (qemu-server 9.1.7, pve-container and pve-access-control of April
+	// 2026; schema a8736b6 documents it). Before, the ticket itself was the
+	// VNC password unless generate-password asked for one, and termproxy
+	// checked the ticket at /access/ticket.
+	vncTicketPort bool
 	// The release's Debian suite and kernels: what apt/versions lists and
 	// what a node runs and is offered.
 	apt aptRelease
@@ -137,7 +145,7 @@ var releases = []*release{
 		errorBodies: true, unifiedAuthFailure: true, precheckNodesWhenRunning: true, mappedResourceInfo: true,
 		migrationSummary: true, conntrack: true, haRules: true, blockdevMirror: true, activeMirror: true, prelaunchIsPaused: true,
 		resumeTemplateCheck: true, hostMemStats: true, ctPressureStats: true, ddProgress: true, sshPinnedHostKey: true,
-		nodeKernelInfo: true, memAvailable: true, haRuleAPI: true,
+		nodeKernelInfo: true, memAvailable: true, haRuleAPI: true, vncTicketPort: true,
 		apt: aptRelease{suite: "trixie", kernelPrefix: "proxmox-kernel-", kernelSeries: "6.17", kernelMeta: "6.17.2-1",
 			running: kernelInfo{"6.17.2-1-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.17.2-1 (2025-10-21T11:55Z)"},
 			update:  kernelInfo{"6.17.4-2-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.17.4-2 (2026-01-14T09:12Z)"},
