@@ -130,7 +130,7 @@ func newTestEnvOnStore(t testing.TB, st store.Store, cfg auth.Config) *testEnv {
 // apiConfig is the server's configuration on the env's services (no VM routes).
 func (e *testEnv) apiConfig() Config {
 	return Config{Sessions: e.auth, Accounts: e.accounts, Audit: e.trail, Store: e.store, Fleet: e.fleet,
-		GroupMappings: identity.NewMappings(e.store.(identity.Store), e.accounts, e.trail.Record)}
+		Identity: identity.NewAdmin(e.store.(identity.AdminStore), e.accounts, e.trail.Record)}
 }
 
 // addSim starts the dev cluster and registers it as name through the fleet.
