@@ -280,7 +280,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
 		Streams: streams, SSO: ssoOf(sso), SecondFactors: a.mfa,
-		Notifications: a.notify.svc, GroupMappings: mappings,
+		Notifications: a.notify.svc, Identity: mappings,
 	})
 	if err != nil {
 		st.Close()
@@ -309,7 +309,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
 		Streams:        streams,
-		GroupMappings:  mappings,
+		Identity:       mappings,
 		Consoles:       consolesOrNil(a.consoles),
 	})
 	if err != nil {

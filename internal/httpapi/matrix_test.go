@@ -138,7 +138,7 @@ func (e *testEnv) apiConfig() Config {
 	notifications := notify.NewService(e.store, sealer, e.trail,
 		notify.NewSender(notify.SenderConfig{Store: e.store, Sealer: sealer, Owner: "httpapi-test"}), nil)
 	return Config{Sessions: e.auth, Accounts: e.accounts, Audit: e.trail, Store: e.store, Fleet: e.fleet,
-		GroupMappings: identity.NewMappings(e.store.(identity.Store), e.accounts, e.trail.Record),
+		Identity:      identity.NewAdmin(e.store.(identity.AdminStore), e.accounts, e.trail.Record),
 		Notifications: notifications}
 }
 

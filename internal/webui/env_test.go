@@ -204,7 +204,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Notifications: e.notify,
 		Secret:        key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
 		NoteCaller: httpapi.NoteCaller, Streams: o.streams,
-		GroupMappings: identity.NewMappings(st.(identity.Store), e.acc, e.trail.Record)})
+		Identity: identity.NewAdmin(st.(identity.AdminStore), e.acc, e.trail.Record)})
 	if err != nil {
 		t.Fatal(err)
 	}
