@@ -97,6 +97,7 @@ func (u *UI) routes() []route {
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
 	rs = append(rs, u.ssoRoutes()...)
+	rs = append(rs, u.consoleRoutes()...) // console.go
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},

@@ -49,6 +49,8 @@ type Config struct {
 	// SSO is single sign-on with an OpenID Provider (internal/identity); nil
 	// leaves its pages and the log-in page's button out.
 	SSO frontend.SingleSignOn
+	// Consoles serves the guests' console pages (console.go); nil leaves them out.
+	Consoles Consoles
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -78,6 +80,7 @@ type UI struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	sso      frontend.SingleSignOn
+	consoles Consoles
 	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
@@ -106,7 +109,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, consoles: cfg.Consoles, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {
