@@ -160,12 +160,16 @@ func portOf(t *testing.T, addr string) string {
 	return addr[i+1:]
 }
 
+// failoverHeld is how long TestPostgresFailover leaves the replicas without a
+// writable host before it promotes the standby.
+const failoverHeld = 25 * time.Second
+
 // TestPostgresFailover (issue 25): two `vmgate server` replicas on a primary and
 // a streaming standby, named together in a multi-host DSN with
 // target_session_attrs=read-write. An evacuation (an operation on many VMs,
 // driven by A) and a migration followed by `vmgate vm migrate` (through B) run
-// while the primary is stopped hard and the standby promoted. Checked: while no
-// host takes writes a write answers 503 store_unavailable with Retry-After within
+// while the primary is stopped hard and, failoverHeld later, the standby
+// promoted. Checked: while no host takes writes a write answers 503 store_unavailable with Retry-After within
 // the store's deadline and /readyz fails; writes resume after the promotion (the
 // time is measured and printed, the bound asserted is generous); nothing is lost
 // or doubled (each item started once, each VM moved once, every task row has its
@@ -283,7 +287,9 @@ func TestPostgresFailover(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Reason != "store_unavailable" || ae.RetryAfter <= 0 {
 		t.Errorf("a write while no host takes writes: %v, want 503 store_unavailable with Retry-After", err)
 	}
-	if took > storeTimeout+2*time.Second {
+	// Never hangs: a generous bound (the password's hash and a busy machine come
+	// on top of the store's deadline); the time itself is printed below.
+	if took > storeTimeout+15*time.Second {
 		t.Errorf("a write while no host takes writes answered after %v; the store's deadline is %v", took, storeTimeout)
 	}
 	t.Logf("meanwhile a write on A answered %v in %v (Retry-After %v)", err, took.Round(time.Millisecond), ae.RetryAfter)
@@ -293,6 +299,28 @@ func TestPostgresFailover(t *testing.T) {
 	if vmsErr != nil {
 		t.Errorf("the VM list (served from memory) failed during the failover: %v", vmsErr)
 	}
+
+	// The failover lasts failoverHeld before the promotion: longer than a third
+	// of the operation's lease (20 s), so the driver's renewal fails at least
+	// once meanwhile, and its lease must outlast it (decision 0118). Writes and
+	// /readyz are probed every half second meanwhile: none may hang.
+	slowest, probes := took, 1
+	pace := time.NewTicker(500 * time.Millisecond)
+	for time.Since(stopped) < failoverHeld {
+		<-pace.C
+		took, err := write(root)
+		probes++
+		slowest = max(slowest, took)
+		if status(err) != http.StatusServiceUnavailable || took > storeTimeout+15*time.Second {
+			t.Errorf("a write %v into the failover: %v after %v, want 503 within the store's deadline",
+				time.Since(stopped).Round(time.Second), err, took)
+		}
+		if s := readyz(a); s != http.StatusServiceUnavailable {
+			t.Errorf("A's /readyz %v into the failover: %d, want 503", time.Since(stopped).Round(time.Second), s)
+		}
+	}
+	pace.Stop()
+	t.Logf("meanwhile %d writes on A answered 503, the slowest in %v", probes, slowest.Round(time.Millisecond))
 
 	// The standby is promoted; writes resume.
 	pg.run("pg_ctl", "promote", "-D", pg.standby, "-w", "-t", "60")
@@ -308,9 +336,13 @@ func TestPostgresFailover(t *testing.T) {
 		resumed = time.Since(promoted)
 		return nil
 	})
+	meanwhile := strings.Join(refusedMeanwhile, ",")
+	if meanwhile == "" {
+		meanwhile = "nothing: the first write after it succeeded"
+	}
 	t.Logf("MEASURED: promotion → first successful write on A: %v (the primary stopped %v before the promotion; "+
-		"writes meanwhile answered %s)", resumed.Round(time.Millisecond), promoted.Sub(stopped).Round(time.Millisecond),
-		strings.Join(refusedMeanwhile, ","))
+		"writes after the promotion answered %s)", resumed.Round(time.Millisecond), promoted.Sub(stopped).Round(time.Millisecond),
+		meanwhile)
 	if resumed > 30*time.Second {
 		t.Errorf("writes resumed %v after the promotion; the bound is 30 s (the issue's goal is 15 s)", resumed)
 	}
@@ -329,7 +361,12 @@ func TestPostgresFailover(t *testing.T) {
 
 	// A logout on A is honoured by B: B's poll is an hour away, so its listener
 	// followed the new primary.
-	r.eventually("ann's logout on A", func() error { return ann.Logout(context.Background()) })
+	r.eventually("ann's logout on A", func() error {
+		if err := ann.Logout(context.Background()); err != nil && status(err) != http.StatusUnauthorized {
+			return err // 401: a try whose answer was lost did log out
+		}
+		return nil
+	})
 	r.eventually("the logout made on A after the failover, in force on B",
 		func() error { return get(r.onB(ann), "/api/v1/user/me", http.StatusUnauthorized) })
 

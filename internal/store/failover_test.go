@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/store"
@@ -83,5 +85,100 @@ func TestMultiHostDSN(t *testing.T) {
 	}
 	if got, err := ro.UserByEmail(ctx, "a@example.com"); err != nil || got.Email != "a@example.com" {
 		t.Errorf("a read after the failover sign: %+v %v", got, err)
+	}
+}
+
+// blackHole is a host that takes TCP connections and never answers them, as a
+// dead primary behind a firewall that drops packets looks to a client once its
+// SYN is answered (the worst case: pgx waits for the server's first message).
+type blackHole struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	accepted []net.Conn
+}
+
+func newBlackHole(t *testing.T) *blackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &blackHole{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.accepted = append(h.accepted, c)
+			h.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.accepted {
+			c.Close()
+		}
+	})
+	return h
+}
+
+// connections is how many connections the black hole took so far.
+func (h *blackHole) connections() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.accepted)
+}
+
+// TestBlackHoledFirstHost (issue 25, docs/decisions/0118): with a dead primary
+// that swallows connections named first, the store still opens within its
+// deadline (each host gets its share of it to connect), and once it knows the
+// live host takes writes, new connections go there first: the black hole sees
+// none of them.
+func TestBlackHoledFirstHost(t *testing.T) {
+	postgresDSN(t)
+	t.Parallel()
+	ctx := t.Context()
+	hole := newBlackHole(t)
+	u, err := url.Parse(freshSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := u.Host
+	if !strings.Contains(live, ":") {
+		live += ":5432"
+	}
+	u.Host = hole.ln.Addr().String() + "," + live
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Del("connect_timeout") // the store shares its own deadline out
+	u.RawQuery = q.Encode()
+	// Without its share, the black hole would take the whole 4 s and the open
+	// would fail: the store's first connection has that deadline too.
+	st, err := store.OpenWith(ctx, u.String(), store.Options{Timeout: 4 * time.Second})
+	if err != nil {
+		t.Fatalf("open with a black-holed first host: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if n := hole.connections(); n == 0 {
+		t.Fatal("the black hole saw no connection: the test tests nothing")
+	}
+	if _, err := st.CreateUser(ctx, store.User{Email: "a@example.com", PasswordHash: "h", Role: store.RoleUser}); err != nil {
+		t.Fatalf("a write: %v", err)
+	}
+	before := hole.connections()
+	// Three connections held at once: the pool opens at least two new ones.
+	for range 3 {
+		c, err := store.PoolConn(ctx, st)
+		if err != nil {
+			t.Fatalf("a pool connection: %v", err)
+		}
+		defer c.Close()
+	}
+	if after := hole.connections(); after != before {
+		t.Errorf("new connections tried the black hole again (%d → %d): the last writer is not tried first", before, after)
 	}
 }
