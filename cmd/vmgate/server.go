@@ -276,11 +276,15 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// The web UI calls the same use cases; the API hands it every path that is
 	// not the API's (docs/decisions/0012). Its CSRF key derives from the key file,
 	// which every replica shares.
+	if a.consoles, err = c.consoleFlags.consoles(st, a.fleet, a.trail, log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
 		Streams: streams, SSO: ssoOf(sso), SecondFactors: a.mfa,
-		Notifications: a.notify.svc, Identity: mappings,
+		Notifications: a.notify.svc, Identity: mappings, Consoles: uiConsoles(a.consoles),
 	})
 	if err != nil {
 		st.Close()
@@ -295,9 +299,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.registry = prometheus.NewRegistry()
 	a.registry.MustRegister(a.clock)
 	registerStoreWriter(a.registry, st)
-	if a.consoles, err = c.consoleFlags.consoles(st, a.fleet, a.trail, log, a.registry); err != nil {
-		st.Close()
-		return nil, err
+	if a.consoles != nil {
+		a.consoles.Register(a.registry)
 	}
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,

@@ -5,13 +5,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/console"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
 	"github.com/vmgate/vmgate/internal/store"
+	"github.com/vmgate/vmgate/internal/webui"
 )
 
 // consoleFlags bound the consoles (issue 21, docs/security.md item 38,
@@ -26,13 +25,12 @@ type consoleFlags struct {
 // consoles builds the console broker on the store, the fleet's grants and
 // clients, and the audit trail; nil (no consoles served) when the store keeps no
 // console tickets.
-func (f consoleFlags) consoles(st store.Store, fl *fleet.Service, trail *audit.Trail, log *slog.Logger,
-	reg *prometheus.Registry) (*console.Service, error) {
+func (f consoleFlags) consoles(st store.Store, fl *fleet.Service, trail *audit.Trail, log *slog.Logger) (*console.Service, error) {
 	cst, ok := st.(console.Store)
 	if !ok {
 		return nil, nil
 	}
-	return console.New(console.Config{Store: cst, Grants: fl, Audit: trail, Logger: log, Registry: reg,
+	return console.New(console.Config{Store: cst, Grants: fl, Audit: trail, Logger: log,
 		Connect: func(ctx context.Context, clusterID int64) (console.PVE, error) {
 			return fl.Client(ctx, clusterID)
 		},
@@ -41,6 +39,14 @@ func (f consoleFlags) consoles(st store.Store, fl *fleet.Service, trail *audit.T
 
 // consolesOrNil keeps a nil broker a nil interface (no console routes).
 func consolesOrNil(s *console.Service) httpapi.Consoles {
+	if s == nil {
+		return nil
+	}
+	return s
+}
+
+// uiConsoles keeps a nil broker a nil interface (no console pages).
+func uiConsoles(s *console.Service) webui.Consoles {
 	if s == nil {
 		return nil
 	}

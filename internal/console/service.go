@@ -102,7 +102,7 @@ type Service struct {
 	byUser map[int64]int
 	closed bool
 
-	metrics metrics
+	metrics *metrics
 }
 
 // New builds the broker and follows the store's change feed (Close ends that).

@@ -59,6 +59,7 @@ type view struct {
 	Status  int
 	Message string // the error page's message
 	Live    string // the page's live stream (live.go); "" for a page that is not live
+	Nonce   string // the page's style nonce (the console page: console.go); "" for the others
 }
 
 type viewUser struct {

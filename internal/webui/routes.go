@@ -105,6 +105,7 @@ func (u *UI) routes() []route {
 		rs = append(rs, u.notifyRoutes()...)
 	}
 	rs = append(rs, u.groupMappingRoutes()...)
+	rs = append(rs, u.consoleRoutes()...) // console.go
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
