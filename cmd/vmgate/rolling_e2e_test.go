@@ -110,7 +110,18 @@ func TestRollingMaintenanceSurvivesKill9(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if n := strings.Count(r.stderr, " driven by "); n != 2 {
+	r = runCLI(t, cli, "", "op", "show", id, "-o", "table").want(t, 0, "op show")
+	if got := column(t, r.stdout, "STEP"); !slices.Equal(got, []string{"done", "done", "done"}) {
+		t.Errorf("op show:\n%s", r.stdout)
+	}
+	r.stderr = strings.Join(func() []string {
+		var out []string
+		for _, l := range read().Rolling.Log {
+			out = append(out, l.Text)
+		}
+		return out
+	}(), "\n")
+	if n := strings.Count(r.stderr, "driven by "); n != 2 {
 		t.Errorf("%d drivers in the log, want 2 (the killed one and its successor):\n%s", n, r.stderr)
 	}
 	if n := sim.Requests("POST", "/nodes/{node}/status"); n != 3 || reboots != 2 {
