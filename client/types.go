@@ -21,6 +21,9 @@ type LoginToken struct {
 	Token     string    `json:"token"`
 	ExpiresAt time.Time `json:"expiresAt"`
 	User      UserRef   `json:"user"`
+	// SecondFactor, instead of a token, says the password was right and the
+	// login needs its second step (LoginSecondFactor; secondfactors.go).
+	SecondFactor *SecondStep `json:"secondFactor,omitempty"`
 }
 
 // Token is a session's next token (POST /user/refresh).
@@ -198,6 +201,8 @@ type ClusterGrant struct {
 	ClusterID int64     `json:"clusterId"`
 	Role      string    `json:"role"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Scope is nil for a grant on the whole cluster.
+	Scope *GrantScope `json:"scope,omitempty"`
 }
 
 // ClusterView is a cluster as GET /pve/clusters lists it for the caller.

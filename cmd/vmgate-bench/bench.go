@@ -104,6 +104,7 @@ var measurements = []measurement{
 	{"flood", (*bench).measureFlood},
 	{"replica", (*bench).measureReplica},
 	{"rolling", (*bench).measureRolling}, // rolling.go: its own emulator (in process) and vmgate
+	{"notify", (*bench).measureNotify},   // notify.go: in this process, on a store of its own
 }
 
 func measurementNames() []string {
@@ -140,6 +141,7 @@ func goalList(c config) []*goal {
 	)
 	g = append(g, fleetGoals(c)...)
 	g = append(g, rollingGoals()...)
+	g = append(g, notifyGoals(c)...)
 	g = append(g, floorGoals(c)...)
 	for _, x := range g {
 		x.state = stateNotRun

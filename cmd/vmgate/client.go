@@ -39,6 +39,7 @@ type clientCmds struct {
 	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
 	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
 	Guest   guestCmd   `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
+	Console consoleCmd `cmd:"" group:"client" help:"Open a container's console, or a VM's serial console, on this terminal (Ctrl-] leaves)."` // console.go
 	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
 	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
@@ -47,6 +48,8 @@ type clientCmds struct {
 	Grant   grantCmd   `cmd:"" group:"client" help:"Give USER the ROLE (operator or viewer) on CLUSTER (admin)."`
 	Revoke  revokeCmd  `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
 	Audit   auditCmd   `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
+	Notify  notifyCmd  `cmd:"" group:"client" help:"Notification targets, deliveries and dead letters (admin)."`
+	Mapping mappingCmd `cmd:"" name:"group-mapping" group:"client" help:"List, add, replace or delete single sign-on's group mappings (admin)."`
 	Get     getCmd     `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
 }
 
@@ -159,6 +162,7 @@ type loginCmd struct {
 	PasswordStdin bool   `help:"Read the password from one line of standard input (without it: asked for without echo on a terminal, $VMGATE_PASSWORD, or one line of a piped stdin)."`
 	SSO           bool   `name:"sso" help:"Log in with the server's single sign-on in a browser (RFC 8252: a loopback port of this command receives the browser's return)."`
 	NoBrowser     bool   `help:"With --sso: only print the address to open, do not start a browser."`
+	SecondFactor  string `name:"second-factor" env:"VMGATE_SECOND_FACTOR" help:"For an account with a second factor: a TOTP code or a recovery code (without it: asked for, or the next line of stdin)."`
 }
 
 func (c *loginCmd) Run() error {
@@ -193,6 +197,13 @@ func (c *loginCmd) Run() error {
 		// At login a 401 is the credentials, not a session (issue 19 item 7).
 		return &cli.ExitError{Code: cli.ExitAuth, Err: err, Msg: "e-mail or password is wrong (" + s.Server + ")",
 			Hint: "try again: vmgate login --server " + s.Server + " --email " + c.Email}
+	}
+	if err == nil {
+		t, err = c.secondStep(ctx, s, t) // login_secondfactor.go
+	}
+	var exit *cli.ExitError
+	if errors.As(err, &exit) {
+		return err
 	}
 	if err != nil {
 		return s.Explain(err)
@@ -621,6 +632,9 @@ type grantCmd struct {
 	User    string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
 	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
 	Role    string `arg:"" enum:"operator,viewer" help:"operator (power, migrate, read) or viewer (read)."`
+	// Pools and Tags scope the grant (grantscope.go); neither: the whole cluster.
+	Pools []string `name:"pool" placeholder:"POOL" help:"Narrow the grant to the guests of this PVE pool (repeatable; with --tag: either)."`
+	Tags  []string `name:"tag" placeholder:"TAG" help:"Narrow the grant to the guests with this PVE tag (repeatable)."`
 }
 
 func (c *grantCmd) Run() error {
@@ -629,10 +643,11 @@ func (c *grantCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.PutGrant(ctx, cid, uid, c.Role); err != nil {
+		g, err := s.PutScopedGrant(ctx, cid, uid, c.Role, grantScope(c.Pools, c.Tags))
+		if err != nil {
 			return err
 		}
-		say("user %d is %s on cluster %d", uid, c.Role, cid)
+		say("user %d is %s on cluster %d%s", uid, c.Role, cid, scopeText(g.Scope))
 		return nil
 	})
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/connlimit"
+	"github.com/vmgate/vmgate/internal/console"
 	"github.com/vmgate/vmgate/internal/dbclock"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -72,6 +73,7 @@ type serverCmd struct {
 	IdleTimeout             time.Duration `default:"120s" env:"VMGATE_IDLE_TIMEOUT" help:"How long a keep-alive connection may wait for its next request before it is closed."`
 	MaxStreamsPerSession    int           `default:"8" env:"VMGATE_MAX_STREAMS_PER_SESSION" help:"Event streams (the API's and the web UI's live pages) one session or API token holds open at once; past it 429 too_many_streams. 0: no cap."`
 	MaxStreamsPerUser       int           `default:"32" env:"VMGATE_MAX_STREAMS_PER_USER" help:"Event streams one user holds open at once, every session and API token together. 0: no cap."`
+	consoleFlags            `embed:""`    // server_console.go
 
 	// Single sign-on (server_oidc.go).
 	OIDC oidcFlags `embed:""`
@@ -116,6 +118,7 @@ type serverCmd struct {
 
 	maintenanceFlags  `embed:""`
 	secondFactorFlags `embed:""` // server_secondfactor.go
+	notifyFlags       `embed:""` // server_notify.go
 
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
@@ -172,10 +175,12 @@ type app struct {
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	ops      *operations.Service
+	notify   *notifyApp // server_notify.go
 	keys     *idempotency.Keeper
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
 	registry *prometheus.Registry // the metrics /metrics serves
+	consoles *console.Service     // nil: no consoles
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
@@ -248,6 +253,10 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		return nil, err
 	}
 	a.ops = operations.New(a.vms, opsCfg)
+	if a.notify, err = c.composeNotify(st, sealer, a.fleet, a.trail, a.vms.Owner(), log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	keys = idempotency.New(idempotency.Config{Store: st, Settle: httpapi.KeyOutcomes(a.vms, a.ops), Logger: log, Lease: c.KeyLease})
 	a.keys = keys
 	// One count of event streams for the API and the web UI: a user's cap holds
@@ -270,7 +279,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
-		Streams: streams, SSO: ssoOf(sso),
+		Streams: streams, SSO: ssoOf(sso), SecondFactors: a.mfa,
+		Notifications: a.notify.svc, GroupMappings: mappings,
 	})
 	if err != nil {
 		st.Close()
@@ -285,16 +295,22 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.registry = prometheus.NewRegistry()
 	a.registry.MustRegister(a.clock)
 	registerStoreWriter(a.registry, st)
+	if a.consoles, err = c.consoleFlags.consoles(st, a.fleet, a.trail, log, a.registry); err != nil {
+		st.Close()
+		return nil, err
+	}
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
 		Keys: a.keys, SecondFactors: a.mfa,
 		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
+		Notifications:  a.notify.svc,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
 		Streams:        streams,
 		GroupMappings:  mappings,
+		Consoles:       consolesOrNil(a.consoles),
 	})
 	if err != nil {
 		st.Close()
@@ -389,7 +405,8 @@ func (c *serverCmd) Run() error {
 	}
 	// The trail's Run writes the denials it folds; at the end it writes every
 	// count still open, before the store closes.
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run} {
+	for _, run := range append([]func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run},
+		a.notify.workers()...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -424,6 +441,9 @@ func (c *serverCmd) Run() error {
 	// Followers and searches stop; the tasks they follow stay in the store for
 	// the next process or another replica (docs/decisions: graceful stop). The
 	// operations on many VMs this process drove are given up for them too.
+	if a.consoles != nil {
+		a.consoles.Close() // the hijacked connections no shutdown waits for
+	}
 	a.ops.Close()
 	a.vms.Close()
 	a.keys.Close()

@@ -82,6 +82,7 @@ type Fleet interface {
 	List(ctx context.Context) ([]fleet.Cluster, error)
 
 	PutGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64, role string) (fleet.Grant, error)
+	PutScopedGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64, role string, scope *fleet.GrantScope) (fleet.Grant, error)
 	DeleteGrant(ctx context.Context, a fleet.Actor, userID, clusterID int64) error
 	UserGrants(ctx context.Context, userID int64) ([]fleet.Grant, error)
 

@@ -43,6 +43,8 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/users":                                             `{"email":"x@example.org","password":"pw"}`,
 	"PATCH /api/v1/users/{id}":                                       `{"nickname":"n"}`,
 	"POST /api/v1/clusters":                                          `{"name":"n"}`,
+	"POST /api/v1/notifications/targets":                             `{"name":"n"}`,
+	"PATCH /api/v1/notifications/targets/{id}":                       `{"name":"n"}`,
 	"PATCH /api/v1/clusters/{clusterId}":                             `{"name":"n"}`,
 	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":               `{"role":"viewer"}`,
 	"POST /api/v1/user/tokens":                                       `{"name":"n"}`,
@@ -74,6 +76,8 @@ var noBodyRoutes = map[string]bool{
 	"POST /api/v1/pve/operations/{id}/pause":                     true,
 	"POST /api/v1/pve/operations/{id}/resume":                    true,
 	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/updates": true,
+	"POST /api/v1/notifications/targets/{id}/test":               true,
+	"POST /api/v1/notifications/deliveries/{id}/retry":           true,
 }
 
 // allRoutes is the route table of a server with every use case, VMs included.

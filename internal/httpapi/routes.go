@@ -38,6 +38,7 @@ func (s *Server) routes() []route {
 	}
 	if s.fleet != nil {
 		rs = append(rs, s.fleetRoutes()...)
+		rs = append(rs, s.grantScopeRoutes()...) // grantscope.go
 	}
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)
@@ -51,6 +52,9 @@ func (s *Server) routes() []route {
 	}
 	if s.mappings != nil {
 		rs = append(rs, s.identityRoutes()...)
+	}
+	if s.notify != nil {
+		rs = append(rs, s.notifyRoutes()...)
 	}
 	return rs
 }

@@ -29,7 +29,7 @@ const (
 	DefaultSendTimeout = 15 * time.Second
 	DefaultMaxAge      = 24 * time.Hour
 	DefaultPoll        = 250 * time.Millisecond
-	firstRetry         = 30 * time.Second
+	DefaultFirstRetry  = 30 * time.Second
 	lastRetry          = time.Hour
 	fanOutBatch        = 500
 	maxDigest          = 5000
@@ -46,6 +46,7 @@ type SenderStore interface {
 	PendingNotifyDeliveries(ctx context.Context, targetID string, limit int) ([]store.NotifyDelivery, error)
 	ClaimNotifyDeliveries(ctx context.Context, ids []int64, owner string, now, until time.Time) (bool, error)
 	RecordNotifyAttempt(ctx context.Context, ids []int64, owner string, a store.NotifyAttempt) error
+	ReleaseNotifyDeliveries(ctx context.Context, ids []int64, owner string) error
 	NotifyMessagesSince(ctx context.Context, targetID string, since time.Time) (int, error)
 }
 
@@ -72,6 +73,9 @@ type SenderConfig struct {
 	MaxAge time.Duration
 	// Poll is how often Run looks for work [DefaultPoll].
 	Poll time.Duration
+	// FirstRetry is the backoff's first wait, doubled at each failure up to an
+	// hour [DefaultFirstRetry].
+	FirstRetry time.Duration
 	// Jitter returns a number in [0, 1) that spreads the retries [math/rand/v2].
 	Jitter func() float64
 	// RootCAs verify the receivers' certificates [the system's]; tests give
@@ -94,6 +98,7 @@ type Sender struct {
 	sendTimeout time.Duration
 	maxAge      time.Duration
 	poll        time.Duration
+	firstRetry  time.Duration
 	jitter      func() float64
 	rootCAs     *x509.CertPool
 	dialer      *guardedDialer
@@ -108,7 +113,7 @@ type Sender struct {
 func NewSender(cfg SenderConfig) *Sender {
 	s := &Sender{st: cfg.Store, sealer: cfg.Sealer, owner: cfg.Owner, log: cfg.Logger, now: cfg.Now,
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), lease: cfg.Lease, sendTimeout: cfg.SendTimeout, maxAge: cfg.MaxAge,
-		poll: cfg.Poll, jitter: cfg.Jitter, rootCAs: cfg.RootCAs}
+		poll: cfg.Poll, firstRetry: cfg.FirstRetry, jitter: cfg.Jitter, rootCAs: cfg.RootCAs}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -126,6 +131,9 @@ func NewSender(cfg SenderConfig) *Sender {
 	}
 	if s.poll <= 0 {
 		s.poll = DefaultPoll
+	}
+	if s.firstRetry <= 0 {
+		s.firstRetry = DefaultFirstRetry
 	}
 	if s.jitter == nil {
 		s.jitter = rand.Float64
@@ -154,8 +162,12 @@ func (s *Sender) Run(ctx context.Context) error {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
-		if _, err := s.Step(ctx); err != nil && ctx.Err() == nil {
+		n, err := s.Step(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("notifications: a round of sending failed", slog.String("error", err.Error()))
+		}
+		if n > 0 && err == nil && ctx.Err() == nil {
+			continue // more may be waiting: look again at once
 		}
 		select {
 		case <-ctx.Done():
@@ -243,12 +255,15 @@ func (s *Sender) fanOut(ctx context.Context, targets []store.NotifyTarget) error
 	return nil
 }
 
-// sendHead sends a target's next message: its head delivery alone or, when the
-// rate limit leaves one message in its minute and more are waiting, a digest of
-// everything pending.
+// sendHead sends a target's next messages. With a rate limit: its head
+// delivery alone or, when one message is left in its minute and more are
+// waiting, a digest of everything pending. Without one: the head and the
+// deliveries after it (up to runLength), one message each, in order, under one
+// claim, until one fails.
 func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.NotifyDelivery) (int, error) {
 	now := s.now()
 	batch := []store.NotifyDelivery{head}
+	digest := false
 	if t.RatePerMinute > 0 {
 		sent, err := s.st.NotifyMessagesSince(ctx, t.ID, now.Add(-time.Minute))
 		if err != nil {
@@ -262,31 +277,82 @@ func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.
 			if err != nil {
 				return 0, err
 			}
-			if len(pending) > 0 && pending[0].ID == head.ID {
-				batch = pending
+			if len(pending) > 1 && pending[0].ID == head.ID {
+				batch, digest = pending, true
 			}
+		}
+	} else {
+		pending, err := s.st.PendingNotifyDeliveries(ctx, t.ID, runLength)
+		if err != nil {
+			return 0, err
+		}
+		if len(pending) > 0 && pending[0].ID == head.ID {
+			batch = pending
 		}
 	}
 	ids := make([]int64, len(batch))
-	evs := make([]store.NotifyEvent, len(batch))
 	for i, d := range batch {
-		ids[i], evs[i] = d.ID, d.Event
+		ids[i] = d.ID
 	}
 	won, err := s.st.ClaimNotifyDeliveries(ctx, ids, s.owner, now, now.Add(s.lease))
 	if err != nil || !won {
 		return 0, err
 	}
-	m := message{events: evs, id: strconv.FormatInt(head.EventID, 10)}
-	if m.digest() {
-		m.id = fmt.Sprintf("digest-%d-%d", evs[0].ID, evs[len(evs)-1].ID)
+	if digest {
+		evs := make([]store.NotifyEvent, len(batch))
+		for i, d := range batch {
+			evs[i] = d.Event
+		}
+		m := message{events: evs, id: fmt.Sprintf("digest-%d-%d", evs[0].ID, evs[len(evs)-1].ID)}
+		ok, err := s.sendOne(ctx, t, head, ids, m)
+		if ok {
+			return 1, err
+		}
+		return 0, err
 	}
+	delivered := 0
+	for i, d := range batch {
+		// The claim must outlast every send made under it: stop early and give
+		// the rest back rather than send past the lease.
+		if ctx.Err() != nil || s.now().Sub(now)+s.sendTimeout >= s.lease*3/4 {
+			return delivered, s.release(ctx, ids[i:])
+		}
+		ok, err := s.sendOne(ctx, t, d, ids[i:i+1], message{events: []store.NotifyEvent{d.Event}, id: strconv.FormatInt(d.EventID, 10)})
+		if err != nil || !ok {
+			if rerr := s.release(ctx, ids[i+1:]); err == nil {
+				err = rerr
+			}
+			return delivered, err
+		}
+		delivered++
+	}
+	return delivered, nil
+}
+
+// runLength is how many deliveries of a target without a rate limit one claim
+// covers.
+const runLength = 100
+
+// release gives back deliveries this sender claimed but did not try.
+func (s *Sender) release(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.sendTimeout)
+	defer cancel()
+	return s.st.ReleaseNotifyDeliveries(wctx, ids, s.owner)
+}
+
+// sendOne sends m, which carries deliveries ids (head first), and records the
+// outcome on all of them; it reports whether the receiver took it.
+func (s *Sender) sendOne(ctx context.Context, t store.NotifyTarget, head store.NotifyDelivery, ids []int64, m message) (bool, error) {
 	out := s.deliver(ctx, t, m)
 	end := s.now()
 	a := store.NotifyAttempt{At: end, Status: out.status}
 	switch {
 	case out.err == nil:
 		a.State, a.MessageID = store.DeliveryDelivered, head.ID
-		s.noteSent(evs, end)
+		s.noteSent(m.events, end)
 	case isPermanent(out.err):
 		a.State, a.Error = store.DeliveryDead, bounded("not retried: "+out.err.Error())
 	default:
@@ -308,19 +374,16 @@ func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.sendTimeout)
 	defer cancel()
 	if err := s.st.RecordNotifyAttempt(wctx, ids, s.owner, a); err != nil {
-		return 0, err
+		return false, err
 	}
-	if a.State == store.DeliveryDelivered {
-		return 1, nil
-	}
-	return 0, nil
+	return a.State == store.DeliveryDelivered, nil
 }
 
-// backoff is the wait before attempt n+1: 30 s doubling up to an hour, each
+// backoff is the wait before attempt n+1: FirstRetry (30 s) doubling up to an hour, each
 // between half of it and all of it (jitter), so that receivers coming back are
 // not met by every sender at once.
 func (s *Sender) backoff(n int) time.Duration {
-	d := firstRetry
+	d := s.firstRetry
 	for i := 1; i < n && d < lastRetry; i++ {
 		d *= 2
 	}

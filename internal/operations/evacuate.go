@@ -53,7 +53,7 @@ func (o *Service) Evacuate(ctx context.Context, a vmops.Actor, clusterID int64, 
 	if err := validEvacuation(clusterID, node, &req); err != nil {
 		return Launched{}, err
 	}
-	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
+	if err := o.svc.RequireWide(ctx, a, clusterID, fleet.GrantOperator, "evacuate node "+node); err != nil {
 		return Launched{}, err
 	}
 	plan, err := o.planEvacuation(ctx, a, KindEvacuate, clusterID, node, req)

@@ -116,7 +116,7 @@ func (o *Service) EnterMaintenance(ctx context.Context, a vmops.Actor, clusterID
 	if err := validNodeRequest(clusterID, node, &req.MaxParallel); err != nil {
 		return Launched{}, err
 	}
-	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "enter maintenance on node "+node); err != nil {
+	if err := o.svc.RequireWide(ctx, a, clusterID, fleet.GrantOperator, "enter maintenance on node "+node); err != nil {
 		return Launched{}, err
 	}
 	return o.enterMaintenance(ctx, a, clusterID, node, req)
@@ -199,7 +199,7 @@ func (o *Service) LeaveMaintenance(ctx context.Context, a vmops.Actor, clusterID
 	if err := validNodeRequest(clusterID, node, &req.MaxParallel); err != nil {
 		return Launched{}, err
 	}
-	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "leave maintenance on node "+node); err != nil {
+	if err := o.svc.RequireWide(ctx, a, clusterID, fleet.GrantOperator, "leave maintenance on node "+node); err != nil {
 		return Launched{}, err
 	}
 	return o.leaveMaintenance(ctx, a, clusterID, node, req)

@@ -363,8 +363,15 @@ func (o *Service) ListOperations(ctx context.Context, a vmops.Actor, f Filter) (
 	if f.ClusterIDs, err = o.svc.ReadScope(ctx, a, f.ClusterID, f.ClusterIDs, "list operations"); err != nil {
 		return nil, err
 	}
-	ops, err := o.st.ListOperations(ctx, store.OperationFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID,
-		BeforeID: f.BeforeID, Limit: f.Limit})
+	scopes, err := o.svc.ListScopes(ctx, a, f.ClusterID, f.ClusterIDs)
+	if err != nil {
+		return nil, err
+	}
+	sf := store.OperationFilter{ClusterIDs: f.ClusterIDs, ClusterID: f.ClusterID, BeforeID: f.BeforeID, Limit: f.Limit}
+	if scopes != nil {
+		return o.listScoped(ctx, sf, scopes) // scope.go
+	}
+	ops, err := o.st.ListOperations(ctx, sf)
 	if err != nil {
 		return nil, err
 	}

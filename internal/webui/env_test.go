@@ -23,9 +23,12 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/identity"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/secondfactor"
 	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -94,12 +97,15 @@ type env struct {
 	fleet *fleet.Service
 	vms   *vmops.Service
 	ops   *operations.Service
+	sf    *secondfactor.Service
 	trail *audit.Trail
 	ui    *UI
 	srv   *httptest.Server
 	sim   *pvesim.Cluster
 	cid   int64
 	users map[string]accounts.User
+	// notify is the Notifications page's use cases (issue 24).
+	notify *notify.Service
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -134,7 +140,16 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if e.auth, err = auth.New(ctx, st, acfg); err != nil {
 		t.Fatal(err)
 	}
-	e.acc = accounts.New(accounts.Config{Store: st, Auth: e.auth, Audit: e.trail})
+	// Second factors, wired as cmd/vmgate wires them (the route-table tests
+	// cover their routes too).
+	sf, err := secondfactor.New(secondfactor.Config{Store: st, Sessions: e.auth, Sealer: sealer, Audit: e.trail, Now: now,
+		PublicURL: "https://vmgate.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.auth.SetSecondStep(sf)
+	e.sf = sf
+	e.acc = accounts.New(accounts.Config{Store: st, Auth: e.auth, Audit: e.trail, StepUp: sf})
 	if e.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: e.trail, PVETimeout: o.pveTimeout}); err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +198,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 	}
 
+	e.notify = notify.NewService(st, sealer, e.trail, notify.NewSender(notify.SenderConfig{Store: st, Sealer: sealer, Owner: "ui-test"}), now)
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
-		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
-		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
+		SecondFactors: e.sf,
+		Notifications: e.notify,
+		Secret:        key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
+		NoteCaller: httpapi.NoteCaller, Streams: o.streams,
+		GroupMappings: identity.NewMappings(st.(identity.Store), e.acc, e.trail.Record)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,7 @@ func (u *UI) routes() []route {
 			route{"POST", g + "/migrate", authed, u.guestMigrate(k)},
 		)
 	}
+	rs = append(rs, u.remoteRoutes()...) // remote.go
 	rs = append(rs, []route{
 		{"GET", "/tasks", authed, u.tasksPage},
 		{"GET", "/tasks/{taskId}", authed, u.taskPage},
@@ -96,7 +97,14 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
+	if u.sf != nil {
+		rs = append(rs, u.secondFactorRoutes()...)
+	}
 	rs = append(rs, u.ssoRoutes()...)
+	if u.notify != nil {
+		rs = append(rs, u.notifyRoutes()...)
+	}
+	rs = append(rs, u.groupMappingRoutes()...)
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
@@ -166,6 +174,9 @@ func (u *UI) wrap(rt route) http.Handler {
 			r = r.WithContext(context.WithValue(ctx, principalKey, p))
 			if post && !csrfOK(r, u.csrfToken(p.SessionID)) {
 				u.fail(w, r, errCSRF)
+				return
+			}
+			if u.mustEnrolFirst(w, r, rt, p) { // --require-2fa (secondfactor.go)
 				return
 			}
 			if rt.access == admin {

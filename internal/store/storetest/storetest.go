@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClusterPVEVersion", testClusterPVEVersion},
 		{"Grants", testGrants},
 		{"GrantsCascade", testGrantsCascade},
+		{"GrantScopes", testGrantScopes},
 		{"TaskLifecycle", testTaskLifecycle},
 		{"TaskGuestKind", testTaskGuestKind},
 		{"ListTasks", testListTasks},
@@ -75,7 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationHoldRace", testOperationHoldRace},
 		{"NodeMaintenance", testNodeMaintenance},
 		{"OperationProgress", testOperationProgress},
-		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases},
+		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases}, {"NotifyReseal", testNotifyReseal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
