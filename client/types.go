@@ -473,6 +473,8 @@ type OperationItem struct {
 	// Downtime is a running container's expected downtime in its restart
 	// migration, and what the figure rests on.
 	Downtime *Downtime `json:"downtime"`
+	// Warning is a plan's warning (an HA rule that would pull the guest back).
+	Warning *string `json:"warning"`
 }
 
 // Downtime is a container's expected downtime in a restart migration.

@@ -236,6 +236,13 @@ func (c *opShowCmd) Run() error {
 			return err
 		}
 		return c.print(op.JSON(), func() cli.TableOf {
+			if op.Kind == "rolling_maintenance" {
+				say("%s", cli.RollingSummary(op))
+				if op.Rolling != nil && op.Rolling.Paused != nil {
+					say("paused: %s", cli.Escape(*op.Rolling.Paused))
+				}
+				return cli.RollingNodesTable(op)
+			}
 			say("%s", cli.OperationSummary(op))
 			return cli.ItemsTable(op)
 		})

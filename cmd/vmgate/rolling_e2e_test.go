@@ -110,7 +110,18 @@ func TestRollingMaintenanceSurvivesKill9(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, r.stderr)
 		}
 	}
-	if n := strings.Count(r.stderr, " driven by "); n != 2 {
+	r = runCLI(t, cli, "", "op", "show", id, "-o", "table").want(t, 0, "op show")
+	if got := column(t, r.stdout, "STEP"); !slices.Equal(got, []string{"done", "done", "done"}) {
+		t.Errorf("op show:\n%s", r.stdout)
+	}
+	r.stderr = strings.Join(func() []string {
+		var out []string
+		for _, l := range read().Rolling.Log {
+			out = append(out, l.Text)
+		}
+		return out
+	}(), "\n")
+	if n := strings.Count(r.stderr, "driven by "); n != 2 {
 		t.Errorf("%d drivers in the log, want 2 (the killed one and its successor):\n%s", n, r.stderr)
 	}
 	if n := sim.Requests("POST", "/nodes/{node}/status"); n != 3 || reboots != 2 {
@@ -131,6 +142,79 @@ func TestRollingMaintenanceSurvivesKill9(t *testing.T) {
 	for id, node := range before {
 		if after[id] != node {
 			t.Errorf("guest %d was on %s, is on %s", id, node, after[id])
+		}
+	}
+}
+
+// TestRollingMaintenanceGatesPause: on the real binary with short bounds
+// (--gate-timeout, --node-boot-timeout), an HA resource in error stops the
+// gates before the first reboot and pauses the rolling maintenance naming it;
+// once cleared, `vmgate op resume` lets it go on; then pve2 does not come back
+// from its reboot, the wait's bound pauses it again, and once pve2 boots a
+// second resume lets it finish: every node booted once.
+func TestRollingMaintenanceGatesPause(t *testing.T) {
+	t.Parallel()
+	const pw = "gates that hold and let go"
+	sim, info := serveSim(t, pvesim.Options{Speed: 100})
+	dir := t.TempDir()
+	createAdmin(t, dir, "ops@example.com", pw)
+	srv := start(t, []string{"VMGATE_TASK_POLL=100ms"}, "server", "--data-dir", dir, "--listen", "127.0.0.1:0",
+		"--gate-timeout", "1s", "--node-boot-timeout", "3s")
+	c := checkedClient(t, srv.line(t, listening)[1], "")
+	ctx := t.Context()
+	if _, err := c.Login(ctx, "ops@example.com", pw); err != nil {
+		t.Fatal(err)
+	}
+	tokenID, secret, _ := strings.Cut(info.Token, "=")
+	cl, err := c.RegisterCluster(ctx, client.ClusterCreate{Name: "lab", Endpoints: []string{info.URL}, TokenID: tokenID,
+		TokenSecret: secret, TLSFingerprint: info.Fingerprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := cliEnv(t)
+	runCLI(t, cli, pw+"\n", "login", "--server", c.BaseURL(), "--email", "ops@example.com").want(t, 0, "login")
+	if err := sim.SetHAError("vm:103", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetBootFailure("pve2", true); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.RollingMaintenance(ctx, cl.ID, client.RollingRequest{Nodes: []string{"pve1", "pve2"}, Reboot: "always", MaxParallel: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(l.OperationID)
+	paused := func(what, want string) {
+		t.Helper()
+		testkit.Eventually(t, what, func() error {
+			op, err := c.Operation(ctx, l.OperationID)
+			if err != nil || op.Rolling == nil || op.Rolling.Paused == nil || !strings.Contains(*op.Rolling.Paused, want) {
+				return fmt.Errorf("%v %+v", err, op.Rolling)
+			}
+			return nil
+		})
+	}
+	paused("the pause on the HA gate", "HA: resource vm:103 is in error")
+	r := runCLI(t, cli, "", "op", "show", id, "-o", "table").want(t, 0, "op show while paused")
+	if !strings.Contains(r.stderr, "paused: node pve1, step reboot: the health gates before the reboot did not pass within 1s") {
+		t.Errorf("op show while paused:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if err := sim.SetHAError("vm:103", false); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(t, cli, "", "op", "resume", id).want(t, 0, "resume")
+	paused("the pause on pve2's way back", "node pve2 did not come back within 3s")
+	if err := sim.SetBootFailure("pve2", false); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(t, cli, "", "op", "resume", id).want(t, 0, "resume again")
+	r = runCLI(t, cli, "", "op", "watch", id, "-o", "table")
+	if r.code != 0 || !strings.Contains(lastLine(r.stdout), "done — 2 of 2 nodes done") {
+		t.Fatalf("op watch: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, n := range []string{"pve1", "pve2"} {
+		if info, _ := sim.Node(n); info.Boots != 1 {
+			t.Errorf("%s booted %d times", n, info.Boots)
 		}
 	}
 }

@@ -78,3 +78,32 @@ func RollingSummary(o client.Operation) string {
 	}
 	return line
 }
+
+// RollingNodesTable is `vmgate op show` of a rolling maintenance: a row per
+// node with its step, its reboot and why, and its child operations.
+func RollingNodesTable(o client.Operation) TableOf {
+	t := TableOf{Header: []string{"NODE", "STEP", "DRAIN", "RESTORE", "REBOOT", "WHY"}, Flex: []string{"NODE", "WHY"}}
+	if o.Rolling == nil {
+		return t
+	}
+	id := func(p *int64) string {
+		if p == nil {
+			return ""
+		}
+		return strconv.FormatInt(*p, 10)
+	}
+	for _, n := range o.Rolling.Nodes {
+		reboot, why := "", ""
+		if n.Reboot != nil {
+			reboot = map[bool]string{true: "yes", false: "no"}[*n.Reboot]
+		}
+		if n.RebootWhy != nil {
+			why = *n.RebootWhy
+		}
+		if n.Error != nil {
+			why = *n.Error
+		}
+		t.Add(n.Node, n.Step, id(n.EnterOperation), id(n.LeaveOperation), reboot, why)
+	}
+	return t
+}

@@ -84,6 +84,7 @@ type itemJSON struct {
 	Error    *string           `json:"error"`
 	Progress *itemProgressJSON `json:"progress"`
 	Downtime *downtimeJSON     `json:"downtime"`
+	Warning  *string           `json:"warning"`
 }
 
 // downtimeJSON is a running container's expected downtime in its restart
@@ -139,7 +140,7 @@ func toItemsJSON(items []operations.ItemView) []itemJSON {
 	for _, it := range items {
 		j := itemJSON{VMID: it.VMID, Type: kindName(it.Kind), Name: it.Name, Node: it.Node, Target: nullStr(it.Target),
 			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State,
-			TaskID: nullStr(it.TaskID), Error: nullStr(it.Error)}
+			TaskID: nullStr(it.TaskID), Error: nullStr(it.Error), Warning: nullStr(it.Warning)}
 		if d := it.Downtime; d != nil {
 			j.Downtime = &downtimeJSON{Seconds: d.Seconds, Basis: d.Basis}
 		}

@@ -63,13 +63,16 @@ func TestRollingMaintenanceDevCluster(t *testing.T) {
 	}
 	sawNoout := false
 	var v View
-	testkit.Eventually(t, "the rolling maintenance's end", func() error {
-		sawNoout = sawNoout || strings.Contains(strings.Join(e.sim.CephFlags(), ","), "noout")
-		v, err = e.ops.Operation(context.Background(), e.actor, l.OperationID)
-		if err != nil || !v.Finished() || !e.finishedRecord(l.OperationID) {
-			return fmt.Errorf("%v: %s", err, rollingText(v))
-		}
-		return nil
+	// Each node is waited for on its own: the deadline guards one node's
+	// maintenance against a hang, not the whole run on a busy machine.
+	for i, node := range []string{"pve1", "pve2", "pve3"} {
+		v = waitRolling(t, e, l.OperationID, node+"'s maintenance", func(v View) bool {
+			sawNoout = sawNoout || strings.Contains(strings.Join(e.sim.CephFlags(), ","), "noout")
+			return v.Rolling != nil && len(v.Rolling.Nodes) == 3 && v.Rolling.Nodes[i].Step == "done"
+		})
+	}
+	v = waitRolling(t, e, l.OperationID, "the rolling maintenance's end", func(v View) bool {
+		return v.Finished() && e.finishedRecord(l.OperationID)
 	})
 	if v.Status != StatusDone || v.Rolling == nil {
 		t.Fatalf("rolling maintenance: %+v", v)
@@ -121,7 +124,7 @@ func rollingText(v View) string {
 	}
 	out := v.Status + " paused=" + v.Rolling.Paused + "\n"
 	for _, n := range v.Rolling.Nodes {
-		out += fmt.Sprintf("  %s %s %s\n", n.Node, n.Step, n.Error)
+		out += fmt.Sprintf("  %s %s %s (drain %d, restore %d)\n", n.Node, n.Step, n.Error, n.EnterOperation, n.LeaveOperation)
 	}
 	for _, l := range v.Rolling.Log {
 		out += "  | " + l.Node + ": " + l.Text + "\n"
@@ -129,7 +132,8 @@ func rollingText(v View) string {
 	return out
 }
 
-// waitRolling waits until the rolling maintenance's view satisfies cond.
+// waitRolling waits until the rolling maintenance's view satisfies cond; a
+// failure shows its progress and its child operations' items.
 func waitRolling(t *testing.T, e *opsEnv, id int64, what string, cond func(View) bool) View {
 	t.Helper()
 	var v View
@@ -137,7 +141,19 @@ func waitRolling(t *testing.T, e *opsEnv, id int64, what string, cond func(View)
 		var err error
 		v, err = e.ops.Operation(context.Background(), e.actor, id)
 		if err != nil || !cond(v) {
-			return fmt.Errorf("%v: %s", err, rollingText(v))
+			text := rollingText(v)
+			if v.Rolling != nil {
+				for _, n := range v.Rolling.Nodes {
+					for _, cid := range []int64{n.EnterOperation, n.LeaveOperation} {
+						if c, err := e.ops.Operation(context.Background(), e.actor, cid); cid != 0 && err == nil && !c.Finished() {
+							for _, it := range c.Items {
+								text += fmt.Sprintf("  child %d: %d %s %s → %s %s %s\n", cid, it.VMID, it.Action, it.Node, it.Target, it.State, it.Error)
+							}
+						}
+					}
+				}
+			}
+			return fmt.Errorf("%v: %s", err, text)
 		}
 		return nil
 	})

@@ -114,6 +114,9 @@ type ItemView struct {
 	// Downtime is, for a running container's migration, how long it is
 	// expected to be down, and on what the estimate rests.
 	Downtime *Downtime
+	// Warning is what a person should know before the item runs (a plan's):
+	// an HA rule that would pull the guest back onto the node it leaves.
+	Warning string
 }
 
 // Downtime is a container's expected downtime during a restart migration.

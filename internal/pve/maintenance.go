@@ -307,3 +307,51 @@ func (c *Client) CephFlags(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// HARule is a node-affinity rule of PVE 9's HA stack (GET /cluster/ha/rules).
+type HARule struct {
+	ID        string
+	Resources []string       // vm:103, ct:203
+	Nodes     map[string]int // node → priority (0: none given)
+	Strict    bool
+	Disabled  bool
+}
+
+// HARules lists the HA stack's node-affinity rules (PVE ≥ 9.0; earlier
+// releases have HA groups and answer an error).
+func (c *Client) HARules(ctx context.Context) ([]HARule, error) {
+	var w []struct {
+		Rule      flexString `json:"rule"`
+		Type      flexString `json:"type"`
+		Resources flexString `json:"resources"`
+		Nodes     flexString `json:"nodes"`
+		Strict    Bool       `json:"strict"`
+		Disable   Bool       `json:"disable"`
+	}
+	if _, err := c.get(ctx, apiPath{escaped: "/cluster/ha/rules"}, url.Values{"type": {"node-affinity"}}, limitDefault, &w); err != nil {
+		return nil, err
+	}
+	out := make([]HARule, 0, len(w))
+	for _, r := range w {
+		if r.Type != "node-affinity" {
+			continue
+		}
+		rule := HARule{ID: string(r.Rule), Strict: bool(r.Strict), Disabled: bool(r.Disable), Nodes: map[string]int{}}
+		for _, s := range strings.Split(string(r.Resources), ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				rule.Resources = append(rule.Resources, s)
+			}
+		}
+		for _, s := range strings.Split(string(r.Nodes), ",") {
+			name, prio, _ := strings.Cut(strings.TrimSpace(s), ":")
+			if name == "" {
+				continue
+			}
+			p := 0
+			fmt.Sscan(prio, &p)
+			rule.Nodes[name] = p
+		}
+		out = append(out, rule)
+	}
+	return out, nil
+}
