@@ -210,6 +210,11 @@ func (s *Service) Open(ctx context.Context, a vmops.Actor, req Request) (Ticket,
 	}
 	st, err := api.GuestStatus(ctx, pveGuest(g))
 	if err != nil {
+		if pve.IsNotFound(err) {
+			// The one 404 of a guest that is not there, which a guest outside a
+			// scoped grant answers too (docs/security.md item 42).
+			return Ticket{}, fleet.GuestNotFound(kindOf(g), g.VMID, g.Node)
+		}
 		return Ticket{}, fleet.UpstreamError(err)
 	}
 	if st.Status != "running" {
