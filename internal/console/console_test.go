@@ -295,7 +295,7 @@ func TestTicketOnAnotherReplica(t *testing.T) {
 
 // wake hands the console's supervisor the tick it waits for, or fails t when
 // nothing takes it (the console ended already).
-func wake(t *testing.T, tick chan time.Time, now time.Time) {
+func wake(t testing.TB, tick chan time.Time, now time.Time) {
 	t.Helper()
 	select {
 	case tick <- now:
