@@ -116,6 +116,7 @@ type serverCmd struct {
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
+	maintenanceFlags  `embed:""`
 	secondFactorFlags `embed:""` // server_secondfactor.go
 	notifyFlags       `embed:""` // server_notify.go
 
@@ -246,7 +247,12 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		KeySettled: func(ctx context.Context, userID int64, key string) {
 			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
 		}})
-	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
+	opsCfg := operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease}
+	if err := c.maintenanceConfig(&opsCfg); err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.ops = operations.New(a.vms, opsCfg)
 	if a.notify, err = c.composeNotify(st, sealer, a.fleet, a.trail, a.vms.Owner(), log); err != nil {
 		st.Close()
 		return nil, err
@@ -278,7 +284,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
 		Streams: streams, SSO: ssoOf(sso), SecondFactors: a.mfa,
-		Notifications: a.notify.svc, GroupMappings: mappings, Consoles: uiConsoles(a.consoles),
+		Notifications: a.notify.svc, Identity: mappings, Consoles: uiConsoles(a.consoles),
 	})
 	if err != nil {
 		st.Close()
@@ -306,7 +312,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
 		Streams:        streams,
-		GroupMappings:  mappings,
+		Identity:       mappings,
 		Consoles:       consolesOrNil(a.consoles),
 	})
 	if err != nil {
@@ -522,11 +528,12 @@ func devPassword() (string, bool) {
 // registers the emulated cluster as cluster 1 "dev" through the same code path as
 // POST /api/v1/clusters (so its fingerprint is pinned).
 func (c *serverCmd) startDev(ctx, serveCtx context.Context, a *app, log *slog.Logger) (_ *pvesim.Server, err error) {
-	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed, Ceph: c.DevCeph})
 	srv, err := sim.Serve(serveCtx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
 		return nil, fmt.Errorf("start the emulated cluster: %w", err)
 	}
+	a.ops.AddHook(devHookName, devHook(srv, sim.DevToken()))
 	defer func() {
 		if err != nil {
 		}

@@ -55,6 +55,9 @@ type PVE interface {
 type Grants interface {
 	// Require is the check of a use case: a refusal is audited.
 	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+	// RequireGuest is Require for one guest: a grant scoped to pools and tags
+	// must cover it, else it answers as a guest that does not exist.
+	RequireGuest(ctx context.Context, a fleet.Actor, clusterID int64, g pve.Guest, need, attempt string) error
 	// Authorize only answers (the broker's re-checks of open consoles).
 	Authorize(ctx context.Context, a fleet.Actor, clusterID int64, need string) (string, error)
 }
@@ -194,7 +197,8 @@ func (s *Service) Open(ctx context.Context, a vmops.Actor, req Request) (Ticket,
 	if attempt == "" {
 		attempt = "console " + guestName(g)
 	}
-	if err := vmops.Denied(s.cfg.Grants.Require(ctx, a.Fleet(), g.ClusterID, fleet.GrantOperator, attempt)); err != nil {
+	// A guest outside a scoped grant is one that does not exist (RequireGuest).
+	if err := vmops.Denied(s.cfg.Grants.RequireGuest(ctx, a.Fleet(), g.ClusterID, g.Guest(), fleet.GrantOperator, attempt)); err != nil {
 		return Ticket{}, err
 	}
 	if err := s.roomFor(a.UserID); err != nil {
@@ -206,6 +210,11 @@ func (s *Service) Open(ctx context.Context, a vmops.Actor, req Request) (Ticket,
 	}
 	st, err := api.GuestStatus(ctx, pveGuest(g))
 	if err != nil {
+		if pve.IsNotFound(err) {
+			// The one 404 of a guest that is not there, which a guest outside a
+			// scoped grant answers too (docs/security.md item 42).
+			return Ticket{}, fleet.GuestNotFound(kindOf(g), g.VMID, g.Node)
+		}
 		return Ticket{}, fleet.UpstreamError(err)
 	}
 	if st.Status != "running" {

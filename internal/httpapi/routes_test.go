@@ -24,7 +24,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 	}
 	// The route table only needs non-nil use cases to list every route.
 	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil), ops: (*operations.Service)(nil),
-		mappings: (*identity.Mappings)(nil), notify: (*notify.Service)(nil),
+		mappings: (*identity.Admin)(nil), notify: (*notify.Service)(nil),
 		secondFactors: (*secondfactor.Service)(nil), consoles: (*console.Service)(nil)}
 	var routes []string
 	for _, rt := range s.routes() {
