@@ -39,6 +39,7 @@ type clientCmds struct {
 	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
 	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
 	Guest   guestCmd   `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
+	Console consoleCmd `cmd:"" group:"client" help:"Open a container's console, or a VM's serial console, on this terminal (Ctrl-] leaves)."` // console.go
 	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
 	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
@@ -320,6 +321,8 @@ type clusterCmd struct {
 	Show clusterShowCmd `cmd:"" help:"Show a cluster: its endpoints and trust (admin; others see the list's row)."`
 	Add  clusterAddCmd  `cmd:"" help:"Register a PVE cluster with its API token (admin)."`
 	Rm   clusterRmCmd   `cmd:"" help:"Remove a cluster and its grants (admin); its tasks and audit records stay."`
+
+	RollingMaintenance clusterRollingCmd `cmd:"" name:"rolling-maintenance" help:"Drain, patch, reboot and restore the cluster's nodes one after another (planned first)."`
 }
 
 type clusterListCmd struct {
@@ -629,6 +632,9 @@ type grantCmd struct {
 	User    string `arg:"" placeholder:"ID|EMAIL" help:"The user, by id or e-mail."`
 	Cluster string `arg:"" placeholder:"ID|NAME" help:"The cluster, by id or name."`
 	Role    string `arg:"" enum:"operator,viewer" help:"operator (power, migrate, read) or viewer (read)."`
+	// Pools and Tags scope the grant (grantscope.go); neither: the whole cluster.
+	Pools []string `name:"pool" placeholder:"POOL" help:"Narrow the grant to the guests of this PVE pool (repeatable; with --tag: either)."`
+	Tags  []string `name:"tag" placeholder:"TAG" help:"Narrow the grant to the guests with this PVE tag (repeatable)."`
 }
 
 func (c *grantCmd) Run() error {
@@ -637,10 +643,11 @@ func (c *grantCmd) Run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.PutGrant(ctx, cid, uid, c.Role); err != nil {
+		g, err := s.PutScopedGrant(ctx, cid, uid, c.Role, grantScope(c.Pools, c.Tags))
+		if err != nil {
 			return err
 		}
-		say("user %d is %s on cluster %d", uid, c.Role, cid)
+		say("user %d is %s on cluster %d%s", uid, c.Role, cid, scopeText(g.Scope))
 		return nil
 	})
 }

@@ -55,6 +55,9 @@ type PVE interface {
 type Grants interface {
 	// Require is the check of a use case: a refusal is audited.
 	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+	// RequireGuest is Require for one guest: a grant scoped to pools and tags
+	// must cover it, else it answers as a guest that does not exist.
+	RequireGuest(ctx context.Context, a fleet.Actor, clusterID int64, g pve.Guest, need, attempt string) error
 	// Authorize only answers (the broker's re-checks of open consoles).
 	Authorize(ctx context.Context, a fleet.Actor, clusterID int64, need string) (string, error)
 }
@@ -99,7 +102,7 @@ type Service struct {
 	byUser map[int64]int
 	closed bool
 
-	metrics metrics
+	metrics *metrics
 }
 
 // New builds the broker and follows the store's change feed (Close ends that).
@@ -194,7 +197,8 @@ func (s *Service) Open(ctx context.Context, a vmops.Actor, req Request) (Ticket,
 	if attempt == "" {
 		attempt = "console " + guestName(g)
 	}
-	if err := vmops.Denied(s.cfg.Grants.Require(ctx, a.Fleet(), g.ClusterID, fleet.GrantOperator, attempt)); err != nil {
+	// A guest outside a scoped grant is one that does not exist (RequireGuest).
+	if err := vmops.Denied(s.cfg.Grants.RequireGuest(ctx, a.Fleet(), g.ClusterID, g.Guest(), fleet.GrantOperator, attempt)); err != nil {
 		return Ticket{}, err
 	}
 	if err := s.roomFor(a.UserID); err != nil {
@@ -351,7 +355,7 @@ type holder struct {
 func (s *Service) live(ctx context.Context, t store.ConsoleTicket) (holder, error) {
 	now := s.cfg.Now()
 	ended := func(what string) (holder, error) {
-		return holder{}, errs.R(errs.Unauthenticated, errs.ReasonConsoleTicket, "the console's %s ended", what)
+		return holder{}, errs.E(errs.Unauthenticated, "the console's %s ended", what)
 	}
 	u, err := s.cfg.Store.UserByID(ctx, t.UserID)
 	switch {

@@ -35,8 +35,8 @@ type cache struct {
 
 	mu       sync.RWMutex
 	epoch    uint64
-	clusters *clusterSet         // nil: not loaded
-	grants   map[int64]userRoles // by user; absent: not loaded
+	clusters *clusterSet           // nil: not loaded
+	grants   map[int64]*userGrants // by user; absent: not loaded
 }
 
 // maxCachedUsers bounds the grant cache; past it the cache starts over (a reload
@@ -46,6 +46,13 @@ const maxCachedUsers = 100_000
 // userRoles is a user's grant role by cluster ID, as stored (a role this code does
 // not know is kept, and grants nothing).
 type userRoles map[int64]string
+
+// userGrants is a user's grants as the cache holds them: the roles by cluster,
+// and the scopes of those that are scoped (scope.go).
+type userGrants struct {
+	roles  userRoles
+	scopes map[int64]store.GrantScope // only the scoped grants
+}
 
 // clusterSet is every registered cluster as one immutable snapshot.
 type clusterSet struct {
@@ -62,7 +69,7 @@ type clusterRecord struct {
 }
 
 func newCache(st store.Store) *cache {
-	return &cache{st: st, grants: map[int64]userRoles{}}
+	return &cache{st: st, grants: map[int64]*userGrants{}}
 }
 
 // apply drops what a change of the feed makes stale. It runs inside the store's
@@ -127,36 +134,51 @@ func (c *cache) clusterSet(ctx context.Context) (*clusterSet, error) {
 // roles returns a user's grant roles by cluster, loading them when a change
 // dropped them.
 func (c *cache) roles(ctx context.Context, userID int64) (userRoles, error) {
+	g, err := c.userGrants(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	return g.roles, nil
+}
+
+// userGrants returns a user's grants, loading them when a change dropped them.
+func (c *cache) userGrants(ctx context.Context, userID int64) (*userGrants, error) {
 	c.mu.RLock()
-	r, ok := c.grants[userID]
+	g, ok := c.grants[userID]
 	epoch := c.epoch
 	c.mu.RUnlock()
 	if ok {
-		return r, nil
+		return g, nil
 	}
 	v, err := c.shared(ctx, "grants/"+strconv.FormatInt(userID, 10)+"/"+strconv.FormatUint(epoch, 10), func(ctx context.Context) (any, error) {
 		gs, err := c.st.UserGrants(ctx, userID)
 		if err != nil {
 			return nil, err
 		}
-		r := make(userRoles, len(gs))
-		for _, g := range gs {
-			r[g.ClusterID] = g.Role
+		g := &userGrants{roles: make(userRoles, len(gs))}
+		for _, gr := range gs {
+			g.roles[gr.ClusterID] = gr.Role
+			if !gr.Scope.IsZero() {
+				if g.scopes == nil {
+					g.scopes = map[int64]store.GrantScope{}
+				}
+				g.scopes[gr.ClusterID] = gr.Scope
+			}
 		}
 		c.mu.Lock()
 		if c.epoch == epoch {
 			if len(c.grants) >= maxCachedUsers {
 				clear(c.grants)
 			}
-			c.grants[userID] = r
+			c.grants[userID] = g
 		}
 		c.mu.Unlock()
-		return r, nil
+		return g, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.(userRoles), nil
+	return v.(*userGrants), nil
 }
 
 // shared runs load once for every caller asking for key at the same time. The

@@ -171,6 +171,10 @@ func (s *Service) FleetGuests(ctx context.Context, a Actor, q FleetQuery) (Fleet
 			after = cur.vmid
 		}
 		items := sn.val.of(kind)
+		q := q // this cluster's: the caller's scope here narrows it
+		if q.scope, err = s.scopeOf(ctx, a, rec.row.ID); err != nil {
+			return FleetGuestList{}, err
+		}
 		if q.Limit > 0 && room == 0 {
 			// The page is full: one more match anywhere means another page.
 			if more, _ := q.page(items, after, 1); len(more) > 0 {

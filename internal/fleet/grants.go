@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -87,6 +88,16 @@ func (s *Service) requireRead(ctx context.Context, a Actor, clusterID int64) err
 	return s.Require(ctx, a, clusterID, GrantViewer, attempt)
 }
 
+// requireGuestRead is requireRead for a read of one guest: a scoped grant must
+// cover it (RequireGuest).
+func (s *Service) requireGuestRead(ctx context.Context, a Actor, clusterID int64, g pve.Guest) error {
+	attempt := a.Via
+	if attempt == "" {
+		attempt = "read " + g.Kind.Noun() + " " + strconv.Itoa(g.VMID)
+	}
+	return s.RequireGuest(ctx, a, clusterID, g, GrantViewer, attempt)
+}
+
 // Grant roles on one cluster.
 const (
 	GrantOperator = store.GrantOperator // power, migrate, read
@@ -131,6 +142,9 @@ type Grant struct {
 	ClusterID int64
 	Role      string // GrantOperator or GrantViewer
 	CreatedAt time.Time
+	// Scope is nil for a grant on the whole cluster, else the pools and tags
+	// whose guests it covers (scope.go).
+	Scope *GrantScope
 }
 
 func userTarget(id int64) string { return "user:" + strconv.FormatInt(id, 10) }
@@ -159,27 +173,44 @@ func (s *Service) requireAdminSession(ctx context.Context, a Actor, clusterID in
 // admin's login session may (requireAdminSession). A role that is not a grant
 // role is refused next and not audited; every other attempt is audited as
 // grant.put.
+// A put replaces the whole grant: a grant that was scoped covers the whole
+// cluster after it (PutScopedGrant keeps or changes a scope).
 func (s *Service) PutGrant(ctx context.Context, a Actor, userID, clusterID int64, role string) (Grant, error) {
+	return s.PutScopedGrant(ctx, a, userID, clusterID, role, nil)
+}
+
+// PutScopedGrant is PutGrant with a scope: when not nil, the grant covers only
+// the guests in one of its pools or carrying one of its tags (scope.go); nil
+// gives the whole cluster.
+func (s *Service) PutScopedGrant(ctx context.Context, a Actor, userID, clusterID int64, role string, scope *GrantScope) (Grant, error) {
 	if err := s.requireAdminSession(ctx, a, clusterID, "grant.put"); err != nil {
 		return Grant{}, err
 	}
 	if !ValidGrantRole(role) {
 		return Grant{}, invalid("role must be %q or %q", GrantOperator, GrantViewer)
 	}
-	g, err := s.putGrant(ctx, userID, clusterID, role)
-	s.audit.Record(ctx, store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
-		Params: audit.Params(map[string]string{"role": role}), Result: audit.Result(err)})
+	sc, err := validScope(scope)
 	if err != nil {
 		return Grant{}, err
 	}
-	return Grant{UserID: g.UserID, ClusterID: g.ClusterID, Role: g.Role, CreatedAt: g.CreatedAt}, nil
+	g, err := s.putGrant(ctx, userID, clusterID, role, sc)
+	params := map[string]any{"role": role}
+	if !sc.IsZero() {
+		params["scope"] = GrantScope(sc)
+	}
+	s.audit.Record(ctx, store.AuditRecord{Action: "grant.put", ClusterID: clusterID, Target: userTarget(userID),
+		Params: audit.Params(params), Result: audit.Result(err)})
+	if err != nil {
+		return Grant{}, err
+	}
+	return grantOf(g), nil
 }
 
-func (s *Service) putGrant(ctx context.Context, userID, clusterID int64, role string) (store.Grant, error) {
+func (s *Service) putGrant(ctx context.Context, userID, clusterID int64, role string, scope store.GrantScope) (store.Grant, error) {
 	if err := s.grantTargets(ctx, userID, clusterID); err != nil {
 		return store.Grant{}, err
 	}
-	return s.store.PutGrant(ctx, store.Grant{UserID: userID, ClusterID: clusterID, Role: role, CreatedAt: s.now()})
+	return s.store.PutGrant(ctx, store.Grant{UserID: userID, ClusterID: clusterID, Role: role, CreatedAt: s.now(), Scope: scope})
 }
 
 // DeleteGrant is admin a removing a user's grant on a cluster. Only an admin's
@@ -232,7 +263,7 @@ func (s *Service) UserGrants(ctx context.Context, userID int64) ([]Grant, error)
 	}
 	out := make([]Grant, 0, len(gs))
 	for _, g := range gs {
-		out = append(out, Grant{UserID: g.UserID, ClusterID: g.ClusterID, Role: g.Role, CreatedAt: g.CreatedAt})
+		out = append(out, grantOf(g))
 	}
 	return out, nil
 }

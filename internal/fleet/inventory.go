@@ -391,7 +391,7 @@ func (s *Service) GuestStatus(ctx context.Context, a Actor, clusterID int64, kin
 	case vmid < pve.MinVMID || vmid > pve.MaxVMID:
 		return VMStatusView{}, invalid("vmid must be an integer from %d to %d", pve.MinVMID, pve.MaxVMID)
 	}
-	if err := s.requireRead(ctx, a, clusterID); err != nil {
+	if err := s.requireGuestRead(ctx, a, clusterID, pve.Guest{Kind: kind, Node: node, VMID: int(vmid)}); err != nil {
 		return VMStatusView{}, err
 	}
 	cl, err := s.Client(ctx, clusterID)

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmgate/vmgate/internal/pve"
+	"github.com/vmgate/vmgate/internal/store"
 )
 
 // VMQuery selects and pages a cluster's VMs (VMList). Every field is optional;
@@ -31,6 +32,9 @@ type VMQuery struct {
 	// per page (page), not once per guest.
 	lq  string
 	qid int64
+	// scope, when not nil, keeps only the guests the caller's scoped grant
+	// covers (scope.go); set by the lists, never by a caller.
+	scope *store.GrantScope
 }
 
 // The states /cluster/resources gives a VM (unknown: its node does not answer).
@@ -133,12 +137,14 @@ func validPool(p string) bool {
 }
 
 func (q VMQuery) filters() bool {
-	return q.Node != "" || q.Status != "" || q.Tag != "" || q.Pool != "" || q.Q != ""
+	return q.Node != "" || q.Status != "" || q.Tag != "" || q.Pool != "" || q.Q != "" || q.scope != nil
 }
 
 // match reports whether v passes q's filters.
 func (q VMQuery) match(v *VMView) bool {
 	switch {
+	case q.scope != nil && !q.scope.Covers(v.Pool, v.Tags):
+		return false
 	case q.Node != "" && v.Node != q.Node,
 		q.Status != "" && v.Status != q.Status,
 		q.Pool != "" && v.Pool != q.Pool:
@@ -208,6 +214,9 @@ func (s *Service) GuestList(ctx context.Context, a Actor, clusterID int64, kindN
 		return VMList{}, err
 	}
 	if err := s.requireRead(ctx, a, clusterID); err != nil {
+		return VMList{}, err
+	}
+	if q.scope, err = s.scopeOf(ctx, a, clusterID); err != nil {
 		return VMList{}, err
 	}
 	sn, err := s.guests(ctx, clusterID)

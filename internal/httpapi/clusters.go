@@ -136,6 +136,8 @@ type clusterGrantJSON struct {
 	ClusterID int64     `json:"clusterId"`
 	Role      string    `json:"role"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Scope is null for a grant on the whole cluster (grantscope.go).
+	Scope *fleet.GrantScope `json:"scope"`
 }
 
 // pathGrant reads {clusterId} and {userId}.
@@ -153,16 +155,17 @@ func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var in struct {
-		Role string `json:"role"`
+		Role  string            `json:"role"`
+		Scope *fleet.GrantScope `json:"scope"`
 	}
 	if err := decodeJSON(w, r, &in); err != nil {
 		return err
 	}
-	g, err := s.fleet.PutGrant(r.Context(), actor(r), userID, clusterID, in.Role)
+	g, err := s.fleet.PutScopedGrant(r.Context(), actor(r), userID, clusterID, in.Role, in.Scope)
 	if err != nil {
 		return err
 	}
-	writeData(w, clusterGrantJSON{UserID: g.UserID, ClusterID: g.ClusterID, Role: g.Role, CreatedAt: g.CreatedAt.UTC()})
+	writeData(w, clusterGrantOf(g))
 	return nil
 }
 

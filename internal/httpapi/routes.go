@@ -38,6 +38,7 @@ func (s *Server) routes() []route {
 	}
 	if s.fleet != nil {
 		rs = append(rs, s.fleetRoutes()...)
+		rs = append(rs, s.grantScopeRoutes()...) // grantscope.go
 	}
 	if s.vms != nil {
 		rs = append(rs, s.vmRoutes()...)

@@ -77,7 +77,16 @@ func (o *Service) Bulk(ctx context.Context, a vmops.Actor, clusterID int64, acti
 	if err != nil {
 		return Launched{}, fleet.ReadError(err)
 	}
-	res = slices.DeleteFunc(res, func(r pve.Resource) bool { _, ok := guestKind(r); return !ok })
+	in, err := o.svc.ScopeFilter(ctx, a, clusterID)
+	if err != nil {
+		return Launched{}, err
+	}
+	// A guest outside a scoped grant is, to its caller, one the cluster does
+	// not have (scope.go): named in the selection, it is skipped as missing.
+	res = slices.DeleteFunc(res, func(r pve.Resource) bool {
+		_, ok := guestKind(r)
+		return !ok || in != nil && !in(int64(r.VMID))
+	})
 	chosen, missing := selectVMs(res, req)
 	if len(chosen)+len(missing) > MaxOperationItems {
 		return Launched{}, errs.E(errs.Invalid, "the selection has %d VMs; one operation acts on at most %d",

@@ -64,6 +64,8 @@ type envOpts struct {
 	cfg    func(*vmops.Config)
 	// storeDSN opens the store there instead of a fresh SQLite file.
 	storeDSN string
+	// ceph makes the emulated cluster run Ceph.
+	ceph bool
 }
 
 // auditLog keeps what the services' audit trails write (an audit.Store).
@@ -122,7 +124,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.speed == 0 {
 		o.speed = 1000
 	}
-	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual, Ceph: o.ceph})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})
@@ -371,6 +373,16 @@ type allowAll struct{}
 
 func (allowAll) Require(context.Context, fleet.Actor, int64, string, string) error { return nil }
 func (allowAll) Readable(context.Context, fleet.Actor) ([]int64, bool, error)      { return nil, true, nil }
+func (allowAll) RequireGuest(context.Context, fleet.Actor, int64, pve.Guest, string, string) error {
+	return nil
+}
+func (allowAll) ScopeFilter(context.Context, fleet.Actor, int64) (fleet.InScope, error) {
+	return nil, nil
+}
+func (allowAll) RequireWide(context.Context, fleet.Actor, int64, string, string) error { return nil }
+func (allowAll) OutOfScope(_ context.Context, _ int64, _, _ string, notFound error) error {
+	return notFound
+}
 
 // keysFor is a keeper of Idempotency-Keys for svc's process, wired as vmgate
 // wires it (cmd/vmgate): settled from what ops and svc say a request came to,

@@ -23,5 +23,8 @@ func (o *Service) requireOperation(ctx context.Context, a vmops.Actor, id int64,
 		}
 		return err
 	}
+	if err := o.requireOperationScope(ctx, a, id, clusterID, need); err != nil {
+		return vmops.Denied(err)
+	}
 	return nil
 }

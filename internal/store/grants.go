@@ -8,25 +8,30 @@ import (
 	"github.com/vmgate/vmgate/internal/errs"
 )
 
-const grantColumns = `user_id, cluster_id, role, created_at`
+const grantColumns = `user_id, cluster_id, role, created_at, scope`
 
 func scanGrant(sc scanner) (Grant, error) {
 	var g Grant
-	err := sc.Scan(&g.UserID, &g.ClusterID, &g.Role, timeCol{&g.CreatedAt})
+	err := sc.Scan(&g.UserID, &g.ClusterID, &g.Role, timeCol{&g.CreatedAt}, scopeCol{&g.Scope})
 	return g, err
 }
 
 // PutGrant implements Store. A new grant's zero CreatedAt is now; changing the role
-// of an existing grant keeps its CreatedAt. A missing user or cluster is NotFound.
+// or scope of an existing grant keeps its CreatedAt. A missing user or cluster is
+// NotFound.
 func (s *sqlStore) PutGrant(ctx context.Context, g Grant) (Grant, error) {
+	scope, err := encodeScope(g.Scope)
+	if err != nil {
+		return Grant{}, err
+	}
 	var put Grant
-	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
+	err = s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		var err error
 		put, err = scanGrant(tx.QueryRowContext(ctx, `
-			INSERT INTO grants (user_id, cluster_id, role, created_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role
+			INSERT INTO grants (user_id, cluster_id, role, created_at, scope) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role, scope = excluded.scope
 			RETURNING `+grantColumns,
-			g.UserID, g.ClusterID, g.Role, s.t(s.stamp(g.CreatedAt))))
+			g.UserID, g.ClusterID, g.Role, s.t(s.stamp(g.CreatedAt)), scope))
 		if err != nil {
 			return nil, err
 		}

@@ -220,6 +220,9 @@ type Grant struct {
 	ClusterID int64
 	Role      string // GrantOperator or GrantViewer
 	CreatedAt time.Time
+	// Scope, when not zero, narrows the grant to the guests in one of its PVE
+	// pools or carrying one of its tags (grantscope.go); zero: the whole cluster.
+	Scope GrantScope
 }
 
 // Task status values kept by vmgate.
@@ -677,5 +680,6 @@ type Store interface {
 
 	OperationStore
 	MaintenanceStore
+	ProgressStore
 	NotifyStore
 }

@@ -53,6 +53,9 @@ func (s *Service) Abort(ctx context.Context, a Actor, id string, clusterHint int
 	if err := s.require(ctx, a, clusterID, fleet.GrantOperator, "task.abort "+id); err != nil {
 		return TaskView{}, err
 	}
+	if err := s.requireTaskScope(ctx, a, id, clusterID, clusterHint, fleet.GrantOperator, "task.abort "+id); err != nil {
+		return TaskView{}, err
+	}
 	defer func() {
 		rec := store.AuditRecord{Action: "task.abort", ClusterID: clusterID, Node: v.Node, VMID: v.VMID, UPID: v.TaskID,
 			Target: v.Target, Params: jsonText(map[string]any{"task": id, "type": v.Type}), Result: audit.Result(err)}

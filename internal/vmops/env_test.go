@@ -66,6 +66,16 @@ type allowAll struct{}
 
 func (allowAll) Require(context.Context, fleet.Actor, int64, string, string) error { return nil }
 func (allowAll) Readable(context.Context, fleet.Actor) ([]int64, bool, error)      { return nil, true, nil }
+func (allowAll) RequireGuest(context.Context, fleet.Actor, int64, pve.Guest, string, string) error {
+	return nil
+}
+func (allowAll) ScopeFilter(context.Context, fleet.Actor, int64) (fleet.InScope, error) {
+	return nil, nil
+}
+func (allowAll) RequireWide(context.Context, fleet.Actor, int64, string, string) error { return nil }
+func (allowAll) OutOfScope(_ context.Context, _ int64, _, _ string, notFound error) error {
+	return notFound
+}
 
 // auditLog keeps what the service's audit trail writes (an audit.Store).
 type auditLog struct {

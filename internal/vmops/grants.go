@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
+	"github.com/vmgate/vmgate/internal/pve"
 )
 
 // Grants checks a caller's grant on a cluster; *fleet.Service is one. Every use
@@ -20,6 +21,18 @@ type Grants interface {
 	Require(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
 	// Readable lists the clusters whose tasks a may read; all: every one.
 	Readable(ctx context.Context, a fleet.Actor) (ids []int64, all bool, err error)
+	// RequireGuest is Require for one guest: a grant scoped to pools and tags
+	// must also cover it, else the guest answers as one that does not exist
+	// (docs/security.md item 42).
+	RequireGuest(ctx context.Context, a fleet.Actor, clusterID int64, g pve.Guest, need, attempt string) error
+	// ScopeFilter says which guests of a cluster a's grant covers (nil: all).
+	ScopeFilter(ctx context.Context, a fleet.Actor, clusterID int64) (fleet.InScope, error)
+	// RequireWide is Require for an action on a whole node: a scoped grant
+	// does not allow it.
+	RequireWide(ctx context.Context, a fleet.Actor, clusterID int64, need, attempt string) error
+	// OutOfScope audits a refusal of something outside a's scope and returns
+	// notFound, the answer of a thing that does not exist.
+	OutOfScope(ctx context.Context, clusterID int64, need, attempt string, notFound error) error
 }
 
 // ErrDenied is in the chain of every refusal for want of a grant (fleet's
@@ -56,6 +69,58 @@ func (s *Service) require(ctx context.Context, a Actor, clusterID int64, need, w
 		attempt = what
 	}
 	return denied(s.grants.Require(ctx, a.Fleet(), clusterID, need, attempt))
+}
+
+// requireGuest is require for an action on or a read of one guest: when a's
+// grant is scoped to pools and tags it must cover the guest, else the guest
+// answers as one that does not exist on that node, PVE not asked.
+func (s *Service) requireGuest(ctx context.Context, a Actor, vm GuestRef, need, what string) error {
+	if s.grants == nil {
+		return errs.E(errs.Internal, "vmops: no grant checker configured")
+	}
+	attempt := a.Via
+	if attempt == "" {
+		attempt = what
+	}
+	return denied(s.grants.RequireGuest(ctx, a.Fleet(), vm.ClusterID, vm.guest(), need, attempt))
+}
+
+// RequireGuest is requireGuest for the use cases built on this service's
+// (internal/operations, internal/console).
+func (s *Service) RequireGuest(ctx context.Context, a Actor, vm GuestRef, need, what string) error {
+	return s.requireGuest(ctx, a, vm, need, what)
+}
+
+// RequireWide is require for an action on a whole node (evacuation,
+// maintenance): a grant scoped to pools and tags does not allow it.
+func (s *Service) RequireWide(ctx context.Context, a Actor, clusterID int64, need, what string) error {
+	if s.grants == nil {
+		return errs.E(errs.Internal, "vmops: no grant checker configured")
+	}
+	attempt := a.Via
+	if attempt == "" {
+		attempt = what
+	}
+	return denied(s.grants.RequireWide(ctx, a.Fleet(), clusterID, need, attempt))
+}
+
+// ScopeFilter says which guests of a cluster a's grant covers: nil for every
+// one (a cluster-wide grant). The caller has checked a's grant on the cluster.
+func (s *Service) ScopeFilter(ctx context.Context, a Actor, clusterID int64) (fleet.InScope, error) {
+	if s.grants == nil {
+		return nil, errs.E(errs.Internal, "vmops: no grant checker configured")
+	}
+	return s.grants.ScopeFilter(ctx, a.Fleet(), clusterID)
+}
+
+// OutOfScope audits a refusal of something outside a's scope (attempt: the
+// request as a made it, else what) and returns notFound marked as a refusal.
+func (s *Service) OutOfScope(ctx context.Context, a Actor, clusterID int64, need, what string, notFound error) error {
+	attempt := a.Via
+	if attempt == "" {
+		attempt = what
+	}
+	return denied(s.grants.OutOfScope(ctx, clusterID, need, attempt, notFound))
 }
 
 // readScope is what a list of tasks or operations may show a: with clusterID
@@ -105,7 +170,13 @@ func (s *Service) requireTask(ctx context.Context, a Actor, id string, clusterHi
 	if err != nil {
 		return err
 	}
-	return s.require(ctx, a, clusterID, fleet.GrantViewer, "read task "+id)
+	if s.grants != nil && !s.readableCluster(ctx, a, clusterID) && s.readsRemoteTarget(ctx, a, id) { // remote.go
+		return nil
+	}
+	if err := s.require(ctx, a, clusterID, fleet.GrantViewer, "read task "+id); err != nil {
+		return err
+	}
+	return s.requireTaskScope(ctx, a, id, clusterID, clusterHint, fleet.GrantViewer, "read task "+id)
 }
 
 // Require is require for the use cases built on this service's (internal/operations:

@@ -135,7 +135,7 @@ func (s *Service) MigrateCheck(ctx context.Context, a Actor, vm GuestRef, target
 	if target != "" && !pve.ValidNode(target) {
 		return Precheck{}, errs.E(errs.Invalid, "target %q is not a PVE node name", target)
 	}
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantViewer, vm.attempt("migrate check")); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantViewer, vm.attempt("migrate check")); err != nil {
 		return Precheck{}, err
 	}
 	api, err := s.connect(ctx, vm.ClusterID)
@@ -186,7 +186,7 @@ func (s *Service) Migrate(ctx context.Context, a Actor, vm GuestRef, req Migrate
 	if err := checkMigrate(vm, req); err != nil {
 		return "", err
 	}
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpMigrate)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantOperator, vm.attempt(OpMigrate)); err != nil {
 		return "", err
 	}
 	return s.migrate(ctx, a, vm, req)

@@ -46,16 +46,21 @@ func (s *Service) OutsideTasks(ctx context.Context, a Actor, clusterID, vmid int
 	if err := s.require(ctx, a, clusterID, fleet.GrantViewer, "read the tasks of cluster "+strconv.FormatInt(clusterID, 10)); err != nil {
 		return nil, err
 	}
+	in, err := s.ScopeFilter(ctx, a, clusterID)
+	if err != nil {
+		return nil, err
+	}
 	all, err := s.outsideList(ctx, clusterID)
 	if err != nil {
 		return nil, err
 	}
-	if vmid == 0 {
+	if vmid == 0 && in == nil {
 		return slices.Clone(all), nil
 	}
 	var out []TaskView
 	for _, v := range all {
-		if v.VMID == vmid {
+		// A scoped grant sees the tasks of its guests only (scope.go).
+		if (vmid == 0 || v.VMID == vmid) && (in == nil || v.VMID > 0 && in(v.VMID)) {
 			out = append(out, v)
 		}
 	}

@@ -61,7 +61,7 @@ type Outcome struct {
 // vm_paused (PVE's start does not resume a paused VM: it fails "already running"),
 // a locked one vm_locked (except the "suspended" lock, which start resumes from).
 func (s *Service) Start(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStart)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantOperator, vm.attempt(OpStart)); err != nil {
 		return Outcome{}, err
 	}
 	if !o.Force {
@@ -78,7 +78,7 @@ func (s *Service) Start(ctx context.Context, a Actor, vm GuestRef, o PowerOption
 // Stop stops a running VM: gracefully (ACPI or guest agent; a guest that ignores
 // it is 409 shutdown_timeout once PVE gives up) or, with Force, at once.
 func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions) (Outcome, error) {
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpStop)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantOperator, vm.attempt(OpStop)); err != nil {
 		return Outcome{}, err
 	}
 	op := OpShutdown
@@ -90,7 +90,7 @@ func (s *Service) Stop(ctx context.Context, a Actor, vm GuestRef, o StopOptions)
 
 // Reboot shuts a running VM down and starts it again.
 func (s *Service) Reboot(ctx context.Context, a Actor, vm GuestRef, o PowerOptions) (Outcome, error) {
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpReboot)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantOperator, vm.attempt(OpReboot)); err != nil {
 		return Outcome{}, err
 	}
 	return s.power(ctx, a, vm, OpReboot, o.Timeout, o.Wait)

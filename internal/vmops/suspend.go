@@ -38,7 +38,7 @@ type ResumeOptions struct {
 // be hibernated), a locked one vm_locked, hibernating an HA-managed VM 409
 // conflict (PVE cannot).
 func (s *Service) Suspend(ctx context.Context, a Actor, vm GuestRef, o SuspendOptions) (Outcome, error) {
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpSuspend)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantOperator, vm.attempt(OpSuspend)); err != nil {
 		return Outcome{}, err
 	}
 	op := OpSuspend
@@ -53,7 +53,7 @@ func (s *Service) Suspend(ctx context.Context, a Actor, vm GuestRef, o SuspendOp
 // 409 vm_running, a stopped one that was not hibernated vm_stopped, a locked one
 // vm_locked (a backup's lock excepted, as PVE does).
 func (s *Service) Resume(ctx context.Context, a Actor, vm GuestRef, o ResumeOptions) (Outcome, error) {
-	if err := s.require(ctx, a, vm.ClusterID, fleet.GrantOperator, vm.attempt(OpResume)); err != nil {
+	if err := s.requireGuest(ctx, a, vm, fleet.GrantOperator, vm.attempt(OpResume)); err != nil {
 		return Outcome{}, err
 	}
 	return s.power(ctx, a, vm, OpResume, nil, o.Wait)

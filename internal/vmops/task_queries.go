@@ -361,13 +361,17 @@ func (s *Service) TaskPage(ctx context.Context, a Actor, f TaskFilter) (tasks []
 	if f.ClusterIDs, err = s.readScope(ctx, a, f.ClusterID, f.ClusterIDs, "list tasks"); err != nil {
 		return nil, 0, err
 	}
+	scopes, err := s.listScopes(ctx, a, f.ClusterID, f.ClusterIDs)
+	if err != nil {
+		return nil, 0, err
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50
 	}
 	limit = min(limit, 500)
 	batch := limit
-	if f.Result != "" {
+	if f.Result != "" || scopes != nil {
 		batch = 500
 	}
 	out := make([]TaskView, 0, limit)
@@ -381,6 +385,9 @@ func (s *Service) TaskPage(ctx context.Context, a Actor, f TaskFilter) (tasks []
 		for _, r := range rows {
 			before = r.ID
 			scanned++
+			if in, scoped := scopes[r.ClusterID]; scoped && (r.VMID <= 0 || !in(r.VMID)) {
+				continue // outside the caller's scope there: not theirs to see
+			}
 			v := rowView(r)
 			if !r.Finished() {
 				if t := s.trackerOf(r.UPID); t != nil {

@@ -459,7 +459,7 @@ type grantsView struct {
 
 type grantsRow struct {
 	User  accounts.User
-	Roles []string // by cluster, in Clusters' order: "operator", "viewer" or ""
+	Roles []string // by cluster, in Clusters' order: "operator", "viewer" or "", with its scope
 }
 
 func (u *UI) grantsPage(w http.ResponseWriter, r *http.Request) error {
@@ -484,7 +484,7 @@ func (u *UI) grantsPage(w http.ResponseWriter, r *http.Request) error {
 		row := grantsRow{User: usr, Roles: make([]string, len(cs))}
 		for _, g := range gs {
 			if i := slices.IndexFunc(cs, func(c fleet.Cluster) bool { return c.ID == g.ClusterID }); i >= 0 {
-				row.Roles[i] = g.Role
+				row.Roles[i] = g.Role + scopeNote(g.Scope) // grantscope.go
 			}
 		}
 		v.Rows = append(v.Rows, row)
@@ -506,7 +506,8 @@ func (u *UI) putGrant(w http.ResponseWriter, r *http.Request) error {
 	if role == "none" {
 		err, said = u.fleet.DeleteGrant(r.Context(), actor(r), userID, clusterID), "Grant removed."
 	} else {
-		_, err = u.fleet.PutGrant(r.Context(), actor(r), userID, clusterID, role)
+		_, err = u.fleet.PutScopedGrant(r.Context(), actor(r), userID, clusterID, role,
+			formScope(r.PostFormValue("pools"), r.PostFormValue("tags"))) // grantscope.go
 	}
 	if err != nil {
 		return u.refused(w, r, "/admin/grants", err)

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClusterPVEVersion", testClusterPVEVersion},
 		{"Grants", testGrants},
 		{"GrantsCascade", testGrantsCascade},
+		{"GrantScopes", testGrantScopes},
 		{"TaskLifecycle", testTaskLifecycle},
 		{"TaskGuestKind", testTaskGuestKind},
 		{"ListTasks", testListTasks},
@@ -74,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationGuestKinds", testOperationGuestKinds},
 		{"OperationHoldRace", testOperationHoldRace},
 		{"NodeMaintenance", testNodeMaintenance},
+		{"OperationProgress", testOperationProgress},
 		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases}, {"NotifyReseal", testNotifyReseal},
 	}
 	for _, tc := range tests {
