@@ -21,6 +21,9 @@ type LoginToken struct {
 	Token     string    `json:"token"`
 	ExpiresAt time.Time `json:"expiresAt"`
 	User      UserRef   `json:"user"`
+	// SecondFactor, instead of a token, says the password was right and the
+	// login needs its second step (LoginSecondFactor; secondfactors.go).
+	SecondFactor *SecondStep `json:"secondFactor,omitempty"`
 }
 
 // Token is a session's next token (POST /user/refresh).

@@ -44,6 +44,7 @@ func (adminAuditVerifyCmd) Run(a *adminCmd) error {
 	return a.withKeyedStore(nil, func(ctx context.Context, st store.Store, sl *seal.Sealer) error {
 		v, err := audit.Verify(ctx, st, sl)
 		if err != nil {
+			noteVerifyFailed(ctx, st, err) // server_notify.go
 			return err
 		}
 		first := "none"

@@ -47,6 +47,8 @@ type clientCmds struct {
 	Grant   grantCmd   `cmd:"" group:"client" help:"Give USER the ROLE (operator or viewer) on CLUSTER (admin)."`
 	Revoke  revokeCmd  `cmd:"" group:"client" help:"Take USER's grant on CLUSTER away (admin)."`
 	Audit   auditCmd   `cmd:"" group:"client" help:"Read the audit trail, newest first (admin)."`
+	Notify  notifyCmd  `cmd:"" group:"client" help:"Notification targets, deliveries and dead letters (admin)."`
+	Mapping mappingCmd `cmd:"" name:"group-mapping" group:"client" help:"List, add, replace or delete single sign-on's group mappings (admin)."`
 	Get     getCmd     `cmd:"" group:"client" help:"GET an API path and print its data as JSON (e.g. /pve/clusters)."`
 }
 
@@ -159,6 +161,7 @@ type loginCmd struct {
 	PasswordStdin bool   `help:"Read the password from one line of standard input (without it: asked for without echo on a terminal, $VMGATE_PASSWORD, or one line of a piped stdin)."`
 	SSO           bool   `name:"sso" help:"Log in with the server's single sign-on in a browser (RFC 8252: a loopback port of this command receives the browser's return)."`
 	NoBrowser     bool   `help:"With --sso: only print the address to open, do not start a browser."`
+	SecondFactor  string `name:"second-factor" env:"VMGATE_SECOND_FACTOR" help:"For an account with a second factor: a TOTP code or a recovery code (without it: asked for, or the next line of stdin)."`
 }
 
 func (c *loginCmd) Run() error {
@@ -193,6 +196,13 @@ func (c *loginCmd) Run() error {
 		// At login a 401 is the credentials, not a session (issue 19 item 7).
 		return &cli.ExitError{Code: cli.ExitAuth, Err: err, Msg: "e-mail or password is wrong (" + s.Server + ")",
 			Hint: "try again: vmgate login --server " + s.Server + " --email " + c.Email}
+	}
+	if err == nil {
+		t, err = c.secondStep(ctx, s, t) // login_secondfactor.go
+	}
+	var exit *cli.ExitError
+	if errors.As(err, &exit) {
+		return err
 	}
 	if err != nil {
 		return s.Explain(err)

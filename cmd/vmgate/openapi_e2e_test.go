@@ -28,7 +28,7 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	dir := t.TempDir()
 	const adminPW, opPW, opPW2 = "walk every route please", "velvet tundra orchestra 42", "granite meadow lantern 77"
 	createAdmin(t, dir, "root@example.com", adminPW)
-	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	srv := start(t, nil, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--public-url", walkPublicURL)
 	base := srv.line(t, listening)[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -313,12 +313,24 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	must("a user's tokens", err)
 	must("revoke a user's token", admin.DeleteUserToken(ctx, user.ID, tokens[1].ID))
 
+	walkNotifications(t, ctx, admin, dir, must) // notify_e2e_test.go
+
+	walkSecondFactors(t, ctx, base, admin)
 	must("change the password", op.ChangePassword(ctx, opPW, opPW2))
 	must("logout", op.Logout(ctx))
 	_, err = admin.Audit(ctx, client.AuditFilter{Limit: 50})
 	must("audit", err)
 	_, err = admin.Audit(ctx, client.AuditFilter{Action: "auth.session_revoked", UserID: user.ID})
 	must("audit filtered", err)
+	// Single sign-on's group mappings (an admin's session).
+	gm, err := admin.CreateGroupMapping(ctx, client.GroupMappingInput{Group: "ops", Role: "user",
+		Grants: []client.GroupMappingGrant{{ClusterID: cl.ID, Role: "viewer"}}})
+	must("create a group mapping", err)
+	_, err = admin.UpdateGroupMapping(ctx, gm.ID, client.GroupMappingInput{Group: "ops", Role: "admin"})
+	must("replace a group mapping", err)
+	_, err = admin.GroupMappings(ctx)
+	must("list the group mappings", err)
+	must("delete a group mapping", admin.DeleteGroupMapping(ctx, gm.ID))
 	must("revoke", admin.DeleteGrant(ctx, cl.ID, user.ID))
 	must("delete a user", admin.DeleteUser(ctx, user.ID))
 	must("delete a cluster", admin.DeleteCluster(ctx, cl.ID))

@@ -115,6 +115,7 @@ type serverCmd struct {
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
 	secondFactorFlags `embed:""` // server_secondfactor.go
+	notifyFlags       `embed:""` // server_notify.go
 
 	devPassword      string // the dev admin's password, when this start created the admin
 	devPasswordShown bool   // the password was generated, so it must be printed
@@ -171,6 +172,7 @@ type app struct {
 	fleet    *fleet.Service
 	vms      *vmops.Service
 	ops      *operations.Service
+	notify   *notifyApp // server_notify.go
 	keys     *idempotency.Keeper
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
@@ -242,6 +244,10 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
 		}})
 	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
+	if a.notify, err = c.composeNotify(st, sealer, a.fleet, a.trail, a.vms.Owner(), log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	keys = idempotency.New(idempotency.Config{Store: st, Settle: httpapi.KeyOutcomes(a.vms, a.ops), Logger: log, Lease: c.KeyLease})
 	a.keys = keys
 	// One count of event streams for the API and the web UI: a user's cap holds
@@ -264,7 +270,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
-		Streams: streams, SSO: ssoOf(sso),
+		Streams: streams, SSO: ssoOf(sso), SecondFactors: a.mfa,
+		Notifications: a.notify.svc, GroupMappings: mappings,
 	})
 	if err != nil {
 		st.Close()
@@ -284,6 +291,7 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		Keys: a.keys, SecondFactors: a.mfa,
 		Gates:  []httpapi.ReadyGate{{Name: "clock", Check: a.clock.Ready}},
 		Logger: log, TrustedProxies: c.TrustedProxies, Registry: a.registry, OpenAPIJSON: spec,
+		Notifications:  a.notify.svc,
 		MetricsPublic:  c.MetricsPublic,
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
@@ -383,7 +391,8 @@ func (c *serverCmd) Run() error {
 	}
 	// The trail's Run writes the denials it folds; at the end it writes every
 	// count still open, before the store closes.
-	for _, run := range []func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run} {
+	for _, run := range append([]func(context.Context) error{a.auth.Run, a.vms.Run, a.ops.Run, a.keys.Run, prune, a.trail.Run, a.clock.Run},
+		a.notify.workers()...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

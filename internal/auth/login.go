@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -98,10 +99,14 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Toke
 		return Token{}, store.User{}, errBusy(0)
 	}
 	hash := s.dummyHash
-	if known {
+	// A user without a password (created by single sign-on, internal/identity)
+	// is checked against the dummy hash: the same cost, never a match.
+	noPassword := known && u.PasswordHash == ""
+	if known && !noPassword {
 		hash = u.PasswordHash
 	}
 	match, rehash, err := verifyWith(s.kdf, hash, password, s.cfg.Argon2)
+	match = match && !noPassword
 	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "stored password hash unreadable", slog.Int64("user", u.ID), slog.String("error", err.Error()))
 		_, _, _ = verifyWith(s.kdf, s.dummyHash, password, s.cfg.Argon2) // spend what a hash costs
@@ -256,7 +261,9 @@ func (s *Service) passwordFailed(ctx context.Context, action, why, email string,
 	lockout := func(scope string, d time.Duration) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "login lockout", slog.String("scope", scope), slog.String("address", addr),
 			slog.String("network", network), slog.Int64("user", userID), slog.Int("failures", n), slog.Duration("for", d))
-		s.audit(ctx, store.AuditRecord{Action: "auth.lockout", Target: target, Address: addr, Result: "locked",
+		// The notification is written with the audit record (issue 24).
+		nctx := store.WithOutbox(ctx, notify.AuthLockout(target, scope, addr, d, now))
+		s.audit(nctx, store.AuditRecord{Action: "auth.lockout", Target: target, Address: addr, Result: "locked",
 			Reason: fmt.Sprintf("%d wrong passwords: logins wait %s (%s)", n, d.Round(time.Second), scope),
 			Params: params(map[string]any{"scope": scope, "failures": n, "seconds": d.Seconds()})})
 	}

@@ -90,8 +90,13 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	carol := e.createUser("carol@example.com", "quiet lantern morning", store.RoleUser)
-	carol.PasswordHash = "" // unreadable: still one hash's worth of time
+	carol.PasswordHash = "not-a-phc-string" // unreadable: still one hash's worth of time
 	if _, err := e.st.UpdateUser(context.Background(), carol); err != nil {
+		t.Fatal(err)
+	}
+	dave := e.createUser("dave@example.com", "quiet lantern evening", store.RoleUser)
+	dave.PasswordHash = "" // a user of single sign-on has no password: one hash, no match
+	if _, err := e.st.UpdateUser(context.Background(), dave); err != nil {
 		t.Fatal(err)
 	}
 	var hashes atomic.Int64
@@ -102,6 +107,7 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 		{"disabled user, right password", "bob@example.com", bobPassword},
 		{"not an e-mail", "correct horse battery", "x"},
 		{"unreadable stored hash", "carol@example.com", "quiet lantern morning"},
+		{"a user without a password", "dave@example.com", "quiet lantern evening"},
 	}
 	for _, c := range cases {
 		before := hashes.Load()

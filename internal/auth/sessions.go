@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -149,7 +150,9 @@ func (s *Service) rotatedToken(ctx context.Context, v verified, sess store.Sessi
 		s.log.LogAttrs(ctx, slog.LevelWarn, "rotated token reused: session revoked", slog.Int64("user", sess.UserID),
 			slog.String("session", sess.ID), slog.String("address", addr), slog.Int64("gen", v.gen),
 			slog.Int64("current", sess.Generation), slog.String("via", via))
-		s.audit(ctx, store.AuditRecord{Action: "auth.token_reuse", UserID: sess.UserID, SessionID: sess.ID,
+		// The notification is written with the audit record (issue 24).
+		nctx := store.WithOutbox(ctx, notify.AuthTokenReuse(sess.UserID, addr, via, now))
+		s.audit(nctx, store.AuditRecord{Action: "auth.token_reuse", UserID: sess.UserID, SessionID: sess.ID,
 			Address: addr, Target: "session:" + sess.ID, Result: "revoked",
 			Reason: "a rotated token was presented again: the session is taken as stolen",
 			Params: jsonParams(map[string]any{"gen": v.gen, "current": sess.Generation, "via": via})})

@@ -52,5 +52,8 @@ func (s *Server) routes() []route {
 	if s.mappings != nil {
 		rs = append(rs, s.identityRoutes()...)
 	}
+	if s.notify != nil {
+		rs = append(rs, s.notifyRoutes()...)
+	}
 	return rs
 }

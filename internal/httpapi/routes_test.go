@@ -8,7 +8,9 @@ import (
 	"github.com/vmgate/vmgate/internal/apitest"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/identity"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/operations"
+	"github.com/vmgate/vmgate/internal/secondfactor"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -21,7 +23,8 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 	}
 	// The route table only needs non-nil use cases to list every route.
 	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil), ops: (*operations.Service)(nil),
-		mappings: (*identity.Mappings)(nil)}
+		mappings: (*identity.Mappings)(nil), notify: (*notify.Service)(nil),
+		secondFactors: (*secondfactor.Service)(nil)}
 	var routes []string
 	for _, rt := range s.routes() {
 		routes = append(routes, rt.method+" "+rt.pattern)

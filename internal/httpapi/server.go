@@ -67,6 +67,9 @@ type Config struct {
 	GroupMappings frontend.GroupMappings
 	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
 	Consoles Consoles
+	// Notifications serves the notification targets and deliveries; nil
+	// leaves those routes out.
+	Notifications frontend.Notifications
 	// Keys keeps the Idempotency-Keys of the guest and operation writes
 	// (keyed). Nil: a write that carries a key is refused.
 	Keys Keys
@@ -113,6 +116,7 @@ type Server struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	mappings frontend.GroupMappings
+	notify   frontend.Notifications
 	keys     Keys
 	// secondFactors is Config.SecondFactors (secondfactor.go).
 	secondFactors frontend.SecondFactors
@@ -141,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
-		consoles: cfg.Consoles,
+		consoles: cfg.Consoles, notify: cfg.Notifications,
 	}
 	if s.streams == nil {
 		s.streams = sse.NewLimiter(sse.Limits{})

@@ -64,6 +64,7 @@ type Store interface {
 	UserByID(ctx context.Context, id int64) (store.User, error)
 	UserByEmail(ctx context.Context, email string) (store.User, error)
 	UpdateUser(ctx context.Context, u store.User) (store.User, error)
+	ListUsers(ctx context.Context) ([]store.User, error)
 	ClusterByID(ctx context.Context, id int64) (store.Cluster, error)
 }
 

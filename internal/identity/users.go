@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 
@@ -94,6 +95,17 @@ func (s *Service) applyMappings(ctx context.Context, u store.User, id store.Iden
 		}
 		s.auditRole(ctx, u, store.RoleAdmin)
 	case !wantAdmin && id.MappedAdmin && u.Role == store.RoleAdmin:
+		last, err := s.lastAdmin(ctx, u)
+		if err != nil {
+			return store.User{}, err
+		}
+		if last {
+			// vmgate must keep an enabled admin (accounts' last_admin rule): the
+			// role stays, mapped still, until another admin exists.
+			s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "the mapped admin role stays: the user is the last enabled admin",
+				slog.Int64("user", u.ID))
+			break
+		}
 		u.Role, id.MappedAdmin = store.RoleUser, false
 		if u, err = s.cfg.Store.UpdateUser(ctx, u); err != nil {
 			return store.User{}, fmt.Errorf("single sign-on: take the mapped admin role: %w", err)
@@ -119,6 +131,20 @@ func (s *Service) applyMappings(ctx context.Context, u store.User, id store.Iden
 		return store.User{}, fmt.Errorf("single sign-on: %w", err)
 	}
 	return u, nil
+}
+
+// lastAdmin reports whether u is the only enabled admin.
+func (s *Service) lastAdmin(ctx context.Context, u store.User) (bool, error) {
+	users, err := s.cfg.Store.ListUsers(ctx)
+	if err != nil {
+		return false, fmt.Errorf("single sign-on: read users: %w", err)
+	}
+	for _, o := range users {
+		if o.ID != u.ID && o.Role == store.RoleAdmin && !o.Disabled {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func (s *Service) auditRole(ctx context.Context, u store.User, role string) {

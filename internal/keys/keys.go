@@ -253,6 +253,8 @@ func additionalData(sec store.SealedSecret) ([]byte, error) {
 		return seal.TokenSecretAAD(sec.Name), nil
 	case store.SealedAuditKey:
 		return seal.AuditKeyAAD(sec.Name), nil
+	case store.SealedNotifySecret:
+		return seal.NotifySecretAAD(sec.Name), nil
 	}
 	return nil, fmt.Errorf("a sealed secret of unknown kind %q", sec.Kind)
 }

@@ -139,11 +139,11 @@ func AuthLockout(target, scope, address string, d time.Duration, at time.Time) s
 
 // AuthTokenReuse is the event of a rotated token presented again: the session
 // was revoked as stolen (docs/security.md item 7).
-func AuthTokenReuse(userID int64, email, address string, at time.Time) store.NotifyEvent {
+func AuthTokenReuse(userID int64, address, via string, at time.Time) store.NotifyEvent {
 	return store.NotifyEvent{Kind: EventAuthTokenReuse, Severity: SeverityCritical,
-		Subject: fmt.Sprintf("a rotated token of %s was used again from %s: the session was revoked", email, address),
+		Subject: fmt.Sprintf("a rotated token of user %d was presented again from %s (%s): the session was revoked as stolen", userID, address, via),
 		Link:    "/admin/audit?action=auth.token_reuse", At: at,
-		Details: details(map[string]any{"userId": userID, "user": email, "address": address})}
+		Details: details(map[string]any{"userId": userID, "address": address, "via": via})}
 }
 
 // AuditVerifyFailed is the event of a verification of the audit chain that

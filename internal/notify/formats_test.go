@@ -149,7 +149,7 @@ func newMailServer(t *testing.T) *mailServer {
 	return ms
 }
 
-// TestSMTPOverSTARTTLS: an SMTP target's mail goes over STARTTLS, authenticated
+// TestSMTPOverSTARTTLS (docs/security.md item 44): an SMTP target's mail goes over STARTTLS, authenticated
 // with its sealed password, plain text with the event id in a header and no
 // line break from an event in its headers.
 func TestSMTPOverSTARTTLS(t *testing.T) {

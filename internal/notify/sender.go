@@ -29,7 +29,7 @@ const (
 	DefaultSendTimeout = 15 * time.Second
 	DefaultMaxAge      = 24 * time.Hour
 	DefaultPoll        = 250 * time.Millisecond
-	firstRetry         = 30 * time.Second
+	DefaultFirstRetry  = 30 * time.Second
 	lastRetry          = time.Hour
 	fanOutBatch        = 500
 	maxDigest          = 5000
@@ -72,6 +72,9 @@ type SenderConfig struct {
 	MaxAge time.Duration
 	// Poll is how often Run looks for work [DefaultPoll].
 	Poll time.Duration
+	// FirstRetry is the backoff's first wait, doubled at each failure up to an
+	// hour [DefaultFirstRetry].
+	FirstRetry time.Duration
 	// Jitter returns a number in [0, 1) that spreads the retries [math/rand/v2].
 	Jitter func() float64
 	// RootCAs verify the receivers' certificates [the system's]; tests give
@@ -94,6 +97,7 @@ type Sender struct {
 	sendTimeout time.Duration
 	maxAge      time.Duration
 	poll        time.Duration
+	firstRetry  time.Duration
 	jitter      func() float64
 	rootCAs     *x509.CertPool
 	dialer      *guardedDialer
@@ -108,7 +112,7 @@ type Sender struct {
 func NewSender(cfg SenderConfig) *Sender {
 	s := &Sender{st: cfg.Store, sealer: cfg.Sealer, owner: cfg.Owner, log: cfg.Logger, now: cfg.Now,
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), lease: cfg.Lease, sendTimeout: cfg.SendTimeout, maxAge: cfg.MaxAge,
-		poll: cfg.Poll, jitter: cfg.Jitter, rootCAs: cfg.RootCAs}
+		poll: cfg.Poll, firstRetry: cfg.FirstRetry, jitter: cfg.Jitter, rootCAs: cfg.RootCAs}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -126,6 +130,9 @@ func NewSender(cfg SenderConfig) *Sender {
 	}
 	if s.poll <= 0 {
 		s.poll = DefaultPoll
+	}
+	if s.firstRetry <= 0 {
+		s.firstRetry = DefaultFirstRetry
 	}
 	if s.jitter == nil {
 		s.jitter = rand.Float64
@@ -316,11 +323,11 @@ func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.
 	return 0, nil
 }
 
-// backoff is the wait before attempt n+1: 30 s doubling up to an hour, each
+// backoff is the wait before attempt n+1: FirstRetry (30 s) doubling up to an hour, each
 // between half of it and all of it (jitter), so that receivers coming back are
 // not met by every sender at once.
 func (s *Sender) backoff(n int) time.Duration {
-	d := firstRetry
+	d := s.firstRetry
 	for i := 1; i < n && d < lastRetry; i++ {
 		d *= 2
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// TestWebhookSignedInOrder: every request of a webhook is signed (the receiver
+// TestWebhookSignedInOrder (docs/security.md item 44): every request of a webhook is signed (the receiver
 // verifies each against its clock and the replay window) and carries its event
 // id; a target's events arrive in the order they happened.
 func TestWebhookSignedInOrder(t *testing.T) {
@@ -262,7 +262,7 @@ func TestFilters(t *testing.T) {
 	}
 }
 
-// TestDenyList: an address in --notify-deny-cidr is never dialed: the
+// TestDenyList (docs/security.md item 44): an address in --notify-deny-cidr is never dialed: the
 // delivery is dead with the reason, and the receiver gets nothing.
 func TestDenyList(t *testing.T) {
 	t.Parallel()

@@ -60,20 +60,26 @@ type Dex struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has ended
-	out    *strings.Builder
+	out    *syncWriter
 }
 
 // New picks a free loopback port for a Dex and finds (or builds) its binary; Start
 // starts it. The port is free when picked; Dex binds it when it starts.
 func New(t testing.TB) *Dex {
 	t.Helper()
-	bin := Binary(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
+	return NewOn(t, addr)
+}
+
+// NewOn is New on a loopback address the caller picked (host:port).
+func NewOn(t testing.TB, addr string) *Dex {
+	t.Helper()
+	bin := Binary(t)
 	d := &Dex{Issuer: "http://" + addr + "/dex", addr: addr, bin: bin, dir: t.TempDir()}
 	t.Cleanup(d.Stop)
 	return d
@@ -104,7 +110,7 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 		"storage":          map[string]any{"type": "memory"},
 		"web":              map[string]any{"http": d.addr},
 		"oauth2":           map[string]any{"skipApprovalScreen": true, "responseTypes": []string{"code"}},
-		"logger":           map[string]any{"level": "warn"},
+		"logger":           map[string]any{"level": "info"},
 		"enablePasswordDB": true,
 	}
 	var scs []staticClient
@@ -114,7 +120,7 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 	cfg["staticClients"] = scs
 	var sps []staticPassword
 	for _, u := range users {
-		h, err := bcrypt.GenerateFromPassword([]byte(u.Password), bcrypt.MinCost)
+		h, err := bcrypt.GenerateFromPassword([]byte(u.Password), bcrypt.DefaultCost) // Dex refuses a cheaper hash
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,8 +138,8 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(d.bin, "serve", path)
-	out := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = &syncWriter{b: out}, &syncWriter{b: out}
+	out := &syncWriter{b: &strings.Builder{}}
+	cmd.Stdout, cmd.Stderr = out, out // one writer: exec copies both streams through one pipe
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start dex: %v", err)
 	}
@@ -163,11 +169,14 @@ func (d *Dex) Start(t testing.TB, clients []Client, users []User) {
 // Log is what Dex printed.
 func (d *Dex) Log() string {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.out == nil {
+	out := d.out
+	d.mu.Unlock()
+	if out == nil {
 		return ""
 	}
-	return d.out.String()
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.b.String()
 }
 
 // Stop ends Dex if it runs, and waits until its port is free again.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -280,7 +281,9 @@ func (o *Service) finish(ctx context.Context, op store.Operation, left []int, wh
 		// Guests are left on the node: "done" would say it is empty.
 		status = StatusDoneWithSkips
 	}
-	if err := o.st.SetOperationStatus(ctx, op.ID, o.owner, status, now); err != nil {
+	// The notification is written with the operation's end (issue 24).
+	ended := store.WithOutbox(ctx, notify.OperationFinished(op, status, c.Total, c.OK, c.Failed, c.Skipped, now))
+	if err := o.st.SetOperationStatus(ended, op.ID, o.owner, status, now); err != nil {
 		log.Warn("ending the operation failed", slog.String("error", err.Error()))
 		return
 	}

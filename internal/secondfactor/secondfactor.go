@@ -297,7 +297,8 @@ func (s *Service) mustHave(p auth.Principal) bool {
 
 // RequireEnrolled is --require-2fa's check of every request but the enrolment's
 // own (docs/decisions/0114): a user the policy holds to a second factor who has
-// none may do nothing else (403 second_factor_enrolment_required). It costs
+// none may do nothing else (403 second_factor_enrolment_required); a user with
+// no password (single sign-on only) is not held: their provider is. It costs
 // nothing under the default policy, and a read of the store per user every 30
 // seconds otherwise.
 func (s *Service) RequireEnrolled(ctx context.Context, p auth.Principal) error {
@@ -311,6 +312,16 @@ func (s *Service) RequireEnrolled(ctx context.Context, p auth.Principal) error {
 		has, err := s.hasFactor(ctx, p.UserID)
 		if err != nil {
 			return fmt.Errorf("second factors of user %d: %w", p.UserID, err)
+		}
+		if !has {
+			// A user without a password logs in only through single sign-on,
+			// whose provider asks for its own factors: the policy is about
+			// password logins (issue 23 §2).
+			u, err := s.st.UserByID(ctx, p.UserID)
+			if err != nil {
+				return fmt.Errorf("user %d: %w", p.UserID, err)
+			}
+			has = u.PasswordHash == ""
 		}
 		e.has = has
 	}

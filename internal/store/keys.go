@@ -102,7 +102,7 @@ func (s *sqlStore) ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]b
 	replaced := 0
 	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
 		replaced = 0
-		for _, table := range []string{"signing_keys", "clusters"} {
+		for _, table := range []string{"signing_keys", "clusters", "notify_targets"} {
 			if err := s.lock(ctx, tx, table); err != nil {
 				return nil, err
 			}
@@ -124,6 +124,15 @@ func (s *sqlStore) ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]b
 			sec.Row = strconv.FormatInt(id, 10)
 			return sec, err
 		}, `SELECT id, token_id, token_secret_sealed FROM clusters WHERE token_secret_sealed IS NOT NULL ORDER BY id`)
+		if err != nil {
+			return nil, err
+		}
+		targets, err := queryAll(ctx, tx, "read notification target secrets", func(sc scanner) (SealedSecret, error) {
+			sec := SealedSecret{Kind: SealedNotifySecret}
+			err := sc.Scan(&sec.Row, &sec.Value)
+			sec.Name = sec.Row
+			return sec, err
+		}, `SELECT id, secret_sealed FROM notify_targets WHERE secret_sealed IS NOT NULL ORDER BY id`)
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +167,19 @@ func (s *sqlStore) ResealSecrets(ctx context.Context, fn func(SealedSecret) ([]b
 			}
 			replaced++
 			fed = append(fed, clusterChanged(id))
+		}
+		for _, nt := range targets {
+			v, err := fn(nt)
+			if err != nil {
+				return nil, fmt.Errorf("notification target %s: %w", nt.Row, err)
+			}
+			if v == nil {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE notify_targets SET secret_sealed = $2 WHERE id = $1`, nt.Row, v); err != nil {
+				return nil, err
+			}
+			replaced++
 		}
 		if chain.KeySealed != nil {
 			v, err := fn(SealedSecret{Kind: SealedAuditKey, Row: "1", Name: strconv.FormatInt(chain.KeyedFrom, 10),

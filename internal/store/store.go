@@ -176,6 +176,7 @@ const (
 	SealedSigningKey   = "signing_key"   // signing_keys.secret; Row and Name: the kid
 	SealedClusterToken = "cluster_token" // clusters.token_secret_sealed; Row: the cluster id, Name: the token id
 	SealedAuditKey     = "audit_key"     // audit_chain.key_sealed; Row "1", Name: keyed_from in decimal
+	SealedNotifySecret = "notify_secret" // notify_targets.secret_sealed; Row and Name: the target's id
 )
 
 // SealedSecret is one secret the store keeps sealed, as ResealSecrets hands it over.
@@ -535,7 +536,8 @@ type Store interface {
 	// ChangeSigningKey when it deleted any, and returns how many it deleted.
 	DeleteSupersededSigningKeys(ctx context.Context, cutoff time.Time) (int, error)
 	// ResealSecrets hands every sealed secret — signing keys (raw ones too),
-	// cluster token secrets and the audit chain's key — to fn in one transaction
+	// cluster token secrets, the audit chain's key and the notification
+	// targets' secrets — to fn in one transaction
 	// that holds the write locks of their tables, and stores what fn returns in place of each value (a signing key
 	// becomes Sealed); nil leaves the value as it is. If fn fails, nothing is
 	// changed. It returns how many values were replaced. Replicas running it at once

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 )
@@ -234,14 +235,19 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) bool {
 	if v.Finished() {
 		row.Status, row.ExitStatus, row.Error, row.EndedAt = store.TaskStopped, v.ExitStatus, v.Error, v.EndTime
 	}
-	updated, err := s.store.UpdateTask(ctx, row)
+	wctx := ctx
+	if v.Finished() && v.Result == ResultFailed {
+		// The notification is written with the task's end (issue 24).
+		wctx = store.WithOutbox(ctx, notify.TaskFailed(row, now))
+	}
+	updated, err := s.store.UpdateTask(wctx, row)
 	if err != nil && errs.KindOf(err) == errs.Conflict && row.UPIDSource == store.UPIDAnswered {
 		// PVE's answer could not be recorded when it came (the store failed):
 		// record it now, then the rest.
 		if cur, rerr := s.store.TaskByID(ctx, row.ID); rerr == nil && cur.UPID == "" && !cur.Finished() {
 			if _, _, cerr := s.store.ClaimTaskUPID(ctx, row.ID, store.TaskClaim{UPID: row.UPID, Node: row.Node,
 				StartedAt: row.StartedAt, Source: store.UPIDAnswered}); cerr == nil {
-				updated, err = s.store.UpdateTask(ctx, row)
+				updated, err = s.store.UpdateTask(wctx, row)
 			}
 		}
 	}

@@ -23,6 +23,9 @@ type accountView struct {
 	// Created is the token just made, whose secret the page shows this once.
 	Created *accounts.CreatedToken
 	Days    [2]int // the default and the longest lifetime of a token
+	// SecondFactors is the caller's second factors (secondfactor.go); nil
+	// without the service.
+	SecondFactors *secondFactorsView
 }
 
 // accountPage shows the caller's account: the password form, their live sessions
@@ -45,6 +48,9 @@ func (u *UI) renderAccount(w http.ResponseWriter, r *http.Request, status int, c
 		return err
 	}
 	if v.Clusters, err = u.fleet.Clusters(r.Context(), actor(r)); err != nil {
+		return err
+	}
+	if v.SecondFactors, err = u.secondFactorsView(r); err != nil {
 		return err
 	}
 	u.render(w, r, status, "account", u.page(w, r, "Account", "account", v))

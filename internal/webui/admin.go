@@ -531,7 +531,8 @@ type auditView struct {
 
 // auditActions are the actions the filter suggests (any action may be typed).
 var auditActions = []string{"access.denied", "auth.login", "auth.login_failed", "auth.lockout", "auth.logout",
-	"auth.token_reuse", "auth.sessions_revoked", "user.create", "user.update", "user.delete", "user.password_change",
+	"auth.token_reuse", "auth.sessions_revoked", "auth.sso_failed", "identity.group_mapping_create",
+	"identity.group_mapping_update", "identity.group_mapping_delete", "user.create", "user.update", "user.delete", "user.password_change",
 	"cluster.create", "cluster.update", "cluster.delete", "grant.put", "grant.delete",
 	"vm.start", "vm.shutdown", "vm.stop", "vm.reboot", "vm.migrate", "task.abort"}
 

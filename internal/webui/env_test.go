@@ -23,6 +23,8 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/httpapi"
+	"github.com/vmgate/vmgate/internal/identity"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
@@ -100,6 +102,8 @@ type env struct {
 	sim   *pvesim.Cluster
 	cid   int64
 	users map[string]accounts.User
+	// notify is the Notifications page's use cases (issue 24).
+	notify *notify.Service
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -183,9 +187,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 	}
 
+	e.notify = notify.NewService(st, sealer, e.trail, notify.NewSender(notify.SenderConfig{Store: st, Sealer: sealer, Owner: "ui-test"}), now)
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
-		Secret: key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
-		NoteCaller: httpapi.NoteCaller, Streams: o.streams})
+		Notifications: e.notify,
+		Secret:        key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
+		NoteCaller: httpapi.NoteCaller, Streams: o.streams,
+		GroupMappings: identity.NewMappings(st.(identity.Store), e.acc, e.trail.Record)})
 	if err != nil {
 		t.Fatal(err)
 	}

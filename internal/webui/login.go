@@ -61,6 +61,9 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	tok, _, err := u.accounts.Login(r.Context(), lv.Email, password, audit.FactsFrom(r.Context()).Address)
+	if u.secondStep(w, r, err, lv.Next) { // the second factor's page, no session yet
+		return nil
+	}
 	if err != nil {
 		e, ok := errs.As(err)
 		if !ok || (e.Kind != errs.Unauthenticated && e.Kind != errs.RateLimited) {

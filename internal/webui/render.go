@@ -23,7 +23,8 @@ var templateFS embed.FS
 
 // parsePages parses every page template on the shared layout, once.
 func (u *UI) parsePages() (map[string]*template.Template, error) {
-	base, err := template.New("layout.html").Funcs(u.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/parts.html")
+	base, err := template.New("layout.html").Funcs(u.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/parts.html",
+		"templates/parts_secondfactor.html")
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +35,7 @@ func (u *UI) parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
 	for _, n := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if name == "layout" || name == "parts" {
+		if name == "layout" || strings.HasPrefix(name, "parts") {
 			continue
 		}
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, n)

@@ -97,7 +97,14 @@ func (u *UI) routes() []route {
 		{"POST", "/admin/grants", admin, u.putGrant},
 		{"GET", "/admin/audit", admin, u.auditPage},
 	}...)
+	if u.sf != nil {
+		rs = append(rs, u.secondFactorRoutes()...)
+	}
 	rs = append(rs, u.ssoRoutes()...)
+	if u.notify != nil {
+		rs = append(rs, u.notifyRoutes()...)
+	}
+	rs = append(rs, u.groupMappingRoutes()...)
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
@@ -161,6 +168,9 @@ func (u *UI) wrap(rt route) http.Handler {
 			r = r.WithContext(context.WithValue(ctx, principalKey, p))
 			if post && !csrfOK(r, u.csrfToken(p.SessionID)) {
 				u.fail(w, r, errCSRF)
+				return
+			}
+			if u.mustEnrolFirst(w, r, rt, p) { // --require-2fa (secondfactor.go)
 				return
 			}
 			if rt.access == admin {

@@ -37,6 +37,7 @@ func (e *env) uiPath(t *testing.T, pattern string, asset string, nothing bool) s
 		"sid":       "no-such-session",
 		"tid":       "no-such-token",
 		"file":      asset,
+		"target":    "nt_0000000000000000",
 	}
 	path := strings.ReplaceAll(pattern, "{$}", "")
 	return wildcard.ReplaceAllStringFunc(path, func(w string) string {

@@ -49,6 +49,15 @@ type Config struct {
 	// SSO is single sign-on with an OpenID Provider (internal/identity); nil
 	// leaves its pages and the log-in page's button out.
 	SSO frontend.SingleSignOn
+	// Notifications serves the Notifications admin page (issue 24); nil leaves
+	// it out.
+	Notifications frontend.Notifications
+	// SecondFactors serves the login's second step and the Account page's second
+	// factors (secondfactor.go); nil leaves them out.
+	SecondFactors frontend.SecondFactors
+	// GroupMappings serves the admin's page of single sign-on's group mappings;
+	// nil leaves it out.
+	GroupMappings frontend.GroupMappings
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -78,6 +87,9 @@ type UI struct {
 	vms      frontend.VMs
 	ops      frontend.Operations
 	sso      frontend.SingleSignOn
+	notify   frontend.Notifications
+	sf       frontend.SecondFactors // secondfactor.go
+	mappings frontend.GroupMappings
 	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
@@ -106,7 +118,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, notify: cfg.Notifications, sf: cfg.SecondFactors, mappings: cfg.GroupMappings, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {

@@ -168,3 +168,25 @@ func testNotifyLeases(t *testing.T, s store.Store) {
 	ok(t, err, "take after")
 	same(t, [2]any{st, mine}, [2]any{`{"x":1}`, true}, "taken over with its state")
 }
+
+// testNotifyReseal: a rotation of the key file reseals the targets' secrets
+// too, each named by its target (its additional data), and leaves a target
+// without a secret alone.
+func testNotifyReseal(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	_, err := s.CreateNotifyTarget(ctx, store.NotifyTarget{ID: "nt_a", Name: "a", Kind: "webhook", Endpoint: "https://x", SecretSealed: []byte("sa")})
+	ok(t, err, "target a")
+	_, err = s.CreateNotifyTarget(ctx, store.NotifyTarget{ID: "nt_b", Name: "b", Kind: "slack", Endpoint: "https://y"})
+	ok(t, err, "target b")
+	var seen []store.SealedSecret
+	n, err := s.ResealSecrets(ctx, func(sec store.SealedSecret) ([]byte, error) {
+		seen = append(seen, sec)
+		return append([]byte("new-"), sec.Value...), nil
+	})
+	ok(t, err, "reseal")
+	same(t, n, 1, "values replaced")
+	same(t, seen, []store.SealedSecret{{Kind: store.SealedNotifySecret, Row: "nt_a", Name: "nt_a", Value: []byte("sa")}}, "secrets handed over")
+	a, err := s.NotifyTargetByID(ctx, "nt_a")
+	ok(t, err, "read a")
+	same(t, a.SecretSealed, []byte("new-sa"), "resealed")
+}

@@ -74,7 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationGuestKinds", testOperationGuestKinds},
 		{"OperationHoldRace", testOperationHoldRace},
 		{"NodeMaintenance", testNodeMaintenance},
-		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases},
+		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases}, {"NotifyReseal", testNotifyReseal},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
