@@ -20,7 +20,7 @@ func TestTwoReplicasNeverSendAtOnce(t *testing.T) {
 	dsn := storetest.FreshSchema(t)
 	t.Parallel()
 	open := func() store.Store {
-		st, err := store.OpenWith(t.Context(), dsn, store.Options{})
+		st, err := store.OpenWith(t.Context(), dsn, store.Options{Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
