@@ -128,3 +128,32 @@ func randomB64(n int) string {
 	_, _ = rand.Read(b) // never fails (crypto/rand, Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// LinkedIdentity is an identity at the single sign-on provider and its user.
+type LinkedIdentity struct {
+	Issuer      string    `json:"issuer"`
+	Subject     string    `json:"subject"`
+	UserID      int64     `json:"userId"`
+	Email       string    `json:"email"`
+	Groups      []string  `json:"groups"`
+	LastLoginAt time.Time `json:"lastLoginAt"`
+}
+
+// UserIdentities lists the identities that log in as user userID (admin).
+func (c *Client) UserIdentities(ctx context.Context, userID int64) ([]LinkedIdentity, error) {
+	var out []LinkedIdentity
+	_, err := c.do(ctx, http.MethodGet, userPath(userID)+"/identities", nil, nil, &out)
+	return out, err
+}
+
+// LinkIdentity makes the identity (issuer, subject) log in as user userID (an
+// admin's login session).
+func (c *Client) LinkIdentity(ctx context.Context, userID int64, issuer, subject string) (LinkedIdentity, error) {
+	var out LinkedIdentity
+	in := struct {
+		Issuer  string `json:"issuer"`
+		Subject string `json:"subject"`
+	}{issuer, subject}
+	_, err := c.do(ctx, http.MethodPut, userPath(userID)+"/identities", nil, in, &out)
+	return out, err
+}

@@ -473,6 +473,8 @@ type OperationItem struct {
 	// Downtime is a running container's expected downtime in its restart
 	// migration, and what the figure rests on.
 	Downtime *Downtime `json:"downtime"`
+	// Warning is a plan's warning (an HA rule that would pull the guest back).
+	Warning *string `json:"warning"`
 }
 
 // Downtime is a container's expected downtime in a restart migration.
@@ -508,6 +510,8 @@ type Operation struct {
 	Items           []OperationItem `json:"items"`
 	// Left: an evacuation's guests still on its node once it ended, and why.
 	Left []LeftGuest `json:"left"`
+	// Rolling is a rolling maintenance's progress; nil for other kinds.
+	Rolling *RollingProgress `json:"rolling"`
 	RawJSON
 }
 

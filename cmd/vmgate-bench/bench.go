@@ -103,6 +103,8 @@ var measurements = []measurement{
 	{"login", (*bench).measureLogin},
 	{"flood", (*bench).measureFlood},
 	{"replica", (*bench).measureReplica},
+	{"rolling", (*bench).measureRolling}, // rolling.go: its own emulator (in process) and vmgate
+	{"notify", (*bench).measureNotify},   // notify.go: in this process, on a store of its own
 }
 
 func measurementNames() []string {
@@ -138,6 +140,8 @@ func goalList(c config) []*goal {
 		&goal{id: "replica.change", measurement: "replica", what: fmt.Sprintf("a change on replica A in force on replica B, p99 of %d", c.replicaTrials), want: "≤ 100 ms"},
 	)
 	g = append(g, fleetGoals(c)...)
+	g = append(g, rollingGoals()...)
+	g = append(g, notifyGoals(c)...)
 	g = append(g, floorGoals(c)...)
 	for _, x := range g {
 		x.state = stateNotRun

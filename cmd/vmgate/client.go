@@ -39,6 +39,7 @@ type clientCmds struct {
 	VM      vmCmd      `cmd:"" name:"vm" group:"client" help:"List VMs; show, start, stop, reboot, suspend, resume or migrate one."`
 	CT      ctCmd      `cmd:"" name:"ct" group:"client" help:"List containers; show, start, stop, reboot or migrate an LXC container."`
 	Guest   guestCmd   `cmd:"" group:"client" help:"List the guests of both kinds, VMs and containers, of one cluster or of all."`
+	Console consoleCmd `cmd:"" group:"client" help:"Open a container's console, or a VM's serial console, on this terminal (Ctrl-] leaves)."` // console.go
 	Bulk    bulkCmd    `cmd:"" group:"client" help:"Start, stop, reboot, suspend or resume many VMs of a cluster as one operation."`
 	Op      opCmd      `cmd:"" group:"client" help:"List, show, watch or cancel operations on many VMs."`
 	Task    taskCmd    `cmd:"" group:"client" help:"List, show, watch or read the log of tasks."`
@@ -320,6 +321,8 @@ type clusterCmd struct {
 	Show clusterShowCmd `cmd:"" help:"Show a cluster: its endpoints and trust (admin; others see the list's row)."`
 	Add  clusterAddCmd  `cmd:"" help:"Register a PVE cluster with its API token (admin)."`
 	Rm   clusterRmCmd   `cmd:"" help:"Remove a cluster and its grants (admin); its tasks and audit records stay."`
+
+	RollingMaintenance clusterRollingCmd `cmd:"" name:"rolling-maintenance" help:"Drain, patch, reboot and restore the cluster's nodes one after another (planned first)."`
 }
 
 type clusterListCmd struct {

@@ -273,6 +273,23 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	_, err = op.Resume(ctx, vm100, client.PowerOptions{})
 	must("resume", err)
 
+	// Consoles (issue 21): tickets for VM 100's screen and CT 200's terminal,
+	// and a made-up ticket refused at the WebSocket.
+	for _, g := range []client.GuestRef{vm100, client.CT(cl.ID, "pve1", 200)} {
+		tk, err := op.OpenConsole(ctx, g, "")
+		must("a console ticket", err)
+		if tk.Ticket == "" || !strings.HasSuffix(tk.URL, tk.Ticket) {
+			t.Fatalf("console ticket %+v", tk)
+		}
+	}
+	if req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/console/ws?ticket=made-up", nil); err != nil {
+		t.Fatal(err)
+	} else if resp, err := op.HTTPClient().Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a made-up console ticket: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
 	// Operations on many VMs: an evacuation planned, started and cancelled at
 	// once (its running migration finishes), followed to its end; a bulk start.
 	_, err = op.Evacuate(ctx, cl.ID, "pve3", client.EvacuateRequest{DryRun: true})
@@ -331,6 +348,10 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	_, err = admin.GroupMappings(ctx)
 	must("list the group mappings", err)
 	must("delete a group mapping", admin.DeleteGroupMapping(ctx, gm.ID))
+	_, err = admin.LinkIdentity(ctx, user.ID, "https://idp.example.com", "walk-subject")
+	must("link an identity", err)
+	_, err = admin.UserIdentities(ctx, user.ID)
+	must("a user's identities", err)
 	must("revoke", admin.DeleteGrant(ctx, cl.ID, user.ID))
 	must("delete a user", admin.DeleteUser(ctx, user.ID))
 	must("delete a cluster", admin.DeleteCluster(ctx, cl.ID))

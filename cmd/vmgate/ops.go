@@ -193,6 +193,8 @@ type opCmd struct {
 	Show   opShowCmd   `cmd:"" help:"Show an operation and its VMs."`
 	Watch  opWatchCmd  `cmd:"" help:"Follow an operation to its end."`
 	Cancel opCancelCmd `cmd:"" help:"Cancel an operation: nothing more starts; with --abort its running migrations are stopped too."`
+	Pause  opPauseCmd  `cmd:"" help:"Pause a rolling maintenance before its next step (its node stays in maintenance)."`
+	Resume opResumeCmd `cmd:"" help:"Resume a paused rolling maintenance at the step it stopped at."`
 }
 
 type opListCmd struct {
@@ -234,6 +236,13 @@ func (c *opShowCmd) Run() error {
 			return err
 		}
 		return c.print(op.JSON(), func() cli.TableOf {
+			if op.Kind == "rolling_maintenance" {
+				say("%s", cli.RollingSummary(op))
+				if op.Rolling != nil && op.Rolling.Paused != nil {
+					say("paused: %s", cli.Escape(*op.Rolling.Paused))
+				}
+				return cli.RollingNodesTable(op)
+			}
 			say("%s", cli.OperationSummary(op))
 			return cli.ItemsTable(op)
 		})
@@ -248,6 +257,9 @@ type opWatchCmd struct {
 
 func (c *opWatchCmd) Run() error {
 	return withSession(c.conn, func(ctx context.Context, s *cli.Session) error {
+		if op, err := s.Operation(ctx, c.ID); err == nil && op.Kind == "rolling_maintenance" {
+			return watchRolling(ctx, s, c.output, c.ID)
+		}
 		return watchOperation(ctx, s, c.output, c.ID, nil)
 	})
 }

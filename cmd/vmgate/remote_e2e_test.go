@@ -228,6 +228,26 @@ func testRemoteMigrate(t *testing.T, storeKind string) {
 		t.Errorf("VM 100 on dev-b: %+v", vm)
 	}
 
+	// The task is visible to a viewer of either cluster: a viewer of dev-b alone
+	// reads it.
+	u, err := l.c.CreateUser(ctx, client.UserCreate{Email: "b-viewer@example.com", Password: remotePassword + " b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.c.PutGrant(ctx, l.devB, u.ID, "viewer"); err != nil {
+		t.Fatal(err)
+	}
+	viewer := checkedClient(t, l.c.BaseURL(), "")
+	if _, err := viewer.Login(ctx, "b-viewer@example.com", remotePassword+" b"); err != nil {
+		t.Fatal(err)
+	}
+	if vt, err := viewer.Task(ctx, upid, client.TaskQuery{}); err != nil || vt.Result != "ok" {
+		t.Errorf("dev-b's viewer reads the move's task: %+v %v", vt, err)
+	}
+	if _, err := viewer.Task(ctx, "UPID:pve1:00000001:00000001:6740A0B0:qmstart:101:vmgate@pve!gw:", client.TaskQuery{}); client.StatusOf(err) != 404 {
+		t.Errorf("dev-b's viewer and a task of dev vmgate does not know: %v, want 404", err)
+	}
+
 	// The container, by a restart, deleted on dev.
 	ct202 := client.CT(l.dev, "pve3", 202)
 	upid, err = l.c.RemoteMigrate(ctx, ct202, client.RemoteMigrateRequest{TargetCluster: "2", TargetNode: "pveb2",
@@ -249,7 +269,8 @@ func testRemoteMigrate(t *testing.T, storeKind string) {
 	for _, want := range []struct {
 		cluster int64
 		action  string
-	}{{l.dev, "vm.remote_migrate"}, {l.devB, "vm.remote_migrate.incoming"}, {l.dev, "ct.remote_migrate"}, {l.devB, "ct.remote_migrate.incoming"}} {
+	}{{l.dev, "vm.remote_migrate"}, {l.devB, "vm.remote_migrate.incoming"}, {l.dev, "ct.remote_migrate"}, {l.devB, "ct.remote_migrate.incoming"},
+		{l.dev, "task.finished"}, {l.devB, "task.finished"}} {
 		recs, err := l.c.Audit(ctx, client.AuditFilter{Action: want.action, ClusterID: want.cluster})
 		if err != nil || len(recs.Items) == 0 {
 			t.Errorf("audit %s on cluster %d: %v %+v", want.action, want.cluster, err, recs.Items)

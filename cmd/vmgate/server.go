@@ -28,6 +28,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/connlimit"
+	"github.com/vmgate/vmgate/internal/console"
 	"github.com/vmgate/vmgate/internal/dbclock"
 	"github.com/vmgate/vmgate/internal/errs"
 	"github.com/vmgate/vmgate/internal/fleet"
@@ -72,6 +73,7 @@ type serverCmd struct {
 	IdleTimeout             time.Duration `default:"120s" env:"VMGATE_IDLE_TIMEOUT" help:"How long a keep-alive connection may wait for its next request before it is closed."`
 	MaxStreamsPerSession    int           `default:"8" env:"VMGATE_MAX_STREAMS_PER_SESSION" help:"Event streams (the API's and the web UI's live pages) one session or API token holds open at once; past it 429 too_many_streams. 0: no cap."`
 	MaxStreamsPerUser       int           `default:"32" env:"VMGATE_MAX_STREAMS_PER_USER" help:"Event streams one user holds open at once, every session and API token together. 0: no cap."`
+	consoleFlags            `embed:""`    // server_console.go
 
 	// Single sign-on (server_oidc.go).
 	OIDC oidcFlags `embed:""`
@@ -114,6 +116,7 @@ type serverCmd struct {
 	// HeapProfile is for cmd/vmgate-bench too: what is live when the server stops.
 	HeapProfile string `hidden:"" env:"VMGATE_HEAP_PROFILE" help:"Write a heap profile to this file when the server stops (for the benchmark)."`
 
+	maintenanceFlags  `embed:""`
 	secondFactorFlags `embed:""` // server_secondfactor.go
 	notifyFlags       `embed:""` // server_notify.go
 
@@ -177,6 +180,7 @@ type app struct {
 	clock    *dbclock.Monitor
 	handler  *httpapi.Server
 	registry *prometheus.Registry // the metrics /metrics serves
+	consoles *console.Service     // nil: no consoles
 }
 
 func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error) {
@@ -243,7 +247,12 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		KeySettled: func(ctx context.Context, userID int64, key string) {
 			keys.Settle(ctx, idempotency.Key{UserID: userID, Name: key})
 		}})
-	a.ops = operations.New(a.vms, operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease})
+	opsCfg := operations.Config{Store: st, Audit: a.trail, Logger: log, Lease: c.OperationLease}
+	if err := c.maintenanceConfig(&opsCfg); err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.ops = operations.New(a.vms, opsCfg)
 	if a.notify, err = c.composeNotify(st, sealer, a.fleet, a.trail, a.vms.Owner(), log); err != nil {
 		st.Close()
 		return nil, err
@@ -267,11 +276,15 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	// The web UI calls the same use cases; the API hands it every path that is
 	// not the API's (docs/decisions/0012). Its CSRF key derives from the key file,
 	// which every replica shares.
+	if a.consoles, err = c.consoleFlags.consoles(st, a.fleet, a.trail, log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	ui, err := webui.New(webui.Config{
 		Sessions: a.auth, Accounts: a.accounts, Fleet: a.fleet, VMs: a.vms, Operations: a.ops, Audit: a.trail,
 		Secret: key, TokenTTL: c.TokenTTL, Status: httpapi.StatusOf, NoteCaller: httpapi.NoteCaller, Logger: log,
 		Streams: streams, SSO: ssoOf(sso), SecondFactors: a.mfa,
-		Notifications: a.notify.svc, GroupMappings: mappings,
+		Notifications: a.notify.svc, Identity: mappings, Consoles: uiConsoles(a.consoles),
 	})
 	if err != nil {
 		st.Close()
@@ -286,6 +299,9 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 	a.registry = prometheus.NewRegistry()
 	a.registry.MustRegister(a.clock)
 	registerStoreWriter(a.registry, st)
+	if a.consoles != nil {
+		a.consoles.Register(a.registry)
+	}
 	srv, err = httpapi.New(httpapi.Config{
 		Sessions: a.auth, Accounts: a.accounts, Audit: a.trail, Store: st, Fleet: a.fleet, VMs: a.vms, Operations: a.ops,
 		Keys: a.keys, SecondFactors: a.mfa,
@@ -296,7 +312,8 @@ func (c *serverCmd) compose(ctx context.Context, log *slog.Logger) (*app, error)
 		RequestTimeout: c.RequestTimeout,
 		UI:             ui,
 		Streams:        streams,
-		GroupMappings:  mappings,
+		Identity:       mappings,
+		Consoles:       consolesOrNil(a.consoles),
 	})
 	if err != nil {
 		st.Close()
@@ -427,6 +444,9 @@ func (c *serverCmd) Run() error {
 	// Followers and searches stop; the tasks they follow stay in the store for
 	// the next process or another replica (docs/decisions: graceful stop). The
 	// operations on many VMs this process drove are given up for them too.
+	if a.consoles != nil {
+		a.consoles.Close() // the hijacked connections no shutdown waits for
+	}
 	a.ops.Close()
 	a.vms.Close()
 	a.keys.Close()
@@ -508,11 +528,12 @@ func devPassword() (string, bool) {
 // registers the emulated cluster as cluster 1 "dev" through the same code path as
 // POST /api/v1/clusters (so its fingerprint is pinned).
 func (c *serverCmd) startDev(ctx, serveCtx context.Context, a *app, log *slog.Logger) (_ *pvesim.Server, err error) {
-	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: c.DevSpeed, Ceph: c.DevCeph})
 	srv, err := sim.Serve(serveCtx, pvesim.ServeOptions{TLS: true})
 	if err != nil {
 		return nil, fmt.Errorf("start the emulated cluster: %w", err)
 	}
+	a.ops.AddHook(devHookName, devHook(srv, sim.DevToken()))
 	defer func() {
 		if err != nil {
 		}

@@ -18,7 +18,6 @@ import (
 // notifyFlags are the notifications' flags (issue 24, internal/notify).
 type notifyFlags struct {
 	NotifyDenyCIDR []string `name:"notify-deny-cidr" default:"169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.100.100.200/32,168.63.129.16/32,0.0.0.0/8,::/128" env:"VMGATE_NOTIFY_DENY_CIDR" help:"Addresses and CIDRs vmgate never sends a notification to, checked after resolving the target's name (default: link-local, the clouds' metadata addresses, the unspecified ones)."`
-	NotifyBaseURL  string   `name:"notify-base-url" env:"VMGATE_NOTIFY_BASE_URL" help:"The address people open vmgate at (https://vmgate.example.org): makes the notifications' links absolute."`
 	NotifyHealth   bool     `name:"notify-health" default:"true" negatable:"" env:"VMGATE_NOTIFY_HEALTH" help:"Watch every cluster's health (one /nodes read every 15 s, one replica per cluster) for node and cluster notifications."`
 	// NotifyPoll is how often the sender looks for work. Hidden: tests and the
 	// benchmark change it.
@@ -45,8 +44,9 @@ func (c *serverCmd) composeNotify(st store.Store, sealer *seal.Sealer, fl *fleet
 		return nil, fmt.Errorf("--notify-deny-cidr: %w", err)
 	}
 	n := &notifyApp{}
+	// --public-url (how browsers reach vmgate) makes the messages' links absolute.
 	n.sender = notify.NewSender(notify.SenderConfig{Store: st, Sealer: sealer, Owner: owner, Logger: log,
-		BaseURL: c.NotifyBaseURL, Deny: deny, Poll: c.NotifyPoll, FirstRetry: c.NotifyFirstRetry, Lease: c.NotifyLease,
+		BaseURL: c.PublicURL, Deny: deny, Poll: c.NotifyPoll, FirstRetry: c.NotifyFirstRetry, Lease: c.NotifyLease,
 		SendTimeout: min(notify.DefaultSendTimeout, c.NotifyLease/4)})
 	n.svc = notify.NewService(st, sealer, trail, n.sender, nil)
 	if c.NotifyHealth {

@@ -34,12 +34,12 @@ type oidcFlags struct {
 // singleSignOn builds the single sign-on and the group mappings' use cases; sso
 // is nil when no provider is configured.
 func (f oidcFlags) singleSignOn(st store.Store, sessions *auth.Service, acc *accounts.Service, trail *audit.Trail,
-	log *slog.Logger) (sso *identity.Service, mappings *identity.Mappings, err error) {
-	ist, ok := st.(identity.Store)
+	log *slog.Logger) (sso *identity.Service, mappings *identity.Admin, err error) {
+	ist, ok := st.(identity.AdminStore)
 	if !ok {
 		return nil, nil, fmt.Errorf("single sign-on: the store %T keeps no identities", st)
 	}
-	mappings = identity.NewMappings(ist, acc, trail.Record)
+	mappings = identity.NewAdmin(ist, acc, trail.Record)
 	if f.Issuer == "" {
 		if f.ClientID != "" || f.RedirectURL != "" || f.ClientSecretFile != "" {
 			return nil, nil, fmt.Errorf("single sign-on: --oidc-client-id, --oidc-redirect-url and --oidc-client-secret-file need --oidc-issuer")

@@ -225,7 +225,7 @@ func TestConsoleEnds(t *testing.T) {
 		}, EndGrantLost},
 		{"idle", func(e *env, clock *testkit.Clock, tick chan time.Time) {
 			clock.Set(clock.Now().Add(DefaultIdle))
-			tick <- clock.Now()
+			wake(e.t, tick, clock.Now())
 		}, EndIdle},
 		{"max length", func(e *env, clock *testkit.Clock, tick chan time.Time) {
 			// Input keeps it from idling; its length still ends it.
@@ -235,7 +235,7 @@ func TestConsoleEnds(t *testing.T) {
 				e.current.typeText(mark)
 				e.current.until(mark)
 			}
-			tick <- clock.Now()
+			wake(e.t, tick, clock.Now())
 		}, EndMaxLength},
 	}
 	for _, tc := range cases {
@@ -291,4 +291,15 @@ func TestTicketOnAnotherReplica(t *testing.T) {
 			t.Fatalf("closed with %d %q", code, why)
 		}
 	})
+}
+
+// wake hands the console's supervisor the tick it waits for, or fails t when
+// nothing takes it (the console ended already).
+func wake(t *testing.T, tick chan time.Time, now time.Time) {
+	t.Helper()
+	select {
+	case tick <- now:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no console waits for its clock")
+	}
 }

@@ -13,9 +13,11 @@ type metrics struct {
 	opened, ended   *prometheus.CounterVec
 	// relayed counts the same bytes for tests and the benchmark, without a registry.
 	relayed atomic.Int64
+	// all are the collectors, for Register.
+	all []prometheus.Collector
 }
 
-func newMetrics(reg *prometheus.Registry, open func() int) metrics {
+func newMetrics(reg *prometheus.Registry, open func() int) *metrics {
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vmgate_console_bytes_total",
 		Help: "Bytes the console broker relayed, by direction (to_client: from PVE's console; to_pve: the client's input).",
@@ -28,12 +30,17 @@ func newMetrics(reg *prometheus.Registry, open func() int) metrics {
 		Name: "vmgate_consoles_ended_total",
 		Help: "Consoles ended, by why (closed, idle, max_length, session_ended, grant_lost, shutdown, pve_closed, error).",
 	}, []string{"why"})
+	all := []prometheus.Collector{bytes, opened, ended, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "vmgate_consoles_open",
+		Help: "Consoles this replica relays now.",
+	}, func() float64 { return float64(open()) })}
 	if reg != nil {
-		reg.MustRegister(bytes, opened, ended, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "vmgate_consoles_open",
-			Help: "Consoles this replica relays now.",
-		}, func() float64 { return float64(open()) }))
+		reg.MustRegister(all...)
 	}
-	return metrics{toClient: bytes.WithLabelValues("to_client"), toPVE: bytes.WithLabelValues("to_pve"),
-		opened: opened, ended: ended}
+	return &metrics{toClient: bytes.WithLabelValues("to_client"), toPVE: bytes.WithLabelValues("to_pve"),
+		opened: opened, ended: ended, all: all}
 }
+
+// Register adds the broker's metrics to reg, for a server whose registry is made
+// after the broker (Config.Registry registers them at once).
+func (s *Service) Register(reg *prometheus.Registry) { reg.MustRegister(s.metrics.all...) }

@@ -66,20 +66,27 @@ type Console struct {
 	releaseOnce     sync.Once
 }
 
-// Type is the console's type (TypeVNC or TypeTerm).
-func (c *Console) Type() string { return c.t.Type }
+// Relay is a redeemed console as a front end serves it.
+type Relay interface {
+	// Serve relays between client and PVE until the console ends.
+	Serve(ctx context.Context, client *websocket.Conn) error
+	// Close gives up a console that will not be served.
+	Close()
+}
+
+var _ Relay = (*Console)(nil)
 
 // Redeem turns a ticket into a console: the ticket once (on any replica), the
 // credential it was issued to still standing with its operator grant, a slot
 // under the caps, and vmgate logged in to PVE's console. The caller serves it
 // (Serve) or closes it (Close).
-func (s *Service) Redeem(ctx context.Context, ticket string) (*Console, error) {
+func (s *Service) Redeem(ctx context.Context, ticket string) (Relay, error) {
 	if len(ticket) == 0 || len(ticket) > 128 {
-		return nil, errs.R(errs.Unauthenticated, errs.ReasonConsoleTicket, "no console ticket, or not one of vmgate's")
+		return nil, errs.E(errs.Unauthenticated, "no console ticket, or not one of vmgate's")
 	}
 	t, err := s.cfg.Store.RedeemConsoleTicket(ctx, ticketHash(ticket), s.cfg.Now())
 	if errs.Is(err, errs.NotFound) {
-		return nil, errs.R(errs.Unauthenticated, errs.ReasonConsoleTicket, "the console ticket is unknown, used or expired")
+		return nil, errs.E(errs.Unauthenticated, "the console ticket is unknown, used or expired")
 	}
 	if err != nil {
 		return nil, err

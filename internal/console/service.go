@@ -102,7 +102,7 @@ type Service struct {
 	byUser map[int64]int
 	closed bool
 
-	metrics metrics
+	metrics *metrics
 }
 
 // New builds the broker and follows the store's change feed (Close ends that).
@@ -360,7 +360,7 @@ type holder struct {
 func (s *Service) live(ctx context.Context, t store.ConsoleTicket) (holder, error) {
 	now := s.cfg.Now()
 	ended := func(what string) (holder, error) {
-		return holder{}, errs.R(errs.Unauthenticated, errs.ReasonConsoleTicket, "the console's %s ended", what)
+		return holder{}, errs.E(errs.Unauthenticated, "the console's %s ended", what)
 	}
 	u, err := s.cfg.Store.UserByID(ctx, t.UserID)
 	switch {

@@ -6,7 +6,4 @@ const (
 	// open as one user may, or vmgate as many as it serves in all
 	// (docs/security.md item 38).
 	ReasonTooManyConsoles = "too_many_consoles"
-	// ReasonConsoleTicket (kind Unauthenticated): the console ticket is unknown,
-	// used, expired, or its session or token ended since it was issued.
-	ReasonConsoleTicket = "console_ticket_invalid"
 )

@@ -50,8 +50,12 @@ func (s *Service) RemoteEndpoint(ctx context.Context, clusterID int64, node stri
 	if url == "" {
 		return pve.RemoteEndpoint{}, errs.E(errs.Conflict, "vmgate knows no endpoint of node %s of cluster %s: register one, or pick another node", node, c.Name)
 	}
-	if fp == "" && c.CACert == "" && !c.InsecureSkipVerify {
-		return pve.RemoteEndpoint{}, errs.E(errs.Conflict, "the endpoint of node %s has no pinned fingerprint", node)
+	if fp == "" {
+		// Without a fingerprint PVE's source would trust the first certificate the
+		// target presents (it reads /nodes/localhost/certificates/info over that
+		// connection): a move sends the token only to a pinned endpoint.
+		return pve.RemoteEndpoint{}, errs.E(errs.Conflict,
+			"vmgate has no pinned fingerprint for node %s of cluster %s (it trusts a CA there): pin the node's fingerprint in the cluster's registration to move guests to it", node, c.Name)
 	}
 	secret, err := s.openSecret(c)
 	if err != nil {
@@ -62,4 +66,12 @@ func (s *Service) RemoteEndpoint(ctx context.Context, clusterID int64, node stri
 		return pve.RemoteEndpoint{}, errs.Wrap(errs.Internal, err, "endpoint of node %s", node)
 	}
 	return ep, nil
+}
+
+// RefreshCluster forgets this replica's snapshots of a cluster's guests and
+// nodes, so that the next read asks PVE (after a move to another cluster,
+// whose end vmgate knows before a snapshot's age has passed).
+func (s *Service) RefreshCluster(clusterID int64) {
+	s.guestSnaps.drop(clusterID)
+	s.nodeSnaps.drop(clusterID)
 }

@@ -148,6 +148,15 @@ type Operations interface {
 	// it out (issue 20 (docs/history.md)), each as an operation.
 	EnterMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.MaintenanceRequest) (operations.Launched, error)
 	LeaveMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req operations.LeaveRequest) (operations.Launched, error)
+	// RollingMaintenance takes a cluster's nodes through maintenance one after
+	// another; PauseOperation and ResumeOperation hold and release it.
+	RollingMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, req operations.RollingRequest) (operations.RollingLaunched, error)
+	PauseOperation(ctx context.Context, a vmops.Actor, id int64) (operations.View, error)
+	ResumeOperation(ctx context.Context, a vmops.Actor, id int64) (operations.View, error)
+	// NodeUpdates lists a node's pending updates; RefreshNodeUpdates starts
+	// PVE's apt update task there.
+	NodeUpdates(ctx context.Context, a vmops.Actor, clusterID int64, node string) ([]operations.Update, error)
+	RefreshNodeUpdates(ctx context.Context, a vmops.Actor, clusterID int64, node string) (string, error)
 	Operation(ctx context.Context, a vmops.Actor, id int64) (operations.View, error)
 	ListOperations(ctx context.Context, a vmops.Actor, f operations.Filter) ([]operations.View, error)
 	CancelOperation(ctx context.Context, a vmops.Actor, id int64, abort bool) (operations.View, error)

@@ -18,13 +18,15 @@ type SingleSignOn interface {
 
 var _ SingleSignOn = (*identity.Service)(nil)
 
-// GroupMappings is internal/identity's group mappings: an admin's login session
-// manages them. *identity.Mappings is one.
-type GroupMappings interface {
+// IdentityAdmin is internal/identity's administration: the group mappings and
+// the links of identities to users. *identity.Admin is one.
+type IdentityAdmin interface {
 	List(ctx context.Context, p auth.Principal) ([]identity.Mapping, error)
 	Create(ctx context.Context, p auth.Principal, in identity.MappingInput) (identity.Mapping, error)
 	Update(ctx context.Context, p auth.Principal, id int64, in identity.MappingInput) (identity.Mapping, error)
 	Delete(ctx context.Context, p auth.Principal, id int64) error
+	Identities(ctx context.Context, p auth.Principal, userID int64) ([]identity.LinkedIdentity, error)
+	Link(ctx context.Context, p auth.Principal, userID int64, issuer, subject string) (identity.LinkedIdentity, error)
 }
 
-var _ GroupMappings = (*identity.Mappings)(nil)
+var _ IdentityAdmin = (*identity.Admin)(nil)

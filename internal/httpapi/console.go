@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
@@ -18,7 +19,7 @@ import (
 // is one.
 type Consoles interface {
 	Open(ctx context.Context, a vmops.Actor, req console.Request) (console.Ticket, error)
-	Redeem(ctx context.Context, ticket string) (*console.Console, error)
+	Redeem(ctx context.Context, ticket string) (console.Relay, error)
 }
 
 var _ Consoles = (*console.Service)(nil)
@@ -68,7 +69,7 @@ func (s *Server) openConsole(kind vmops.GuestKind) handler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, t)
+		writeData(w, t)
 		return nil
 	}
 }
@@ -99,7 +100,11 @@ func (s *Server) consoleSocket(w http.ResponseWriter, r *http.Request) error {
 		c.Close()
 		return nil // Accept has answered
 	}
-	return c.Serve(r.Context(), ws)
+	if err := c.Serve(r.Context(), ws); err != nil {
+		// The connection is the WebSocket's now: the error goes to the log only.
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "console ended with an error", slog.Any("error", err))
+	}
+	return nil
 }
 
 // sameOrigin refuses a WebSocket opened by a page of another origin

@@ -128,6 +128,8 @@ func TestCredentialRoutesRefuseAPITokens(t *testing.T) {
 			bodies: []string{`{"group":"everyone","role":"admin"}`}},
 		"PUT /api/v1/identity/group-mappings/{id}":    {path: mappingPath, bodies: []string{`{"group":"ops","role":"admin"}`}},
 		"DELETE /api/v1/identity/group-mappings/{id}": {path: mappingPath},
+		"PUT /api/v1/users/{id}/identities": {path: "/api/v1/users/" + view + "/identities",
+			bodies: []string{`{"issuer":"https://idp.example","subject":"mallory"}`}},
 	}
 
 	// The use cases' own wall: every route's handler, called with the token's

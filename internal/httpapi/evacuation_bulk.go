@@ -49,6 +49,8 @@ type operationJSON struct {
 	Items           []itemJSON `json:"items"`
 	// Left: an evacuation's guests still on its node once it ended, and why.
 	Left []leftJSON `json:"left"`
+	// Rolling: a rolling maintenance's progress; null for other kinds.
+	Rolling *rollingJSON `json:"rolling"`
 }
 
 type leftJSON struct {
@@ -82,6 +84,7 @@ type itemJSON struct {
 	Error    *string           `json:"error"`
 	Progress *itemProgressJSON `json:"progress"`
 	Downtime *downtimeJSON     `json:"downtime"`
+	Warning  *string           `json:"warning"`
 }
 
 // downtimeJSON is a running container's expected downtime in its restart
@@ -137,7 +140,7 @@ func toItemsJSON(items []operations.ItemView) []itemJSON {
 	for _, it := range items {
 		j := itemJSON{VMID: it.VMID, Type: kindName(it.Kind), Name: it.Name, Node: it.Node, Target: nullStr(it.Target),
 			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State,
-			TaskID: nullStr(it.TaskID), Error: nullStr(it.Error)}
+			TaskID: nullStr(it.TaskID), Error: nullStr(it.Error), Warning: nullStr(it.Warning)}
 		if d := it.Downtime; d != nil {
 			j.Downtime = &downtimeJSON{Seconds: d.Seconds, Basis: d.Basis}
 		}
@@ -156,7 +159,7 @@ func toOperationJSON(v operations.View) operationJSON {
 		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC(), StartedAt: timeOrNull(v.StartedAt), EndedAt: timeOrNull(v.EndedAt),
 		MaxParallel: v.MaxParallel, CancelRequested: v.CancelRequested, Abort: v.Abort,
 		Counts: countsJSON{Total: c.Total, Pending: c.Pending, Running: c.Running, OK: c.OK, Failed: c.Failed, Skipped: c.Skipped},
-		Items:  toItemsJSON(v.Items), Left: toLeftJSON(v.Left)}
+		Items:  toItemsJSON(v.Items), Left: toLeftJSON(v.Left), Rolling: toRollingJSON(v.Rolling)}
 }
 
 func toLeftJSON(left []operations.LeftGuest) []leftJSON {

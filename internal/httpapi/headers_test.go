@@ -43,6 +43,8 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/users":                                             `{"email":"x@example.org","password":"pw"}`,
 	"PATCH /api/v1/users/{id}":                                       `{"nickname":"n"}`,
 	"POST /api/v1/clusters":                                          `{"name":"n"}`,
+	"POST /api/v1/notifications/targets":                             `{"name":"n"}`,
+	"PATCH /api/v1/notifications/targets/{id}":                       `{"name":"n"}`,
 	"PATCH /api/v1/clusters/{clusterId}":                             `{"name":"n"}`,
 	"PUT /api/v1/clusters/{clusterId}/grants/{userId}":               `{"role":"viewer"}`,
 	"POST /api/v1/user/tokens":                                       `{"name":"n"}`,
@@ -51,6 +53,7 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/evacuate":    `{"dryRun":true}`,
 	"POST /api/v1/pve/clusters/{clusterId}/bulk/{action}":            `{"vmids":[100],"dryRun":true}`,
 	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/maintenance": `{"dryRun":true}`,
+	"POST /api/v1/pve/clusters/{clusterId}/rolling-maintenance":      `{"dryRun":true}`,
 	"POST /api/v1/identity/group-mappings":                           `{"group":"ops","role":"user"}`,
 	"PUT /api/v1/identity/group-mappings/{id}":                       `{"group":"ops","role":"user"}`,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/remote-migrate":   `{"targetCluster":"dev-b"}`,
@@ -58,18 +61,23 @@ var sampleBodies = map[string]string{
 }
 
 var noBodyRoutes = map[string]bool{
-	"POST /api/v1/user/refresh":                              true,
-	"POST /api/v1/user/logout":                               true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":    true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/start":   true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/stop":    true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/reboot":  true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":     true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":   true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend":  true,
-	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/resume":   true,
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/suspend": true, // not_offered, after the body is checked
-	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/resume":  true,
+	"POST /api/v1/user/refresh":                                  true,
+	"POST /api/v1/user/logout":                                   true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/start":        true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/start":       true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/stop":        true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/reboot":      true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/stop":         true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/reboot":       true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/suspend":      true,
+	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/resume":       true,
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/suspend":     true, // not_offered, after the body is checked
+	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/resume":      true,
+	"POST /api/v1/pve/operations/{id}/pause":                     true,
+	"POST /api/v1/pve/operations/{id}/resume":                    true,
+	"POST /api/v1/pve/clusters/{clusterId}/nodes/{node}/updates": true,
+	"POST /api/v1/notifications/targets/{id}/test":               true,
+	"POST /api/v1/notifications/deliveries/{id}/retry":           true,
 }
 
 // allRoutes is the route table of a server with every use case, VMs included.

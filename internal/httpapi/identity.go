@@ -15,6 +15,8 @@ func (s *Server) identityRoutes() []route {
 		{"POST", "/api/v1/identity/group-mappings", adminSession, s.createGroupMapping},
 		{"PUT", "/api/v1/identity/group-mappings/{id}", adminSession, s.updateGroupMapping},
 		{"DELETE", "/api/v1/identity/group-mappings/{id}", adminSession, s.deleteGroupMapping},
+		{"GET", "/api/v1/users/{id}/identities", admin, s.userIdentities},
+		{"PUT", "/api/v1/users/{id}/identities", adminSession, s.linkIdentity},
 	}
 }
 
@@ -92,5 +94,45 @@ func (s *Server) deleteGroupMapping(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	writeOK(w)
+	return nil
+}
+
+// The identities of a user: reading is an admin's (an admin's API token too,
+// like the users' list); linking one manages a credential: an admin's login
+// session only.
+
+func (s *Server) userIdentities(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathUserID(r)
+	if err != nil {
+		return err
+	}
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	ids, err := s.mappings.Identities(r.Context(), principal(r), id)
+	if err != nil {
+		return err
+	}
+	writeData(w, ids)
+	return nil
+}
+
+func (s *Server) linkIdentity(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathUserID(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Issuer  string `json:"issuer"`
+		Subject string `json:"subject"`
+	}
+	if err := decodeJSON(w, r, &in); err != nil {
+		return err
+	}
+	linked, err := s.mappings.Link(r.Context(), principal(r), id, in.Issuer, in.Subject)
+	if err != nil {
+		return err
+	}
+	writeData(w, linked)
 	return nil
 }

@@ -59,3 +59,33 @@ func TestGroupMappingsOverHTTP(t *testing.T) {
 	e.call("root", "DELETE", path, "").expect(t, http.StatusNotFound, "not_found")
 	e.call("root", "PUT", path, `{"group":"ops","role":"user"}`).expect(t, http.StatusNotFound, "not_found")
 }
+
+// TestIdentityLinksOverHTTP: an admin links an identity of the provider to a
+// user and reads it back; linking it to another user moves it; a user may not
+// read them, an unknown user is 404, a bad subject 400.
+func TestIdentityLinksOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := newVMEnv(t, 1000)
+	op, view := itoa(e.users["op"].ID), itoa(e.users["view"].ID)
+	link := `{"issuer":"https://idp.example","subject":"op-at-idp"}`
+	e.call("root", "PUT", "/api/v1/users/"+op+"/identities", link).expect(t, http.StatusOK, "")
+	var ids []struct {
+		Issuer  string `json:"issuer"`
+		Subject string `json:"subject"`
+		UserID  int64  `json:"userId"`
+	}
+	json.Unmarshal(e.call("root", "GET", "/api/v1/users/"+op+"/identities", "").expect(t, http.StatusOK, "").env.Data, &ids)
+	if len(ids) != 1 || ids[0].Issuer != "https://idp.example" || ids[0].Subject != "op-at-idp" || ids[0].UserID != e.users["op"].ID {
+		t.Fatalf("op's identities: %+v", ids)
+	}
+	e.call("root", "PUT", "/api/v1/users/"+view+"/identities", link).expect(t, http.StatusOK, "")
+	json.Unmarshal(e.call("root", "GET", "/api/v1/users/"+op+"/identities", "").expect(t, http.StatusOK, "").env.Data, &ids)
+	if len(ids) != 0 {
+		t.Fatalf("op still has %+v after the identity moved", ids)
+	}
+	e.call("view", "GET", "/api/v1/users/"+op+"/identities", "").expect(t, http.StatusForbidden, "forbidden")
+	e.call("root", "GET", "/api/v1/users/999/identities", "").expect(t, http.StatusNotFound, "not_found")
+	e.call("root", "PUT", "/api/v1/users/999/identities", link).expect(t, http.StatusNotFound, "not_found")
+	e.call("root", "PUT", "/api/v1/users/"+op+"/identities", `{"issuer":"https://idp.example","subject":""}`).
+		expect(t, http.StatusBadRequest, "invalid_request")
+}

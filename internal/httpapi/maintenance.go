@@ -15,6 +15,11 @@ func (s *Server) maintenanceRoutes() []route {
 	return []route{
 		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/maintenance", authed, s.keyed(s.enterMaintenance)},
 		{"DELETE", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/maintenance", authed, s.keyed(s.leaveMaintenance)},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/rolling-maintenance", authed, s.keyed(s.rollingMaintenance)},
+		{"POST", "/api/v1/pve/operations/{id}/pause", authed, s.keyed(s.pauseOperation)},
+		{"POST", "/api/v1/pve/operations/{id}/resume", authed, s.keyed(s.resumeOperation)},
+		{"GET", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/updates", authed, s.nodeUpdates},
+		{"POST", "/api/v1/pve/clusters/{clusterId}/nodes/{node}/updates", authed, s.keyed(s.refreshNodeUpdates)},
 	}
 }
 

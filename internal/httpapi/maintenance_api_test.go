@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -60,4 +61,67 @@ func TestMaintenanceAPI(t *testing.T) {
 		t.Fatalf("leaving: %+v", lv)
 	}
 	e.call("op", "DELETE", path, "").expect(t, 409, "node_not_in_maintenance")
+}
+
+// TestRollingMaintenanceAPI: the plan of a rolling maintenance of pve1 and
+// pve3, then the operation: paused and resumed over HTTP, followed to its end
+// with each node's steps; the pending updates of a node and their refresh
+// (PVE's apt update task, followed at Location); refusals as for the other
+// operations.
+func TestRollingMaintenanceAPI(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t, 1000)
+	path := "/api/v1/pve/clusters/" + itoa(e.cid) + "/rolling-maintenance"
+	a := e.call("op", "POST", path, `{"nodes":["pve1","pve3"],"dryRun":true}`).expect(t, 200, "")
+	var dry struct {
+		Plan rollingPlanJSON `json:"plan"`
+	}
+	if err := json.Unmarshal(a.env.Data, &dry); err != nil || len(dry.Plan.Nodes) != 2 || dry.Plan.Nodes[0].PendingUpdates == 0 {
+		t.Fatalf("dry run: %s", a.raw)
+	}
+	e.call("view", "POST", path, `{}`).expect(t, 403, "forbidden")
+	e.call("nobody", "POST", path, `{}`).expect(t, 404, "not_found")
+	e.call("op", "POST", path, `{"reboot":"sometimes"}`).expect(t, 400, "invalid_request")
+	e.call("op", "POST", path, `{"hook":"upgrade"}`).expect(t, 400, "invalid_request")
+	e.call("op", "POST", path, `{"nodes":["pve9"]}`).expect(t, 404, "not_found")
+
+	a = e.call("op", "POST", path, `{"nodes":["pve1","pve3"],"reboot":"always","maxParallel":4}`).expect(t, 202, "")
+	loc := a.header.Get("Location")
+	e.call("view", "POST", loc+"/pause", "").expect(t, 403, "forbidden")
+	v := opJSON(t, e.call("op", "POST", loc+"/pause", "").expect(t, 200, ""))
+	if v.Rolling == nil || !v.Rolling.PauseRequested || v.Kind != "rolling_maintenance" {
+		t.Fatalf("paused: %+v", v)
+	}
+	v = opJSON(t, e.call("op", "POST", loc+"/resume", "").expect(t, 200, ""))
+	if v.Rolling.PauseRequested {
+		t.Fatalf("resumed: %+v", v.Rolling)
+	}
+	v = e.waitOperation("view", loc)
+	if v.Status != "done" || len(v.Rolling.Nodes) != 2 {
+		t.Fatalf("rolling maintenance: %+v", v)
+	}
+	for _, n := range v.Rolling.Nodes {
+		if n.Step != "done" || n.EnterOperation == nil || n.LeaveOperation == nil || n.Reboot == nil || !*n.Reboot {
+			t.Errorf("node %+v", n)
+		}
+	}
+	e.call("op", "POST", loc+"/resume", "").expect(t, 409, "conflict")
+	evac := e.call("op", "POST", "/api/v1/pve/clusters/"+itoa(e.cid)+"/nodes/pve2/evacuate", `{"dryRun":false,"type":"lxc"}`).
+		expect(t, 202, "")
+	e.waitOperation("view", evac.header.Get("Location"))
+	e.call("op", "POST", evac.header.Get("Location")+"/pause", "").expect(t, 409, "conflict")
+
+	updates := "/api/v1/pve/clusters/" + itoa(e.cid) + "/nodes/pve2/updates"
+	a = e.call("view", "GET", updates, "").expect(t, 200, "")
+	var ups []map[string]string
+	if err := json.Unmarshal(a.env.Data, &ups); err != nil || len(ups) == 0 || ups[0]["package"] == "" {
+		t.Fatalf("updates: %s", a.raw)
+	}
+	e.call("view", "POST", updates, "").expect(t, 403, "forbidden")
+	a = e.call("op", "POST", updates, "").expect(t, 202, "")
+	if id := a.header.Get("X-Task-Id"); !strings.Contains(id, ":aptupdate:") || !strings.Contains(a.header.Get("Location"), "clusterId=") {
+		t.Fatalf("refresh: %v", a.header)
+	}
+	e.call("view", "GET", a.header.Get("Location"), "").expect(t, 200, "")
+	e.call("nobody", "GET", updates, "").expect(t, 404, "not_found")
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/identity"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
 	"github.com/vmgate/vmgate/internal/store"
@@ -129,8 +130,16 @@ func newTestEnvOnStore(t testing.TB, st store.Store, cfg auth.Config) *testEnv {
 
 // apiConfig is the server's configuration on the env's services (no VM routes).
 func (e *testEnv) apiConfig() Config {
+	// The notification targets' use cases (issue 24), with the env's key file.
+	sealer, err := seal.New(bytes.Repeat([]byte{5}, seal.KeySize))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	notifications := notify.NewService(e.store, sealer, e.trail,
+		notify.NewSender(notify.SenderConfig{Store: e.store, Sealer: sealer, Owner: "httpapi-test"}), nil)
 	return Config{Sessions: e.auth, Accounts: e.accounts, Audit: e.trail, Store: e.store, Fleet: e.fleet,
-		GroupMappings: identity.NewMappings(e.store.(identity.Store), e.accounts, e.trail.Record)}
+		Identity:      identity.NewAdmin(e.store.(identity.AdminStore), e.accounts, e.trail.Record),
+		Notifications: notifications}
 }
 
 // addSim starts the dev cluster and registers it as name through the fleet.

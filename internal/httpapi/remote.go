@@ -1,12 +1,12 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/frontend"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
 
@@ -14,15 +14,9 @@ import (
 // pre-check, POST starts it. The use case (vmops.RemoteMigrate) checks the
 // grants on both clusters and refuses what PVE would.
 
-// remoteMigrations is the use case the routes call; *vmops.Service has it.
-type remoteMigrations interface {
-	RemoteMigrateCheck(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.RemoteMigrateRequest) (vmops.RemotePrecheck, error)
-	RemoteMigrate(ctx context.Context, a vmops.Actor, vm vmops.GuestRef, req vmops.RemoteMigrateRequest) (string, error)
-}
-
 // remoteRoutes are the remote migration's routes, when the VM use cases have it.
 func (s *Server) remoteRoutes() []route {
-	rm, ok := s.vms.(remoteMigrations)
+	rm, ok := s.vms.(frontend.RemoteMigrations)
 	if !ok {
 		return nil
 	}
@@ -38,7 +32,7 @@ func (s *Server) remoteRoutes() []route {
 	return out
 }
 
-func remoteCheck(w http.ResponseWriter, r *http.Request, rm remoteMigrations, kind vmops.GuestKind) error {
+func remoteCheck(w http.ResponseWriter, r *http.Request, rm frontend.RemoteMigrations, kind vmops.GuestKind) error {
 	vm, err := pathGuest(r, kind)
 	if err != nil {
 		return err
@@ -79,7 +73,7 @@ func remoteCheck(w http.ResponseWriter, r *http.Request, rm remoteMigrations, ki
 	return nil
 }
 
-func remoteMigrate(w http.ResponseWriter, r *http.Request, rm remoteMigrations, kind vmops.GuestKind) error {
+func remoteMigrate(w http.ResponseWriter, r *http.Request, rm frontend.RemoteMigrations, kind vmops.GuestKind) error {
 	vm, err := pathGuest(r, kind)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vmgate/vmgate/internal/apitest"
+	"github.com/vmgate/vmgate/internal/console"
 	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/identity"
 	"github.com/vmgate/vmgate/internal/notify"
@@ -23,8 +24,8 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 	}
 	// The route table only needs non-nil use cases to list every route.
 	s := &Server{fleet: (*fleet.Service)(nil), vms: (*vmops.Service)(nil), ops: (*operations.Service)(nil),
-		mappings: (*identity.Mappings)(nil), notify: (*notify.Service)(nil),
-		secondFactors: (*secondfactor.Service)(nil)}
+		mappings: (*identity.Admin)(nil), notify: (*notify.Service)(nil),
+		secondFactors: (*secondfactor.Service)(nil), consoles: (*console.Service)(nil)}
 	var routes []string
 	for _, rt := range s.routes() {
 		routes = append(routes, rt.method+" "+rt.pattern)

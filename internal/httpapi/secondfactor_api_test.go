@@ -322,6 +322,8 @@ func TestSecondFactorStepUpOverHTTP(t *testing.T) {
 	e.must(e.tokens["bob"], "POST", "/api/v1/user/tokens", `{"name":"t2"}`, 403, "second_factor_required")
 	e.must(e.tokens["bob"], "DELETE", "/api/v1/user/second-factors/"+id, "", 403, "second_factor_required")
 	e.must(e.tokens["bob"], "POST", "/api/v1/user/second-factors/recovery-codes", "", 403, "second_factor_required")
+	e.must(e.tokens["bob"], "POST", "/api/v1/user/second-factors/totp", "", 403, "second_factor_required")
+	e.must(e.tokens["bob"], "POST", "/api/v1/user/second-factors/webauthn/begin", "", 403, "second_factor_required")
 	if rec := e.lastAuditOf(t, "access.denied"); rec.Reason != "second_factor_required" {
 		t.Fatalf("denial's audit: %+v", rec)
 	}

@@ -64,7 +64,7 @@ type Config struct {
 	Operations frontend.Operations
 	// GroupMappings serves the group mappings of single sign-on; nil leaves
 	// those routes out.
-	GroupMappings frontend.GroupMappings
+	Identity frontend.IdentityAdmin
 	// Consoles serves the guests' consoles (console.go); nil leaves those routes out.
 	Consoles Consoles
 	// Notifications serves the notification targets and deliveries; nil
@@ -115,7 +115,7 @@ type Server struct {
 	fleet    frontend.Fleet
 	vms      frontend.VMs
 	ops      frontend.Operations
-	mappings frontend.GroupMappings
+	mappings frontend.IdentityAdmin
 	notify   frontend.Notifications
 	keys     Keys
 	// secondFactors is Config.SecondFactors (secondfactor.go).
@@ -142,7 +142,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.GroupMappings,
+		sessions: cfg.Sessions, accounts: cfg.Accounts, trail: cfg.Audit, store: cfg.Store, gates: cfg.Gates, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, mappings: cfg.Identity,
 		log: cfg.Logger, proxies: ps, now: cfg.Now, openapi: cfg.OpenAPIJSON, ui: cfg.UI, metricsPublic: cfg.MetricsPublic, requestTimeout: cfg.RequestTimeout,
 		streams: cfg.Streams, keys: cfg.Keys, secondFactors: cfg.SecondFactors,
 		consoles: cfg.Consoles, notify: cfg.Notifications,

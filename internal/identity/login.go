@@ -58,9 +58,9 @@ func (s *Service) discover(ctx context.Context) (*oidc.Provider, error) {
 		return s.provider, nil
 	}
 	// The provider outlives this request: its key set fetches keys later with
-	// this context's client, so it must not end with the request.
-	pctx := oidc.ClientContext(context.WithoutCancel(ctx), s.cfg.HTTPClient)
-	dctx, cancel := context.WithTimeout(pctx, 15*time.Second)
+	// this context's client, so it is no request's.
+	pctx := oidc.ClientContext(context.Background(), s.cfg.HTTPClient)
+	dctx, cancel := context.WithTimeout(oidc.ClientContext(ctx, s.cfg.HTTPClient), 15*time.Second)
 	defer cancel()
 	p, err := oidc.NewProvider(dctx, s.cfg.Issuer)
 	if err != nil {

@@ -74,7 +74,7 @@ func engines(t *testing.T, fn func(t *testing.T, dsn func(t *testing.T) string))
 
 // testStore is the store as the tests use it: Store, and what they set up with.
 type testStore interface {
-	Store
+	AdminStore
 	CreateUser(ctx context.Context, u store.User) (store.User, error)
 	CreateCluster(ctx context.Context, c store.Cluster) (store.Cluster, error)
 	PutGrant(ctx context.Context, g store.Grant) (store.Grant, error)
@@ -192,7 +192,7 @@ func TestIDTokenChecks(t *testing.T) {
 		}, ErrIDToken},
 		{"signed by another key under the provider's kid", func(n string) string {
 			tok := jwt.NewWithClaims(jwt.SigningMethodRS256, e.claims(n))
-			tok.Header["kid"] = e.op.kid
+			tok.Header["kid"] = "k1" // the provider's kid (never rotated in this test)
 			s, _ := tok.SignedString(otherKey)
 			return s
 		}, ErrIDToken},
@@ -418,7 +418,7 @@ func TestGroupMappingsFollowTheGroups(t *testing.T) {
 		if _, err := st.CreateUser(ctx, store.User{Email: "root@example.com", PasswordHash: "$argon2id$x", Role: store.RoleAdmin}); err != nil {
 			t.Fatal(err)
 		}
-		m := NewMappings(st, allowAll{}, nil)
+		m := NewAdmin(st, allowAll{}, nil)
 		admin := auth.Principal{UserID: 1, Role: store.RoleAdmin, SessionID: "s"}
 		ops, err := m.Create(ctx, admin, MappingInput{Group: "ops", Role: store.RoleUser,
 			Grants: []GrantInput{{ClusterID: c1, Role: store.GrantOperator}, {ClusterID: c2, Role: store.GrantViewer}}})
@@ -594,7 +594,7 @@ func TestMappedAdminRoleKeepsTheLastAdmin(t *testing.T) {
 	e := newEnv(t, st)
 	ctx := context.Background()
 	admin := auth.Principal{UserID: 1, Role: store.RoleAdmin, SessionID: "s"}
-	if _, err := NewMappings(st, allowAll{}, nil).Create(ctx, admin, MappingInput{Group: "leads", Role: store.RoleAdmin}); err != nil {
+	if _, err := NewAdmin(st, allowAll{}, nil).Create(ctx, admin, MappingInput{Group: "leads", Role: store.RoleAdmin}); err != nil {
 		t.Fatal(err)
 	}
 	groups := []string{"leads"}
@@ -623,5 +623,66 @@ func TestMappedAdminRoleKeepsTheLastAdmin(t *testing.T) {
 	}
 	if r := role(); r != store.RoleUser {
 		t.Fatalf("with another admin: %s", r)
+	}
+}
+
+// TestKeyRotationIsFollowed: the provider's keys are fetched once and kept; after
+// the provider rotates its key (a new kid), the next login's token verifies: the
+// key set is fetched again for the kid it does not know.
+func TestKeyRotationIsFollowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "t.db")))
+	e.op.setIDToken(func(n string) string { return e.op.sign(t, e.claims(n)) })
+	for range 2 {
+		if _, err := login(t, e.svc, e.op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.op.fetches(); n != 1 {
+		t.Fatalf("the keys were fetched %d times for two logins, want once", n)
+	}
+	e.op.rotate(t, "k2")
+	if _, err := login(t, e.svc, e.op); err != nil {
+		t.Fatalf("after the rotation: %v", err)
+	}
+	if n := e.op.fetches(); n != 2 {
+		t.Fatalf("the keys were fetched %d times, want twice", n)
+	}
+}
+
+// TestLinkedIdentityLogsIntoItsUser: an admin links the provider's identity to a
+// password user; its next sign-on logs into that user, not a new one.
+func TestLinkedIdentityLogsIntoItsUser(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	e := newEnv(t, st)
+	ctx := context.Background()
+	bob, err := st.CreateUser(ctx, store.User{Email: "bob@example.com", PasswordHash: "$argon2id$x", Role: store.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := NewAdmin(st, allowAll{}, nil)
+	p := auth.Principal{UserID: 1, Role: store.RoleAdmin, SessionID: "s"}
+	if _, err := admin.Link(ctx, p, bob.ID, e.op.srv.URL, "bob-sub"); err != nil {
+		t.Fatal(err)
+	}
+	e.op.setIDToken(func(n string) string {
+		c := e.claims(n)
+		c["sub"], c["email"] = "bob-sub", "bob.other@example.com"
+		return e.op.sign(t, c)
+	})
+	f, err := login(t, e.svc, e.op)
+	if err != nil || f.User.ID != bob.ID {
+		t.Fatalf("the linked identity's sign-on: %+v %v, want user %d", f, err, bob.ID)
+	}
+	ids, err := admin.Identities(ctx, p, bob.ID)
+	if err != nil || len(ids) != 1 || ids[0].Email != "bob.other@example.com" {
+		t.Fatalf("bob's identities after the sign-on: %+v %v", ids, err)
+	}
+	if _, err := admin.Link(ctx, p, bob.ID, e.op.srv.URL, ""); errs.KindOf(err) != errs.Invalid {
+		t.Fatalf("an empty subject: %v", err)
+	}
+	if _, err := admin.Link(ctx, p, 999, e.op.srv.URL, "x"); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("an unknown user: %v", err)
 	}
 }

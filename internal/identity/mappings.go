@@ -13,21 +13,22 @@ import (
 	"github.com/vmgate/vmgate/internal/store"
 )
 
-// Mappings is the group mappings' use cases: an admin's login session only (an API
-// token never manages credentials, docs/decisions/0038), each change audited.
-// Mappings work without a provider configured, so that an admin can prepare them.
-type Mappings struct {
-	st    Store
+// Admin is single sign-on's administration: the group mappings, and which user an
+// identity of the provider is (Link). Changes need an admin's login session (an
+// API token never manages credentials, docs/decisions/0038) and are audited. It
+// works without a provider configured, so that an admin can prepare it.
+type Admin struct {
+	st    AdminStore
 	guard Guard
 	audit func(ctx context.Context, rec store.AuditRecord)
 }
 
-// NewMappings returns the mappings' use cases.
-func NewMappings(st Store, guard Guard, rec func(ctx context.Context, rec store.AuditRecord)) *Mappings {
+// NewAdmin returns the administration's use cases.
+func NewAdmin(st AdminStore, guard Guard, rec func(ctx context.Context, rec store.AuditRecord)) *Admin {
 	if rec == nil {
 		rec = func(context.Context, store.AuditRecord) {}
 	}
-	return &Mappings{st: st, guard: guard, audit: rec}
+	return &Admin{st: st, guard: guard, audit: rec}
 }
 
 // MappingInput is a mapping as an admin writes it.
@@ -82,7 +83,7 @@ const (
 	maxMappings      = 1000
 )
 
-func (m *Mappings) guardAdmin(ctx context.Context, p auth.Principal, attempt string) error {
+func (m *Admin) guardAdmin(ctx context.Context, p auth.Principal, attempt string) error {
 	if err := m.guard.RequireAdmin(ctx, p, attempt); err != nil {
 		return err
 	}
@@ -90,7 +91,7 @@ func (m *Mappings) guardAdmin(ctx context.Context, p auth.Principal, attempt str
 }
 
 // List returns every mapping, by ID.
-func (m *Mappings) List(ctx context.Context, p auth.Principal) ([]Mapping, error) {
+func (m *Admin) List(ctx context.Context, p auth.Principal) ([]Mapping, error) {
 	if err := m.guardAdmin(ctx, p, "identity.group_mappings"); err != nil {
 		return nil, err
 	}
@@ -106,7 +107,7 @@ func (m *Mappings) List(ctx context.Context, p auth.Principal) ([]Mapping, error
 }
 
 // Create stores a new mapping; it applies at each member's next login.
-func (m *Mappings) Create(ctx context.Context, p auth.Principal, in MappingInput) (Mapping, error) {
+func (m *Admin) Create(ctx context.Context, p auth.Principal, in MappingInput) (Mapping, error) {
 	if err := m.guardAdmin(ctx, p, "identity.group_mapping_create"); err != nil {
 		return Mapping{}, err
 	}
@@ -128,7 +129,7 @@ func (m *Mappings) Create(ctx context.Context, p auth.Principal, in MappingInput
 }
 
 // Update replaces mapping id.
-func (m *Mappings) Update(ctx context.Context, p auth.Principal, id int64, in MappingInput) (Mapping, error) {
+func (m *Admin) Update(ctx context.Context, p auth.Principal, id int64, in MappingInput) (Mapping, error) {
 	if err := m.guardAdmin(ctx, p, "identity.group_mapping_update"); err != nil {
 		return Mapping{}, err
 	}
@@ -146,7 +147,7 @@ func (m *Mappings) Update(ctx context.Context, p auth.Principal, id int64, in Ma
 }
 
 // Delete removes mapping id; the grants it gave go at each member's next login.
-func (m *Mappings) Delete(ctx context.Context, p auth.Principal, id int64) error {
+func (m *Admin) Delete(ctx context.Context, p auth.Principal, id int64) error {
 	if err := m.guardAdmin(ctx, p, "identity.group_mapping_delete"); err != nil {
 		return err
 	}
@@ -155,7 +156,7 @@ func (m *Mappings) Delete(ctx context.Context, p auth.Principal, id int64) error
 	return err
 }
 
-func (m *Mappings) record(ctx context.Context, action string, gm store.GroupMapping, err error) {
+func (m *Admin) record(ctx context.Context, action string, gm store.GroupMapping, err error) {
 	params := map[string]any{"group": gm.Group, "role": gm.Role, "grants": gm.Grants}
 	if gm.Group == "" {
 		params = map[string]any{}
@@ -166,7 +167,7 @@ func (m *Mappings) record(ctx context.Context, action string, gm store.GroupMapp
 
 // check validates a mapping: a group name, a role, at most one grant per cluster,
 // each on a cluster that exists with a role vmgate knows, and no scope.
-func (m *Mappings) check(ctx context.Context, in MappingInput) (store.GroupMapping, error) {
+func (m *Admin) check(ctx context.Context, in MappingInput) (store.GroupMapping, error) {
 	if in.Group == "" || len(in.Group) > maxGroup || in.Group != trimPrintable(in.Group, maxGroup) {
 		return store.GroupMapping{}, errs.E(errs.Invalid, "group must be 1 to %d printable characters without spaces around", maxGroup)
 	}
@@ -207,4 +208,81 @@ func jsonParams(m map[string]any) string {
 		return ""
 	}
 	return string(b)
+}
+
+// AdminStore is what Admin needs of the store.
+type AdminStore interface {
+	Store
+	store.IdentityLinks
+}
+
+// LinkedIdentity is an identity of the provider as the front ends show it.
+type LinkedIdentity struct {
+	Issuer      string    `json:"issuer"`
+	Subject     string    `json:"subject"`
+	UserID      int64     `json:"userId"`
+	Email       string    `json:"email"`
+	Groups      []string  `json:"groups"`
+	LastLoginAt time.Time `json:"lastLoginAt"`
+}
+
+func viewIdentity(id store.Identity) LinkedIdentity {
+	groups := id.Groups
+	if groups == nil {
+		groups = []string{}
+	}
+	return LinkedIdentity{Issuer: id.Issuer, Subject: id.Subject, UserID: id.UserID, Email: id.Email, Groups: groups,
+		LastLoginAt: id.LastLoginAt.UTC()}
+}
+
+// Identities are the identities of user userID (admin).
+func (m *Admin) Identities(ctx context.Context, p auth.Principal, userID int64) ([]LinkedIdentity, error) {
+	if err := m.guard.RequireAdmin(ctx, p, "identity.list"); err != nil {
+		return nil, err
+	}
+	if _, err := m.st.UserByID(ctx, userID); err != nil {
+		return nil, err
+	}
+	ids, err := m.st.UserIdentities(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LinkedIdentity, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, viewIdentity(id))
+	}
+	return out, nil
+}
+
+// Link makes the provider's identity (issuer, subject) user userID's: the same
+// person with a password account, or at a second issuer, becomes one user ("a
+// second issuer with the same e-mail is a different user unless an admin links
+// them"). The identity's next sign-on logs into userID; a user the identity is
+// taken from keeps their grants and sessions (an admin removes them if they were
+// only that identity's). Audited as identity.link.
+func (m *Admin) Link(ctx context.Context, p auth.Principal, userID int64, issuer, subject string) (LinkedIdentity, error) {
+	if err := m.guardAdmin(ctx, p, "identity.link"); err != nil {
+		return LinkedIdentity{}, err
+	}
+	if issuer == "" || len(issuer) > 2048 || issuer != trimPrintable(issuer, 2048) {
+		return LinkedIdentity{}, errs.E(errs.Invalid, "issuer must be the provider's issuer URL")
+	}
+	if subject == "" || len(subject) > maxSubject || subject != trimPrintable(subject, maxSubject) {
+		return LinkedIdentity{}, errs.E(errs.Invalid, "subject must be 1 to %d printable characters", maxSubject)
+	}
+	if _, err := m.st.UserByID(ctx, userID); err != nil {
+		return LinkedIdentity{}, err
+	}
+	before, err := m.st.IdentityFor(ctx, issuer, subject)
+	if err != nil && !errs.Is(err, errs.NotFound) {
+		return LinkedIdentity{}, err
+	}
+	id, err := m.st.LinkIdentity(ctx, issuer, subject, userID)
+	m.audit(ctx, store.AuditRecord{Action: "identity.link", Target: "user:" + strconv.FormatInt(userID, 10),
+		Result: audit.Result(err), Reason: audit.Reason(err),
+		Params: jsonParams(map[string]any{"issuer": issuer, "subject": subject, "from": before.UserID})})
+	if err != nil {
+		return LinkedIdentity{}, err
+	}
+	return viewIdentity(id), nil
 }

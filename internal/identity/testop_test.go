@@ -27,9 +27,10 @@ type testOP struct {
 	mu sync.Mutex
 	// idToken makes the token endpoint's ID token from the login's nonce and the
 	// code's PKCE verifier; nil answers 400.
-	idToken   func(nonce string) string
-	verifiers []string // code_verifier of each exchange
-	nonces    map[string]string
+	idToken    func(nonce string) string
+	verifiers  []string // code_verifier of each exchange
+	keyFetches int      // GETs of the JWKS
+	nonces     map[string]string
 }
 
 func newTestOP(t *testing.T) *testOP {
@@ -48,9 +49,12 @@ func newTestOP(t *testing.T) *testOP {
 		})
 	})
 	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, r *http.Request) {
-		pub := op.key.PublicKey
+		op.mu.Lock()
+		pub, kid := op.key.PublicKey, op.kid
+		op.keyFetches++
+		op.mu.Unlock()
 		json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{
-			"kty": "RSA", "alg": "RS256", "use": "sig", "kid": op.kid,
+			"kty": "RSA", "alg": "RS256", "use": "sig", "kid": kid,
 			"n": base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
 			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
 		}}})
@@ -104,9 +108,12 @@ func (op *testOP) setIDToken(f func(nonce string) string) {
 // sign signs claims with the provider's key (RS256, its kid).
 func (op *testOP) sign(t *testing.T, claims jwt.MapClaims) string {
 	t.Helper()
+	op.mu.Lock()
+	key, kid := op.key, op.kid
+	op.mu.Unlock()
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
-	tok.Header["kid"] = op.kid
-	s, err := tok.SignedString(op.key)
+	tok.Header["kid"] = kid
+	s, err := tok.SignedString(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,4 +127,23 @@ func (op *testOP) lastVerifier() string {
 		return ""
 	}
 	return op.verifiers[len(op.verifiers)-1]
+}
+
+// rotate replaces the provider's signing key (and its kid), as a provider's key
+// rotation does: the old key is no longer published.
+func (op *testOP) rotate(t *testing.T, kid string) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.mu.Lock()
+	op.key, op.kid = key, kid
+	op.mu.Unlock()
+}
+
+func (op *testOP) fetches() int {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.keyFetches
 }

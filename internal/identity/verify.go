@@ -36,7 +36,9 @@ const (
 // ClockSkew, not older than MaxTokenAge), the login's nonce, at_hash when
 // present, and a subject within bounds.
 func (s *Service) verify(ctx context.Context, p *oidc.Provider, raw, nonce, accessToken string) (claims, error) {
-	v := p.VerifierContext(ctx, &oidc.Config{ClientID: s.cfg.ClientID, Now: s.cfg.Now})
+	// The provider's one key set (go-oidc caches it, and fetches the keys again
+	// for a kid it does not know).
+	v := p.Verifier(&oidc.Config{ClientID: s.cfg.ClientID, Now: s.cfg.Now})
 	tok, err := v.Verify(ctx, raw)
 	if err != nil {
 		var expired *oidc.TokenExpiredError

@@ -46,6 +46,7 @@ type SenderStore interface {
 	PendingNotifyDeliveries(ctx context.Context, targetID string, limit int) ([]store.NotifyDelivery, error)
 	ClaimNotifyDeliveries(ctx context.Context, ids []int64, owner string, now, until time.Time) (bool, error)
 	RecordNotifyAttempt(ctx context.Context, ids []int64, owner string, a store.NotifyAttempt) error
+	ReleaseNotifyDeliveries(ctx context.Context, ids []int64, owner string) error
 	NotifyMessagesSince(ctx context.Context, targetID string, since time.Time) (int, error)
 }
 
@@ -161,8 +162,12 @@ func (s *Sender) Run(ctx context.Context) error {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
-		if _, err := s.Step(ctx); err != nil && ctx.Err() == nil {
+		n, err := s.Step(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("notifications: a round of sending failed", slog.String("error", err.Error()))
+		}
+		if n > 0 && err == nil && ctx.Err() == nil {
+			continue // more may be waiting: look again at once
 		}
 		select {
 		case <-ctx.Done():
@@ -250,12 +255,15 @@ func (s *Sender) fanOut(ctx context.Context, targets []store.NotifyTarget) error
 	return nil
 }
 
-// sendHead sends a target's next message: its head delivery alone or, when the
-// rate limit leaves one message in its minute and more are waiting, a digest of
-// everything pending.
+// sendHead sends a target's next messages. With a rate limit: its head
+// delivery alone or, when one message is left in its minute and more are
+// waiting, a digest of everything pending. Without one: the head and the
+// deliveries after it (up to runLength), one message each, in order, under one
+// claim, until one fails.
 func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.NotifyDelivery) (int, error) {
 	now := s.now()
 	batch := []store.NotifyDelivery{head}
+	digest := false
 	if t.RatePerMinute > 0 {
 		sent, err := s.st.NotifyMessagesSince(ctx, t.ID, now.Add(-time.Minute))
 		if err != nil {
@@ -269,31 +277,82 @@ func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.
 			if err != nil {
 				return 0, err
 			}
-			if len(pending) > 0 && pending[0].ID == head.ID {
-				batch = pending
+			if len(pending) > 1 && pending[0].ID == head.ID {
+				batch, digest = pending, true
 			}
+		}
+	} else {
+		pending, err := s.st.PendingNotifyDeliveries(ctx, t.ID, runLength)
+		if err != nil {
+			return 0, err
+		}
+		if len(pending) > 0 && pending[0].ID == head.ID {
+			batch = pending
 		}
 	}
 	ids := make([]int64, len(batch))
-	evs := make([]store.NotifyEvent, len(batch))
 	for i, d := range batch {
-		ids[i], evs[i] = d.ID, d.Event
+		ids[i] = d.ID
 	}
 	won, err := s.st.ClaimNotifyDeliveries(ctx, ids, s.owner, now, now.Add(s.lease))
 	if err != nil || !won {
 		return 0, err
 	}
-	m := message{events: evs, id: strconv.FormatInt(head.EventID, 10)}
-	if m.digest() {
-		m.id = fmt.Sprintf("digest-%d-%d", evs[0].ID, evs[len(evs)-1].ID)
+	if digest {
+		evs := make([]store.NotifyEvent, len(batch))
+		for i, d := range batch {
+			evs[i] = d.Event
+		}
+		m := message{events: evs, id: fmt.Sprintf("digest-%d-%d", evs[0].ID, evs[len(evs)-1].ID)}
+		ok, err := s.sendOne(ctx, t, head, ids, m)
+		if ok {
+			return 1, err
+		}
+		return 0, err
 	}
+	delivered := 0
+	for i, d := range batch {
+		// The claim must outlast every send made under it: stop early and give
+		// the rest back rather than send past the lease.
+		if ctx.Err() != nil || s.now().Sub(now)+s.sendTimeout >= s.lease*3/4 {
+			return delivered, s.release(ctx, ids[i:])
+		}
+		ok, err := s.sendOne(ctx, t, d, ids[i:i+1], message{events: []store.NotifyEvent{d.Event}, id: strconv.FormatInt(d.EventID, 10)})
+		if err != nil || !ok {
+			if rerr := s.release(ctx, ids[i+1:]); err == nil {
+				err = rerr
+			}
+			return delivered, err
+		}
+		delivered++
+	}
+	return delivered, nil
+}
+
+// runLength is how many deliveries of a target without a rate limit one claim
+// covers.
+const runLength = 100
+
+// release gives back deliveries this sender claimed but did not try.
+func (s *Sender) release(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.sendTimeout)
+	defer cancel()
+	return s.st.ReleaseNotifyDeliveries(wctx, ids, s.owner)
+}
+
+// sendOne sends m, which carries deliveries ids (head first), and records the
+// outcome on all of them; it reports whether the receiver took it.
+func (s *Sender) sendOne(ctx context.Context, t store.NotifyTarget, head store.NotifyDelivery, ids []int64, m message) (bool, error) {
 	out := s.deliver(ctx, t, m)
 	end := s.now()
 	a := store.NotifyAttempt{At: end, Status: out.status}
 	switch {
 	case out.err == nil:
 		a.State, a.MessageID = store.DeliveryDelivered, head.ID
-		s.noteSent(evs, end)
+		s.noteSent(m.events, end)
 	case isPermanent(out.err):
 		a.State, a.Error = store.DeliveryDead, bounded("not retried: "+out.err.Error())
 	default:
@@ -315,12 +374,9 @@ func (s *Sender) sendHead(ctx context.Context, t store.NotifyTarget, head store.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.sendTimeout)
 	defer cancel()
 	if err := s.st.RecordNotifyAttempt(wctx, ids, s.owner, a); err != nil {
-		return 0, err
+		return false, err
 	}
-	if a.State == store.DeliveryDelivered {
-		return 1, nil
-	}
-	return 0, nil
+	return a.State == store.DeliveryDelivered, nil
 }
 
 // backoff is the wait before attempt n+1: FirstRetry (30 s) doubling up to an hour, each

@@ -64,6 +64,8 @@ type envOpts struct {
 	cfg    func(*vmops.Config)
 	// storeDSN opens the store there instead of a fresh SQLite file.
 	storeDSN string
+	// ceph makes the emulated cluster run Ceph.
+	ceph bool
 }
 
 // auditLog keeps what the services' audit trails write (an audit.Store).
@@ -122,7 +124,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.speed == 0 {
 		o.speed = 1000
 	}
-	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual})
+	sim := pvesim.DevCluster(pvesim.Options{Speed: o.speed, ManualClock: o.manual, Ceph: o.ceph})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	srv, err := sim.Serve(ctx, pvesim.ServeOptions{TLS: true})

@@ -3,6 +3,8 @@ package operations
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"golang.org/x/sync/errgroup"
 
@@ -113,7 +115,55 @@ func (o *Service) planEvacuation(ctx context.Context, a vmops.Actor, kind string
 	if err != nil {
 		return Plan{}, err
 	}
-	return evacuationPlan(node, vms, nodes, req, holds.Nodes, maintained(marks)), nil
+	plan := evacuationPlan(node, vms, nodes, req, holds.Nodes, maintained(marks))
+	warnPullBack(ctx, api, node, &plan)
+	return plan, nil
+}
+
+// haRules is what the plan reads of PVE's HA rules; *pve.Client has it.
+type haRules interface {
+	HARules(ctx context.Context) ([]pve.HARule, error)
+}
+
+// warnPullBack warns, on each HA guest of plan that leaves node, of a
+// node-affinity rule that prefers node for it (no other node of the rule has a
+// higher priority): PVE's HA stack would move it back onto node (failback)
+// while node is online. A cluster without rules (PVE before 9.0 has HA groups)
+// warns of nothing.
+func warnPullBack(ctx context.Context, api vmops.PVE, node string, plan *Plan) {
+	r, ok := api.(haRules)
+	if !ok {
+		return
+	}
+	rules, err := r.HARules(ctx)
+	if err != nil || len(rules) == 0 {
+		return
+	}
+	for i := range plan.Items {
+		it := &plan.Items[i]
+		if !it.HA || it.State != ItemPending || it.Action != vmops.OpMigrate {
+			continue
+		}
+		sid := "vm:" + strconv.FormatInt(it.VMID, 10)
+		if it.Kind == vmops.GuestCT {
+			sid = "ct:" + strconv.FormatInt(it.VMID, 10)
+		}
+		for _, rule := range rules {
+			prio, in := rule.Nodes[node]
+			if rule.Disabled || !in || !slices.Contains(rule.Resources, sid) {
+				continue
+			}
+			top := true
+			for _, p := range rule.Nodes {
+				top = top && p <= prio
+			}
+			if top {
+				it.Warning = fmt.Sprintf("HA rule %s prefers %s for %s: PVE's HA stack may move it back onto %s while %s is "+
+					"online; disable the rule, or put %s in HA maintenance, for the time of the maintenance", rule.ID, node, sid,
+					node, node, node)
+			}
+		}
+	}
 }
 
 // validEvacuation checks the request (400) and fills its defaults.

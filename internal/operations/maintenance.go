@@ -119,6 +119,13 @@ func (o *Service) EnterMaintenance(ctx context.Context, a vmops.Actor, clusterID
 	if err := o.svc.RequireWide(ctx, a, clusterID, fleet.GrantOperator, "enter maintenance on node "+node); err != nil {
 		return Launched{}, err
 	}
+	return o.enterMaintenance(ctx, a, clusterID, node, req)
+}
+
+// enterMaintenance is EnterMaintenance once the request is valid and the
+// grant checked (a rolling maintenance's drain: for its creator, under an
+// Idempotency-Key of its own in a.Key).
+func (o *Service) enterMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req MaintenanceRequest) (Launched, error) {
 	if _, in, err := o.svc.InMaintenance(ctx, clusterID, node); err != nil {
 		return Launched{}, err
 	} else if in {
@@ -195,6 +202,12 @@ func (o *Service) LeaveMaintenance(ctx context.Context, a vmops.Actor, clusterID
 	if err := o.svc.RequireWide(ctx, a, clusterID, fleet.GrantOperator, "leave maintenance on node "+node); err != nil {
 		return Launched{}, err
 	}
+	return o.leaveMaintenance(ctx, a, clusterID, node, req)
+}
+
+// leaveMaintenance is LeaveMaintenance once the request is valid and the
+// grant checked (a rolling maintenance's restore, as enterMaintenance).
+func (o *Service) leaveMaintenance(ctx context.Context, a vmops.Actor, clusterID int64, node string, req LeaveRequest) (Launched, error) {
 	mark, in, err := o.svc.InMaintenance(ctx, clusterID, node)
 	if err != nil {
 		return Launched{}, err
@@ -303,4 +316,59 @@ func (o *Service) Maintenances(ctx context.Context, a vmops.Actor, clusterID int
 		return nil, err
 	}
 	return o.st.NodeMaintenances(ctx, clusterID)
+}
+
+// Update is a package a node would upgrade.
+type Update struct {
+	Package, Installed, Candidate, Title string
+}
+
+// NodeUpdates lists a node's pending updates as PVE's package index has them
+// (GET /nodes/{node}/apt/update). It needs a viewer grant on the cluster.
+func (o *Service) NodeUpdates(ctx context.Context, a vmops.Actor, clusterID int64, node string) ([]Update, error) {
+	if err := validNodeRequest(clusterID, node, new(int)); err != nil {
+		return nil, err
+	}
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantViewer, "list the updates of node "+node); err != nil {
+		return nil, err
+	}
+	api, err := o.maintAPI(ctx, clusterID)
+	if err != nil {
+		return nil, err
+	}
+	ups, err := api.PendingUpdates(ctx, node)
+	if err != nil {
+		return nil, fleet.ReadError(err)
+	}
+	out := make([]Update, 0, len(ups))
+	for _, u := range ups {
+		out = append(out, Update{Package: u.Package, Installed: u.Installed, Candidate: u.Candidate, Title: u.Title})
+	}
+	return out, nil
+}
+
+// RefreshNodeUpdates starts PVE's apt update task on a node (POST
+// /nodes/{node}/apt/update), which refreshes the package index, and returns
+// its UPID, to be followed like any task. It needs an operator grant on the
+// cluster and is audited.
+func (o *Service) RefreshNodeUpdates(ctx context.Context, a vmops.Actor, clusterID int64, node string) (upid string, err error) {
+	if err := validNodeRequest(clusterID, node, new(int)); err != nil {
+		return "", err
+	}
+	if err := o.svc.Require(ctx, a, clusterID, fleet.GrantOperator, "refresh the updates of node "+node); err != nil {
+		return "", err
+	}
+	defer func() {
+		o.audit(ctx, a, store.AuditRecord{Action: "node.apt_update", ClusterID: clusterID, Node: node,
+			Target: "node:" + node, Result: auditResult(err), UPID: upid})
+	}()
+	api, err := o.maintAPI(ctx, clusterID)
+	if err != nil {
+		return "", err
+	}
+	u, err := api.RefreshUpdates(ctx, node)
+	if err != nil {
+		return "", fleet.UpstreamError(err)
+	}
+	return u.String(), nil
 }

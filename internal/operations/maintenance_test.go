@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/testkit"
 	"github.com/vmgate/vmgate/internal/vmops"
 )
@@ -154,4 +155,34 @@ func waitNode(t *testing.T, e *opsEnv, vmid int, node string) {
 		st, _ := e.sim.VM(vmid)
 		return st.Node == node && st.Lock == ""
 	})
+}
+
+// TestMaintenancePlanWarnsOfHAPullBack: a node-affinity rule that prefers pve2
+// for VM 103 would have PVE's HA stack move it back while pve2 is online: the
+// plan of pve2's maintenance says so on VM 103's item, and only there.
+func TestMaintenancePlanWarnsOfHAPullBack(t *testing.T) {
+	t.Parallel()
+	e := newOpsEnv(t, envOpts{}, Config{})
+	if err := e.sim.AddHARule(pvesim.HARule{ID: "app-on-pve2", Resources: []string{"vm:103"},
+		Nodes: map[string]int{"pve2": 2, "pve3": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.ops.EnterMaintenance(e.request(), e.actor, 1, "pve2", MaintenanceRequest{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range l.Plan.Items {
+		if got := strings.Contains(it.Warning, "HA rule app-on-pve2 prefers pve2 for vm:103"); got != (it.VMID == 103) {
+			t.Errorf("item %d's warning: %q", it.VMID, it.Warning)
+		}
+	}
+	other, err := e.ops.EnterMaintenance(e.request(), e.actor, 1, "pve1", MaintenanceRequest{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range other.Plan.Items {
+		if it.Warning != "" {
+			t.Errorf("pve1's plan warns on %d: %q", it.VMID, it.Warning)
+		}
+	}
 }

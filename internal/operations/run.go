@@ -104,6 +104,10 @@ func (o *Service) startDriver(op store.Operation) {
 			delete(o.driving, op.ID)
 			o.mu.Unlock()
 		}()
+		if op.Kind == KindRolling {
+			o.driveRolling(op, d)
+			return
+		}
 		o.drive(op, d)
 	}()
 }

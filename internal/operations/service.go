@@ -72,6 +72,8 @@ type View struct {
 	// Left names, for an evacuation, each guest still on its node once the
 	// operation has ended (skipped or failed), and why, in a person's words.
 	Left []LeftGuest
+	// Rolling is a rolling maintenance's progress (nil for other kinds).
+	Rolling *RollingView
 }
 
 // LeftGuest is a guest an evacuation left on its node.
@@ -112,6 +114,9 @@ type ItemView struct {
 	// Downtime is, for a running container's migration, how long it is
 	// expected to be down, and on what the estimate rests.
 	Downtime *Downtime
+	// Warning is what a person should know before the item runs (a plan's):
+	// an HA rule that would pull the guest back onto the node it leaves.
+	Warning string
 }
 
 // Downtime is a container's expected downtime during a restart migration.
@@ -179,6 +184,15 @@ type Config struct {
 	Lease time.Duration
 	// Scan is how often Run looks for operations nobody drives [DefaultOperationScan].
 	Scan time.Duration
+	// Hooks are the maintenance hooks a rolling maintenance may name: name →
+	// shell command, from the server's configuration only (hooks.go).
+	Hooks map[string]string
+	// HookTimeout bounds one run of a hook [DefaultHookTimeout].
+	HookTimeout time.Duration
+	// NodeBootTimeout bounds a rebooted node's way back [DefaultNodeBootTimeout].
+	NodeBootTimeout time.Duration
+	// GateTimeout bounds how long a health gate may take to pass [DefaultGateTimeout].
+	GateTimeout time.Duration
 }
 
 // Service runs operations on many guests. It is safe for concurrent use;
@@ -192,6 +206,11 @@ type Service struct {
 	owner string
 	lease time.Duration
 	scan  time.Duration
+
+	hooks       map[string]string
+	hookTimeout time.Duration
+	bootTimeout time.Duration
+	gateTimeout time.Duration
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -223,6 +242,16 @@ func New(svc *vmops.Service, cfg Config) *Service {
 	}
 	if o.scan <= 0 {
 		o.scan = DefaultOperationScan
+	}
+	o.hooks, o.hookTimeout, o.bootTimeout, o.gateTimeout = cfg.Hooks, cfg.HookTimeout, cfg.NodeBootTimeout, cfg.GateTimeout
+	if o.hookTimeout <= 0 {
+		o.hookTimeout = DefaultHookTimeout
+	}
+	if o.bootTimeout <= 0 {
+		o.bootTimeout = DefaultNodeBootTimeout
+	}
+	if o.gateTimeout <= 0 {
+		o.gateTimeout = DefaultGateTimeout
 	}
 	o.bgCtx, o.bgCancel = context.WithCancel(context.Background())
 	return o
@@ -358,7 +387,7 @@ func (o *Service) view(op store.Operation) View {
 	v := View{ID: op.ID, Kind: op.Kind, ClusterID: op.ClusterID, Node: op.Node, Status: op.Status,
 		CreatedBy: op.UserEmail, CreatedAt: op.CreatedAt, StartedAt: op.StartedAt, EndedAt: op.EndedAt,
 		MaxParallel: op.MaxParallel, CancelRequested: !op.CancelRequestedAt.IsZero(), Abort: op.Abort,
-		Items: make([]ItemView, 0, len(op.Items))}
+		Items: make([]ItemView, 0, len(op.Items)), Rolling: rollingView(op)}
 	for _, it := range op.Items {
 		iv := ItemView{VMID: it.VMID, Kind: vmops.GuestKind(it.GuestKind), Name: it.Name, Node: it.Node, Target: it.Target,
 			Action: it.Action, Online: it.Online, HA: it.HA, MemBytes: it.MemBytes, State: it.State, TaskID: it.UPID,

@@ -51,7 +51,7 @@ func TestGuestPath(t *testing.T) {
 		action string
 	}{
 		{VMOn("pve1/..", 100), "status/start"}, {VMOn("%2e%2e", 100), "status/start"}, {VMOn("pve1", 99), "status/start"},
-		{VMOn("pve1", 100), "status/../../access"}, {VMOn("pve1", 100), "config"}, {VMOn("", 100), "migrate"},
+		{VMOn("pve1", 100), "status/../../access"}, {VMOn("pve1", 100), "firewall"}, {VMOn("", 100), "migrate"},
 		{Guest{Kind: "openvz", Node: "pve1", VMID: 100}, "status/start"}, {Guest{Node: "pve1", VMID: 100}, "status/start"},
 		{Guest{Kind: "qemu/../lxc", Node: "pve1", VMID: 100}, "status/start"}, {CTOn("pve1", 100), "status/../x"},
 	} {

@@ -165,6 +165,13 @@
 //     (vmgate uses API tokens, which do not expire unless told to).
 //   - Task log timestamps use Options.Location (UTC unless set; `vmgate pvesim`
 //     uses the local zone, as PVE does).
+//   - Remote migration (remote_migrate of both kinds, 9.1 only; decision
+//     0106): the source reads the target's /cluster/status over HTTPS with the
+//     target-endpoint's token and pinned fingerprint, its worker opens the
+//     target's mtunnel and its WebSocket and drives the tunnel's JSON-line
+//     commands; the disks' and memory's time passes on the emulated clock, no
+//     data moves. DevClusterB is the second dev cluster; WithholdPrivileges
+//     makes a token lack what a target needs.
 //
 // # Not emulated, and why
 //

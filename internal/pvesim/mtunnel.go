@@ -21,7 +21,7 @@ import (
 // JSON line at a time, logging "received command 'NAME'" for each.
 
 // mtunAcceptTimeout is how long the tunnel worker waits for the source to
-// connect (run_with_timeout(300, accept)).
+// connect (run_with_timeout(300, accept)), in real time.
 const mtunAcceptTimeout = 300 * time.Second
 
 // mtun is one tunnel worker's state; guarded by Cluster.mu.
@@ -130,15 +130,19 @@ func mtunnel(r *request, kind string) response {
 	c.remote.tunnels[socket] = mt
 	t.log("mtunnel started")
 	t.interrupt = func(at time.Time) { c.endTunnel(mt, at, "received interrupt") }
-	c.after(t, now, mtunAcceptTimeout, func(at time.Time) {
-		if mt.connected {
+	// The wait for the source is real time, not emulated: the source
+	// connects over the network, which a fast emulated clock does not speed up.
+	time.AfterFunc(mtunAcceptTimeout, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if mt.connected || !t.running {
 			return
 		}
 		t.log("Failed to accept tunnel connection - got timeout")
 		t.log("Removing tunnel socket..")
 		t.log("Removing temporary VM config..")
 		c.removeGuest(kind, vmid)
-		c.endTunnel(mt, at, "Exiting mtunnel")
+		c.endTunnel(mt, c.clock.Now(), "Exiting mtunnel")
 	})
 	return success(map[string]any{"upid": t.upid, "ticket": mt.ticket, "socket": socket})
 }

@@ -364,8 +364,9 @@ func (m *remoteMigration) cmd(name string, params map[string]any, timeout time.D
 		return nil, fmt.Errorf("failed to decode reply to command '%s'", name)
 	}
 	if ok, _ := res["success"].(bool); !ok {
+		// PVE::Tunnel::write_tunnel's die, the command as it was sent.
 		msg, _ := res["msg"].(string)
-		return nil, fmt.Errorf("tunnel replied '%s' to command '%s'", strings.TrimRight(msg, "\n"), name)
+		return nil, fmt.Errorf("error - tunnel command '%s' failed - %s", b, strings.TrimRight(msg, "\n"))
 	}
 	return res, nil
 }
@@ -416,7 +417,7 @@ func (m *remoteMigration) openTunnel(storages, bridges []string) error {
 	if wsTunnelVersion > int(api) {
 		return errors.New("Remote tunnel endpoint too old, upgrade required")
 	}
-	m.logf("websocket tunnel started")
+	m.raw("websocket tunnel started") // QemuMigrate prints it without the time
 	return nil
 }
 

@@ -426,13 +426,19 @@ type PendingTOTP struct {
 	OTPAuthURL string
 }
 
-// BeginTOTP starts a TOTP factor for the caller, pending until ConfirmTOTP.
+// BeginTOTP starts a TOTP factor for the caller, pending until ConfirmTOTP. A
+// caller who has a factor already needs a fresh one (RequireFresh).
 func (s *Service) BeginTOTP(ctx context.Context, p auth.Principal, name string) (PendingTOTP, error) {
 	if err := auth.RequireLoginSession(p); err != nil {
 		return PendingTOTP{}, err
 	}
 	name, err := checkName(name, "authenticator app")
 	if err != nil {
+		return PendingTOTP{}, err
+	}
+	// A second factor for an account that has one needs a fresh one: a stolen
+	// session must not plant a factor of its own.
+	if err := s.RequireFresh(ctx, p, "second_factor.enrol"); err != nil {
 		return PendingTOTP{}, err
 	}
 	if _, err := s.room(ctx, p.UserID); err != nil {

@@ -138,13 +138,17 @@ func (s *Service) checkAssertion(ctx context.Context, u store.User, t store.Seco
 }
 
 // BeginPasskey starts a passkey's enrolment by the caller: a ticket bound to
-// the session and the options for navigator.credentials.create.
+// the session and the options for navigator.credentials.create. A caller who
+// has a factor already needs a fresh one (RequireFresh).
 func (s *Service) BeginPasskey(ctx context.Context, p auth.Principal) (string, json.RawMessage, error) {
 	if err := auth.RequireLoginSession(p); err != nil {
 		return "", nil, err
 	}
 	if s.wa == nil {
 		return "", nil, errs.R(errs.Conflict, errs.ReasonNotOffered, "passkeys need a public URL (--public-url)")
+	}
+	if err := s.RequireFresh(ctx, p, "second_factor.enrol"); err != nil {
+		return "", nil, err
 	}
 	if _, err := s.room(ctx, p.UserID); err != nil {
 		return "", nil, err

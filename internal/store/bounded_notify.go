@@ -70,6 +70,11 @@ func (b *bounded) RecordNotifyAttempt(ctx context.Context, ids []int64, owner st
 	return call0(b, ctx, func(ctx context.Context) error { return b.s.RecordNotifyAttempt(ctx, ids, owner, a) })
 }
 
+// ReleaseNotifyDeliveries implements Store.
+func (b *bounded) ReleaseNotifyDeliveries(ctx context.Context, ids []int64, owner string) error {
+	return call0(b, ctx, func(ctx context.Context) error { return b.s.ReleaseNotifyDeliveries(ctx, ids, owner) })
+}
+
 // NotifyMessagesSince implements Store.
 func (b *bounded) NotifyMessagesSince(ctx context.Context, targetID string, since time.Time) (int, error) {
 	return call(b, ctx, func(ctx context.Context) (int, error) { return b.s.NotifyMessagesSince(ctx, targetID, since) })

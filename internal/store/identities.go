@@ -451,3 +451,48 @@ func (s *sqlStore) TakeOIDCHandoff(ctx context.Context, codeHash string, now tim
 	}
 	return h, nil
 }
+
+// LinkIdentity implements IdentityLinks.
+func (s *sqlStore) LinkIdentity(ctx context.Context, issuer, subject string, userID int64) (Identity, error) {
+	var linked Identity
+	err := s.inFeedTx(ctx, func(tx *sql.Tx) ([]Change, error) {
+		var was int64
+		err := tx.QueryRowContext(ctx, `SELECT user_id FROM identities WHERE issuer = $1 AND subject = $2`, issuer, subject).Scan(&was)
+		if err != nil && err != sql.ErrNoRows {
+			return nil, err
+		}
+		now := s.t(s.nowMS())
+		linked, err = scanIdentity(tx.QueryRowContext(ctx, `
+			INSERT INTO identities (issuer, subject, user_id, email, claimed_groups, mapped_admin, created_at, last_login_at)
+			VALUES ($1, $2, $3, '', '[]', $4, $5, $5)
+			ON CONFLICT (issuer, subject) DO UPDATE SET user_id = excluded.user_id, mapped_admin = excluded.mapped_admin
+			RETURNING `+identityColumns, issuer, subject, userID, false, now))
+		if err != nil {
+			return nil, err
+		}
+		changes := []Change{userChanged(userID)}
+		if was != 0 && was != userID {
+			changes = append(changes, userChanged(was))
+		}
+		return s.appendChanges(ctx, tx, time.Time{}, changes...)
+	})
+	if err != nil {
+		return Identity{}, s.fail(err, "link identity", "link identity")
+	}
+	return linked, nil
+}
+
+// IdentityLinks is how an admin says which user an identity is (docs/decisions/0109).
+type IdentityLinks interface {
+	// LinkIdentity makes (issuer, subject) the identity of userID, creating it or
+	// taking it from the user it had (whose mapped admin role it no longer
+	// carries). NotFound when the user does not exist.
+	LinkIdentity(ctx context.Context, issuer, subject string, userID int64) (Identity, error)
+}
+
+var _ IdentityLinks = (*bounded)(nil)
+
+// LinkIdentity implements IdentityLinks.
+func (b *bounded) LinkIdentity(ctx context.Context, issuer, subject string, userID int64) (Identity, error) {
+	return call(b, ctx, func(ctx context.Context) (Identity, error) { return b.s.LinkIdentity(ctx, issuer, subject, userID) })
+}

@@ -127,6 +127,9 @@ type NotifyStore interface {
 	// and gives up the lease; Conflict, and nothing written, when owner no
 	// longer holds one of them.
 	RecordNotifyAttempt(ctx context.Context, ids []int64, owner string, a NotifyAttempt) error
+	// ReleaseNotifyDeliveries gives up owner's lease of deliveries ids it did
+	// not try, unchanged otherwise (no attempt counted).
+	ReleaseNotifyDeliveries(ctx context.Context, ids []int64, owner string) error
 	// NotifyMessagesSince counts the messages a target was sent after since (a
 	// digest is one).
 	NotifyMessagesSince(ctx context.Context, targetID string, since time.Time) (int, error)
@@ -430,6 +433,21 @@ func (s *sqlStore) RecordNotifyAttempt(ctx context.Context, ids []int64, owner s
 		return nil
 	})
 	return err
+}
+
+// ReleaseNotifyDeliveries implements Store.
+func (s *sqlStore) ReleaseNotifyDeliveries(ctx context.Context, ids []int64, owner string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	var q listQuery
+	ownerP := q.param(owner)
+	q.in("id", ids)
+	q.where = append(q.where, "state = 'pending'", "owner = "+ownerP)
+	if _, err := s.wdb.ExecContext(ctx, `UPDATE notify_deliveries SET owner = '', lease_expires_at = NULL`+q.clause(), q.args...); err != nil {
+		return fmt.Errorf("release deliveries: %w", err)
+	}
+	return nil
 }
 
 // NotifyMessagesSince implements Store.

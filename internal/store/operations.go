@@ -66,6 +66,12 @@ type Operation struct {
 	// Written by CreateOperation, read back only by OperationByIdempotencyKey.
 	IdemKey string
 	Plan    string
+	// Progress is where an operation that is more than its items (a rolling
+	// maintenance) stands, as its driver wrote it (SetOperationProgress): opaque
+	// JSON of the operations package. PauseRequested asks its driver to wait
+	// before its next step (SetOperationPause).
+	Progress       string
+	PauseRequested bool
 	// Items in order of Index; filled by OperationByID and ListOperations, nil from
 	// UnfinishedOperations.
 	Items []OperationItem
@@ -126,13 +132,13 @@ type ItemChange struct {
 }
 
 const operationColumns = `id, kind, cluster_id, node, status, user_id, user_email, max_parallel, params, created_at,
-	started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at`
+	started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at, progress, pause_requested`
 
 func scanOperation(sc scanner) (Operation, error) {
 	var o Operation
 	err := sc.Scan(&o.ID, &o.Kind, &o.ClusterID, &o.Node, &o.Status, &o.UserID, &o.UserEmail, &o.MaxParallel, &o.Params,
 		timeCol{&o.CreatedAt}, timeCol{&o.StartedAt}, timeCol{&o.EndedAt}, timeCol{&o.CancelRequestedAt}, &o.Abort,
-		&o.Owner, timeCol{&o.LeaseExpiresAt}, timeCol{&o.UpdatedAt})
+		&o.Owner, timeCol{&o.LeaseExpiresAt}, timeCol{&o.UpdatedAt}, &o.Progress, &o.PauseRequested)
 	return o, err
 }
 
@@ -193,12 +199,13 @@ func (s *sqlStore) CreateOperation(ctx context.Context, o Operation) (Operation,
 func (s *sqlStore) createOperationIn(ctx context.Context, tx *sql.Tx, o Operation) (Operation, error) {
 	created, err := scanOperation(tx.QueryRowContext(ctx, `
 			INSERT INTO operations (kind, cluster_id, node, status, user_id, user_email, max_parallel, params, created_at,
-				started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at, idem_key, plan)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $9, $16, $17)
+				started_at, ended_at, cancel_requested_at, abort, owner, lease_expires_at, updated_at, idem_key, plan,
+				progress)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $9, $16, $17, $18)
 			RETURNING `+operationColumns,
 		o.Kind, o.ClusterID, o.Node, o.Status, o.UserID, o.UserEmail, o.MaxParallel, o.Params, s.t(o.CreatedAt),
 		s.t(o.StartedAt), s.t(o.EndedAt), s.t(o.CancelRequestedAt), o.Abort, o.Owner, s.t(ms(o.LeaseExpiresAt)),
-		o.IdemKey, o.Plan))
+		o.IdemKey, o.Plan, o.Progress))
 	if err != nil {
 		return Operation{}, err
 	}

@@ -680,5 +680,6 @@ type Store interface {
 
 	OperationStore
 	MaintenanceStore
+	ProgressStore
 	NotifyStore
 }

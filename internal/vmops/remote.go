@@ -631,3 +631,73 @@ func remoteRefusal(vm GuestRef, pc RemotePrecheck) error {
 	}
 	return nil
 }
+
+// readableCluster reports whether a may read a cluster's tasks, without an
+// audit record of a refusal (requireTask asks it before it refuses).
+func (s *Service) readableCluster(ctx context.Context, a Actor, clusterID int64) bool {
+	ids, all, err := s.grants.Readable(ctx, a.Fleet())
+	return err == nil && (all || slicesContainsID(ids, clusterID))
+}
+
+func slicesContainsID(ids []int64, id int64) bool {
+	for _, v := range ids {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+// readsRemoteTarget reports whether task id is a move to another cluster that
+// a may read through its grant on the target cluster: a remote migration's
+// task is visible to the viewers of either cluster.
+func (s *Service) readsRemoteTarget(ctx context.Context, a Actor, id string) bool {
+	ref, err := parseTaskRef(id)
+	if err != nil {
+		return false
+	}
+	var row store.Task
+	if ref.row > 0 {
+		row, err = s.store.TaskByID(ctx, ref.row)
+	} else {
+		row, err = s.store.TaskByUPID(ctx, ref.upid.String())
+	}
+	if err != nil || row.Op != OpMigrate {
+		return false
+	}
+	var p struct {
+		Remote          bool  `json:"remote"`
+		TargetClusterID int64 `json:"targetClusterId"`
+	}
+	if json.Unmarshal([]byte(row.Params), &p) != nil || !p.Remote || p.TargetClusterID <= 0 {
+		return false
+	}
+	return s.readableCluster(ctx, a, p.TargetClusterID)
+}
+
+// remoteTaskEnded follows up the end of a move to another cluster: the target
+// cluster gets its own task.finished record (both sides are audited), and this
+// replica's snapshots of both clusters are dropped, so that their lists show
+// the guest where it is now rather than up to a snapshot's age later.
+func (s *Service) remoteTaskEnded(ctx context.Context, row store.Task, result string, params map[string]any) {
+	if row.Op != OpMigrate {
+		return
+	}
+	var p struct {
+		Remote          bool  `json:"remote"`
+		TargetClusterID int64 `json:"targetClusterId"`
+		TargetVMID      int64 `json:"targetVmid"`
+	}
+	if json.Unmarshal([]byte(row.Params), &p) != nil || !p.Remote || p.TargetClusterID <= 0 {
+		return
+	}
+	_, node, _ := strings.Cut(row.Target, "/")
+	s.trail.Append(ctx, store.AuditRecord{At: s.now(), UserID: row.UserID, UserEmail: row.UserEmail,
+		Action: "task.finished", ClusterID: p.TargetClusterID, Node: node, VMID: p.TargetVMID,
+		Target: fmt.Sprintf("from cluster %d %s/%d", row.ClusterID, row.Node, row.VMID), Params: jsonText(params),
+		Result: result, UPID: row.UPID})
+	if r, ok := s.remotes.(interface{ RefreshCluster(clusterID int64) }); ok {
+		r.RefreshCluster(row.ClusterID)
+		r.RefreshCluster(p.TargetClusterID)
+	}
+}

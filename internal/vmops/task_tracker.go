@@ -271,6 +271,7 @@ func (s *Service) save(ctx context.Context, t *tracker, v TaskView) bool {
 		s.trail.Append(ctx, store.AuditRecord{At: now, UserID: row.UserID, UserEmail: row.UserEmail,
 			Action: "task.finished", ClusterID: row.ClusterID, Node: row.Node, VMID: row.VMID, Target: row.Target,
 			Params: jsonText(params), Result: result, UPID: row.UPID})
+		s.remoteTaskEnded(ctx, row, result, params) // remote.go
 	}
 	return true
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/vmgate/vmgate/internal/operations"
 	"github.com/vmgate/vmgate/internal/pvesim"
 	"github.com/vmgate/vmgate/internal/seal"
+	"github.com/vmgate/vmgate/internal/secondfactor"
 	"github.com/vmgate/vmgate/internal/sse"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -96,6 +97,7 @@ type env struct {
 	fleet *fleet.Service
 	vms   *vmops.Service
 	ops   *operations.Service
+	sf    *secondfactor.Service
 	trail *audit.Trail
 	ui    *UI
 	srv   *httptest.Server
@@ -138,7 +140,16 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if e.auth, err = auth.New(ctx, st, acfg); err != nil {
 		t.Fatal(err)
 	}
-	e.acc = accounts.New(accounts.Config{Store: st, Auth: e.auth, Audit: e.trail})
+	// Second factors, wired as cmd/vmgate wires them (the route-table tests
+	// cover their routes too).
+	sf, err := secondfactor.New(secondfactor.Config{Store: st, Sessions: e.auth, Sealer: sealer, Audit: e.trail, Now: now,
+		PublicURL: "https://vmgate.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.auth.SetSecondStep(sf)
+	e.sf = sf
+	e.acc = accounts.New(accounts.Config{Store: st, Auth: e.auth, Audit: e.trail, StepUp: sf})
 	if e.fleet, err = fleet.New(ctx, fleet.Config{Store: st, Sealer: sealer, Audit: e.trail, PVETimeout: o.pveTimeout}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +200,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 
 	e.notify = notify.NewService(st, sealer, e.trail, notify.NewSender(notify.SenderConfig{Store: st, Sealer: sealer, Owner: "ui-test"}), now)
 	e.ui, err = New(Config{Sessions: e.auth, Accounts: e.acc, Fleet: e.fleet, VMs: e.vms, Operations: e.ops, Audit: e.trail,
+		SecondFactors: e.sf,
 		Notifications: e.notify,
 		Secret:        key, TokenTTL: acfg.TokenTTL, Status: httpapi.StatusOf, Now: now,
 		NoteCaller: httpapi.NoteCaller, Streams: o.streams,
-		GroupMappings: identity.NewMappings(st.(identity.Store), e.acc, e.trail.Record)})
+		Identity: identity.NewAdmin(st.(identity.AdminStore), e.acc, e.trail.Record)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,10 @@ type nodeView struct {
 	// node (issue 19 item 6); LastEvacuation is that operation.
 	NotEmpty       bool
 	LastEvacuation *operations.View
+	// Maint is the maintenance form; PlanOf says which preview Plan is
+	// ("maintenance" for entering or leaving it, else the evacuation's).
+	Maint  maintenanceForm
+	PlanOf string
 }
 
 // evacuateForm is the evacuation form's values.
@@ -130,6 +134,12 @@ func (u *UI) nodePage(w http.ResponseWriter, r *http.Request) error {
 	v.CanAct = u.ops != nil && u.canAct(r.Context(), r, clusterID)
 	var req operations.EvacuateRequest
 	v.Form, req = readEvacuateForm(r.URL.Query())
+	v.Maint = readMaintenanceForm(r.URL.Query())
+	if v.CanAct && r.URL.Query().Get("preview") == "maintenance" {
+		if err := u.maintenancePreview(r, &v, clusterID, name); err != nil {
+			return err
+		}
+	}
 	if v.CanAct && r.URL.Query().Get("preview") == "1" {
 		req.DryRun = true
 		l, err := u.ops.Evacuate(r.Context(), vmActor(r), clusterID, name, req)
@@ -217,6 +227,8 @@ type liveOperation struct {
 	// Left names, once the operation ended, each guest it did not act on (skipped
 	// or failed) and why, in a sentence.
 	Left []string `json:"left,omitempty"`
+	// Rolling is a rolling maintenance's nodes and log (maintenance.go).
+	Rolling *liveRolling `json:"rolling,omitempty"`
 }
 
 // opBadge is the badge of an operation's status.
@@ -283,6 +295,10 @@ func liveOp(op operations.View) liveOperation {
 		Counts: strconv.Itoa(c.OK) + " ok · " + strconv.Itoa(c.Running) + " running · " + strconv.Itoa(c.Pending) +
 			" waiting · " + strconv.Itoa(c.Failed) + " failed · " + strconv.Itoa(c.Skipped) + " skipped, of " + strconv.Itoa(c.Total)}
 	l.StatusText, l.StatusClass = opBadge(op)
+	l.Rolling = liveRoll(op)
+	if l.Rolling != nil && l.Rolling.Paused != "" && !l.Finished {
+		l.StatusText, l.StatusClass = "paused", "badge-warn"
+	}
 	if op.Finished() && !op.EndedAt.IsZero() {
 		l.Ended = when(op.EndedAt)
 	}
@@ -331,8 +347,15 @@ func (u *UI) operationPage(w http.ResponseWriter, r *http.Request) error {
 		v.Events = operationURL(id) + "/events"
 	}
 	title := "Operation " + itoa(id)
-	if op.Kind == operations.KindEvacuate {
+	switch op.Kind {
+	case operations.KindEvacuate:
 		title = "Evacuation of " + op.Node
+	case operations.KindMaintenanceEnter:
+		title = op.Node + " entering maintenance"
+	case operations.KindMaintenanceLeave:
+		title = op.Node + " leaving maintenance"
+	case operations.KindRolling:
+		title = "Rolling maintenance"
 	}
 	u.render(w, r, http.StatusOK, "operation", u.page(w, r, title, "fleet", v))
 	return nil

@@ -59,6 +59,7 @@ type view struct {
 	Status  int
 	Message string // the error page's message
 	Live    string // the page's live stream (live.go); "" for a page that is not live
+	Nonce   string // the page's style nonce (the console page: console.go); "" for the others
 }
 
 type viewUser struct {
@@ -143,16 +144,17 @@ func (u *UI) funcs() template.FuncMap {
 			t, c := opBadge(op)
 			return struct{ Text, Class string }{t, c}
 		},
-		"taskURL":  taskURL,
-		"nodeURL":  nodeURL,
-		"addBytes": func(a, b int64) int64 { return a + b },
-		"cpu":      func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
-		"cores":    func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
-		"itoa":     func(n int64) string { return strconv.FormatInt(n, 10) },
-		"join":     strings.Join,
-		"add":      func(a, b int) int { return a + b },
-		"query":    queryWith,
-		"sortLink": sortLink,
+		"taskURL":    taskURL,
+		"nodeURL":    nodeURL,
+		"rollingURL": rollingURL,
+		"addBytes":   func(a, b int64) int64 { return a + b },
+		"cpu":        func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"cores":      func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+		"itoa":       func(n int64) string { return strconv.FormatInt(n, 10) },
+		"join":       strings.Join,
+		"add":        func(a, b int) int { return a + b },
+		"query":      queryWith,
+		"sortLink":   sortLink,
 		"tokenList": func(list []accounts.Token, action, csrf string) listForms[accounts.Token] {
 			return listForms[accounts.Token]{List: list, Action: action, CSRF: csrf}
 		},

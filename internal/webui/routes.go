@@ -67,6 +67,7 @@ func (u *UI) routes() []route {
 			route{"POST", g + "/migrate", authed, u.guestMigrate(k)},
 		)
 	}
+	rs = append(rs, u.remoteRoutes()...) // remote.go
 	rs = append(rs, []route{
 		{"GET", "/tasks", authed, u.tasksPage},
 		{"GET", "/tasks/{taskId}", authed, u.taskPage},
@@ -104,6 +105,7 @@ func (u *UI) routes() []route {
 		rs = append(rs, u.notifyRoutes()...)
 	}
 	rs = append(rs, u.groupMappingRoutes()...)
+	rs = append(rs, u.consoleRoutes()...) // console.go
 	if u.ops != nil {
 		rs = append(rs, []route{
 			{"GET", "/vms/bulk", authed, u.bulkPreview},
@@ -113,6 +115,12 @@ func (u *UI) routes() []route {
 			{"GET", "/operations/{id}", authed, u.operationPage},
 			{"GET", "/operations/{id}/events", authed, u.operationEvents},
 			{"POST", "/operations/{id}/cancel", authed, u.cancelOperation},
+			{"POST", "/nodes/{clusterId}/{node}/maintenance", authed, u.enterMaintenance},
+			{"POST", "/nodes/{clusterId}/{node}/maintenance/leave", authed, u.leaveMaintenance},
+			{"GET", "/clusters/{clusterId}/rolling", authed, u.rollingPage},
+			{"POST", "/clusters/{clusterId}/rolling", authed, u.rollingStart},
+			{"POST", "/operations/{id}/pause", authed, u.pauseOperation},
+			{"POST", "/operations/{id}/resume", authed, u.resumeOperation},
 		}...)
 	}
 	return rs

@@ -100,6 +100,9 @@ type taskView struct {
 	Events   string // the address of the page's event stream
 	CanAct   bool
 	CanAbort bool // a running shutdown or migration the caller may abort (abort.go)
+	// TargetTask is a move to another cluster's tunnel task on the target, and
+	// its page there (remote.go).
+	TargetTask, TargetTaskURL string
 }
 
 // taskPage shows a task: its state, the migration's progress, the whole log; while
@@ -139,6 +142,7 @@ func (u *UI) taskPage(w http.ResponseWriter, r *http.Request) error {
 	v.Events = taskURL(upid) + "/events?" + ev.Encode()
 	v.CanAct = t.VMID != 0 && u.canAct(r.Context(), r, t.ClusterID)
 	v.CanAbort = v.CanAct && abortable(t.Op()) && !t.Finished() && t.TaskID != ""
+	v.TargetTask, v.TargetTaskURL = u.remoteTargetTask(r, t, upid, hint) // remote.go
 	u.render(w, r, http.StatusOK, "task", u.page(w, r, taskTitle(t), "tasks", v))
 	return nil
 }
@@ -231,6 +235,10 @@ func live(t vmops.TaskView, now time.Time) liveTask {
 	}
 	if l.Migration && t.VMID != 0 && t.Target != "" && (t.Result == vmops.ResultOK || t.Result == vmops.ResultWarnings) {
 		l.NewNode, l.VMURL = t.Target, guestURL(t.GuestKind(), t.ClusterID, t.Target, t.VMID)
+		if strings.Contains(t.Target, "/") {
+			// A move to another cluster ("dev-b/pveb1"): the guest list finds it there.
+			l.VMURL = "/vms?q=" + strconv.FormatInt(t.VMID, 10)
+		}
 	}
 	return l
 }

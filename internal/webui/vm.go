@@ -29,7 +29,7 @@ type vmView struct {
 	// Offer is what the buttons offer: start while stopped; stop, force stop,
 	// reboot and migrate while running; a paused VM can only be forced off.
 	// Suspend and resume are a VM's only (guestKind.suspend).
-	Offer struct{ Start, Stop, ForceStop, Reboot, Migrate, Suspend, Resume bool }
+	Offer struct{ Start, Stop, ForceStop, Reboot, Migrate, Suspend, Resume, Console bool }
 }
 
 // guestPage shows a guest of the kind: its state, the actions the caller's role
@@ -68,7 +68,8 @@ func (u *UI) guestPage(k guestKind) func(w http.ResponseWriter, r *http.Request)
 			v.Offer.Stop = running && !paused
 			v.Offer.ForceStop = running
 			v.Offer.Reboot = running && !paused
-			v.Offer.Migrate = true // PVE's pre-check says where to; a stopped guest migrates offline
+			v.Offer.Migrate = true                         // PVE's pre-check says where to; a stopped guest migrates offline
+			v.Offer.Console = running && u.consoles != nil // console.go
 			if k.suspend {
 				v.Offer.Suspend = running && !paused
 				v.Offer.Resume = paused || !running && st.Lock == "suspended" // paused, or hibernated

@@ -57,7 +57,9 @@ type Config struct {
 	SecondFactors frontend.SecondFactors
 	// GroupMappings serves the admin's page of single sign-on's group mappings;
 	// nil leaves it out.
-	GroupMappings frontend.GroupMappings
+	Identity frontend.IdentityAdmin
+	// Consoles serves the guests' console pages (console.go); nil leaves them out.
+	Consoles Consoles
 
 	// Secret is the key the UI's own keys (CSRF tokens, signed notices) are
 	// derived from with HKDF. Every replica must be given the same (the server
@@ -89,7 +91,8 @@ type UI struct {
 	sso      frontend.SingleSignOn
 	notify   frontend.Notifications
 	sf       frontend.SecondFactors // secondfactor.go
-	mappings frontend.GroupMappings
+	mappings frontend.IdentityAdmin
+	consoles Consoles
 	trail    frontend.AuditTrail
 	status   func(error) int
 	streams  *sse.Limiter
@@ -118,7 +121,7 @@ func New(cfg Config) (*UI, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("webui: Secret must have at least 16 bytes")
 	}
-	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, notify: cfg.Notifications, sf: cfg.SecondFactors, mappings: cfg.GroupMappings, trail: cfg.Audit,
+	u := &UI{sessions: cfg.Sessions, accounts: cfg.Accounts, fleet: cfg.Fleet, vms: cfg.VMs, ops: cfg.Operations, sso: cfg.SSO, notify: cfg.Notifications, sf: cfg.SecondFactors, mappings: cfg.Identity, consoles: cfg.Consoles, trail: cfg.Audit,
 		status: cfg.Status, log: cfg.Logger, now: cfg.Now, ttl: cfg.TokenTTL,
 		noteCaller: cfg.NoteCaller, renewals: map[string]renewal{}, streams: cfg.Streams}
 	if u.streams == nil {

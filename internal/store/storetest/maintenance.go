@@ -82,3 +82,30 @@ func testNodeMaintenance(t *testing.T, s store.Store) {
 	ok(t, err, "clear")
 	same(t, gone, true, "cleared by its operation")
 }
+
+// testOperationProgress: the owner alone writes an operation's progress; a
+// pause is asked and cleared by anyone while it runs, and refused once it ended.
+func testOperationProgress(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	created, err := s.CreateOperation(ctx, store.Operation{Kind: "rolling_maintenance", ClusterID: 7, UserID: 3,
+		MaxParallel: 2, Owner: "a", LeaseExpiresAt: at(time.Minute), Progress: `{"step":"pending"}`})
+	ok(t, err, "create")
+	same(t, created.Progress, `{"step":"pending"}`, "progress as created")
+	op := mkOperation(t, s, 7, "a", at(time.Minute), 0)
+	ok(t, s.SetOperationProgress(ctx, op.ID, "a", `{"step":"drain"}`), "write progress")
+	if err := s.SetOperationProgress(ctx, op.ID, "b", `{}`); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("progress by another owner: %v", err)
+	}
+	paused, err := s.SetOperationPause(ctx, op.ID, true, at(0))
+	ok(t, err, "pause")
+	if !paused.PauseRequested || paused.Progress != `{"step":"drain"}` {
+		t.Fatalf("paused operation: %+v", paused)
+	}
+	resumed, err := s.SetOperationPause(ctx, op.ID, false, at(0))
+	ok(t, err, "resume")
+	same(t, resumed.PauseRequested, false, "pause after resume")
+	ok(t, s.SetOperationStatus(ctx, op.ID, "a", store.OperationDone, at(0)), "end")
+	if _, err := s.SetOperationPause(ctx, op.ID, true, at(0)); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("pause of an ended operation: %v", err)
+	}
+}

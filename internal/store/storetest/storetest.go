@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationGuestKinds", testOperationGuestKinds},
 		{"OperationHoldRace", testOperationHoldRace},
 		{"NodeMaintenance", testNodeMaintenance},
+		{"OperationProgress", testOperationProgress},
 		{"NotifyTargets", testNotifyTargets}, {"NotifyOutbox", testNotifyOutbox}, {"NotifyDeliveries", testNotifyDeliveries}, {"NotifyLeases", testNotifyLeases}, {"NotifyReseal", testNotifyReseal},
 	}
 	for _, tc := range tests {

@@ -262,6 +262,7 @@
     if (cancelled && o.cancelRequested) { cancelled.hidden = false; }
     var stop = byId("op-stop");
     if (stop && o.finished) { stop.hidden = true; }
+    if (o.rolling) { showRolling(o.rolling); }
     (o.items || []).forEach(function (it) {
       var row = byId("op-item-" + it.vmid);
       if (!row) { return; }
@@ -289,6 +290,30 @@
       var vm = row.querySelector(".op-vm");
       if (vm && it.vmUrl) { vm.setAttribute("href", it.vmUrl); }
     });
+  }
+
+  // showRolling keeps a rolling maintenance's nodes, pause and log up to date.
+  function showRolling(r) {
+    var paused = byId("roll-paused");
+    if (paused) {
+      paused.hidden = !r.paused;
+      setText("roll-paused-why", r.paused || "");
+    }
+    (r.nodes || []).forEach(function (n) {
+      var row = byId("roll-node-" + n.node);
+      if (!row) { return; }
+      var step = row.querySelector(".roll-step");
+      if (step && step.textContent !== n.step) {
+        step.textContent = n.step;
+        step.className = "badge " + n.badge + " roll-step";
+      }
+      var reboot = row.querySelector(".roll-reboot");
+      if (reboot) { reboot.textContent = n.reboot; }
+      var err = row.querySelector(".roll-error");
+      if (err) { err.textContent = n.error || ""; }
+    });
+    var log = byId("roll-log");
+    if (log && r.log) { log.textContent = r.log.join("\n") + "\n"; }
   }
 
   function appendLog(lines) {
