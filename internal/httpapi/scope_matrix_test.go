@@ -175,6 +175,7 @@ func runScopeMatrix(t *testing.T, e *scopeEnv) {
 	t.Run("lists", func(t *testing.T) { scopeLists(t, e) })
 	t.Run("tasks", func(t *testing.T) { scopeTasks(t, e) })
 	t.Run("operations", func(t *testing.T) { scopeOperations(t, e) })
+	t.Run("API token", func(t *testing.T) { scopeToken(t, e) })
 	t.Run("admin API", func(t *testing.T) { scopeAdmin(t, e) })
 }
 
@@ -314,7 +315,7 @@ func scopeLists(t *testing.T, e *scopeEnv) {
 		for _, id := range u.sees {
 			want = append(want, fmt.Sprintf("%d/%d", e.a, id))
 		}
-		got := guestIDs(t, e.do(u.name, "GET", fmt.Sprintf("/api/v1/pve/guests"), ""))
+		got := guestIDs(t, e.do(u.name, "GET", "/api/v1/pve/guests", ""))
 		var onA []string
 		for _, g := range got {
 			if strings.HasPrefix(g, strconv.FormatInt(e.a, 10)+"/") {
@@ -563,5 +564,28 @@ func scopeAdmin(t *testing.T, e *scopeEnv) {
 	// Cluster-wide again: olga sees VM 301 at once (the grant cache follows the feed).
 	if w := e.do("olga", "GET", e.guestPath(e.a, scopeGuest{"vm", "pve2", 301}), ""); w.Code != 200 {
 		t.Errorf("olga, cluster-wide, reads VM 301: %d %s", w.Code, w.Body)
+	}
+}
+
+// scopeToken: an API token acts with its owner's scope: the same guests in and
+// out, the same 404 for one outside.
+func scopeToken(t *testing.T, e *scopeEnv) {
+	w := e.do("olga", "POST", "/api/v1/user/tokens", `{"name":"script"}`)
+	env := envelopeOf(t, w)
+	var d struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(env.Data, &d); err != nil || d.Token == "" {
+		t.Fatalf("olga's token: %d %s", w.Code, w.Body)
+	}
+	e.tokens["olga-token"] = d.Token
+	in := e.guestPath(e.a, scopeGuest{"vm", "pve1", 100})
+	out := e.guestPath(e.a, scopeGuest{"vm", "pve2", 301})
+	if w := e.do("olga-token", "GET", in, ""); w.Code != 200 {
+		t.Errorf("olga's token reads VM 100: %d %s", w.Code, w.Body)
+	}
+	byToken, bySession := e.do("olga-token", "GET", out, ""), e.do("olga", "GET", out, "")
+	if byToken.Code != 404 || !bytes.Equal(byToken.Body.Bytes(), bySession.Body.Bytes()) {
+		t.Errorf("olga's token reads VM 301: %d %s, want her session's 404 %s", byToken.Code, byToken.Body, bySession.Body)
 	}
 }
