@@ -166,6 +166,13 @@ func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, pla
 	if err != nil {
 		return err
 	}
+	return watched(o, op, id, cli.OperationSummary(op))
+}
+
+// watched prints a followed operation's end: its summary line (or, with -o
+// json, the operation as vmgate answered it) on stdout; exit 1 unless it ended
+// done.
+func watched(o output, op client.Operation, id int64, summary string) error {
 	f, err := cli.ChooseFormat(o.Output, os.Stdout)
 	if err != nil {
 		return err
@@ -179,7 +186,7 @@ func watchOperation(ctx context.Context, s *cli.Session, o output, id int64, pla
 			return err
 		}
 	} else {
-		show("%s", cli.OperationSummary(op))
+		show("%s", summary)
 	}
 	if op.Status != "done" {
 		return &cli.ExitError{Code: cli.ExitFailed, Msg: fmt.Sprintf("operation %d ended %s", id, op.Status),

@@ -91,22 +91,7 @@ func watchRolling(ctx context.Context, s *cli.Session, o output, id int64) error
 	if err != nil {
 		return err
 	}
-	f, err := cli.ChooseFormat(o.Output, os.Stdout)
-	if err != nil {
-		return err
-	}
-	if f == cli.JSON {
-		if err := cli.WriteJSON(os.Stdout, op.JSON()); err != nil {
-			return err
-		}
-	} else {
-		show("%s", cli.RollingSummary(op))
-	}
-	if op.Status != "done" {
-		return &cli.ExitError{Code: cli.ExitFailed, Msg: fmt.Sprintf("operation %d ended %s", id, op.Status),
-			Hint: fmt.Sprintf("its steps: vmgate op show %d", id)}
-	}
-	return nil
+	return watched(o, op, id, cli.RollingSummary(op))
 }
 
 type opPauseCmd struct {

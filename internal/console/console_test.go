@@ -295,11 +295,40 @@ func TestTicketOnAnotherReplica(t *testing.T) {
 
 // wake hands the console's supervisor the tick it waits for, or fails t when
 // nothing takes it (the console ended already).
-func wake(t *testing.T, tick chan time.Time, now time.Time) {
+func wake(t testing.TB, tick chan time.Time, now time.Time) {
 	t.Helper()
 	select {
 	case tick <- now:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no console waits for its clock")
+	}
+}
+
+// TestIdleConsoleAsksPVENothing (issue 21's goal "0 PVE requests while idle"):
+// once a console is open, its supervisor's wakes over twenty minutes of an idle
+// console (below the idle limit) send PVE no request; only the relay's own
+// WebSocket carries anything.
+func TestIdleConsoleAsksPVENothing(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	tick := make(chan time.Time)
+	e := newEnv(t, envOpts{cfg: func(c *Config) {
+		c.Now = clock.Now
+		c.After = func(time.Duration) <-chan time.Time { return tick }
+	}})
+	tm := openTerm(t, e, e.ticket(vmops.GuestCT, 200, "").Ticket)
+	tm.until(":~# ")
+	before := e.client.Stats().Requests
+	for range 20 {
+		clock.Set(clock.Now().Add(time.Minute))
+		wake(t, tick, clock.Now())
+	}
+	tm.typeText("hostname\r")
+	tm.until("proxy\r\n")
+	if after := e.client.Stats().Requests; after != before {
+		t.Fatalf("%d requests to PVE while the console sat idle", after-before)
+	}
+	if e.svc.Count() != 1 {
+		t.Fatalf("%d consoles open, want the idle one", e.svc.Count())
 	}
 }

@@ -29,7 +29,7 @@ import (
 // store (SQLite, or PostgreSQL) holding a user with a session and a grant, and a
 // broker whose WebSocket is served by a test server as vmgate's API serves it.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	sim     *pvesim.Cluster
 	client  *pve.Client
 	dsn     string
@@ -49,7 +49,7 @@ type envOpts struct {
 	cfg func(*Config) // tweaks of the broker's configuration
 }
 
-func newEnv(t *testing.T, o envOpts) *env {
+func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	// PVE's time at the real pace: a console proxy waits 10 s for its
 	// connection, as PVE's does.
@@ -189,7 +189,7 @@ func (e *env) request() context.Context {
 }
 
 // dial connects to srv's WebSocket with ticket; the answer's status when refused.
-func dial(t *testing.T, srv *httptest.Server, ticket string) (*websocket.Conn, int) {
+func dial(t testing.TB, srv *httptest.Server, ticket string) (*websocket.Conn, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -234,7 +234,7 @@ func (r *recordingPVE) keep(cp pve.ConsoleProxy) {
 }
 
 // leaks fails t when b holds any ticket PVE handed out (docs/security.md item 37).
-func (r *recordingPVE) leaks(t *testing.T, b []byte) {
+func (r *recordingPVE) leaks(t testing.TB, b []byte) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -309,7 +309,7 @@ func (a *auditLog) of(action string) []store.AuditRecord {
 
 // term is a client of a terminal console: it keeps every byte received.
 type term struct {
-	t   *testing.T
+	t   testing.TB
 	e   *env
 	c   *websocket.Conn
 	got bytes.Buffer

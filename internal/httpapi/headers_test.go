@@ -56,6 +56,7 @@ var sampleBodies = map[string]string{
 	"POST /api/v1/pve/clusters/{clusterId}/rolling-maintenance":      `{"dryRun":true}`,
 	"POST /api/v1/identity/group-mappings":                           `{"group":"ops","role":"user"}`,
 	"PUT /api/v1/identity/group-mappings/{id}":                       `{"group":"ops","role":"user"}`,
+	"PUT /api/v1/users/{id}/identities":                              `{"issuer":"https://idp.example","subject":"s"}`,
 	"POST /api/v1/pve/vm/{clusterId}/{node}/{vmid}/remote-migrate":   `{"targetCluster":"dev-b"}`,
 	"POST /api/v1/pve/lxc/{clusterId}/{node}/{vmid}/remote-migrate":  `{"targetCluster":"dev-b"}`,
 }
