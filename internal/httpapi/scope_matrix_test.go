@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -136,15 +135,6 @@ func newScopeEnv(t *testing.T, dsn string) *scopeEnv {
 	return e
 }
 
-// handlerFor is the handler an action is sent to: the API checked against
-// api/openapi.yaml, but for the console, which it does not describe yet.
-func (e *scopeEnv) handlerFor(a matrixAction) http.Handler {
-	if a.name == "console" {
-		return e.api
-	}
-	return e.h
-}
-
 // guestAsked counts the requests the emulated clusters received about
 // anything but their inventory (/cluster/resources, which a scope is judged on).
 func (e *scopeEnv) guestAsked() int {
@@ -185,6 +175,7 @@ func runScopeMatrix(t *testing.T, e *scopeEnv) {
 	t.Run("lists", func(t *testing.T) { scopeLists(t, e) })
 	t.Run("tasks", func(t *testing.T) { scopeTasks(t, e) })
 	t.Run("operations", func(t *testing.T) { scopeOperations(t, e) })
+	t.Run("API token", func(t *testing.T) { scopeToken(t, e) })
 	t.Run("admin API", func(t *testing.T) { scopeAdmin(t, e) })
 }
 
@@ -225,7 +216,7 @@ func scopeGuestMatrix(t *testing.T, e *scopeEnv) {
 	for _, a := range scopeGuestActions {
 		for _, g := range []scopeGuest{{"vm", "pve2", 300}, {"vm", "pve2", 301}} {
 			path := strings.ReplaceAll(a.path, "{g}", e.guestPath(e.c, g))
-			w := e.doWith(e.handlerFor(a), "wide", a.method, path, a.body)
+			w := e.do("wide", a.method, path, a.body)
 			if w.Code != 404 {
 				t.Fatalf("%s of absent VM %d on C: %d %s, want 404", a.name, g.vmid, w.Code, w.Body)
 			}
@@ -247,7 +238,7 @@ func scopeGuestMatrix(t *testing.T, e *scopeEnv) {
 					continue // below
 				}
 				before := e.guestAsked()
-				w := e.doWith(e.handlerFor(a), u.name, a.method, path, a.body)
+				w := e.do(u.name, a.method, path, a.body)
 				if asked := e.guestAsked() - before; asked != 0 {
 					t.Errorf("%s: refused, yet PVE was asked %d times", label, asked)
 				}
@@ -285,7 +276,7 @@ func scopeGuestMatrix(t *testing.T, e *scopeEnv) {
 				}
 				label := fmt.Sprintf("%s of %s %d as %s", a.name, g.seg, g.vmid, u.name)
 				before := e.guestAsked()
-				w := e.doWith(e.handlerFor(a), u.name, a.method, strings.ReplaceAll(a.path, "{g}", e.guestPath(e.a, g)), a.body)
+				w := e.do(u.name, a.method, strings.ReplaceAll(a.path, "{g}", e.guestPath(e.a, g)), a.body)
 				want := 409
 				if a.method == "GET" {
 					want = 200
@@ -324,7 +315,7 @@ func scopeLists(t *testing.T, e *scopeEnv) {
 		for _, id := range u.sees {
 			want = append(want, fmt.Sprintf("%d/%d", e.a, id))
 		}
-		got := guestIDs(t, e.do(u.name, "GET", fmt.Sprintf("/api/v1/pve/guests"), ""))
+		got := guestIDs(t, e.do(u.name, "GET", "/api/v1/pve/guests", ""))
 		var onA []string
 		for _, g := range got {
 			if strings.HasPrefix(g, strconv.FormatInt(e.a, 10)+"/") {
@@ -573,5 +564,28 @@ func scopeAdmin(t *testing.T, e *scopeEnv) {
 	// Cluster-wide again: olga sees VM 301 at once (the grant cache follows the feed).
 	if w := e.do("olga", "GET", e.guestPath(e.a, scopeGuest{"vm", "pve2", 301}), ""); w.Code != 200 {
 		t.Errorf("olga, cluster-wide, reads VM 301: %d %s", w.Code, w.Body)
+	}
+}
+
+// scopeToken: an API token acts with its owner's scope: the same guests in and
+// out, the same 404 for one outside.
+func scopeToken(t *testing.T, e *scopeEnv) {
+	w := e.do("olga", "POST", "/api/v1/user/tokens", `{"name":"script"}`)
+	env := envelopeOf(t, w)
+	var d struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(env.Data, &d); err != nil || d.Token == "" {
+		t.Fatalf("olga's token: %d %s", w.Code, w.Body)
+	}
+	e.tokens["olga-token"] = d.Token
+	in := e.guestPath(e.a, scopeGuest{"vm", "pve1", 100})
+	out := e.guestPath(e.a, scopeGuest{"vm", "pve2", 301})
+	if w := e.do("olga-token", "GET", in, ""); w.Code != 200 {
+		t.Errorf("olga's token reads VM 100: %d %s", w.Code, w.Body)
+	}
+	byToken, bySession := e.do("olga-token", "GET", out, ""), e.do("olga", "GET", out, "")
+	if byToken.Code != 404 || !bytes.Equal(byToken.Body.Bytes(), bySession.Body.Bytes()) {
+		t.Errorf("olga's token reads VM 301: %d %s, want her session's 404 %s", byToken.Code, byToken.Body, bySession.Body)
 	}
 }

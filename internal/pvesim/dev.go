@@ -33,7 +33,7 @@ func DevCluster(opts Options) *Cluster {
 	for _, v := range []VMSpec{
 		{VMID: 100, Node: "pve1", Name: "web1", Running: true, CPUs: 2, MemBytes: 4 << 30, Disks: shared(100, 32<<30), Tags: "web;prod",
 			OnBoot: true, Startup: "order=2,up=5", Serial: "serial0"},
-		{VMID: 101, Node: "pve1", Name: "db-staging", CPUs: 4, MemBytes: 8 << 30, Disks: shared(101, 64<<30)},
+		{VMID: 101, Node: "pve1", Name: "db-staging", CPUs: 4, MemBytes: 8 << 30, Disks: shared(101, 64<<30), Pool: "staging"},
 		{VMID: 102, Node: "pve2", Name: "build1", Running: true, CPUs: 4, MemBytes: 2 << 30,
 			Disks: []Disk{{Name: "scsi0", Volid: "local-lvm:vm-102-disk-0", Size: 8 << 30, Local: true}}, OnBoot: true},
 		{VMID: 103, Node: "pve2", Name: "ha-app", Running: true, CPUs: 2, MemBytes: 2 << 30, Disks: shared(103, 16<<30), HA: true},
@@ -50,7 +50,7 @@ func DevCluster(opts Options) *Cluster {
 		{VMID: 200, Node: "pve1", Hostname: "proxy", Running: true, Cores: 2, MemBytes: 1 << 30, SwapBytes: 512 << 20,
 			RootFS: rootfs(200, 8<<30), Tags: "web;prod", Unprivileged: true, OnBoot: true, Startup: "order=1"},
 		{VMID: 201, Node: "pve2", Hostname: "dns-staging", Cores: 1, MemBytes: 512 << 20, SwapBytes: 512 << 20,
-			RootFS: rootfs(201, 4<<30), Unprivileged: true},
+			RootFS: rootfs(201, 4<<30), Unprivileged: true, Pool: "staging"},
 		{VMID: 202, Node: "pve3", Hostname: "cache", Running: true, Cores: 2, MemBytes: 2 << 30, SwapBytes: 512 << 20,
 			RootFS: Disk{Volid: "local-lvm:vm-202-disk-0", Size: 8 << 30, Local: true}, Unprivileged: true, OnBoot: true},
 		{VMID: 203, Node: "pve1", Hostname: "ha-ct", Running: true, Cores: 1, MemBytes: 1 << 30, SwapBytes: 512 << 20,
