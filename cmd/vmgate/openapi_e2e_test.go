@@ -290,6 +290,8 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	walkMoves(t, ctx, admin, op, cl.ID, user.ID, must) // openapi_walk_more_test.go
+
 	// Operations on many VMs: an evacuation planned, started and cancelled at
 	// once (its running migration finishes), followed to its end; a bulk start.
 	_, err = op.Evacuate(ctx, cl.ID, "pve3", client.EvacuateRequest{DryRun: true})
@@ -308,6 +310,8 @@ func TestEveryOperationOnRealBinary(t *testing.T) {
 	must("operations", err)
 	_, err = op.Bulk(ctx, cl.ID, "start", client.BulkRequest{VMIDs: []int64{101}})
 	must("bulk start", err)
+
+	walkMaintenance(t, ctx, admin, op, cl.ID, user.ID, must) // openapi_walk_more_test.go
 
 	// API tokens: the operator makes two, a script uses one, the operator revokes
 	// it and the admin the other.
