@@ -188,10 +188,15 @@ func TestNotificationsOnRealBinary(t *testing.T) {
 	if _, _, bad := rcv.got(); len(bad) > 0 {
 		t.Fatalf("signatures refused: %v", bad)
 	}
-	ds, err := admin.NotifyDeliveries(ctx, client.NotifyDeliveryFilter{State: "delivered"})
-	if err != nil || len(ds.Items) == 0 || ds.Items[0].Kind != notify.EventAuthLockout {
-		t.Fatalf("delivered: %+v %v", ds.Items, err)
-	}
+	// The receiver has the event; the sender records the delivery once the
+	// receiver's answer is back, a moment later.
+	testkit.Until(t, "the lockout's delivery recorded", func() bool {
+		ds, err := admin.NotifyDeliveries(ctx, client.NotifyDeliveryFilter{State: "delivered"})
+		if err != nil {
+			t.Fatalf("deliveries: %v", err)
+		}
+		return len(ds.Items) > 0 && ds.Items[0].Kind == notify.EventAuthLockout
+	})
 
 	// The command line: vmgate notify target list|add|test|rm, deliveries.
 	env := cliEnv(t)
