@@ -105,6 +105,7 @@ var measurements = []measurement{
 	{"replica", (*bench).measureReplica},
 	{"rolling", (*bench).measureRolling}, // rolling.go: its own emulator (in process) and vmgate
 	{"notify", (*bench).measureNotify},   // notify.go: in this process, on a store of its own
+	{"console", (*bench).measureConsole}, // console.go: its own vmgate, on the dev emulator
 }
 
 func measurementNames() []string {
@@ -142,6 +143,7 @@ func goalList(c config) []*goal {
 	g = append(g, fleetGoals(c)...)
 	g = append(g, rollingGoals()...)
 	g = append(g, notifyGoals(c)...)
+	g = append(g, consoleGoals(c)...)
 	g = append(g, floorGoals(c)...)
 	for _, x := range g {
 		x.state = stateNotRun

@@ -65,6 +65,9 @@ type config struct {
 	fleetClusters int
 	fleetGuests   int
 	fleetClients  int
+
+	consoleKeys, consoleFrames, consoleIdle int           // console.go
+	consoleIdleWait                         time.Duration //
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -94,6 +97,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.fleetClusters, "fleet-clusters", 20, "emulator processes (clusters) of the fleet-wide guest list (fleet)")
 	fs.IntVar(&c.fleetGuests, "fleet-guests", 5000, "guests of each fleet cluster, ¾ VMs and ¼ containers (fleet)")
 	fs.IntVar(&c.fleetClients, "fleet-clients", 4, "concurrent clients of the fleet-wide guest list (fleet)")
+	fs.IntVar(&c.consoleKeys, "console-keys", 2000, "keystrokes typed on each path (console)")
+	fs.IntVar(&c.consoleFrames, "console-frames", 100, "full-screen framebuffer updates read on each path (console)")
+	fs.IntVar(&c.consoleIdle, "console-idle", 200, "idle terminal consoles held open through vmgate (console)")
+	fs.DurationVar(&c.consoleIdleWait, "console-idle-wait", 3*time.Second, "how long the idle consoles sit idle while PVE's requests are counted (console)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -103,8 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.rounds < 1 || c.duration <= 0 || c.clients < 1 || c.listers < 1 || c.loginClients < 1 ||
 		c.floodAddrs < 1 || c.floodAddrs > 254 || c.mixedRate <= 0 || c.maxClients < 1 || c.replicaTrials < 1 || c.vms < 6 ||
 		c.fleetClusters < 1 || c.fleetClusters > 100 || c.fleetGuests < 16 || c.fleetClients < 1 ||
-		c.liveStreams < 1 || c.liveDuration < 2*time.Second {
-		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials, -fleet-clients, -live-streams must be positive; -flood-addresses 1-254; -vms at least 6; -fleet-clusters 1-100; -fleet-guests at least 16; -live-duration at least 2s")
+		c.liveStreams < 1 || c.liveDuration < 2*time.Second ||
+		c.consoleKeys < 1 || c.consoleFrames < 1 || c.consoleIdle < 1 || c.consoleIdle > 10000 || c.consoleIdleWait <= 0 {
+		return c, errors.New("-rounds, -duration, -clients, -listers, -login-clients, -mixed-rate, -max-clients, -replica-trials, -fleet-clients, -live-streams, -console-keys, -console-frames, -console-idle-wait must be positive; -console-idle 1-10000; -flood-addresses 1-254; -vms at least 6; -fleet-clusters 1-100; -fleet-guests at least 16; -live-duration at least 2s")
 	}
 	for _, s := range strings.Split(*conns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

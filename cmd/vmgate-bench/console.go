@@ -1,0 +1,454 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/vmgate/vmgate/client"
+	"github.com/vmgate/vmgate/internal/console"
+	"github.com/vmgate/vmgate/internal/pve"
+)
+
+// The console goals (issue 21 (docs/history.md)), measured in one run against
+// the dev emulator process, straight (as PVE's own pages talk to it: vncproxy or
+// termproxy, then vncwebsocket with PVE's ticket) and through a vmgate process
+// of its own (POST …/console, then its WebSocket), so that its RSS and CPU time
+// are the consoles' alone:
+//
+//   - keystroke to echo: one character typed into CT 200's shell, read back;
+//     the two paths in turn, key by key;
+//   - framebuffer: full-screen Raw updates of VM 100 (1024×768 at 32 bpp, 3 MiB
+//     each) requested and read whole, the two paths in turn; vmgate's CPU time
+//     over the stream divided by the MiB it relayed;
+//   - idle: n terminal consoles opened through vmgate and left alone; vmgate's
+//     RSS with them − before them, and the requests the emulator served while
+//     they sat idle.
+
+// consoleIdleBudget is issue 21's RSS budget for 200 idle consoles.
+const consoleIdleBudget = 64 << 20
+
+func consoleGoals(c config) []*goal {
+	return []*goal{
+		{id: "console.key.p50", measurement: "console", what: fmt.Sprintf("keystroke to echo (CT 200's shell), %d keys, p50", c.consoleKeys), want: "≤ direct + 1 ms"},
+		{id: "console.key.p99", measurement: "console", what: fmt.Sprintf("keystroke to echo (CT 200's shell), %d keys, p99", c.consoleKeys), want: "≤ 1.5 × direct"},
+		{id: "console.frames", measurement: "console", what: fmt.Sprintf("framebuffer stream, %d full-screen Raw updates (VM 100)", c.consoleFrames), want: "≥ 0.90 × direct"},
+		{id: "console.cpu", measurement: "console", what: "vmgate's CPU time per relayed MiB of framebuffer", want: "stated"},
+		{id: "console.idle.rss", measurement: "console", what: fmt.Sprintf("vmgate's RSS with %d idle terminal consoles − with none", c.consoleIdle), want: "≤ 64 MiB"},
+		{id: "console.idle.pve", measurement: "console", what: fmt.Sprintf("PVE requests while %d consoles sit idle for %s", c.consoleIdle, c.consoleIdleWait), want: "0"},
+	}
+}
+
+// consoleRun is the state of one console measurement.
+type consoleRun struct {
+	b      *bench
+	vg     *vmgateProc
+	vc     *client.Client // the admin, to the console's vmgate
+	pc     *pve.Client    // the emulator's token, straight to it
+	cid    int64          // the emulator as a cluster of that vmgate
+	opened []*websocket.Conn
+}
+
+// measureConsole measures the console goals.
+func (b *bench) measureConsole(ctx context.Context) error {
+	r := &consoleRun{b: b}
+	defer func() {
+		for _, c := range r.opened {
+			c.CloseNow()
+		}
+	}()
+	if err := r.setup(ctx); err != nil {
+		return err
+	}
+	// Idle first: the baseline RSS is vmgate's before any console, not after the
+	// framebuffer stream has grown its heap.
+	if err := r.idle(ctx); err != nil {
+		return fmt.Errorf("idle consoles: %w", err)
+	}
+	if err := r.keys(ctx); err != nil {
+		return fmt.Errorf("keystrokes: %w", err)
+	}
+	if err := r.frames(ctx); err != nil {
+		return fmt.Errorf("framebuffer: %w", err)
+	}
+	return nil
+}
+
+// setup starts the console's vmgate (caps above the idle consoles), registers
+// the dev emulator on it and makes the direct client.
+func (r *consoleRun) setup(ctx context.Context) error {
+	b := r.b
+	dataDir := filepath.Join(b.tmp, "data-console")
+	email, pass := "admin@console.example", randomPassword()
+	if _, err := b.procs.run(ctx, "admin user create (console)", b.bin, []string{"admin", "--data-dir", dataDir, "user", "create",
+		"--email", email, "--role", "admin", "--password-stdin"}, nil, pass+"\n"); err != nil {
+		return err
+	}
+	cap := strconv.Itoa(b.cfg.consoleIdle + 4)
+	p, line, err := b.procs.start(ctx, "vmgate-console", b.bin, []string{"server", "--listen", "127.0.0.1:0", "--data-dir", dataDir},
+		[]string{"VMGATE_CONSOLES_PER_USER=" + cap, "VMGATE_CONSOLES_TOTAL=" + cap}, "")
+	if err != nil {
+		return err
+	}
+	base, ok := strings.CutPrefix(line, "vmgate listening on ")
+	if !ok {
+		return fmt.Errorf("vmgate-console announced %q", line)
+	}
+	r.vg = &vmgateProc{proc: p, base: base}
+	token, err := loginWith(ctx, newClient(nil, nil, false), base, email, pass)
+	if err != nil {
+		return err
+	}
+	if r.cid, err = b.registerClusterOn(ctx, base, token, "console", b.small); err != nil {
+		return err
+	}
+	hc := newClient(nil, nil, true)
+	hc.Timeout = 0 // the WebSocket's life is the context's
+	r.vc = client.New(base, client.WithToken(token), client.WithHTTPClient(hc))
+	tokenID, secret, _ := strings.Cut(b.small.token, "=")
+	r.pc, err = pve.New(pve.Config{Endpoints: []pve.Endpoint{{URL: b.small.url, Fingerprint: b.small.fingerprint}},
+		TokenID: tokenID, TokenSecret: secret})
+	return err
+}
+
+// viaVmgate opens a console of g through vmgate.
+func (r *consoleRun) viaVmgate(ctx context.Context, g client.GuestRef, typ string) (*websocket.Conn, error) {
+	t, err := r.vc.OpenConsole(ctx, g, typ)
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.vc.DialConsole(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(8 << 20) // a full-screen update may come in one message
+	r.opened = append(r.opened, c)
+	return c, nil
+}
+
+// direct opens a console of g straight at the emulator, logged in as vmgate's
+// broker does (termproxy's login line, or VNC authentication with the ticket);
+// it answers the bytes that came with the login.
+func (r *consoleRun) direct(ctx context.Context, g pve.Guest, vnc bool) (*websocket.Conn, []byte, error) {
+	var cp pve.ConsoleProxy
+	var err error
+	if vnc {
+		cp, err = r.pc.VNCProxy(ctx, g)
+	} else {
+		cp, err = r.pc.TermProxy(ctx, g, "")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := r.pc.DialConsole(ctx, g, cp)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.SetReadLimit(8 << 20)
+	r.opened = append(r.opened, c)
+	var rest []byte
+	if vnc {
+		_, rest, err = console.VNCLogin(ctx, c, cp.Ticket)
+	} else {
+		rest, err = console.TermLogin(ctx, c, cp.User, cp.Ticket)
+	}
+	return c, rest, err
+}
+
+// readUntil reads c's messages until what arrived (after got) holds want.
+func readUntil(ctx context.Context, c *websocket.Conn, got []byte, want string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for !strings.Contains(string(got), want) {
+		_, m, err := c.Read(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for %q: %w", want, err)
+		}
+		got = append(got, m...)
+	}
+	return nil
+}
+
+const shellPrompt = ":~# "
+
+// idle opens the idle consoles and judges their RSS and PVE's requests.
+func (r *consoleRun) idle(ctx context.Context) error {
+	b, n := r.b, r.b.cfg.consoleIdle
+	before, err := memKiB(r.vg.proc.pid(), "VmRSS")
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	ct := client.CT(r.cid, "pve1", 200)
+	conns := make([]*websocket.Conn, 0, n)
+	for range n {
+		c, err := r.viaVmgate(ctx, ct, client.ConsoleTerm)
+		if err != nil {
+			return fmt.Errorf("console %d: %w", len(conns)+1, err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns { // every one is relaying: its shell's prompt came through
+		if err := readUntil(ctx, c, nil, shellPrompt); err != nil {
+			return err
+		}
+	}
+	opened := time.Since(began)
+	after, err := memKiB(r.vg.proc.pid(), "VmRSS")
+	if err != nil {
+		return err
+	}
+	added := (after - before) << 10
+	b.judge("console.idle.rss", added <= consoleIdleBudget, fmt.Sprintf("%+.1f MiB", float64(added)/(1<<20)),
+		fmt.Sprintf("%.1f → %.1f MiB, %.0f KiB a console; %d opened in %s", float64(before)/1024, float64(after)/1024,
+			float64(added)/1024/float64(n), n, ms(opened)))
+
+	// Idle: the consoles open, nobody typing. The emulator counts every request.
+	reqBefore, err := b.emulatorRequests(ctx, b.small)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.cfg.consoleIdleWait):
+	}
+	reqAfter, err := b.emulatorRequests(ctx, b.small)
+	if err != nil {
+		return err
+	}
+	delta, sum := countsDelta(reqBefore, reqAfter)
+	b.judge("console.idle.pve", sum == 0, strconv.Itoa(sum), "routes: "+formatCounts(delta))
+	b.printf("  idle: %d consoles, RSS %+.1f MiB, %d PVE requests in %s\n", n, float64(added)/(1<<20), sum, b.cfg.consoleIdleWait)
+	for _, c := range conns {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	return nil
+}
+
+// keys types into CT 200's shell on both paths in turn and judges the echoes'
+// p50 and p99.
+func (r *consoleRun) keys(ctx context.Context) error {
+	b := r.b
+	d, rest, err := r.direct(ctx, pve.Guest{Kind: pve.LXC, Node: "pve1", VMID: 200}, false)
+	if err != nil {
+		return fmt.Errorf("direct: %w", err)
+	}
+	if err := readUntil(ctx, d, rest, shellPrompt); err != nil {
+		return err
+	}
+	v, err := r.viaVmgate(ctx, client.CT(r.cid, "pve1", 200), client.ConsoleTerm)
+	if err != nil {
+		return fmt.Errorf("through vmgate: %w", err)
+	}
+	if err := readUntil(ctx, v, nil, shellPrompt); err != nil {
+		return err
+	}
+	paths := []*websocket.Conn{d, v}
+	lat := [2][]time.Duration{}
+	const warm, line = 20, 60
+	typed := 0
+	for i := range warm + b.cfg.consoleKeys {
+		for p, c := range paths {
+			ch := string(rune('a' + i%26))
+			start := time.Now()
+			if err := c.Write(ctx, websocket.MessageText, []byte("0:1:"+ch)); err != nil {
+				return err
+			}
+			if err := readUntil(ctx, c, nil, ch); err != nil {
+				return err
+			}
+			if i >= warm {
+				lat[p] = append(lat[p], time.Since(start))
+			}
+		}
+		if typed++; typed == line { // keep the line short: Ctrl-U erases it ("\b \b" a character, no letter)
+			for _, c := range paths {
+				if err := c.Write(ctx, websocket.MessageText, []byte("0:1:\x15")); err != nil {
+					return err
+				}
+				if err := readUntil(ctx, c, nil, strings.Repeat("\b \b", line)); err != nil {
+					return err
+				}
+			}
+			typed = 0
+		}
+	}
+	dp50, dp99 := quantile(lat[0], 0.5), quantile(lat[0], 0.99)
+	vp50, vp99 := quantile(lat[1], 0.5), quantile(lat[1], 0.99)
+	b.judge("console.key.p50", vp50 <= dp50+time.Millisecond, us(vp50),
+		fmt.Sprintf("direct %s, added %s", us(dp50), signed(us(vp50-dp50))))
+	b.judge("console.key.p99", float64(vp99) <= 1.5*float64(dp99), us(vp99),
+		fmt.Sprintf("direct %s, ratio %.2f", us(dp99), float64(vp99)/float64(dp99)))
+	b.printf("  keystroke to echo, %d keys: direct p50 %s p99 %s; through vmgate p50 %s p99 %s\n",
+		b.cfg.consoleKeys, us(dp50), us(dp99), us(vp50), us(vp99))
+	return nil
+}
+
+// quantile is the q-quantile of ds (nearest rank).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*q))]
+}
+
+// rfbStream is an RFB client past ServerInit, asking for Raw updates.
+type rfbStream struct {
+	nc           net.Conn
+	w, h, bpp    int
+	request, hdr []byte
+	rect         []byte
+}
+
+// rfbStart sends ClientInit and SetEncodings (Raw) on a console whose handshake
+// is done, and reads ServerInit.
+func rfbStart(ctx context.Context, c *websocket.Conn, rest []byte) (*rfbStream, error) {
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%d unexpected bytes after the handshake", len(rest))
+	}
+	nc := websocket.NetConn(ctx, c, websocket.MessageBinary)
+	if _, err := nc.Write([]byte{1}); err != nil { // ClientInit: shared
+		return nil, err
+	}
+	si := make([]byte, 24)
+	if _, err := io.ReadFull(nc, si); err != nil {
+		return nil, fmt.Errorf("ServerInit: %w", err)
+	}
+	nameLen := binary.BigEndian.Uint32(si[20:])
+	if nameLen > 1<<10 {
+		return nil, fmt.Errorf("ServerInit: a name of %d bytes", nameLen)
+	}
+	if _, err := io.CopyN(io.Discard, nc, int64(nameLen)); err != nil {
+		return nil, err
+	}
+	s := &rfbStream{nc: nc, w: int(binary.BigEndian.Uint16(si[0:])), h: int(binary.BigEndian.Uint16(si[2:])), bpp: int(si[4]),
+		hdr: make([]byte, 4), rect: make([]byte, 12)}
+	if s.w == 0 || s.h == 0 || s.bpp%8 != 0 || s.bpp == 0 {
+		return nil, fmt.Errorf("ServerInit: %d×%d at %d bpp", s.w, s.h, s.bpp)
+	}
+	if _, err := nc.Write([]byte{2, 0, 0, 1, 0, 0, 0, 0}); err != nil { // SetEncodings: Raw
+		return nil, err
+	}
+	s.request = []byte{3, 0, 0, 0, 0, 0, byte(s.w >> 8), byte(s.w), byte(s.h >> 8), byte(s.h)} // full, not incremental
+	return s, nil
+}
+
+// update asks for the whole screen and reads the update; it answers the pixel
+// bytes read.
+func (s *rfbStream) update() (int64, error) {
+	if _, err := s.nc.Write(s.request); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(s.nc, s.hdr); err != nil {
+		return 0, err
+	}
+	if s.hdr[0] != 0 {
+		return 0, fmt.Errorf("server message %d, not a framebuffer update", s.hdr[0])
+	}
+	var n int64
+	for range binary.BigEndian.Uint16(s.hdr[2:]) {
+		if _, err := io.ReadFull(s.nc, s.rect); err != nil {
+			return 0, err
+		}
+		if enc := int32(binary.BigEndian.Uint32(s.rect[8:])); enc != 0 {
+			return 0, fmt.Errorf("rectangle encoding %d, not Raw", enc)
+		}
+		size := int64(binary.BigEndian.Uint16(s.rect[4:])) * int64(binary.BigEndian.Uint16(s.rect[6:])) * int64(s.bpp/8)
+		if _, err := io.CopyN(io.Discard, s.nc, size); err != nil {
+			return 0, err
+		}
+		n += size
+	}
+	return n, nil
+}
+
+// frames streams VM 100's screen on both paths in turn and judges the ratio of
+// their throughputs, and states vmgate's CPU time per relayed MiB.
+func (r *consoleRun) frames(ctx context.Context) error {
+	b := r.b
+	d, rest, err := r.direct(ctx, pve.Guest{Kind: pve.Qemu, Node: "pve1", VMID: 100}, true)
+	if err != nil {
+		return fmt.Errorf("direct: %w", err)
+	}
+	ds, err := rfbStart(ctx, d, rest)
+	if err != nil {
+		return fmt.Errorf("direct: %w", err)
+	}
+	v, err := r.viaVmgate(ctx, client.VM(r.cid, "pve1", 100), client.ConsoleVNC)
+	if err != nil {
+		return fmt.Errorf("through vmgate: %w", err)
+	}
+	_, rest, err = console.VNCLogin(ctx, v, "") // vmgate offers security type None
+	if err != nil {
+		return fmt.Errorf("through vmgate: %w", err)
+	}
+	vs, err := rfbStart(ctx, v, rest)
+	if err != nil {
+		return fmt.Errorf("through vmgate: %w", err)
+	}
+	if ds.w != vs.w || ds.h != vs.h || ds.bpp != vs.bpp {
+		return fmt.Errorf("the two paths' screens differ: %d×%d×%d and %d×%d×%d", ds.w, ds.h, ds.bpp, vs.w, vs.h, vs.bpp)
+	}
+	streams := []*rfbStream{ds, vs}
+	for range 2 { // warm up both paths
+		for _, s := range streams {
+			if _, err := s.update(); err != nil {
+				return err
+			}
+		}
+	}
+	var spent [2]time.Duration
+	var bytes [2]int64
+	cpu0, err := cpuTime(r.vg.proc.pid())
+	if err != nil {
+		return err
+	}
+	for range b.cfg.consoleFrames {
+		for p, s := range streams {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := time.Now()
+			n, err := s.update()
+			if err != nil {
+				return err
+			}
+			spent[p] += time.Since(start)
+			bytes[p] += n
+		}
+	}
+	cpu1, err := cpuTime(r.vg.proc.pid())
+	if err != nil {
+		return err
+	}
+	if bytes[0] != bytes[1] || bytes[0] == 0 {
+		return fmt.Errorf("the paths read %d and %d bytes", bytes[0], bytes[1])
+	}
+	mib := float64(bytes[1]) / (1 << 20)
+	rate := func(p int) float64 { return float64(bytes[p]) / (1 << 20) / spent[p].Seconds() }
+	ratio := rate(1) / rate(0)
+	b.judge("console.frames", ratio >= 0.9, fmt.Sprintf("%.2f ×", ratio),
+		fmt.Sprintf("direct %.0f MiB/s, through vmgate %.0f MiB/s; %d×%d at %d bpp, %.0f MiB each way", rate(0), rate(1), ds.w, ds.h, ds.bpp, mib))
+	cpu := cpu1 - cpu0
+	perMiB := time.Duration(float64(cpu) / mib)
+	state := "(below the clock tick: relay more frames)"
+	if cpu > 0 {
+		state = fmt.Sprintf("%s of CPU for %.0f MiB", ms(cpu), mib)
+	}
+	b.judge("console.cpu", cpu > 0, fmt.Sprintf("%s/MiB", us(perMiB)), state)
+	b.printf("  framebuffer, %d updates: direct %.0f MiB/s, through vmgate %.0f MiB/s (%.2f ×); vmgate CPU %s/MiB\n",
+		b.cfg.consoleFrames, rate(0), rate(1), ratio, us(perMiB))
+	return nil
+}
