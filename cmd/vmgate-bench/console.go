@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -283,8 +282,8 @@ func (r *consoleRun) keys(ctx context.Context) error {
 			typed = 0
 		}
 	}
-	dp50, dp99 := quantile(lat[0], 0.5), quantile(lat[0], 0.99)
-	vp50, vp99 := quantile(lat[1], 0.5), quantile(lat[1], 0.99)
+	dp50, dp99 := percentile(lat[0], 50), percentile(lat[0], 99)
+	vp50, vp99 := percentile(lat[1], 50), percentile(lat[1], 99)
 	b.judge("console.key.p50", vp50 <= dp50+time.Millisecond, us(vp50),
 		fmt.Sprintf("direct %s, added %s", us(dp50), signed(us(vp50-dp50))))
 	b.judge("console.key.p99", float64(vp99) <= 1.5*float64(dp99), us(vp99),
@@ -292,16 +291,6 @@ func (r *consoleRun) keys(ctx context.Context) error {
 	b.printf("  keystroke to echo, %d keys: direct p50 %s p99 %s; through vmgate p50 %s p99 %s\n",
 		b.cfg.consoleKeys, us(dp50), us(dp99), us(vp50), us(vp99))
 	return nil
-}
-
-// quantile is the q-quantile of ds (nearest rank).
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*q))]
 }
 
 // rfbStream is an RFB client past ServerInit, asking for Raw updates.

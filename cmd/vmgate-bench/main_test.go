@@ -35,7 +35,8 @@ func TestSmoke(t *testing.T) {
 	md := filepath.Join(t.TempDir(), "report.md")
 	args := []string{"-rounds", "1", "-duration", "200ms", "-clients", "2", "-conn-clients", "1,2",
 		"-vms", "300", "-listers", "4", "-live-streams", "20", "-live-duration", "2s", "-login-clients", "2", "-flood-addresses", "3", "-mixed-rate", "50",
-		"-max-clients", "2", "-replica-trials", "8", "-no-fail", "-markdown", md}
+		"-max-clients", "2", "-replica-trials", "8",
+		"-console-keys", "5", "-console-frames", "2", "-console-idle", "3", "-console-idle-wait", "100ms", "-no-fail", "-markdown", md}
 	postgres := os.Getenv("VMGATE_TEST_POSTGRES")
 	if postgres != "" {
 		args = append(args, "-postgres", postgres)
@@ -112,6 +113,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-rounds", "0"}, false},
 		{[]string{"-flood-addresses", "300"}, false},
 		{[]string{"extra"}, false},
+		{[]string{"-console-idle", "0"}, false},
+		{[]string{"-console-frames", "0"}, false},
 	} {
 		var stderr bytes.Buffer
 		c, err := parseFlags(tc.args, &stderr)
