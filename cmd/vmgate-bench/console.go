@@ -253,43 +253,58 @@ func (r *consoleRun) keys(ctx context.Context) error {
 		return err
 	}
 	paths := []*websocket.Conn{d, v}
-	lat := [2][]time.Duration{}
-	const warm, line = 20, 60
 	typed := 0
-	for i := range warm + b.cfg.consoleKeys {
-		for p, c := range paths {
+	// typeKeys types n keys on both paths in turn, answering each path's latencies.
+	typeKeys := func(n int) (lat [2][]time.Duration, err error) {
+		const line = 60
+		for i := range n {
 			ch := string(rune('a' + i%26))
-			start := time.Now()
-			if err := c.Write(ctx, websocket.MessageText, []byte("0:1:"+ch)); err != nil {
-				return err
-			}
-			if err := readUntil(ctx, c, nil, ch); err != nil {
-				return err
-			}
-			if i >= warm {
+			for p, c := range paths {
+				start := time.Now()
+				if err := c.Write(ctx, websocket.MessageText, []byte("0:1:"+ch)); err != nil {
+					return lat, err
+				}
+				if err := readUntil(ctx, c, nil, ch); err != nil {
+					return lat, err
+				}
 				lat[p] = append(lat[p], time.Since(start))
 			}
-		}
-		if typed++; typed == line { // keep the line short: Ctrl-U erases it ("\b \b" a character, no letter)
-			for _, c := range paths {
-				if err := c.Write(ctx, websocket.MessageText, []byte("0:1:\x15")); err != nil {
-					return err
+			if typed++; typed == line { // keep the line short: Ctrl-U erases it ("\b \b" a character, no letter)
+				for _, c := range paths {
+					if err := c.Write(ctx, websocket.MessageText, []byte("0:1:\x15")); err != nil {
+						return lat, err
+					}
+					if err := readUntil(ctx, c, nil, strings.Repeat("\b \b", line)); err != nil {
+						return lat, err
+					}
 				}
-				if err := readUntil(ctx, c, nil, strings.Repeat("\b \b", line)); err != nil {
-					return err
-				}
+				typed = 0
 			}
-			typed = 0
 		}
+		return lat, nil
 	}
-	dp50, dp99 := percentile(lat[0], 50), percentile(lat[0], 99)
-	vp50, vp99 := percentile(lat[1], 50), percentile(lat[1], 99)
-	b.judge("console.key.p50", vp50 <= dp50+time.Millisecond, us(vp50),
-		fmt.Sprintf("direct %s, added %s", us(dp50), signed(us(vp50-dp50))))
-	b.judge("console.key.p99", float64(vp99) <= 1.5*float64(dp99), us(vp99),
-		fmt.Sprintf("direct %s, ratio %.2f", us(dp99), float64(vp99)/float64(dp99)))
-	b.printf("  keystroke to echo, %d keys: direct p50 %s p99 %s; through vmgate p50 %s p99 %s\n",
-		b.cfg.consoleKeys, us(dp50), us(dp99), us(vp50), us(vp99))
+	if _, err := typeKeys(20); err != nil { // warm up
+		return err
+	}
+	var added, ratio, dp50s, dp99s, vp50s, vp99s []float64
+	for round := range b.cfg.rounds {
+		lat, err := typeKeys(b.cfg.consoleKeys)
+		if err != nil {
+			return err
+		}
+		dp50, dp99 := percentile(lat[0], 50), percentile(lat[0], 99)
+		vp50, vp99 := percentile(lat[1], 50), percentile(lat[1], 99)
+		added = append(added, float64(vp50-dp50))
+		ratio = append(ratio, float64(vp99)/float64(max(dp99, 1)))
+		dp50s, dp99s = append(dp50s, float64(dp50)), append(dp99s, float64(dp99))
+		vp50s, vp99s = append(vp50s, float64(vp50)), append(vp99s, float64(vp99))
+		b.printf("  round %d, keystroke to echo, %d keys: direct p50 %s p99 %s; through vmgate p50 %s p99 %s\n",
+			round+1, b.cfg.consoleKeys, us(dp50), us(dp99), us(vp50), us(vp99))
+	}
+	b.judge("console.key.p50", median(added) <= float64(time.Millisecond), usf(median(vp50s)),
+		fmt.Sprintf("direct %s, added %s (medians of %d rounds)", usf(median(dp50s)), signed(usf(median(added))), b.cfg.rounds))
+	b.judge("console.key.p99", median(ratio) <= 1.5, usf(median(vp99s)),
+		fmt.Sprintf("direct %s, ratio %.2f (medians of %d rounds)", usf(median(dp99s)), median(ratio), b.cfg.rounds))
 	return nil
 }
 
@@ -398,46 +413,53 @@ func (r *consoleRun) frames(ctx context.Context) error {
 			}
 		}
 	}
-	var spent [2]time.Duration
-	var bytes [2]int64
-	cpu0, err := cpuTime(r.vg.proc.pid())
-	if err != nil {
-		return err
-	}
-	for range b.cfg.consoleFrames {
-		for p, s := range streams {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			start := time.Now()
-			n, err := s.update()
-			if err != nil {
-				return err
-			}
-			spent[p] += time.Since(start)
-			bytes[p] += n
+	var ratios, rates0, rates1, perMiBs []float64
+	var cpuAll time.Duration
+	var mibAll float64
+	for round := range b.cfg.rounds {
+		var spent [2]time.Duration
+		var bytes [2]int64
+		cpu0, err := cpuTime(r.vg.proc.pid())
+		if err != nil {
+			return err
 		}
+		for range b.cfg.consoleFrames {
+			for p, s := range streams {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				start := time.Now()
+				n, err := s.update()
+				if err != nil {
+					return err
+				}
+				spent[p] += time.Since(start)
+				bytes[p] += n
+			}
+		}
+		cpu1, err := cpuTime(r.vg.proc.pid())
+		if err != nil {
+			return err
+		}
+		if bytes[0] != bytes[1] || bytes[0] == 0 {
+			return fmt.Errorf("the paths read %d and %d bytes", bytes[0], bytes[1])
+		}
+		mib := float64(bytes[1]) / (1 << 20)
+		rate := func(p int) float64 { return float64(bytes[p]) / (1 << 20) / spent[p].Seconds() }
+		cpu := cpu1 - cpu0
+		ratios, rates0, rates1 = append(ratios, rate(1)/rate(0)), append(rates0, rate(0)), append(rates1, rate(1))
+		perMiBs = append(perMiBs, float64(cpu)/mib)
+		cpuAll, mibAll = cpuAll+cpu, mibAll+mib
+		b.printf("  round %d, framebuffer, %d updates (%.0f MiB): direct %.0f MiB/s, through vmgate %.0f MiB/s (%.2f ×); vmgate CPU %s/MiB\n",
+			round+1, b.cfg.consoleFrames, mib, rate(0), rate(1), rate(1)/rate(0), us(time.Duration(float64(cpu)/mib)))
 	}
-	cpu1, err := cpuTime(r.vg.proc.pid())
-	if err != nil {
-		return err
+	b.judge("console.frames", median(ratios) >= 0.9, fmt.Sprintf("%.2f ×", median(ratios)),
+		fmt.Sprintf("direct %.0f MiB/s, through vmgate %.0f MiB/s (medians of %d rounds); %d×%d at %d bpp", median(rates0), median(rates1),
+			b.cfg.rounds, ds.w, ds.h, ds.bpp))
+	state := "below the clock tick: relay more frames"
+	if cpuAll > 0 {
+		state = fmt.Sprintf("median of %d rounds; %s of CPU for %.0f MiB in all", b.cfg.rounds, ms(cpuAll), mibAll)
 	}
-	if bytes[0] != bytes[1] || bytes[0] == 0 {
-		return fmt.Errorf("the paths read %d and %d bytes", bytes[0], bytes[1])
-	}
-	mib := float64(bytes[1]) / (1 << 20)
-	rate := func(p int) float64 { return float64(bytes[p]) / (1 << 20) / spent[p].Seconds() }
-	ratio := rate(1) / rate(0)
-	b.judge("console.frames", ratio >= 0.9, fmt.Sprintf("%.2f ×", ratio),
-		fmt.Sprintf("direct %.0f MiB/s, through vmgate %.0f MiB/s; %d×%d at %d bpp, %.0f MiB each way", rate(0), rate(1), ds.w, ds.h, ds.bpp, mib))
-	cpu := cpu1 - cpu0
-	perMiB := time.Duration(float64(cpu) / mib)
-	state := "(below the clock tick: relay more frames)"
-	if cpu > 0 {
-		state = fmt.Sprintf("%s of CPU for %.0f MiB", ms(cpu), mib)
-	}
-	b.judge("console.cpu", cpu > 0, fmt.Sprintf("%s/MiB", us(perMiB)), state)
-	b.printf("  framebuffer, %d updates: direct %.0f MiB/s, through vmgate %.0f MiB/s (%.2f ×); vmgate CPU %s/MiB\n",
-		b.cfg.consoleFrames, rate(0), rate(1), ratio, us(perMiB))
+	b.judge("console.cpu", cpuAll > 0, usf(median(perMiBs))+"/MiB", state)
 	return nil
 }
