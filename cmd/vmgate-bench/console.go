@@ -93,7 +93,16 @@ func (r *consoleRun) setup(ctx context.Context) error {
 		return err
 	}
 	cap := strconv.Itoa(b.cfg.consoleIdle + 4)
-	p, line, err := b.procs.start(ctx, "vmgate-console", b.bin, []string{"server", "--listen", "127.0.0.1:0", "--data-dir", dataDir},
+	args := []string{"server", "--listen", "127.0.0.1:0", "--data-dir", dataDir}
+	if b.cfg.cpuProfile != "" { // this vmgate's profile beside the main one's
+		abs, err := filepath.Abs(b.cfg.cpuProfile + ".console")
+		if err != nil {
+			return err
+		}
+		args = append(args, "--cpu-profile", abs)
+		b.printf("  CPU profile of the console's vmgate: %s\n", abs)
+	}
+	p, line, err := b.procs.start(ctx, "vmgate-console", b.bin, args,
 		[]string{"VMGATE_CONSOLES_PER_USER=" + cap, "VMGATE_CONSOLES_TOTAL=" + cap}, "")
 	if err != nil {
 		return err
