@@ -17,7 +17,10 @@ import (
 func TestSQLiteOpenWaitsForAWriterOfANewFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "vmgate.db")
-	db, err := sql.Open("sqlite", path)
+	// The other writer waits for locks too: its commit needs the file to
+	// itself, and Open's retried switch to WAL holds a shared lock for moments
+	// (without a busy timeout the commit failed SQLITE_BUSY once, under load).
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(60000)")
 	if err != nil {
 		t.Fatal(err)
 	}
