@@ -3,7 +3,6 @@ package identity
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -192,8 +191,7 @@ func (m *Admin) check(ctx context.Context, in MappingInput) (store.GroupMapping,
 		}
 		scope, err := fleet.CheckScope(g.Scope)
 		if err != nil {
-			var e *errs.Error
-			if errors.As(err, &e) {
+			if e, ok := errs.As(err); ok {
 				return store.GroupMapping{}, errs.E(e.Kind, "grants[%d]: %s", i, e.Message)
 			}
 			return store.GroupMapping{}, err

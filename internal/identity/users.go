@@ -122,7 +122,7 @@ func (s *Service) applyMappings(ctx context.Context, u store.User, id store.Iden
 	for _, ch := range changes {
 		rec := store.AuditRecord{Action: "grant.put", Target: "user:" + strconv.FormatInt(u.ID, 10), ClusterID: ch.ClusterID,
 			Result: "ok", Params: jsonParams(map[string]any{"via": "group_mapping", "role": ch.Role, "was": ch.Was,
-				"scope": ch.Scope, "wasScope": ch.WasScope})}
+				"scope": scopeParam(ch.Scope), "wasScope": scopeParam(ch.WasScope)})}
 		if ch.Role == "" {
 			rec.Action = "grant.delete"
 		}
@@ -197,6 +197,14 @@ func mapped(mappings []store.GroupMapping, groups []string) (bool, []store.Mappe
 	}
 	slices.SortFunc(out, func(a, b store.MappedGrant) int { return cmp.Compare(a.ClusterID, b.ClusterID) })
 	return admin, out
+}
+
+// scopeParam is a scope as the audit trail shows it: null for the whole cluster.
+func scopeParam(g store.GrantScope) any {
+	if g.IsZero() {
+		return nil
+	}
+	return g
 }
 
 // sortedSet is s sorted without duplicates (nil when empty), as the store keeps
