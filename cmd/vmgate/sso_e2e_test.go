@@ -267,7 +267,8 @@ var ssoURL = regexp.MustCompile(`http://\S+/auth/oidc/login\?\S+`)
 // TestLoginSSOCommand: an admin maps a group with `vmgate group-mapping add`;
 // `vmgate login --sso --no-browser` prints the address to open, receives the
 // browser on its loopback port (RFC 8252, PKCE), keeps the login, and the next
-// command runs as the SSO user, with the group's grant.
+// command runs as the SSO user, with the group's grant; `group-mapping set`
+// narrows the grant to a pool and a tag, and the list shows it.
 func TestLoginSSOCommand(t *testing.T) {
 	t.Parallel()
 	bob := oidctest.User{Email: "bob@example.com", Password: "bob's dex password", Name: "Bob", ID: "bob-1",
@@ -311,6 +312,14 @@ func TestLoginSSOCommand(t *testing.T) {
 	if !strings.Contains(me.stdout, `"email": "bob@example.com"`) ||
 		!strings.Contains(me.stdout, fmt.Sprintf(`"clusterId": %d`, l.lab)) || !strings.Contains(me.stdout, `"operator"`) {
 		t.Fatalf("me: %s", me.stdout)
+	}
+	// A scoped mapped grant: --grant CLUSTER=ROLE:pool=P:tag=T, shown back the same way.
+	id := table(list.stdout)[1][0]
+	runCLI(t, adminEnv, "", "group-mapping", "set", id, "ops", "--grant", "lab=viewer:pool=team-a:tag=web").
+		want(t, 0, "group-mapping set with a scope")
+	if rows := table(runCLI(t, adminEnv, "", "group-mapping", "list", "-o", "table").want(t, 0, "list").stdout); len(rows) != 2 ||
+		rows[1][3] != fmt.Sprintf("%d=viewer:pool=team-a:tag=web", l.lab) {
+		t.Fatalf("group-mapping list after the scoped set: %v", rows)
 	}
 	runCLI(t, adminEnv, "", "group-mapping", "rm", table(list.stdout)[1][0]).want(t, 0, "group-mapping rm")
 	if rows := table(runCLI(t, adminEnv, "", "group-mapping", "list", "-o", "table").want(t, 0, "list").stdout); len(rows) > 1 {
