@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/notify"
 	"github.com/vmgate/vmgate/internal/pve"
 	"github.com/vmgate/vmgate/internal/store"
 	"github.com/vmgate/vmgate/internal/vmops"
@@ -155,9 +156,15 @@ func (r *roller) run(ctx context.Context) {
 				return
 			}
 			r.prog.Paused = "node " + n.Node + ", step " + n.Step + ": " + f.msg
-			if r.save(ctx) != nil {
+			// operation.paused is written with the progress that says so (issue 24).
+			now := o.svc.Now()
+			if r.save(store.WithOutbox(ctx, notify.OperationPaused(r.op, r.prog.Paused, now))) != nil {
 				return
 			}
+			o.trail.Append(ctx, store.AuditRecord{At: now, UserID: r.op.UserID, UserEmail: r.op.UserEmail,
+				Action: "operation.paused", ClusterID: r.op.ClusterID, Node: n.Node,
+				Target: "operation:" + strconv.FormatInt(r.op.ID, 10),
+				Params: jsonText(map[string]any{"kind": KindRolling, "step": n.Step, "error": f.msg}), Result: "paused"})
 			if _, err := o.st.SetOperationPause(ctx, r.op.ID, true, o.svc.Now()); err != nil && ctx.Err() == nil {
 				r.log.Warn("pausing the operation failed", slog.String("error", err.Error()))
 			}
@@ -675,19 +682,25 @@ func (r *roller) finishAll(ctx context.Context) {
 func (r *roller) end(ctx context.Context, status string) {
 	o := r.o
 	now := o.svc.Now()
-	if err := o.st.SetOperationStatus(ctx, r.op.ID, o.owner, status, now); err != nil {
+	done, failed := 0, 0
+	for _, n := range r.prog.Nodes {
+		switch {
+		case n.Step == stepDone:
+			done++
+		case n.Error != "":
+			failed++
+		}
+	}
+	// operation.finished is written with the end (issue 24), counted in nodes.
+	ended := store.WithOutbox(ctx, notify.OperationFinished(r.op, status, len(r.prog.Nodes), done, failed,
+		len(r.prog.Nodes)-done-failed, now))
+	if err := o.st.SetOperationStatus(ended, r.op.ID, o.owner, status, now); err != nil {
 		r.log.Warn("ending the operation failed", slog.String("error", err.Error()))
 		return
 	}
 	o.mu.Lock()
 	o.ended[[2]string{KindRolling, status}]++
 	o.mu.Unlock()
-	done := 0
-	for _, n := range r.prog.Nodes {
-		if n.Step == stepDone {
-			done++
-		}
-	}
 	o.trail.Append(ctx, store.AuditRecord{At: now, UserID: r.op.UserID, UserEmail: r.op.UserEmail,
 		Action: "operation.finished", ClusterID: r.op.ClusterID, Target: "operation:" + strconv.FormatInt(r.op.ID, 10),
 		Params: jsonText(map[string]any{"kind": KindRolling, "nodes": len(r.prog.Nodes), "done": done}), Result: status})

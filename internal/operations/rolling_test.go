@@ -3,6 +3,7 @@ package operations
 import (
 	"context"
 	"fmt"
+	"github.com/vmgate/vmgate/internal/notify"
 	"strconv"
 	"strings"
 	"testing"
@@ -218,6 +219,33 @@ func TestRollingGateFailurePausesAndResumes(t *testing.T) {
 	}
 	_, err = e.ops.PauseOperation(ctx, e.actor, l.OperationID)
 	wantReason(t, err, errs.Conflict, "conflict")
+
+	// Each pause on a failed step told (operation.paused, with the gate's
+	// words), and the end (operation.finished) — issue 24.
+	var paused, finished []string
+	testkit.Until(t, "the rolling maintenance's events in the outbox", func() bool {
+		evs, err := e.store.UnfannedNotifications(t.Context(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paused, finished = nil, nil
+		for _, ev := range evs {
+			if !strings.HasSuffix(ev.Link, "/operations/"+strconv.FormatInt(l.OperationID, 10)) {
+				continue
+			}
+			switch ev.Kind {
+			case notify.EventOperationPaused:
+				paused = append(paused, ev.Subject)
+			case notify.EventOperationFinished:
+				finished = append(finished, ev.Subject)
+			}
+		}
+		return len(paused) >= 2 && len(finished) >= 1
+	})
+	if len(paused) != 2 || !strings.Contains(paused[0], "vm:103 is in error") || !strings.Contains(paused[1], "did not come back") ||
+		len(finished) != 1 || !strings.Contains(finished[0], "ended done") {
+		t.Fatalf("operation.paused %q, operation.finished %q", paused, finished)
+	}
 }
 
 // TestRollingResumesAfterKillDuringWait: the driver dies (its lease not given

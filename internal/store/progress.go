@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -20,12 +21,35 @@ type ProgressStore interface {
 }
 
 // SetOperationProgress implements Store.
+// The events ctx carries (WithOutbox: a pause's operation.paused) are written
+// in the same transaction.
 func (s *sqlStore) SetOperationProgress(ctx context.Context, id int64, owner, progress string) error {
-	res, err := s.wdb.ExecContext(ctx, `
+	const q = `
 		UPDATE operations SET progress = $3, updated_at = $4
-		WHERE id = $1 AND owner = $2 AND status IN ('planned', 'running')`,
-		id, owner, progress, s.t(s.nowMS()))
-	return s.opChanged(ctx, res, err, "write the progress of", id)
+		WHERE id = $1 AND owner = $2 AND status IN ('planned', 'running')`
+	evs := outboxOf(ctx)
+	if len(evs) == 0 {
+		res, err := s.wdb.ExecContext(ctx, q, id, owner, progress, s.t(s.nowMS()))
+		return s.opChanged(ctx, res, err, "write the progress of", id)
+	}
+	var unchanged bool
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, id, owner, progress, s.t(s.nowMS()))
+		if err != nil {
+			return fmt.Errorf("write the progress of operation: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("write the progress of operation: %w", err)
+		} else if n != 1 {
+			unchanged = true
+			return errNotChanged
+		}
+		return s.insertOutbox(ctx, tx, evs)
+	})
+	if unchanged {
+		return s.whyUnchanged(ctx, "write the progress of", id)
+	}
+	return err
 }
 
 // SetOperationPause implements Store.
