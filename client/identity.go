@@ -33,6 +33,9 @@ type GroupMapping struct {
 type GroupMappingGrant struct {
 	ClusterID int64  `json:"clusterId"`
 	Role      string `json:"role"`
+	// Scope narrows the grant to the guests of some PVE pools or tags; nil is
+	// the whole cluster.
+	Scope *GrantScope `json:"scope"`
 }
 
 // GroupMappingInput is a mapping as it is created or replaced.

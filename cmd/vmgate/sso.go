@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
 
 	"github.com/vmgate/vmgate/client"
 	"github.com/vmgate/vmgate/internal/cli"
@@ -35,21 +34,21 @@ func (c *groupMappingListCmd) Run() error {
 // groupMappingSpec are the flags that say what a mapping gives.
 type groupMappingSpec struct {
 	Role  string   `enum:"user,admin" default:"user" help:"The role the group's members get: user (acts where granted) or admin."`
-	Grant []string `placeholder:"CLUSTER=ROLE" help:"A grant the group's members get: a cluster by id or name, operator or viewer (repeatable)."`
+	Grant []string `placeholder:"CLUSTER=ROLE[:pool=P][:tag=T]" help:"A grant the group's members get: a cluster by id or name, operator or viewer, optionally narrowed to the guests of PVE pools or tags (:pool=team-a:tag=web; repeatable)."`
 }
 
 func (f groupMappingSpec) input(ctx context.Context, s *cli.Session, group string) (client.GroupMappingInput, error) {
 	in := client.GroupMappingInput{Group: group, Role: f.Role, Grants: []client.GroupMappingGrant{}}
 	for _, g := range f.Grant {
-		cluster, role, ok := strings.Cut(g, "=")
-		if !ok || (role != "operator" && role != "viewer") {
-			return in, cli.UsageErrorf("--grant %q: want CLUSTER=operator or CLUSTER=viewer", g)
+		cluster, role, scope, err := cli.ParseMappedGrant(g)
+		if err != nil {
+			return in, err
 		}
 		cid, err := clusterID(ctx, s, cluster)
 		if err != nil {
 			return in, err
 		}
-		in.Grants = append(in.Grants, client.GroupMappingGrant{ClusterID: cid, Role: role})
+		in.Grants = append(in.Grants, client.GroupMappingGrant{ClusterID: cid, Role: role, Scope: scope})
 	}
 	return in, nil
 }

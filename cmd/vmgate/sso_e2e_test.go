@@ -267,7 +267,9 @@ var ssoURL = regexp.MustCompile(`http://\S+/auth/oidc/login\?\S+`)
 // TestLoginSSOCommand: an admin maps a group with `vmgate group-mapping add`;
 // `vmgate login --sso --no-browser` prints the address to open, receives the
 // browser on its loopback port (RFC 8252, PKCE), keeps the login, and the next
-// command runs as the SSO user, with the group's grant.
+// command runs as the SSO user, with the group's grant; `group-mapping set`
+// narrows the grant to a pool and a tag, and the list shows it; at the next
+// sign-on the user sees only the guests of the mapped scope.
 func TestLoginSSOCommand(t *testing.T) {
 	t.Parallel()
 	bob := oidctest.User{Email: "bob@example.com", Password: "bob's dex password", Name: "Bob", ID: "bob-1",
@@ -284,33 +286,54 @@ func TestLoginSSOCommand(t *testing.T) {
 		t.Fatalf("group-mapping list:\n%s", list.stdout)
 	}
 	env := cliEnv(t)
-	cmd := startCLI(t, env, "login", "--sso", "--no-browser", "--server", l.base)
-	cmd.waitStderr(t, "/auth/oidc/login?")
-	_, stderr := cmd.outputs()
-	open := ssoURL.FindString(stderr)
-	if !strings.Contains(open, "code_challenge_method=S256") {
-		t.Fatalf("no address with PKCE in:\n%s", stderr)
+	ssoLogin := func() {
+		t.Helper()
+		cmd := startCLI(t, env, "login", "--sso", "--no-browser", "--server", l.base)
+		cmd.waitStderr(t, "/auth/oidc/login?")
+		_, stderr := cmd.outputs()
+		open := ssoURL.FindString(stderr)
+		if !strings.Contains(open, "code_challenge_method=S256") {
+			t.Fatalf("no address with PKCE in:\n%s", stderr)
+		}
+		b := browserClient()
+		resp, err := b.Get(open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, body := oidctest.LogIn(t, b, resp, bob.Email, bob.Password)
+		if last.StatusCode != http.StatusOK || !strings.Contains(body, "you are logged in") {
+			t.Fatalf("the loopback's answer: %d %s\ndex:\n%s", last.StatusCode, body, l.dex.Log())
+		}
+		if code := cmd.wait(t); code != 0 {
+			o, e := cmd.outputs()
+			t.Fatalf("vmgate login --sso: exit %d\n%s\n%s", code, o, e)
+		}
+		if _, e := cmd.outputs(); !strings.Contains(e, "logged in to "+l.base+" as bob@example.com") {
+			t.Fatalf("login said:\n%s", e)
+		}
 	}
-	b := browserClient()
-	resp, err := b.Get(open)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, body := oidctest.LogIn(t, b, resp, bob.Email, bob.Password)
-	if last.StatusCode != http.StatusOK || !strings.Contains(body, "you are logged in") {
-		t.Fatalf("the loopback's answer: %d %s\ndex:\n%s", last.StatusCode, body, l.dex.Log())
-	}
-	if code := cmd.wait(t); code != 0 {
-		o, e := cmd.outputs()
-		t.Fatalf("vmgate login --sso: exit %d\n%s\n%s", code, o, e)
-	}
-	if _, e := cmd.outputs(); !strings.Contains(e, "logged in to "+l.base+" as bob@example.com") {
-		t.Fatalf("login said:\n%s", e)
-	}
+	ssoLogin()
 	me := runCLI(t, env, "", "me", "-o", "json").want(t, 0, "me after the SSO login")
 	if !strings.Contains(me.stdout, `"email": "bob@example.com"`) ||
 		!strings.Contains(me.stdout, fmt.Sprintf(`"clusterId": %d`, l.lab)) || !strings.Contains(me.stdout, `"operator"`) {
 		t.Fatalf("me: %s", me.stdout)
+	}
+	// A scoped mapped grant: --grant CLUSTER=ROLE:pool=P:tag=T, shown back the same way.
+	id := table(list.stdout)[1][0]
+	runCLI(t, adminEnv, "", "group-mapping", "set", id, "ops", "--grant", "lab=viewer:pool=team-a:tag=web").
+		want(t, 0, "group-mapping set with a scope")
+	if rows := table(runCLI(t, adminEnv, "", "group-mapping", "list", "-o", "table").want(t, 0, "list").stdout); len(rows) != 2 ||
+		rows[1][3] != fmt.Sprintf("%d=viewer:pool=team-a:tag=web", l.lab) {
+		t.Fatalf("group-mapping list after the scoped set: %v", rows)
+	}
+	// At the next sign-on the grant is the mapping's, scope and all: a guest of
+	// pool staging is listed, one outside it is not.
+	runCLI(t, adminEnv, "", "group-mapping", "set", id, "ops", "--grant", "lab=viewer:pool=staging").
+		want(t, 0, "group-mapping set to pool staging")
+	ssoLogin()
+	vms := runCLI(t, env, "", "vm", "list", "--cluster", "lab", "-o", "table").want(t, 0, "vm list with the scoped grant").stdout
+	if !strings.Contains(vms, "db-staging") || strings.Contains(vms, "web1") {
+		t.Fatalf("vm list with the grant scoped to pool staging:\n%s", vms)
 	}
 	runCLI(t, adminEnv, "", "group-mapping", "rm", table(list.stdout)[1][0]).want(t, 0, "group-mapping rm")
 	if rows := table(runCLI(t, adminEnv, "", "group-mapping", "list", "-o", "table").want(t, 0, "list").stdout); len(rows) > 1 {

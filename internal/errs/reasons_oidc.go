@@ -13,8 +13,4 @@ const (
 	// ReasonSSOBusy (kind RateLimited): too many single sign-ons under way, from
 	// the client's network or in all.
 	ReasonSSOBusy = "sso_busy"
-	// ReasonScopeUnsupported (kind Invalid): a group mapping's grant names a
-	// scope (pools, tags), which this vmgate cannot enforce yet: refused rather
-	// than stored as a grant wider than asked.
-	ReasonScopeUnsupported = "scope_unsupported"
 )

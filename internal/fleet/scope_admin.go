@@ -47,6 +47,12 @@ func validScope(in *GrantScope) (store.GrantScope, error) {
 	return out, nil
 }
 
+// CheckScope is the check PutScopedGrant makes of a scope, for the other use
+// cases that give grants (group mappings, internal/identity): nil is the whole
+// cluster; otherwise the scope as the store keeps it, or an Invalid error whose
+// message names scope.pools[i] or scope.tags[i].
+func CheckScope(in *GrantScope) (store.GrantScope, error) { return validScope(in) }
+
 func sortedSet(s []string) []string {
 	if len(s) == 0 {
 		return nil

@@ -1,17 +1,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"testing"
-
-	"github.com/vmgate/vmgate/internal/errs"
 )
 
 // TestGroupMappingsOverHTTP: an admin's session creates, lists, replaces and
-// deletes group mappings; a user is refused (403), a bad mapping is 400 (a
-// scope, which vmgate does not enforce yet, with scope_unsupported; a cluster
-// that does not exist), a missing one 404.
+// deletes group mappings; a grant's scope is stored (sorted, duplicates
+// dropped) and shown back, null for the whole cluster; a user is refused (403),
+// a bad mapping is 400 (a scope PutScopedGrant would refuse: an empty one, a bad
+// pool or tag; a cluster that does not exist), a missing one 404.
 func TestGroupMappingsOverHTTP(t *testing.T) {
 	t.Parallel()
 	e := newVMEnv(t, 1000)
@@ -25,15 +25,28 @@ func TestGroupMappingsOverHTTP(t *testing.T) {
 		Group  string `json:"group"`
 		Role   string `json:"role"`
 		Grants []struct {
-			ClusterID int64  `json:"clusterId"`
-			Role      string `json:"role"`
+			ClusterID int64           `json:"clusterId"`
+			Role      string          `json:"role"`
+			Scope     json.RawMessage `json:"scope"`
 		} `json:"grants"`
 	}
 	if err := json.Unmarshal(created.env.Data, &m); err != nil || m.ID == 0 || m.Group != "ops" || len(m.Grants) != 1 ||
-		m.Grants[0].ClusterID != e.cid || m.Grants[0].Role != "operator" {
+		m.Grants[0].ClusterID != e.cid || m.Grants[0].Role != "operator" || string(m.Grants[0].Scope) != "null" {
 		t.Fatalf("created: %s %v", created.env.Data, err)
 	}
 	path := base + "/" + itoa(m.ID)
+	scoped := e.call("root", "PUT", path, `{"group":"ops","role":"user","grants":[{"clusterId":`+cid+
+		`,"role":"viewer","scope":{"pools":["team-b","team-a","team-b"],"tags":["web"]}}]}`).expect(t, http.StatusOK, "")
+	if err := json.Unmarshal(scoped.env.Data, &m); err != nil || len(m.Grants) != 1 ||
+		string(m.Grants[0].Scope) != `{"pools":["team-a","team-b"],"tags":["web"]}` {
+		t.Fatalf("scoped: %s %v", scoped.env.Data, err)
+	}
+	got := e.call("root", "GET", base, "").expect(t, http.StatusOK, "")
+	var listed []json.RawMessage
+	if err := json.Unmarshal(got.env.Data, &listed); err != nil || len(listed) != 1 ||
+		!bytes.Contains(listed[0], []byte(`"scope":{"pools":["team-a","team-b"],"tags":["web"]}`)) {
+		t.Fatalf("list after the scoped update: %s %v", got.env.Data, err)
+	}
 	e.call("root", "PUT", path, `{"group":"ops","role":"admin","grants":[]}`).expect(t, http.StatusOK, "")
 	var all []struct {
 		ID   int64  `json:"id"`
@@ -45,7 +58,10 @@ func TestGroupMappingsOverHTTP(t *testing.T) {
 	}
 
 	for _, c := range []struct{ body, reason string }{
-		{`{"group":"x","role":"user","grants":[{"clusterId":` + cid + `,"role":"viewer","scope":{"pools":["team"]}}]}`, errs.ReasonScopeUnsupported},
+		{`{"group":"x","role":"user","grants":[{"clusterId":` + cid + `,"role":"viewer","scope":{"pools":[],"tags":[]}}]}`, "invalid_request"},
+		{`{"group":"x","role":"user","grants":[{"clusterId":` + cid + `,"role":"viewer","scope":{"pools":["a b"]}}]}`, "invalid_request"},
+		{`{"group":"x","role":"user","grants":[{"clusterId":` + cid + `,"role":"viewer","scope":{"tags":["no;tag"]}}]}`, "invalid_request"},
+		{`{"group":"x","role":"user","grants":[{"clusterId":` + cid + `,"role":"viewer","scope":{"pools":["a"],"extra":1}}]}`, "invalid_request"},
 		{`{"group":"x","role":"user","grants":[{"clusterId":999,"role":"viewer"}]}`, "invalid_request"},
 		{`{"group":"x","role":"root"}`, "invalid_request"},
 		{`{"group":"","role":"user"}`, "invalid_request"},

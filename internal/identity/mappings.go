@@ -10,6 +10,7 @@ import (
 	"github.com/vmgate/vmgate/internal/audit"
 	"github.com/vmgate/vmgate/internal/auth"
 	"github.com/vmgate/vmgate/internal/errs"
+	"github.com/vmgate/vmgate/internal/fleet"
 	"github.com/vmgate/vmgate/internal/store"
 )
 
@@ -38,19 +39,18 @@ type MappingInput struct {
 	Grants []GrantInput
 }
 
-// GrantInput is one grant of a mapping. Scope (pools, tags) is refused until
-// vmgate enforces scoped grants: a mapping must never give more than it says.
+// GrantInput is one grant of a mapping. Scope nil is the whole cluster;
+// otherwise the grant covers only the guests in those pools or with those tags,
+// checked as fleet.PutScopedGrant checks a grant's scope.
 type GrantInput struct {
 	ClusterID int64
 	Role      string
 	Scope     *Scope
 }
 
-// Scope is a grant's scope as issue 23 section 3 defines it.
-type Scope struct {
-	Pools []string `json:"pools"`
-	Tags  []string `json:"tags"`
-}
+// Scope is a grant's scope as issue 23 section 3 defines it: the shape of
+// fleet's, so that both are checked by one rule (fleet.CheckScope).
+type Scope = fleet.GrantScope
 
 // Mapping is a group mapping as the front ends show it.
 type Mapping struct {
@@ -66,13 +66,18 @@ type Mapping struct {
 type MappingGrant struct {
 	ClusterID int64  `json:"clusterId"`
 	Role      string `json:"role"`
+	Scope     *Scope `json:"scope"` // null: the whole cluster
 }
 
 func viewMapping(m store.GroupMapping) Mapping {
 	out := Mapping{ID: m.ID, Group: m.Group, Role: m.Role, Grants: []MappingGrant{}, CreatedAt: m.CreatedAt.UTC(),
 		UpdatedAt: m.UpdatedAt.UTC()}
 	for _, g := range m.Grants {
-		out.Grants = append(out.Grants, MappingGrant{ClusterID: g.ClusterID, Role: g.Role})
+		mg := MappingGrant{ClusterID: g.ClusterID, Role: g.Role}
+		if !g.Scope.IsZero() {
+			mg.Scope = &Scope{Pools: nonNil(g.Scope.Pools), Tags: nonNil(g.Scope.Tags)}
+		}
+		out.Grants = append(out.Grants, mg)
 	}
 	return out
 }
@@ -166,7 +171,8 @@ func (m *Admin) record(ctx context.Context, action string, gm store.GroupMapping
 }
 
 // check validates a mapping: a group name, a role, at most one grant per cluster,
-// each on a cluster that exists with a role vmgate knows, and no scope.
+// each on a cluster that exists with a role vmgate knows, and a scope as
+// PutScopedGrant takes it (fleet.CheckScope).
 func (m *Admin) check(ctx context.Context, in MappingInput) (store.GroupMapping, error) {
 	if in.Group == "" || len(in.Group) > maxGroup || in.Group != trimPrintable(in.Group, maxGroup) {
 		return store.GroupMapping{}, errs.E(errs.Invalid, "group must be 1 to %d printable characters without spaces around", maxGroup)
@@ -183,9 +189,12 @@ func (m *Admin) check(ctx context.Context, in MappingInput) (store.GroupMapping,
 		if g.Role != store.GrantOperator && g.Role != store.GrantViewer {
 			return store.GroupMapping{}, errs.E(errs.Invalid, "grants[%d].role must be %q or %q", i, store.GrantOperator, store.GrantViewer)
 		}
-		if g.Scope != nil && (len(g.Scope.Pools) > 0 || len(g.Scope.Tags) > 0) {
-			return store.GroupMapping{}, errs.R(errs.Invalid, errs.ReasonScopeUnsupported,
-				"grants[%d].scope: this vmgate does not enforce scoped grants yet; a mapping with a scope would give the whole cluster", i)
+		scope, err := fleet.CheckScope(g.Scope)
+		if err != nil {
+			if e, ok := errs.As(err); ok {
+				return store.GroupMapping{}, errs.E(e.Kind, "grants[%d]: %s", i, e.Message)
+			}
+			return store.GroupMapping{}, err
 		}
 		if seen[g.ClusterID] {
 			return store.GroupMapping{}, errs.E(errs.Invalid, "grants[%d]: cluster %d is named twice", i, g.ClusterID)
@@ -197,9 +206,16 @@ func (m *Admin) check(ctx context.Context, in MappingInput) (store.GroupMapping,
 			}
 			return store.GroupMapping{}, fmt.Errorf("check group mapping: %w", err)
 		}
-		gm.Grants = append(gm.Grants, store.MappedGrant{ClusterID: g.ClusterID, Role: g.Role})
+		gm.Grants = append(gm.Grants, store.MappedGrant{ClusterID: g.ClusterID, Role: g.Role, Scope: scope})
 	}
 	return gm, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func jsonParams(m map[string]any) string {

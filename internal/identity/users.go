@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -120,7 +121,8 @@ func (s *Service) applyMappings(ctx context.Context, u store.User, id store.Iden
 	}
 	for _, ch := range changes {
 		rec := store.AuditRecord{Action: "grant.put", Target: "user:" + strconv.FormatInt(u.ID, 10), ClusterID: ch.ClusterID,
-			Result: "ok", Params: jsonParams(map[string]any{"via": "group_mapping", "role": ch.Role, "was": ch.Was})}
+			Result: "ok", Params: jsonParams(map[string]any{"via": "group_mapping", "role": ch.Role, "was": ch.Was,
+				"scope": scopeParam(ch.Scope), "wasScope": scopeParam(ch.WasScope)})}
 		if ch.Role == "" {
 			rec.Action = "grant.delete"
 		}
@@ -153,25 +155,65 @@ func (s *Service) auditRole(ctx context.Context, u store.User, role string) {
 }
 
 // mapped is what the mappings give the groups: the admin role or not, and one
-// grant per cluster, the strongest any mapping gives, by cluster.
+// grant per cluster (a user holds one grant a cluster), by cluster. Its role is
+// the strongest any mapping gives on that cluster; its scope is the union of the
+// scopes the mappings give with that role, or the whole cluster when one of
+// them gives it unscoped. It never gives more than one of the mappings says: a
+// weaker role of another mapping is not added outside the scope.
 func mapped(mappings []store.GroupMapping, groups []string) (bool, []store.MappedGrant) {
 	admin := false
-	best := map[int64]string{}
+	type pick struct {
+		role  string
+		wide  bool
+		pools []string
+		tags  []string
+	}
+	best := map[int64]*pick{}
 	for _, m := range mappings {
 		if !slices.Contains(groups, m.Group) {
 			continue
 		}
 		admin = admin || m.Role == store.RoleAdmin
 		for _, g := range m.Grants {
-			if best[g.ClusterID] != store.GrantOperator {
-				best[g.ClusterID] = g.Role
+			p := best[g.ClusterID]
+			if p == nil || (p.role != store.GrantOperator && g.Role == store.GrantOperator) {
+				p = &pick{role: g.Role}
+				best[g.ClusterID] = p
+			} else if p.role != g.Role {
+				continue // a weaker role than the one picked
 			}
+			p.wide = p.wide || g.Scope.IsZero()
+			p.pools = append(p.pools, g.Scope.Pools...)
+			p.tags = append(p.tags, g.Scope.Tags...)
 		}
 	}
 	out := make([]store.MappedGrant, 0, len(best))
-	for id, role := range best {
-		out = append(out, store.MappedGrant{ClusterID: id, Role: role})
+	for id, p := range best {
+		mg := store.MappedGrant{ClusterID: id, Role: p.role}
+		if !p.wide {
+			mg.Scope = store.GrantScope{Pools: sortedSet(p.pools), Tags: sortedSet(p.tags)}
+		}
+		out = append(out, mg)
 	}
-	slices.SortFunc(out, func(a, b store.MappedGrant) int { return int(a.ClusterID - b.ClusterID) })
+	slices.SortFunc(out, func(a, b store.MappedGrant) int { return cmp.Compare(a.ClusterID, b.ClusterID) })
 	return admin, out
+}
+
+// scopeParam is a scope as the audit trail shows it: null for the whole cluster.
+func scopeParam(g store.GrantScope) any {
+	if g.IsZero() {
+		return nil
+	}
+	return g
+}
+
+// sortedSet is s sorted without duplicates (nil when empty), as the store keeps
+// a scope's entries.
+func sortedSet(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

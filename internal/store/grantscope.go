@@ -11,8 +11,8 @@ import (
 // scope is no narrowing: the grant covers the whole cluster, as before scopes
 // (issue 23 section 3, docs/decisions/0120).
 type GrantScope struct {
-	Pools []string
-	Tags  []string
+	Pools []string `json:"pools,omitempty"`
+	Tags  []string `json:"tags,omitempty"`
 }
 
 // IsZero reports whether the scope narrows nothing (a cluster-wide grant).
@@ -79,4 +79,10 @@ func (c scopeCol) Scan(v any) error {
 	}
 	*c.g = GrantScope(j)
 	return nil
+}
+
+// Equal reports whether g and o name the same pools and tags, in the same
+// order (scopes are kept sorted and without duplicates).
+func (g GrantScope) Equal(o GrantScope) bool {
+	return slices.Equal(g.Pools, o.Pools) && slices.Equal(g.Tags, o.Tags)
 }

@@ -42,8 +42,9 @@ type GroupMapping struct {
 
 // MappedGrant is one grant a group mapping gives.
 type MappedGrant struct {
-	ClusterID int64  `json:"clusterId"`
-	Role      string `json:"role"` // GrantOperator or GrantViewer
+	ClusterID int64      `json:"clusterId"`
+	Role      string     `json:"role"` // GrantOperator or GrantViewer
+	Scope     GrantScope `json:"scope,omitzero"`
 }
 
 // OIDCLogin is a single sign-on under way at the provider, kept by the hash of its
@@ -72,8 +73,10 @@ type OIDCHandoff struct {
 // GrantChange is what SyncMappedGrants did to one grant.
 type GrantChange struct {
 	ClusterID int64
-	Role      string // the role put; "" when the grant was removed
-	Was       string // the role before; "" when there was no mapped grant
+	Role      string     // the role put; "" when the grant was removed
+	Scope     GrantScope // the scope put (zero: the whole cluster)
+	Was       string     // the role before; "" when there was no mapped grant
+	WasScope  GrantScope // the scope before
 }
 
 // Identities is what single sign-on persists. The Store that Open returns is one
@@ -91,9 +94,9 @@ type Identities interface {
 	// and LastLoginAt of id. NotFound when the identity does not exist.
 	NoteIdentityLogin(ctx context.Context, id Identity) error
 	// SyncMappedGrants makes the grants that group mappings gave userID be want
-	// (one per cluster), in one transaction, and returns what changed. A grant
-	// that no mapping put, or whose role an admin changed since a mapping put it,
-	// is the admin's: it is left as it is and no longer counted as mapped. A
+	// (one per cluster, each with its scope), in one transaction, and returns
+	// what changed. A grant that no mapping put, or whose role or scope an admin
+	// changed since a mapping put it, is the admin's: it is left as it is and no longer counted as mapped. A
 	// cluster that no longer exists is skipped.
 	SyncMappedGrants(ctx context.Context, userID int64, want []MappedGrant) ([]GrantChange, error)
 
@@ -213,8 +216,8 @@ func (s *sqlStore) SyncMappedGrants(ctx context.Context, userID int64, want []Ma
 		changes = nil
 		mapped, err := queryAll(ctx, tx, "read mapped grants", func(sc scanner) (MappedGrant, error) {
 			var g MappedGrant
-			return g, sc.Scan(&g.ClusterID, &g.Role)
-		}, `SELECT cluster_id, role FROM mapped_grants WHERE user_id = $1 ORDER BY cluster_id`, userID)
+			return g, sc.Scan(&g.ClusterID, &g.Role, scopeCol{&g.Scope})
+		}, `SELECT cluster_id, role, scope FROM mapped_grants WHERE user_id = $1 ORDER BY cluster_id`, userID)
 		if err != nil {
 			return nil, err
 		}
@@ -223,34 +226,31 @@ func (s *sqlStore) SyncMappedGrants(ctx context.Context, userID int64, want []Ma
 		if err != nil {
 			return nil, err
 		}
-		have := map[int64]string{}
+		have := map[int64]Grant{}
 		for _, g := range current {
-			have[g.ClusterID] = g.Role
+			have[g.ClusterID] = g
 		}
-		wanted := map[int64]string{}
+		wanted := map[int64]bool{}
 		for _, g := range want {
-			wanted[g.ClusterID] = g.Role
+			wanted[g.ClusterID] = true
 		}
-		mine := map[int64]string{} // grants a mapping put that are still as it put them
+		mine := map[int64]MappedGrant{} // grants a mapping put that are still as it put them
 		var fed []Change
 		for _, m := range mapped {
-			role, ok := have[m.ClusterID]
-			if ok && role == m.Role {
-				mine[m.ClusterID] = m.Role
+			g, ok := have[m.ClusterID]
+			if ok && g.Role == m.Role && g.Scope.Equal(m.Scope) {
+				mine[m.ClusterID] = m
 				continue
 			}
-			// Gone, or changed by an admin since: no longer the mapping's.
+			// Gone, or its role or scope changed by an admin since: no longer the mapping's.
 			if _, err := tx.ExecContext(ctx, `DELETE FROM mapped_grants WHERE user_id = $1 AND cluster_id = $2`,
 				userID, m.ClusterID); err != nil {
 				return nil, err
 			}
 		}
 		for _, m := range mapped {
-			role, ok := mine[m.ClusterID]
-			if !ok {
-				continue
-			}
-			if _, keep := wanted[m.ClusterID]; keep {
+			was, ok := mine[m.ClusterID]
+			if !ok || wanted[m.ClusterID] {
 				continue
 			}
 			for _, q := range []string{`DELETE FROM grants WHERE user_id = $1 AND cluster_id = $2`,
@@ -259,7 +259,7 @@ func (s *sqlStore) SyncMappedGrants(ctx context.Context, userID int64, want []Ma
 					return nil, err
 				}
 			}
-			changes = append(changes, GrantChange{ClusterID: m.ClusterID, Was: role})
+			changes = append(changes, GrantChange{ClusterID: m.ClusterID, Was: was.Role, WasScope: was.Scope})
 			fed = append(fed, grantChanged(userID, m.ClusterID))
 		}
 		for _, g := range want {
@@ -267,7 +267,7 @@ func (s *sqlStore) SyncMappedGrants(ctx context.Context, userID int64, want []Ma
 			if _, held := have[g.ClusterID]; held && !isMine {
 				continue // the admin's grant
 			}
-			if isMine && was == g.Role {
+			if isMine && was.Role == g.Role && was.Scope.Equal(g.Scope) {
 				continue
 			}
 			var exists int
@@ -277,19 +277,24 @@ func (s *sqlStore) SyncMappedGrants(ctx context.Context, userID int64, want []Ma
 			if exists == 0 {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, `
-				INSERT INTO grants (user_id, cluster_id, role, created_at) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role`,
-				userID, g.ClusterID, g.Role, s.t(s.nowMS())); err != nil {
+			scope, err := encodeScope(g.Scope)
+			if err != nil {
 				return nil, err
 			}
 			if _, err := tx.ExecContext(ctx, `
-				INSERT INTO mapped_grants (user_id, cluster_id, role) VALUES ($1, $2, $3)
-				ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role`,
-				userID, g.ClusterID, g.Role); err != nil {
+				INSERT INTO grants (user_id, cluster_id, role, created_at, scope) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role, scope = excluded.scope`,
+				userID, g.ClusterID, g.Role, s.t(s.nowMS()), scope); err != nil {
 				return nil, err
 			}
-			changes = append(changes, GrantChange{ClusterID: g.ClusterID, Role: g.Role, Was: was})
+			if _, err := tx.ExecContext(ctx, `
+				INSERT INTO mapped_grants (user_id, cluster_id, role, scope) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (user_id, cluster_id) DO UPDATE SET role = excluded.role, scope = excluded.scope`,
+				userID, g.ClusterID, g.Role, scope); err != nil {
+				return nil, err
+			}
+			changes = append(changes, GrantChange{ClusterID: g.ClusterID, Role: g.Role, Scope: g.Scope, Was: was.Role,
+				WasScope: was.Scope})
 			fed = append(fed, grantChanged(userID, g.ClusterID))
 		}
 		return s.appendChanges(ctx, tx, time.Time{}, fed...)

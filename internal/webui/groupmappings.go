@@ -30,7 +30,7 @@ type groupMappingsView struct {
 
 type groupMappingRow struct {
 	identity.Mapping
-	Grants []string // "lab: operator"
+	Grants []string // "lab: operator", "lab: viewer (pools team-a; tags web)"
 }
 
 func (u *UI) groupMappingsPage(w http.ResponseWriter, r *http.Request) error {
@@ -54,7 +54,7 @@ func (u *UI) groupMappingsPage(w http.ResponseWriter, r *http.Request) error {
 			if name == "" {
 				name = "cluster " + strconv.FormatInt(g.ClusterID, 10)
 			}
-			row.Grants = append(row.Grants, name+": "+g.Role)
+			row.Grants = append(row.Grants, name+": "+g.Role+scopeNote(g.Scope))
 		}
 		v.Mappings = append(v.Mappings, row)
 	}
@@ -63,7 +63,9 @@ func (u *UI) groupMappingsPage(w http.ResponseWriter, r *http.Request) error {
 }
 
 // createGroupMapping adds a mapping from the form: a group, a role, and for each
-// cluster a role or none (the field grant-<cluster id>).
+// cluster a role or none (the field grant-<cluster id>), narrowed by the
+// pools-<cluster id> and tags-<cluster id> fields (both empty: the whole
+// cluster), judged by the use case as a grant's scope is.
 func (u *UI) createGroupMapping(w http.ResponseWriter, r *http.Request) error {
 	in := identity.MappingInput{Group: r.PostFormValue("group"), Role: r.PostFormValue("role")}
 	cs, err := u.fleet.List(r.Context())
@@ -74,7 +76,9 @@ func (u *UI) createGroupMapping(w http.ResponseWriter, r *http.Request) error {
 		switch role := r.PostFormValue("grant-" + strconv.FormatInt(c.ID, 10)); role {
 		case "", "none":
 		default:
-			in.Grants = append(in.Grants, identity.GrantInput{ClusterID: c.ID, Role: role})
+			id := strconv.FormatInt(c.ID, 10)
+			in.Grants = append(in.Grants, identity.GrantInput{ClusterID: c.ID, Role: role,
+				Scope: formScope(r.PostFormValue("pools-"+id), r.PostFormValue("tags-"+id))})
 		}
 	}
 	if _, err := u.mappings.Create(r.Context(), principal(r), in); err != nil {
