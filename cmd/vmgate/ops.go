@@ -98,17 +98,23 @@ func (c *bulkCmd) Run() error {
 	})
 }
 
+// operationNotAnswered is err, or, when the user interrupted the request
+// before vmgate answered, the exit that says the operation may have started.
+func operationNotAnswered(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "interrupted before vmgate answered: the operation may have started",
+			Hint: "look for it: vmgate op list"}
+	}
+	return err
+}
+
 // launch starts an operation (or plans it, with --dry-run), prints the plan and
 // follows the operation to its end.
 func launch(ctx context.Context, s *cli.Session, o output, st opStart, targets bool,
 	start func(context.Context) (client.Launched, error)) error {
 	l, err := start(ctx)
-	if errors.Is(err, context.Canceled) {
-		return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "interrupted before vmgate answered: the operation may have started",
-			Hint: "look for it: vmgate op list"}
-	}
 	if err != nil {
-		return err
+		return operationNotAnswered(err)
 	}
 	f, err := cli.ChooseFormat(o.Output, os.Stdout)
 	if err != nil {

@@ -44,12 +44,8 @@ func (c *clusterRollingCmd) Run() error {
 			req.PauseOnFailure = new(bool)
 		}
 		l, err := s.RollingMaintenance(ctx, id, req)
-		if errors.Is(err, context.Canceled) {
-			return &cli.ExitError{Code: cli.ExitInterrupted, Msg: "interrupted before vmgate answered: the operation may have started",
-				Hint: "look for it: vmgate op list"}
-		}
 		if err != nil {
-			return err
+			return operationNotAnswered(err)
 		}
 		f, err := cli.ChooseFormat(c.Output, os.Stdout)
 		if err != nil {

@@ -251,15 +251,22 @@ func (s *Server) beginPasskey(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	ticket, opts, err := s.secondFactors.BeginPasskey(r.Context(), principal(r))
-	if err != nil {
-		return err
+	return writeChallenge(w)(s.secondFactors.BeginPasskey(r.Context(), principal(r)))
+}
+
+// writeChallenge writes a WebAuthn ceremony's start, the ticket that finishes
+// it and the browser's options (enrolment and step-up alike).
+func writeChallenge(w http.ResponseWriter) func(ticket string, opts json.RawMessage, err error) error {
+	return func(ticket string, opts json.RawMessage, err error) error {
+		if err != nil {
+			return err
+		}
+		writeData(w, struct {
+			Ticket  string          `json:"ticket"`
+			Options json.RawMessage `json:"options"`
+		}{ticket, opts})
+		return nil
 	}
-	writeData(w, struct {
-		Ticket  string          `json:"ticket"`
-		Options json.RawMessage `json:"options"`
-	}{ticket, opts})
-	return nil
 }
 
 func (s *Server) finishPasskey(w http.ResponseWriter, r *http.Request) error {
@@ -309,15 +316,7 @@ func (s *Server) verifyWebAuthn(w http.ResponseWriter, r *http.Request) error {
 	if err := requireNoBody(w, r); err != nil {
 		return err
 	}
-	ticket, opts, err := s.secondFactors.VerifyWebAuthn(r.Context(), principal(r))
-	if err != nil {
-		return err
-	}
-	writeData(w, struct {
-		Ticket  string          `json:"ticket"`
-		Options json.RawMessage `json:"options"`
-	}{ticket, opts})
-	return nil
+	return writeChallenge(w)(s.secondFactors.VerifyWebAuthn(r.Context(), principal(r)))
 }
 
 func (s *Server) newRecoveryCodes(w http.ResponseWriter, r *http.Request) error {
